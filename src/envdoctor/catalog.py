@@ -1,0 +1,227 @@
+"""The rule catalog: metadata and docs for every rule, read from data files.
+
+The catalog lives in the top-level ``rules/`` folder of the source tree and is
+shipped inside the wheel as ``envdoctor/_catalog``. Each rule family is one TOML
+file named after its prefix (``SYS.toml``, ``PKG.toml`` …) that names the Python
+module holding the family's rule functions and lists its rules with their id,
+kebab-case name, default severity and four doc parts: what, why, example, fix.
+Lower-case TOML files beside them hold data the rules use (known conflicts,
+channel families, the CUDA driver table …).
+
+The catalog is checked when it loads: ids unique and well-formed, names
+kebab-case, every doc part present and free of placeholder text, every rule
+backed by a function and every function by a catalog entry.
+"""
+from __future__ import annotations
+
+import importlib
+import re
+import sys
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Callable, Iterable, Mapping
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on 3.10 only
+    import tomli as tomllib
+
+from envdoctor.model import Severity
+
+DOC_PARTS = ("what", "why", "example", "fix")
+ENTRY_POINT_GROUP = "envdoctor.rules"
+
+_ID_RE = re.compile(r"^[A-Z]{2,4}\d{3}$")
+_NAME_RE = re.compile(r"^[a-z][a-z0-9]*(-[a-z0-9]+)*$")
+_PLACEHOLDER_RE = re.compile(r"\b(TODO|TBD|FIXME|XXX|lorem ipsum)\b", re.IGNORECASE)
+
+
+class CatalogError(Exception):
+    """The catalog (shipped or from a plugin) is inconsistent."""
+
+
+@dataclass(frozen=True)
+class RuleMeta:
+    """A rule's metadata and docs, exactly as the catalog states them."""
+
+    id: str
+    name: str
+    severity: Severity
+    family: str
+    summary: str
+    what: str
+    why: str
+    example: str
+    fix: str
+    origin: str = "envdoctor"
+
+    def docs(self) -> dict[str, str]:
+        return {part: getattr(self, part) for part in DOC_PARTS}
+
+
+RuleFunction = Callable[[Any], Iterable[Any]]
+
+
+@dataclass(frozen=True)
+class Catalog:
+    """Every known rule, in catalog order, with the function that implements it."""
+
+    rules: tuple[RuleMeta, ...]
+    functions: Mapping[str, RuleFunction]
+    families: Mapping[str, str]
+
+    def get(self, rule_id: str) -> RuleMeta:
+        for meta in self.rules:
+            if meta.id == rule_id.upper():
+                return meta
+        raise KeyError(rule_id)
+
+    def ids(self) -> list[str]:
+        return [meta.id for meta in self.rules]
+
+    def resolve(self, token: str) -> list[RuleMeta]:
+        """Rules matched by an id, a kebab-case name or a family prefix (`SYS`)."""
+        wanted = token.strip()
+        upper = wanted.upper()
+        exact = [m for m in self.rules if m.id == upper or m.name == wanted.lower()]
+        if exact:
+            return exact
+        return [m for m in self.rules if m.family == upper]
+
+
+def catalog_dir() -> Path:
+    """Where the catalog data lives: inside the installed wheel, else the source tree."""
+    packaged = Path(__file__).resolve().parent / "_catalog"
+    if packaged.is_dir():
+        return packaged
+    source = Path(__file__).resolve().parents[2] / "rules"
+    if source.is_dir():
+        return source
+    raise CatalogError(f"the rule catalog is missing (looked in {packaged} and {source})")
+
+
+@lru_cache(maxsize=None)
+def load_data(name: str) -> dict[str, Any]:
+    """A data table shipped beside the rules (`conflicts`, `channels`, …)."""
+    path = catalog_dir() / f"{name}.toml"
+    with open(path, "rb") as fh:
+        return tomllib.load(fh)
+
+
+def _check_meta(entry: Mapping[str, Any], family: str, origin: str) -> RuleMeta:
+    rule_id = str(entry.get("id", ""))
+    where = f"{origin}: rule {rule_id or '<no id>'}"
+    if not _ID_RE.match(rule_id):
+        raise CatalogError(f"{where}: id must be a family prefix and three digits")
+    if not rule_id.startswith(family):
+        raise CatalogError(f"{where}: id does not start with its family {family}")
+    name = str(entry.get("name", ""))
+    if not _NAME_RE.match(name):
+        raise CatalogError(f"{where}: name {name!r} is not kebab-case")
+    try:
+        severity = Severity.parse(entry.get("severity", ""))
+    except ValueError as exc:
+        raise CatalogError(f"{where}: {exc}") from None
+    texts = {}
+    for part in ("summary", *DOC_PARTS):
+        text = entry.get(part)
+        if not isinstance(text, str) or len(text.strip()) < 10:
+            raise CatalogError(f"{where}: doc part {part!r} is missing or too short")
+        if _PLACEHOLDER_RE.search(text):
+            raise CatalogError(f"{where}: doc part {part!r} holds placeholder text")
+        texts[part] = text.strip()
+    return RuleMeta(id=rule_id, name=name, severity=severity, family=family, origin=origin, **texts)
+
+
+def _family_files(directory: Path) -> list[Path]:
+    return sorted(p for p in directory.glob("*.toml") if p.stem.isupper())
+
+
+def _load_family(path: Path) -> tuple[str, list[RuleMeta], dict[str, RuleFunction]]:
+    """One family file: its checked metadata and the functions of the modules it names.
+
+    The file names its family's module; a rule may name another module of its
+    own (SYS004 lives with the other torch-runtime rules, for instance).
+    """
+    with open(path, "rb") as fh:
+        data = tomllib.load(fh)
+    family = data.get("family", path.stem)
+    default_module = data.get("module")
+    metas: list[RuleMeta] = []
+    functions: dict[str, RuleFunction] = {}
+    for entry in data.get("rule", []):
+        meta = _check_meta(entry, family, path.name)
+        module_name = entry.get("module", default_module)
+        if not module_name:
+            raise CatalogError(f"{path.name}: rule {meta.id} names no module")
+        table = getattr(importlib.import_module(module_name), "RULES", {})
+        if meta.id not in table:
+            raise CatalogError(f"{path.name}: rule {meta.id} has no function in {module_name}.RULES")
+        metas.append(meta)
+        functions[meta.id] = table[meta.id]
+    return path.name, metas, functions
+
+
+def _load_plugins() -> Iterable[tuple[str, list[RuleMeta], dict[str, RuleFunction]]]:
+    from importlib.metadata import entry_points
+
+    for ep in entry_points(group=ENTRY_POINT_GROUP):
+        plugin = ep.load()
+        origin = f"plugin {ep.name} ({ep.value})"
+        entries = getattr(plugin, "CATALOG", None)
+        functions = getattr(plugin, "RULES", None)
+        if not isinstance(entries, list) or not isinstance(functions, dict):
+            raise CatalogError(f"{origin}: must provide CATALOG (a list) and RULES (a dict)")
+        metas = []
+        for entry in entries:
+            rule_id = str(entry.get("id", ""))
+            family = re.sub(r"\d+$", "", rule_id)
+            metas.append(_check_meta(entry, family, origin))
+        extra = set(functions) - {m.id for m in metas}
+        if extra:
+            raise CatalogError(f"{origin}: functions without catalog entries: {', '.join(sorted(extra))}")
+        yield origin, metas, dict(functions)
+
+
+def _assemble(parts: Iterable[tuple[str, list[RuleMeta], dict[str, RuleFunction]]]) -> Catalog:
+    rules: list[RuleMeta] = []
+    functions: dict[str, RuleFunction] = {}
+    families: dict[str, str] = {}
+    seen: dict[str, str] = {}
+    for origin, metas, funcs in parts:
+        for meta in metas:
+            if meta.id in seen:
+                raise CatalogError(f"rule id {meta.id} is defined twice ({seen[meta.id]} and {origin})")
+            seen[meta.id] = origin
+            func = funcs.get(meta.id)
+            if not callable(func):
+                raise CatalogError(f"{origin}: rule {meta.id} has no function")
+            rules.append(meta)
+            functions[meta.id] = func
+            families.setdefault(meta.family, origin)
+    names = [m.name for m in rules]
+    doubled = {n for n in names if names.count(n) > 1}
+    if doubled:
+        raise CatalogError(f"rule names used twice: {', '.join(sorted(doubled))}")
+    return Catalog(rules=tuple(rules), functions=functions, families=families)
+
+
+@lru_cache(maxsize=2)
+def load_catalog(plugins: bool = True) -> Catalog:
+    """Load and check the shipped catalog (and, by default, plugin rules)."""
+    parts = [_load_family(p) for p in _family_files(catalog_dir())]
+    if plugins:
+        parts.extend(_load_plugins())
+    return _assemble(parts)
+
+
+def rule_table_markdown(catalog: Catalog) -> str:
+    """The README's rule table, generated from the catalog so the two never disagree."""
+    lines = ["| id | name | default | fires when |", "|---|---|---|---|"]
+    for meta in catalog.rules:
+        if meta.origin.startswith("plugin"):
+            continue
+        summary = " ".join(meta.summary.split()).replace("|", "\\|")
+        lines.append(f"| {meta.id} | {meta.name} | {meta.severity.value} | {summary} |")
+    return "\n".join(lines)

@@ -1,0 +1,129 @@
+"""The engine: choose the rules, run each in isolation, assemble one Report.
+
+A rule that raises becomes an entry under the report's `errors` and never
+hides the other findings; a rule whose facts could not be gathered is skipped
+with the probe's reason.
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import socket
+import traceback
+from typing import Any, Iterable
+
+from envdoctor import __version__
+from envdoctor.catalog import Catalog, RuleMeta, load_catalog
+from envdoctor.config import Config, ConfigError
+from envdoctor.facts import Facts, ProbeFailed
+from envdoctor.model import Finding, Report, Severity
+from envdoctor.redact import redact_tree
+from envdoctor.rules import Hit
+
+
+def select_rules(catalog: Catalog, select: Iterable[str] = (), ignore: Iterable[str] = ()) -> list[RuleMeta]:
+    """The rules to run, in catalog order. Unknown ids or families are a ConfigError."""
+
+    def expand(tokens: Iterable[str], flag: str) -> set[str]:
+        ids: set[str] = set()
+        for token in tokens:
+            for part in str(token).split(","):
+                if not part.strip():
+                    continue
+                matched = catalog.resolve(part)
+                if not matched:
+                    raise ConfigError(f"{flag}: unknown rule {part.strip()!r} (see `envdoctor rules`)")
+                ids.update(m.id for m in matched)
+        return ids
+
+    selected = expand(select, "--select")
+    ignored = expand(ignore, "--ignore")
+    return [m for m in catalog.rules if (not selected or m.id in selected) and m.id not in ignored]
+
+
+def check_severity_overrides(catalog: Catalog, overrides: dict[str, str]) -> dict[str, Severity]:
+    known = set(catalog.ids())
+    resolved = {}
+    for rule_id, level in overrides.items():
+        if rule_id.upper() not in known:
+            raise ConfigError(f"severity: unknown rule {rule_id!r} (see `envdoctor rules`)")
+        resolved[rule_id.upper()] = Severity.parse(level)
+    return resolved
+
+
+def _to_finding(meta: RuleMeta, hit: Hit, overrides: dict[str, Severity]) -> Finding:
+    severity = overrides.get(meta.id) or hit.severity or meta.severity
+    return Finding(
+        rule=meta.id,
+        name=meta.name,
+        severity=Severity.parse(severity),
+        message=hit.message,
+        evidence=dict(hit.evidence),
+        fix=hit.fix,
+        location=hit.location,
+    )
+
+
+def run_rules(catalog: Catalog, metas: list[RuleMeta], facts: Facts,
+              overrides: dict[str, Severity]) -> tuple[list[Finding], list[dict[str, Any]]]:
+    findings: list[Finding] = []
+    errors: list[dict[str, Any]] = []
+    for meta in metas:
+        try:
+            hits = list(catalog.functions[meta.id](facts) or ())
+        except ProbeFailed as exc:
+            errors.append({"rule": meta.id, "message": f"skipped: {exc}"})
+            continue
+        except Exception as exc:  # one broken rule never hides the others
+            errors.append({
+                "rule": meta.id,
+                "message": f"{type(exc).__name__}: {exc}",
+                "traceback": traceback.format_exc(limit=6),
+            })
+            continue
+        for hit in hits:
+            if not isinstance(hit, Hit):
+                errors.append({"rule": meta.id, "message": f"returned {type(hit).__name__}, not a Hit"})
+                continue
+            findings.append(_to_finding(meta, hit, overrides))
+    order = {m.id: i for i, m in enumerate(catalog.rules)}
+    findings.sort(key=lambda f: (-f.severity.rank, order.get(f.rule, 0)))
+    return findings, errors
+
+
+def utc_now() -> str:
+    return _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def assemble_report(facts: Facts, findings: list[Finding], errors: list[dict[str, Any]]) -> Report:
+    from envdoctor.facts.target import conda_platform
+
+    gathered = dict(facts.gathered())
+    target = gathered.pop("target", None) or {}
+    loader = gathered.pop("loader", None)
+    return Report(
+        tool={"name": "envdoctor", "version": __version__},
+        generated_at=utc_now(),
+        host={"hostname": socket.gethostname(), "platform": conda_platform()},
+        target=redact_tree({
+            **target,
+            "prefix": target.get("prefix"),
+            "kind": target.get("kind"),
+            "python": target.get("python"),
+        }),
+        facts=redact_tree(gathered),
+        findings=findings,
+        loader=redact_tree(loader) if loader else None,
+        errors=errors + facts.errors,
+    )
+
+
+def run_check(config: Config, catalog: Catalog | None = None, facts: Facts | None = None) -> Report:
+    """Run every selected rule against one snapshot of facts and build the Report."""
+    catalog = catalog or load_catalog()
+    metas = select_rules(catalog, config.select, config.ignore)
+    overrides = check_severity_overrides(catalog, config.severity)
+    facts = facts or Facts(config)
+    # The target is resolved first so a wrong --prefix is a clear error, not N skipped rules.
+    facts["target"]
+    findings, errors = run_rules(catalog, metas, facts, overrides)
+    return assemble_report(facts, findings, errors)

@@ -1,0 +1,215 @@
+"""System facts: usable CPUs, memory with cgroup limits, rlimits, /dev/shm, container.
+
+Each reader takes the paths it reads as arguments (defaulting to the real
+ones), so tests can point it at saved copies of /proc and /sys as well as at
+the live machine.
+"""
+from __future__ import annotations
+
+import math
+import os
+import platform
+import socket
+import sys
+from pathlib import Path
+from typing import Any
+
+from envdoctor.redact import redact_environ
+
+SHM_PATH = "/dev/shm"
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text(encoding="utf-8", errors="replace").strip()
+    except OSError:
+        return None
+
+
+def parse_proc_cgroup(text: str) -> dict[str, str]:
+    """/proc/self/cgroup as {controller: path}; cgroup v2 is under the key ''."""
+    paths: dict[str, str] = {}
+    for line in text.splitlines():
+        parts = line.split(":", 2)
+        if len(parts) != 3:
+            continue
+        _, controllers, path = parts
+        if not controllers:
+            paths[""] = path
+        for controller in controllers.split(","):
+            if controller:
+                paths[controller] = path
+    return paths
+
+
+def _candidates(root: Path, path: str) -> list[Path]:
+    """The cgroup folder for `path` and its ancestors up to the mount root."""
+    rel = Path(path.lstrip("/"))
+    folders = [root / rel]
+    folders += [root / parent for parent in rel.parents]
+    return list(dict.fromkeys(f for f in folders))
+
+
+def _v1_mount(cgroup_root: Path, controller: str) -> Path | None:
+    for name in (controller, f"{controller},cpuacct", f"cpuacct,{controller}"):
+        path = cgroup_root / name
+        if path.is_dir():
+            return path
+    return None
+
+
+def read_cpu_quota(proc_cgroup: Path = Path("/proc/self/cgroup"),
+                   cgroup_root: Path = Path("/sys/fs/cgroup")) -> dict[str, Any]:
+    """The tightest CPU quota on this process's cgroup and its ancestors, in CPUs."""
+    paths = parse_proc_cgroup(_read(proc_cgroup) or "")
+    quotas: list[float] = []
+    version = None
+    if "" in paths and (cgroup_root / "cgroup.controllers").exists():
+        version = 2
+        for folder in _candidates(cgroup_root, paths[""]):
+            text = _read(folder / "cpu.max")
+            if text:
+                quota, _, period = text.partition(" ")
+                if quota != "max" and period:
+                    quotas.append(int(quota) / int(period))
+    elif "cpu" in paths:
+        mount = _v1_mount(cgroup_root, "cpu")
+        if mount is not None:
+            version = 1
+            for folder in _candidates(mount, paths["cpu"]):
+                quota = _read(folder / "cpu.cfs_quota_us")
+                period = _read(folder / "cpu.cfs_period_us")
+                if quota and period and int(quota) > 0 and int(period) > 0:
+                    quotas.append(int(quota) / int(period))
+    return {"cgroup_version": version, "quota_cpus": min(quotas) if quotas else None}
+
+
+def read_memory_limit(proc_cgroup: Path = Path("/proc/self/cgroup"),
+                      cgroup_root: Path = Path("/sys/fs/cgroup")) -> dict[str, Any]:
+    """The tightest cgroup memory limit and that cgroup's reclaim-adjusted usage, in bytes."""
+    paths = parse_proc_cgroup(_read(proc_cgroup) or "")
+    best: tuple[int, int | None] | None = None
+
+    def consider(limit: int, usage: int | None) -> None:
+        nonlocal best
+        if best is None or limit < best[0]:
+            best = (limit, usage)
+
+    if "" in paths and (cgroup_root / "cgroup.controllers").exists():
+        for folder in _candidates(cgroup_root, paths[""]):
+            text = _read(folder / "memory.max")
+            if text and text != "max":
+                consider(int(text), _usage(folder, "memory.current", "inactive_file"))
+    elif "memory" in paths:
+        mount = _v1_mount(cgroup_root, "memory")
+        if mount is not None:
+            for folder in _candidates(mount, paths["memory"]):
+                text = _read(folder / "memory.limit_in_bytes")
+                # v1 reports "no limit" as a huge page-aligned number.
+                if text and int(text) < 2**60:
+                    consider(int(text), _usage(folder, "memory.usage_in_bytes", "total_inactive_file"))
+    if best is None:
+        return {"cgroup_limit": None, "cgroup_usage": None}
+    return {"cgroup_limit": best[0], "cgroup_usage": best[1]}
+
+
+def _usage(folder: Path, usage_file: str, inactive_key: str) -> int | None:
+    text = _read(folder / usage_file)
+    if not text:
+        return None
+    usage = int(text)
+    for line in (_read(folder / "memory.stat") or "").splitlines():
+        key, _, value = line.partition(" ")
+        if key == inactive_key and value.strip().isdigit():
+            usage -= min(usage, int(value))
+    return usage
+
+
+def usable_cpus(cpu_count: int | None, affinity: int | None, quota_cpus: float | None) -> int:
+    """CPUs a worker pool can really use: affinity, then the cgroup quota, at least 1."""
+    usable = affinity or cpu_count or 1
+    if quota_cpus:
+        usable = min(usable, max(1, math.floor(quota_cpus)))
+    return max(1, usable)
+
+
+def read_shm(path: str = SHM_PATH) -> dict[str, Any] | None:
+    try:
+        st = os.statvfs(path)
+    except OSError:
+        return None
+    return {"path": path, "total": st.f_blocks * st.f_frsize, "free": st.f_bavail * st.f_frsize}
+
+
+def detect_container(root: Path = Path("/"), environ: dict[str, str] | None = None) -> dict[str, Any]:
+    environ = dict(os.environ) if environ is None else environ
+    evidence: list[str] = []
+    kind = None
+    if (root / ".dockerenv").exists():
+        kind, evidence = "docker", evidence + ["/.dockerenv exists"]
+    if (root / "run/.containerenv").exists():
+        kind, evidence = "podman", evidence + ["/run/.containerenv exists"]
+    if environ.get("KUBERNETES_SERVICE_HOST"):
+        kind, evidence = "kubernetes", evidence + ["KUBERNETES_SERVICE_HOST is set"]
+    init_cgroup = _read(root / "proc/1/cgroup") or ""
+    for marker, name in (("kubepods", "kubernetes"), ("docker", "docker"), ("lxc", "lxc"), ("containerd", "containerd")):
+        if marker in init_cgroup:
+            kind = kind or name
+            evidence.append(f"/proc/1/cgroup mentions {marker}")
+            break
+    if environ.get("container"):
+        kind = kind or environ["container"]
+        evidence.append(f"container={environ['container']}")
+    return {"in_container": bool(evidence), "kind": kind, "evidence": evidence}
+
+
+def read_nofile() -> dict[str, Any]:
+    try:
+        import resource
+    except ImportError:  # pragma: no cover - Windows
+        return {"soft": None, "hard": None}
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    unlimited = resource.RLIM_INFINITY
+    return {"soft": None if soft == unlimited else soft, "hard": None if hard == unlimited else hard,
+            "soft_unlimited": soft == unlimited, "hard_unlimited": hard == unlimited}
+
+
+def gather_system(facts: Any) -> dict[str, Any]:
+    import psutil
+
+    cpu_count = os.cpu_count()
+    try:
+        affinity: int | None = len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - macOS, Windows
+        affinity = None
+    quota = read_cpu_quota()
+    memory = psutil.virtual_memory()
+    limit = read_memory_limit()
+    available = memory.available
+    if limit["cgroup_limit"] is not None:
+        used = limit["cgroup_usage"] or 0
+        available = min(available, max(0, limit["cgroup_limit"] - used))
+    return {
+        "hostname": socket.gethostname(),
+        "os": platform.system(),
+        "kernel": platform.release(),
+        "python": sys.version.split()[0],
+        "cpu": {
+            "count": cpu_count,
+            "affinity": affinity,
+            "cgroup_version": quota["cgroup_version"],
+            "quota_cpus": quota["quota_cpus"],
+            "usable": usable_cpus(cpu_count, affinity, quota["quota_cpus"]),
+        },
+        "memory": {
+            "total": memory.total,
+            "available": memory.available,
+            "cgroup_limit": limit["cgroup_limit"],
+            "cgroup_usage": limit["cgroup_usage"],
+            "effective_available": available,
+        },
+        "limits": {"nofile": read_nofile()},
+        "shm": read_shm(),
+        "container": detect_container(),
+        "environ": redact_environ(os.environ),
+    }

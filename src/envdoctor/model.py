@@ -1,0 +1,127 @@
+"""The public types every part of envdoctor shares: Severity, Location, Finding, Report.
+
+Rules produce Findings, the engine collects them into one Report, and every
+formatter (text, json, markdown, sarif) renders that Report. Nothing here
+imports anything heavy.
+"""
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+SCHEMA_VERSION = 1
+
+
+class Severity(str, enum.Enum):
+    """How bad a finding is. Ordered: info < warning < error."""
+
+    INFO = "info"
+    WARNING = "warning"
+    ERROR = "error"
+
+    @property
+    def rank(self) -> int:
+        return _RANK[self.value]
+
+    @classmethod
+    def parse(cls, value: str | Severity) -> Severity:
+        if isinstance(value, Severity):
+            return value
+        try:
+            return cls(str(value).lower())
+        except ValueError:
+            raise ValueError(
+                f"unknown severity {value!r} (expected one of: error, warning, info)"
+            ) from None
+
+    def __str__(self) -> str:
+        return self.value
+
+
+_RANK = {"info": 1, "warning": 2, "error": 3}
+
+#: The values `--fail-on` accepts, mapped to the lowest severity that fails.
+FAIL_ON_CHOICES = ("error", "warning", "info", "never")
+
+
+@dataclass(frozen=True)
+class Location:
+    """Where in a file a finding points (1-based line, 1-based column)."""
+
+    path: str
+    line: int
+    column: int = 1
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"path": self.path, "line": self.line, "column": self.column}
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One thing a rule found: what, the evidence, and the exact fix."""
+
+    rule: str
+    name: str
+    severity: Severity
+    message: str
+    evidence: Mapping[str, Any] = field(default_factory=dict)
+    fix: str = ""
+    location: Location | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "rule": self.rule,
+            "name": self.name,
+            "severity": self.severity.value,
+            "message": self.message,
+            "evidence": dict(self.evidence),
+            "fix": self.fix,
+            "location": self.location.to_dict() if self.location else None,
+        }
+
+
+@dataclass
+class Report:
+    """Everything one run of envdoctor found, in the shape of the JSON contract."""
+
+    tool: dict[str, Any]
+    generated_at: str
+    host: dict[str, Any]
+    target: dict[str, Any]
+    facts: dict[str, Any]
+    findings: list[Finding]
+    loader: dict[str, Any] | None = None
+    errors: list[dict[str, Any]] = field(default_factory=list)
+    schema_version: int = SCHEMA_VERSION
+
+    @property
+    def summary(self) -> dict[str, int]:
+        counts = {"error": 0, "warning": 0, "info": 0}
+        for finding in self.findings:
+            counts[finding.severity.value] += 1
+        return counts
+
+    def by_rule(self, rule_id: str) -> list[Finding]:
+        return [f for f in self.findings if f.rule == rule_id]
+
+    def exit_code(self, fail_on: str = "error") -> int:
+        """0 when nothing reaches `fail_on`, 1 when something does."""
+        if fail_on == "never":
+            return 0
+        threshold = Severity.parse(fail_on).rank
+        return 1 if any(f.severity.rank >= threshold for f in self.findings) else 0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema_version": self.schema_version,
+            "tool": self.tool,
+            "generated_at": self.generated_at,
+            "host": self.host,
+            "target": self.target,
+            "facts": self.facts,
+            "findings": [f.to_dict() for f in self.findings],
+            "loader": self.loader,
+            "errors": self.errors,
+            "summary": self.summary,
+        }

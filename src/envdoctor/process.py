@@ -1,0 +1,110 @@
+"""Running other programs with a hard time limit and no leftovers.
+
+Every probe that starts an interpreter (the target environment's Python, the
+torch probe, the loader stage) goes through `run_bounded`: the child gets a
+session (and so a process group) of its own, and when it overstays its limit
+the whole group is killed, workers and grandchildren included.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from dataclasses import dataclass
+from typing import Mapping, Sequence
+
+
+@dataclass(frozen=True)
+class Completed:
+    """What a bounded run produced."""
+
+    argv: tuple[str, ...]
+    returncode: int | None
+    stdout: str
+    stderr: str
+    timed_out: bool
+    seconds: float
+
+    @property
+    def ok(self) -> bool:
+        return not self.timed_out and self.returncode == 0
+
+    def describe_failure(self) -> str:
+        """One line saying how the run ended, for messages and errors."""
+        if self.timed_out:
+            return f"did not finish within {self.seconds:.1f} s and was killed"
+        if self.returncode is not None and self.returncode < 0:
+            try:
+                name = signal.Signals(-self.returncode).name
+            except ValueError:
+                name = f"signal {-self.returncode}"
+            return f"was killed by {name}"
+        tail = self.stderr.strip().splitlines()[-1:] or self.stdout.strip().splitlines()[-1:]
+        detail = f": {tail[0].strip()}" if tail else ""
+        return f"exited with status {self.returncode}{detail}"
+
+
+def kill_group(pgid: int) -> None:
+    """Kill a whole process group, ignoring one that is already gone."""
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def run_bounded(
+    argv: Sequence[str],
+    timeout: float,
+    *,
+    env: Mapping[str, str] | None = None,
+    cwd: str | None = None,
+    input: str | None = None,
+) -> Completed:
+    """Run `argv` for at most `timeout` seconds; never raises for the child's failures.
+
+    The child runs in a new session. On timeout the whole process group is
+    killed; after a normal exit, any stragglers left in the group (workers
+    the child forgot) are killed as well.
+    """
+    start = time.monotonic()
+    try:
+        proc = subprocess.Popen(
+            list(argv),
+            stdin=subprocess.PIPE if input is not None else subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=dict(env) if env is not None else None,
+            cwd=cwd,
+            start_new_session=True,
+            text=True,
+            errors="replace",
+        )
+    except OSError as exc:
+        return Completed(tuple(argv), None, "", f"could not start: {exc}", False, 0.0)
+    timed_out = False
+    try:
+        stdout, stderr = proc.communicate(input=input, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        timed_out = True
+        kill_group(proc.pid)
+        stdout, stderr = proc.communicate()
+    finally:
+        kill_group(proc.pid)
+    return Completed(
+        tuple(argv), proc.returncode, stdout or "", stderr or "", timed_out, time.monotonic() - start
+    )
+
+
+def quiet_python_env(base: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Environment for a target interpreter that must leave nothing behind.
+
+    `-B` on the command line already stops bytecode; the variable covers any
+    interpreter the child starts in turn (workers, pip). It is set even where
+    the caller's environment lacks it, so the inspected environment stays as
+    it was.
+    """
+    env = dict(os.environ if base is None else base)
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    env.setdefault("PIP_DISABLE_PIP_VERSION_CHECK", "1")
+    return env

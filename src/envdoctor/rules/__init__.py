@@ -1,0 +1,27 @@
+"""Rules: pure functions from Facts to Hits, one module per family.
+
+A rule function takes the `Facts` snapshot and yields `Hit`s. It never
+prints, never shells out and never gathers anything itself: it reads
+`facts[section]`. The engine turns each Hit into a `Finding`, adding the
+rule's id, name and severity from the catalog (rules/<FAMILY>.toml), so
+metadata lives in one place. Each family module ends with an explicit
+`RULES = {"ID": function}` table, which the catalog file of its family names.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from envdoctor.model import Location, Severity
+
+
+@dataclass(frozen=True)
+class Hit:
+    """What a rule function reports; the engine adds id, name and severity."""
+
+    message: str
+    evidence: Mapping[str, Any] = field(default_factory=dict)
+    fix: str = ""
+    location: Location | None = None
+    #: Set only when this hit is worse (or milder) than the rule's default.
+    severity: Severity | None = None

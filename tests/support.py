@@ -1,0 +1,55 @@
+"""Helpers every test module shares: run the real command, validate every report."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from functools import lru_cache
+from typing import Any, Mapping, Sequence
+
+import jsonschema
+
+
+@lru_cache(maxsize=1)
+def _validator() -> jsonschema.protocols.Validator:
+    from envdoctor.report.json import load_schema
+
+    schema = load_schema()
+    cls = jsonschema.validators.validator_for(schema)
+    cls.check_schema(schema)
+    return cls(schema)
+
+
+def validate_report(report: Mapping[str, Any]) -> Mapping[str, Any]:
+    """Fail the test unless `report` obeys the shipped JSON Schema."""
+    errors = sorted(_validator().iter_errors(report), key=lambda e: list(e.path))
+    if errors:
+        lines = [f"{'/'.join(map(str, e.path)) or '<root>'}: {e.message}" for e in errors[:10]]
+        raise AssertionError("report does not match the schema:\n" + "\n".join(lines))
+    return report
+
+
+def envdoctor_argv(*args: str) -> list[str]:
+    return [sys.executable, "-m", "envdoctor", *args]
+
+
+def run_envdoctor(*args: str, env: Mapping[str, str] | None = None, prefix_cmd: Sequence[str] = (),
+                  cwd: str | None = None, timeout: float = 240) -> subprocess.CompletedProcess[str]:
+    """Run the real `envdoctor` command in a child process (optionally under prlimit, taskset …)."""
+    full_env = dict(os.environ if env is None else env)
+    full_env.setdefault("NO_COLOR", "1")
+    return subprocess.run([*prefix_cmd, *envdoctor_argv(*args)], capture_output=True, text=True,
+                          env=full_env, cwd=cwd, timeout=timeout)
+
+
+def json_report(proc: subprocess.CompletedProcess[str]) -> dict[str, Any]:
+    """The validated JSON report a `report --json` run printed."""
+    assert proc.stdout.strip(), f"no report on stdout; stderr:\n{proc.stderr}"
+    report = json.loads(proc.stdout)
+    validate_report(report)
+    return report
+
+
+def findings(report: Mapping[str, Any], rule: str) -> list[dict[str, Any]]:
+    return [f for f in report["findings"] if f["rule"] == rule]

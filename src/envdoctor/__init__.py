@@ -5,8 +5,6 @@ first use, so `import envdoctor` pulls in neither rich, psutil nor torch.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
 from envdoctor._version import __version__
 
 __all__ = [
@@ -28,12 +26,14 @@ _LAZY = {
     "PreflightError": "envdoctor.api",
 }
 
+# `typing` alone costs more than the rest of this module: no import of it here.
+TYPE_CHECKING = False
 if TYPE_CHECKING:  # pragma: no cover
     from envdoctor.api import PreflightError, check, preflight
     from envdoctor.model import Finding, Report, Severity
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:
     module_name = _LAZY.get(name)
     if module_name is None:
         raise AttributeError(f"module 'envdoctor' has no attribute {name!r}")

@@ -30,6 +30,8 @@ else:  # pragma: no cover - exercised on 3.10 only
 from envdoctor.model import Severity
 
 DOC_PARTS = ("what", "why", "example", "fix")
+#: The order families are listed in (rules, README, explain); unknown families come last.
+FAMILY_ORDER = ("PKG", "CHN", "SYS", "SPW", "DSK", "GPU", "DL", "FLT")
 ENTRY_POINT_GROUP = "envdoctor.rules"
 
 _ID_RE = re.compile(r"^[A-Z]{2,4}\d{3}$")
@@ -200,6 +202,8 @@ def _assemble(parts: Iterable[tuple[str, list[RuleMeta], dict[str, RuleFunction]
             rules.append(meta)
             functions[meta.id] = func
             families.setdefault(meta.family, origin)
+    rank = {family: i for i, family in enumerate(FAMILY_ORDER)}
+    rules.sort(key=lambda m: (m.origin.startswith("plugin"), rank.get(m.family, len(rank)), m.family, m.id))
     names = [m.name for m in rules]
     doubled = {n for n in names if names.count(n) > 1}
     if doubled:

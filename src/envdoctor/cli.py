@@ -140,7 +140,8 @@ def emit(report: Any, fmt: str, output: str | None, svg: str | None = None) -> N
 
         from envdoctor.report.text import write
 
-        console = Console(record=bool(svg), highlight=False, emoji=False)
+        # Logs and pipes get whole lines; a terminal gets lines wrapped to its width.
+        console = Console(record=bool(svg), highlight=False, emoji=False, soft_wrap=not sys.stdout.isatty())
         write(report, console)
         if svg:
             _save_svg(console, svg)

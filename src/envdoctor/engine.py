@@ -100,6 +100,9 @@ def assemble_report(facts: Facts, findings: list[Finding], errors: list[dict[str
     gathered = dict(facts.gathered())
     target = gathered.pop("target", None) or {}
     loader = gathered.pop("loader", None)
+    if loader:
+        # The loader's subprocess also ran the torch probe; those facts belong under torch.
+        loader = {k: v for k, v in loader.items() if k != "torch_probe"}
     return Report(
         tool={"name": "envdoctor", "version": __version__},
         generated_at=utc_now(),

@@ -1,0 +1,135 @@
+"""The engine: a rule that raises, a probe that fails, plugin rules through entry points."""
+from __future__ import annotations
+
+import os
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from envdoctor.catalog import CatalogError, _assemble, _check_meta, load_catalog
+from envdoctor.config import Config, ConfigError
+from envdoctor.engine import run_check, select_rules
+from envdoctor.rules import Hit
+from support import findings, json_report, run_envdoctor
+
+PLUGIN = '''
+from envdoctor.rules import Hit
+
+DOC = {
+    "summary": "a test rule that always finds one thing",
+    "what": "Yields a single finding so the test can see it beside a crash.",
+    "why": "Proves that one broken rule never hides the others.",
+    "example": "envdoctor check --select ZZT001 ZZT002",
+    "fix": "Nothing to fix: this rule exists for the test suite only.",
+}
+CATALOG = [
+    {"id": "ZZT001", "name": "always-finds", "severity": "warning", **DOC},
+    {"id": "ZZT002", "name": "always-raises", "severity": "error", **DOC},
+]
+
+def always_finds(facts):
+    yield Hit(message="found the thing", evidence={"usable": facts["system"]["cpu"]["usable"]}, fix="none")
+
+def always_raises(facts):
+    raise RuntimeError("this rule is broken")
+    yield
+
+RULES = {"ZZT001": always_finds, "ZZT002": always_raises}
+'''
+
+
+@pytest.fixture
+def plugin_path(tmp_path: Path) -> dict[str, str]:
+    """A real third-party package that adds rules through the envdoctor.rules entry points."""
+    (tmp_path / "zzt_rules.py").write_text(PLUGIN)
+    dist = tmp_path / "zzt_rules-1.0.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: zzt-rules\nVersion: 1.0\n")
+    (dist / "entry_points.txt").write_text("[envdoctor.rules]\nzzt = zzt_rules\n")
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(tmp_path), env.get("PYTHONPATH")]))
+    return env
+
+
+def test_a_raising_rule_is_an_error_and_the_others_still_report(plugin_path: dict[str, str]) -> None:
+    proc = run_envdoctor("report", "--json", "--no-loader", "--select", "ZZT001", "ZZT002", "SYS003",
+                         env=plugin_path)
+    report = json_report(proc)
+    [found] = findings(report, "ZZT001")
+    assert found["evidence"]["usable"] == report["facts"]["system"]["cpu"]["usable"]
+    [error] = [e for e in report["errors"] if e.get("rule") == "ZZT002"]
+    assert error["message"] == "RuntimeError: this rule is broken"
+    assert proc.returncode == 0  # a warning, and the crash does not make it 2
+    listing = run_envdoctor("rules", env=plugin_path)
+    assert "ZZT001  always-finds" in listing.stdout
+
+
+def test_a_failing_probe_skips_only_the_rules_that_need_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    from envdoctor import facts as facts_module
+
+    catalog = load_catalog()
+
+    def needs_gpu(facts):
+        facts["gpu"]
+        yield Hit("unreachable")
+
+    doc = "long enough for the catalog"
+    metas = [_check_meta({"id": "ZZT003", "name": "needs-gpu", "severity": "info", "summary": doc,
+                          "what": doc, "why": doc, "example": doc, "fix": doc}, "ZZT", "test")]
+    combined = _assemble([("shipped", list(catalog.rules), dict(catalog.functions)),
+                          ("test", metas, {"ZZT003": needs_gpu})])
+    monkeypatch.setitem(facts_module.PROBES, "gpu", "envdoctor.no_such_module:gather_gpu")
+    config = Config(no_loader=True, select=("ZZT003", "SYS003"))
+    report = run_check(config, catalog=combined)
+    [skipped] = [e for e in report.errors if e.get("rule") == "ZZT003"]
+    assert skipped["message"].startswith("skipped: probe 'gpu' failed: ModuleNotFoundError")
+    [probe] = [e for e in report.errors if e.get("probe") == "gpu"]
+    assert "envdoctor.no_such_module" in probe["message"]
+    assert not [e for e in report.errors if e.get("rule") == "SYS003"]
+
+
+def test_select_and_ignore_by_id_name_and_family() -> None:
+    catalog = load_catalog()
+    assert [m.id for m in select_rules(catalog, ["SYS"], ["SYS002"])] == [
+        m.id for m in catalog.rules if m.family == "SYS" and m.id != "SYS002"]
+    assert [m.id for m in select_rules(catalog, ["cpu-quota"])] == ["SYS003"]
+    with pytest.raises(ConfigError, match="unknown rule 'NOPE001'"):
+        select_rules(catalog, ["NOPE001"])
+
+
+def test_catalog_rejects_duplicates_and_placeholders() -> None:
+    entry = {"id": "ZZT001", "name": "a-rule", "severity": "info", "summary": "long enough text",
+             "what": "long enough text", "why": "long enough text", "example": "long enough text",
+             "fix": "long enough text"}
+    meta = _check_meta(entry, "ZZT", "test")
+    with pytest.raises(CatalogError, match="defined twice"):
+        _assemble([("a", [meta], {"ZZT001": lambda f: ()}), ("b", [meta], {"ZZT001": lambda f: ()})])
+    with pytest.raises(CatalogError, match="placeholder"):
+        _check_meta({**entry, "fix": "TODO write the fix"}, "ZZT", "test")
+    with pytest.raises(CatalogError, match="missing or too short"):
+        _check_meta({**entry, "why": ""}, "ZZT", "test")
+    with pytest.raises(CatalogError, match="kebab-case"):
+        _check_meta({**entry, "name": "Bad_Name"}, "ZZT", "test")
+    with pytest.raises(CatalogError, match="has no function"):
+        _assemble([("a", [meta], {})])
+
+
+def test_every_rule_function_has_a_catalog_entry() -> None:
+    import importlib
+    import pkgutil
+
+    import envdoctor.rules as rules_pkg
+
+    catalog = load_catalog(plugins=False)
+    for info in pkgutil.iter_modules(rules_pkg.__path__):
+        module = importlib.import_module(f"envdoctor.rules.{info.name}")
+        for rule_id, func in getattr(module, "RULES", {}).items():
+            assert catalog.functions.get(rule_id) is func, f"{rule_id} in {info.name} is not in the catalog"
+
+
+def test_every_catalog_rule_has_four_doc_parts() -> None:
+    for meta in load_catalog(plugins=False).rules:
+        docs = meta.docs()
+        assert set(docs) == {"what", "why", "example", "fix"}
+        assert all(len(text) > 40 for text in docs.values()), meta.id

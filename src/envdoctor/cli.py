@@ -209,12 +209,10 @@ def explain_text(rule: str) -> str:
 
 def _cmd_check(args: argparse.Namespace, default_format: str) -> int:
     from envdoctor.engine import run_check
-    from envdoctor.facts.target import resolve_prefix
 
     config = _config_from_args(args, default_format)
     if args.command == "loader":
         config = config.with_overrides(select=config.select or ("DL", "SPW003"), no_loader=False)
-    resolve_prefix(config.prefix, config.env_name)
     check_writable(config.output)
     if config.distributed:
         from envdoctor.fleet.distributed import run_distributed

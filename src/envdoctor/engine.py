@@ -126,7 +126,13 @@ def run_check(config: Config, catalog: Catalog | None = None, facts: Facts | Non
     metas = select_rules(catalog, config.select, config.ignore)
     overrides = check_severity_overrides(catalog, config.severity)
     facts = facts or Facts(config)
-    # The target is resolved first so a wrong --prefix is a clear error, not N skipped rules.
-    facts["target"]
+    # The target is resolved first so a wrong --prefix is one clear error, not N skipped rules.
+    from envdoctor.facts.target import TargetError, resolve_prefix
+
+    resolve_prefix(config.prefix, config.env_name)
+    try:
+        facts["target"]
+    except ProbeFailed as exc:
+        raise TargetError(exc.reason) from None
     findings, errors = run_rules(catalog, metas, facts, overrides)
     return assemble_report(facts, findings, errors)

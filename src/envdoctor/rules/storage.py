@@ -20,9 +20,11 @@ SMALL_MEDIAN = 128 * 1024
 #: a rotating disk streams ~100-200 MiB/s and manages ~100-200 random reads a second.
 SLOW_SEQUENTIAL_MIB_S = 100.0
 SLOW_RANDOM_READS_S = 200.0
-#: The probe must have read this much for its figures to mean anything.
+#: A pass is judged when it read this much, or ran this long (a slow device reads little):
+#: a few small files read in a millisecond say nothing about throughput.
 MIN_JUDGED_BYTES = 4 * 1024**2
 MIN_JUDGED_READS = 20
+MIN_JUDGED_SECONDS = 0.25
 
 
 def _storage(facts: Facts) -> dict[str, Any] | None:
@@ -157,18 +159,20 @@ def find_slow_reads(facts: Facts) -> Iterator[Hit]:
     needed = _needed_rate(facts, storage)
     if probe.get("timed_out"):
         reasons.append(f"the read probe did not finish within {probe.get('max_seconds'):g} s")
-    if needed and random_pass.get("mib_per_s") is not None and random_pass.get("reads", 0) >= MIN_JUDGED_READS:
+    judge_sequential = sequential.get("mib_per_s") is not None and (
+        sequential.get("bytes", 0) >= MIN_JUDGED_BYTES or sequential.get("seconds", 0) >= MIN_JUDGED_SECONDS)
+    judge_random = random_pass.get("reads_per_s") is not None and (
+        random_pass.get("reads", 0) >= MIN_JUDGED_READS or random_pass.get("seconds", 0) >= MIN_JUDGED_SECONDS)
+    if needed and judge_random:
         evidence["needed"] = needed
         if random_pass["mib_per_s"] < needed["mib_per_s"]:
             reasons.append(f"random reads give {random_pass['mib_per_s']:g} MiB/s but {needed['samples_per_s']:.0f} "
                            f"samples/s × {human_bytes(needed['bytes_per_sample'])} need {needed['mib_per_s']:.1f} MiB/s")
     elif not needed:
-        if sequential.get("mib_per_s") is not None and sequential.get("bytes", 0) >= MIN_JUDGED_BYTES \
-                and sequential["mib_per_s"] < SLOW_SEQUENTIAL_MIB_S:
+        if judge_sequential and sequential["mib_per_s"] < SLOW_SEQUENTIAL_MIB_S:
             reasons.append(f"sequential reads give {sequential['mib_per_s']:g} MiB/s "
                            f"(below {SLOW_SEQUENTIAL_MIB_S:g})")
-        if random_pass.get("reads_per_s") is not None and random_pass.get("reads", 0) >= MIN_JUDGED_READS \
-                and random_pass["reads_per_s"] < SLOW_RANDOM_READS_S:
+        if judge_random and random_pass["reads_per_s"] < SLOW_RANDOM_READS_S:
             reasons.append(f"random reads manage {random_pass['reads_per_s']:g} a second "
                            f"(below {SLOW_RANDOM_READS_S:g})")
     if not reasons:

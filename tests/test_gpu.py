@@ -22,7 +22,6 @@ from envdoctor.facts import Facts
 from envdoctor.facts.gpu import cuda_version_text, gather_gpu, gpu_present, pci_nvidia_gpus
 from envdoctor.model import Severity
 from envdoctor.rules.gpu import RULES, best_wheel_cuda, driver_needs
-from test_storage import materialize
 
 FIXTURES = Path(__file__).parent / "fixtures"
 GPU = FIXTURES / "gpu"

@@ -26,7 +26,7 @@ import statistics
 import threading
 import time
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 #: File system types whose data travels over a network.
 NETWORK_FSTYPES = frozenset({
@@ -178,6 +178,7 @@ def describe_block_device(dev: str, sys_root: Path = Path("/sys"), depth: int = 
         # virtio-blk and Xen disks report rotational=1 by default: the flag is
         # the hypervisor's, not a measurement of the host's storage.
         medium = "virtual"
+        info["rotational_note"] = "set by the hypervisor, not measured: the read probe judges this disk"
     elif name.startswith(("dm-", "md")):
         medium = "stacked"
     elif info["rotational"] is True:
@@ -554,6 +555,8 @@ def gather_storage(facts: Any, mountinfo: Path = Path("/proc/self/mountinfo"),
     section["sample"] = sample
     if given or config.deep:
         section["read_probe"] = read_probe(files)
+        if (section.get("effective") or {}).get("medium") == "ram":
+            section["read_probe"]["note"] = "RAM-backed: these figures are memory speed, whatever the cache method"
     else:
         section["read_probe"] = {"skipped": "no --data given: the working directory is not read"}
     return section

@@ -247,6 +247,8 @@ def gather_torch(facts: Any) -> dict[str, Any]:
     target = facts["target"]
     section = read_torch_files(target)
     reason = _probe_reason(facts)
+    # SYS001 reads this key; None until the probe says otherwise.
+    section["sharing_strategy"] = None
     if not section["installed"]:
         section["probe"] = {"ran": False, "reason": "torch is not installed in the target environment"}
         return section

@@ -13,6 +13,10 @@ not), the devices, the start method, the sharing strategy, the thread counts,
 and, through threadpoolctl, the BLAS and OpenMP libraries actually loaded.
 
 A failure is a fact in the result, never an exception out of `collect()`.
+Two things for a caller that imports this module: call `collect()` before
+importing torch yourself (what torch prints at import is printed only once),
+and know that while it imports numpy and torch it points file descriptors 1
+and 2 at a temporary file, restoring them afterwards.
 
 threadpoolctl may be missing from the target. envdoctor then passes the path
 of its own copy in ENVDOCTOR_THREADPOOLCTL_PATH and it is loaded from that

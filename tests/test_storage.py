@@ -22,6 +22,7 @@ from envdoctor.facts import Facts
 from envdoctor.facts.storage import (
     classify_fstype,
     effective_medium,
+    fast_local_mounts,
     gather_storage,
     parse_mountinfo,
     read_probe,
@@ -53,7 +54,11 @@ def fixture_storage(name: str, path: str, tmp_path: Path) -> dict:
     mounts = parse_mountinfo((FIXTURES / "mountinfo" / f"{name}.txt").read_text())
     sys_root = materialize(FIXTURES / "sysblock" / f"{name}.json", tmp_path / "sys")
     mount = resolve_storage(path, mounts, sys_root)
+    free = {"/": 200 * 1024**3, "/raid": 3 * 1024**4, "/cache": 500 * 1024**3}
+    fast = fast_local_mounts(mounts, sys_root, statvfs=lambda p: os.statvfs_result(
+        (4096, 4096, 0, 0, free.get(p, 1024**3) // 4096, 0, 0, 0, 0, 255)))
     return {"path": path, "exists": True, "mount": mount, "effective": effective_medium(mount),
+            "fast_local_mounts": fast,
             "sample": {"file_count": 10, "median_bytes": 10**6, "p90_bytes": 10**6, "truncated": False},
             "read_probe": {"skipped": "fixture"}}
 
@@ -229,7 +234,9 @@ def test_hdd_partition_fires_dsk001(tmp_path: Path) -> None:
     assert hits[0].evidence["device"] == "sdb"
     assert hits[0].evidence["rotational"] is True
     assert hits[0].evidence["mount_point"] == "/data"
-    assert "rsync" in hits[0].fix and "WebDataset" in hits[0].fix
+    assert "WebDataset" in hits[0].fix
+    # The roomiest local NVMe array seen on this node is where the copy should go.
+    assert "rsync -a /data/imagenet/train/ /raid/train/ (md127, nvme, 3.0 TiB free)" in hits[0].fix
 
 
 def test_bind_mount_of_hdd_fires_dsk001(tmp_path: Path) -> None:
@@ -242,6 +249,7 @@ def test_lvm_on_hdd_is_rotational_through_its_slaves(tmp_path: Path) -> None:
     storage = fixture_storage("hpc_node", "/archive/x", tmp_path)
     device = storage["mount"]["device"]
     assert device["name"] == "dm-0" and device["slaves"][0]["name"] == "sdc"
+    assert device["medium"] == "hdd"  # dm-0 says rotational=0 itself; its disk does not
     hits = run_rule("DSK001", storage)
     assert hits and hits[0].evidence["device"] == "dm-0"
 
@@ -252,6 +260,14 @@ def test_nvme_and_nvme_raid_stay_quiet(tmp_path: Path) -> None:
         assert run_rule("DSK001", storage) == [], path
         assert run_rule("DSK002", storage) == [], path
     assert fixture_storage("hpc_node", "/opt", tmp_path / "o")["effective"]["medium"] == "nvme"
+    assert fixture_storage("hpc_node", "/raid/x", tmp_path / "r")["effective"]["medium"] == "nvme"
+
+
+def test_fix_without_a_fast_local_disk_points_at_local_scratch(tmp_path: Path) -> None:
+    storage = fixture_storage("cloud_vm", "/mnt/gcs/train", tmp_path)
+    assert storage["fast_local_mounts"] == []  # the only disk is a virtio one
+    hits = run_rule("DSK002", storage)
+    assert 'rsync -a /mnt/gcs/train/ "${TMPDIR:-/tmp}/train/"' in hits[0].fix
 
 
 @pytest.mark.parametrize("path,fstype,backend,source", [

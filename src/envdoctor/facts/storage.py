@@ -200,6 +200,14 @@ def describe_block_device(dev: str, sys_root: Path = Path("/sys"), depth: int = 
         if lower:
             info["slaves"] = lower
             info["rotational"] = any(s.get("rotational") for s in lower)
+            # LVM or RAID is as fast as its slowest member.
+            media = {s["medium"] for s in lower}
+            if info["rotational"]:
+                info["medium"] = "hdd" if media <= {"hdd", "stacked"} else "mixed"
+            elif media <= {"nvme"}:
+                info["medium"] = "nvme"
+            elif media <= {"nvme", "ssd"}:
+                info["medium"] = "ssd"
     return info
 
 
@@ -521,6 +529,33 @@ def read_probe(files: list[tuple[str, int]], max_bytes: int = READ_MAX_BYTES,
     return result
 
 
+def fast_local_mounts(mounts: list[dict[str, Any]], sys_root: Path = Path("/sys"),
+                      statvfs: Any = os.statvfs) -> list[dict[str, Any]]:
+    """Mounts on local NVMe or SSD disks, with free space, most free first: where to copy data to.
+
+    Only block-device mounts are looked at (statvfs on a hung network mount
+    would block), and each device once, at its first writable mount point.
+    """
+    found: dict[str, dict[str, Any]] = {}
+    for mount in mounts:
+        if mount["dev"].startswith("0:") or mount["dev"] in found or mount["root"] not in ("/", ""):
+            continue
+        if mount["mount_point"].startswith(("/boot", "/snap", "/proc", "/sys", "/dev")):
+            continue
+        if mount["options"].split(",")[0] != "rw":
+            continue
+        device = describe_block_device(mount["dev"], sys_root)
+        if not device or device["medium"] not in ("nvme", "ssd"):
+            continue
+        try:
+            st = statvfs(mount["mount_point"])
+        except OSError:
+            continue
+        found[mount["dev"]] = {"mount_point": mount["mount_point"], "device": device["name"],
+                               "medium": device["medium"], "free_bytes": st.f_bavail * st.f_frsize}
+    return sorted(found.values(), key=lambda m: -m["free_bytes"])
+
+
 def _mountinfo_text(path: Path) -> str:
     try:
         return path.read_text(encoding="utf-8", errors="replace")
@@ -550,6 +585,7 @@ def gather_storage(facts: Any, mountinfo: Path = Path("/proc/self/mountinfo"),
         mount = resolve_storage(real, mounts, sys_root)
         section["mount"] = mount
         section["effective"] = effective_medium(mount)
+        section["fast_local_mounts"] = fast_local_mounts(mounts, sys_root)
     sample = sample_files(real)
     files = sample.pop("_files")
     section["sample"] = sample

@@ -6,6 +6,7 @@ chain behind the data path, a bounded sample of its files, and the read probe.
 """
 from __future__ import annotations
 
+import os
 from typing import Any, Iterator
 
 from envdoctor.facts import Facts
@@ -43,7 +44,16 @@ def _where(storage: dict[str, Any]) -> dict[str, Any]:
 
 
 def _local_copy_hint(storage: dict[str, Any]) -> str:
-    return f"rsync -a {storage['path'].rstrip('/')}/ /local/nvme/dataset/ (node-local NVMe or SSD) and point --data there"
+    """An rsync to the roomiest local NVMe/SSD mount seen here, else to the job's local scratch."""
+    source = storage["path"].rstrip("/")
+    name = os.path.basename(source) or "data"
+    mount_point = (storage.get("mount") or {}).get("mount_point")
+    for candidate in storage.get("fast_local_mounts") or []:
+        if candidate["mount_point"] != mount_point:
+            destination = os.path.join(candidate["mount_point"], name)
+            return (f"rsync -a {source}/ {destination}/ ({candidate['device']}, {candidate['medium']}, "
+                    f"{human_bytes(candidate['free_bytes'])} free) and point --data there")
+    return f"rsync -a {source}/ \"${{TMPDIR:-/tmp}}/{name}/\" on node-local NVMe or SSD, and point --data there"
 
 
 def _chain(storage: dict[str, Any]) -> str:

@@ -232,18 +232,42 @@ def test_loader_probe_result_is_reused(monkeypatch: pytest.MonkeyPatch) -> None:
         raise AssertionError("the loader's probe result should have been used")
 
     monkeypatch.setattr(torch_facts, "run_torch_probe", no_subprocess)
-    shared = {"ran": True, "version": "2.13.0+cpu", "sharing_strategy": "file_system", "import_error": None,
-              "import_warnings": [], "threadpools": []}
+    shared = {"probe_version": 1, "torch_preimported": False, "version": "2.13.0+cpu",
+              "sharing_strategy": "file_system", "import_error": None, "import_warnings": [], "threadpools": []}
     facts = Facts(Config(), preset={"loader": {"torch_probe": shared}})
     section = gather_torch(facts)
     assert section["probe"]["source"] == "loader" and section["probe"]["reason"] == "loader stage"
     assert section["sharing_strategy"] == "file_system"
 
 
+def test_loader_result_that_missed_the_import_is_not_reused(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A loader that imported torch before calling collect() missed what the import printed."""
+    ran = []
+    monkeypatch.setattr(torch_facts, "run_torch_probe", lambda interpreter, timeout=None: ran.append(1) or {
+        "ran": True, "source": "envdoctor", "probe_version": 1, "sharing_strategy": "file_descriptor"})
+    late = {"probe_version": 1, "torch_preimported": True, "sharing_strategy": "file_descriptor"}
+    for loader_result in (late, {"error": "RuntimeError: boom"}):
+        section = gather_torch(Facts(Config(), preset={"loader": {"torch_probe": loader_result}}))
+        assert section["probe"]["source"] == "envdoctor"
+    assert len(ran) == 2
+
+
+def test_collect_says_when_torch_was_imported_first(tmp_path: Path) -> None:
+    prefix, site = make_venv(tmp_path / "env")
+    fake_torch(site, HEALTHY)
+    code = ("import sys, json; sys.path.insert(0, sys.argv[1]); import torch, torch_probe; "
+            "print(json.dumps(torch_probe.collect()['torch_preimported']))")
+    out = subprocess.run([str(prefix / "bin" / "python"), "-B", "-c", code, str(PROBE_SCRIPT.parent)],
+                         capture_output=True, text=True, env=probe_environment(), timeout=60)
+    assert out.stdout.strip().splitlines()[-1] == "true"
+    assert run_torch_probe(str(prefix / "bin" / "python"), timeout=30)["torch_preimported"] is False
+
+
 def loader_that_asks_for_torch(facts):
     """A loader stage that reads the torch section while it runs (as SYS001 would)."""
     inner = facts["torch"]
-    return {"torch_probe": {"ran": True, "sharing_strategy": "file_descriptor", "seen_inner": inner["probe"]}}
+    return {"torch_probe": {"probe_version": 1, "torch_preimported": False, "sharing_strategy": "file_descriptor",
+                            "seen_inner": inner["probe"]}}
 
 
 def test_loader_asking_for_torch_does_not_recurse(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -239,7 +239,13 @@ def _loader_probe(facts: Any) -> dict[str, Any] | None:
     finally:
         facts._envdoctor_gathering_torch = False
     probe = loader.get("torch_probe") if isinstance(loader, dict) else None
-    return dict(probe, source="loader") if isinstance(probe, dict) else None
+    if not isinstance(probe, dict) or "probe_version" not in probe:
+        return None  # not run, or it failed in the loader's process: run our own
+    if probe.get("torch_preimported"):
+        # The loader imported torch before the probe, so the import-time output
+        # (the NumPy ABI message, PKG008) was missed: worth our own 2-3 s run.
+        return None
+    return dict(probe, source="loader")
 
 
 def gather_torch(facts: Any) -> dict[str, Any]:

@@ -196,6 +196,8 @@ def collect():
         "executable": sys.executable,
         "pid": os.getpid(),
         "environ": {name: os.environ[name] for name in THREAD_VARIABLES if name in os.environ},
+        # Already imported by the caller: what torch printed while importing is lost to us.
+        "torch_preimported": "torch" in sys.modules,
     }
     numpy = _import("numpy", result, "numpy")
     if numpy is not None:

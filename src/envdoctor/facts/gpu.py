@@ -1,0 +1,163 @@
+"""GPU facts from NVML (through nvidia-ml-py, whose module is `pynvml`) and the PCI bus.
+
+NVML is what nvidia-smi reads: the driver version, the newest CUDA version
+that driver supports, and for each GPU its name, memory, utilisation and the
+processes on it. No NVML (no driver, no GPU, macOS) is a fact, recorded as
+`{"available": false, "reason": ...}`, never an error. The PCI bus is read as
+well, so a GPU whose driver is missing is still seen.
+
+nvidia-ml-py is the maintained binding; the `pynvml` PyPI package is a
+deprecated shim over it that torch warns about, so only the module name is
+shared.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Callable
+
+NVIDIA_PCI_VENDOR = "0x10de"
+#: PCI classes of display and 3D controllers (GPUs); 0x0302 is what data-centre GPUs use.
+GPU_PCI_CLASSES = ("0x0300", "0x0302")
+
+
+def pci_nvidia_gpus(pci_root: Path = Path("/sys/bus/pci/devices")) -> list[dict[str, str]]:
+    """NVIDIA display/3D controllers on the PCI bus, whatever the driver's state."""
+    found = []
+    try:
+        devices = sorted(pci_root.iterdir())
+    except OSError:
+        return found
+    for device in devices:
+        try:
+            vendor = (device / "vendor").read_text().strip()
+            pci_class = (device / "class").read_text().strip()
+        except OSError:
+            continue
+        if vendor == NVIDIA_PCI_VENDOR and pci_class[:6] in GPU_PCI_CLASSES:
+            driver = device / "driver"
+            found.append({
+                "address": device.name,
+                "device_id": _read(device / "device"),
+                "driver": os.path.basename(os.path.realpath(driver)) if driver.exists() else None,
+            })
+    return found
+
+
+def _read(path: Path) -> str | None:
+    try:
+        return path.read_text().strip()
+    except OSError:
+        return None
+
+
+def _text(value: Any) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
+def cuda_version_text(encoded: int | None) -> str | None:
+    """NVML's CUDA driver version (12040) as "12.4"."""
+    if not encoded:
+        return None
+    return f"{encoded // 1000}.{(encoded % 1000) // 10}"
+
+
+def _optional(call: Callable[[], Any]) -> Any:
+    """A value NVML may not support on this GPU (MIG slices, old drivers): None then."""
+    import pynvml
+
+    try:
+        return call()
+    except pynvml.NVMLError:
+        return None
+
+
+def _process_name(pid: int) -> str | None:
+    try:
+        import psutil
+
+        return psutil.Process(pid).name()
+    except Exception:  # gone, or in another PID namespace
+        return None
+
+
+def _processes(pynvml: Any, handle: Any) -> list[dict[str, Any]]:
+    seen: dict[int, dict[str, Any]] = {}
+    for kind, getter in (("compute", "nvmlDeviceGetComputeRunningProcesses"),
+                         ("graphics", "nvmlDeviceGetGraphicsRunningProcesses")):
+        listed = _optional(lambda: getattr(pynvml, getter)(handle)) or []
+        for proc in listed:
+            used = getattr(proc, "usedGpuMemory", None)
+            # NVML reports "not available" as a huge sentinel value.
+            if used is not None and used >= 2**63:
+                used = None
+            entry = seen.setdefault(proc.pid, {"pid": proc.pid, "name": _process_name(proc.pid),
+                                               "used_memory": used, "kinds": []})
+            entry["kinds"].append(kind)
+    return list(seen.values())
+
+
+def read_nvml() -> dict[str, Any]:
+    """Driver and devices as NVML reports them; `available: false` with the reason when it cannot."""
+    try:
+        import pynvml
+    except ImportError as exc:
+        return {"available": False, "reason": f"nvidia-ml-py is not installed ({exc})"}
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError as exc:
+        return {"available": False, "reason": f"NVML could not start: {_text(exc)}"}
+    except OSError as exc:  # pragma: no cover - a broken libnvidia-ml
+        return {"available": False, "reason": f"NVML could not be loaded: {exc}"}
+    try:
+        cuda = _optional(pynvml.nvmlSystemGetCudaDriverVersion_v2) or _optional(pynvml.nvmlSystemGetCudaDriverVersion)
+        info: dict[str, Any] = {
+            "available": True,
+            "driver_version": _text(pynvml.nvmlSystemGetDriverVersion()),
+            "nvml_version": _optional(lambda: _text(pynvml.nvmlSystemGetNVMLVersion())),
+            "cuda_driver_version": cuda_version_text(cuda),
+            "own_pid": os.getpid(),
+        }
+        devices = []
+        for index in range(pynvml.nvmlDeviceGetCount()):
+            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+            memory = _optional(lambda: pynvml.nvmlDeviceGetMemoryInfo(handle))
+            utilization = _optional(lambda: pynvml.nvmlDeviceGetUtilizationRates(handle))
+            capability = _optional(lambda: pynvml.nvmlDeviceGetCudaComputeCapability(handle))
+            devices.append({
+                "index": index,
+                "name": _text(pynvml.nvmlDeviceGetName(handle)),
+                "uuid": _optional(lambda: _text(pynvml.nvmlDeviceGetUUID(handle))),
+                "memory_total": memory.total if memory else None,
+                "memory_used": memory.used if memory else None,
+                "utilization_gpu": utilization.gpu if utilization else None,
+                "utilization_memory": utilization.memory if utilization else None,
+                "compute_capability": f"{capability[0]}.{capability[1]}" if capability else None,
+                "processes": _processes(pynvml, handle),
+            })
+        info["device_count"] = len(devices)
+        info["devices"] = devices
+        return info
+    except pynvml.NVMLError as exc:
+        return {"available": False, "reason": f"NVML failed while reading the devices: {_text(exc)}"}
+    finally:
+        try:
+            pynvml.nvmlShutdown()
+        except pynvml.NVMLError:
+            pass
+
+
+def gather_gpu(facts: Any) -> dict[str, Any]:
+    """The gpu section: NVML's view, and the NVIDIA GPUs on the PCI bus."""
+    section = read_nvml()
+    section.setdefault("device_count", 0)
+    section.setdefault("devices", [])
+    section["pci_gpus"] = pci_nvidia_gpus()
+    return section
+
+
+def gpu_present(gpu: dict[str, Any] | None) -> bool:
+    """True when NVML lists a GPU or one sits on the PCI bus."""
+    if not gpu:
+        return False
+    return bool(gpu.get("device_count")) or bool(gpu.get("pci_gpus"))

@@ -1,0 +1,237 @@
+"""Rules on what torch does once imported: sharing strategy, threads, native libraries, import health.
+
+SYS004 sharing-strategy and SYS005 thread-oversubscription (family SYS,
+catalogued in rules/SYS-RUNTIME.toml); PKG008 numpy-abi-mismatch and PKG010
+torch-import-failed (family PKG, in rules/PKG-RUNTIME.toml). They read the
+`torch` section, whose probe imports numpy and torch in the target
+interpreter and lists the BLAS and OpenMP libraries loaded (threadpoolctl).
+"""
+from __future__ import annotations
+
+import os
+import re
+from typing import Any, Iterator
+
+from envdoctor.facts import Facts
+from envdoctor.model import Severity
+from envdoctor.rules import Hit
+from envdoctor.rules.system import BASE_NOFILE, loader_plan
+
+#: Messages numpy and torch print when an extension meets a NumPy of the other ABI.
+NUMPY_ABI_PATTERNS = (
+    ("numpy1-extension-on-numpy2", re.compile(r"compiled using NumPy 1\.x cannot be run in\s+NumPy [\d.]+")),
+    ("numpy1-extension-on-numpy2", re.compile(r"_ARRAY_API not found")),
+    ("numpy2-extension-on-numpy1", re.compile(r"numpy\.dtype size changed, may indicate binary incompatibility")),
+    ("numpy2-extension-on-numpy1", re.compile(r"module compiled against (?:ABI|API) version 0x[0-9a-f]+ but this "
+                                              r"version of numpy is 0x[0-9a-f]+")),
+    ("numpy-import-failed", re.compile(r"numpy\.core\.multiarray failed to import")),
+)
+_SITE_FRAME = re.compile(r'File "([^"]*[/\\](?:site|dist)-packages[/\\]([^/\\"]+))')
+
+
+def _probe(facts: Facts) -> dict[str, Any] | None:
+    torch = facts["torch"]
+    if not torch or not torch.get("installed"):
+        return None
+    probe = torch.get("probe") or {}
+    return probe if probe.get("ran") else None
+
+
+def _usable(facts: Facts) -> int:
+    return facts["system"]["cpu"]["usable"]
+
+
+def find_sharing_strategy(facts: Facts) -> Iterator[Hit]:
+    torch = facts["torch"]
+    if not torch or not torch.get("installed"):
+        return
+    nofile = facts["system"]["limits"]["nofile"]
+    soft, hard = nofile.get("soft"), nofile.get("hard")
+    strategy = torch.get("sharing_strategy")
+    source = "probe"
+    if strategy is None:
+        # Without the probe: torch's default is file_descriptor wherever it is supported (Linux).
+        if facts["system"].get("os") != "Linux":
+            return
+        strategy, source = "file_descriptor", "torch's Linux default (probe not run)"
+    if strategy != "file_descriptor" or soft is None:
+        return
+    plan = loader_plan(facts)
+    workers = plan["num_workers"]
+    if not workers:
+        return
+    in_flight = workers * plan["prefetch_factor"] * plan["tensors_per_batch"]
+    need = max(4096, BASE_NOFILE + 64 * in_flight)  # the estimate SYS001 uses
+    if soft >= need:
+        return
+    # Without root the soft limit can only rise to the hard one; past that the
+    # strategy is the one lever left, so this note becomes a warning.
+    stuck = hard is not None and hard < need
+    yield Hit(
+        message=(f"torch's sharing strategy is file_descriptor and the open-file limit is {soft} (hard {hard}), "
+                 f"below the ~{need} that {workers} workers can hold open"
+                 + ("; the hard limit cannot be raised without root, so switching strategy is the fix here"
+                    if stuck else "")),
+        evidence={"sharing_strategy": strategy, "strategy_source": source, "soft_limit": soft,
+                  "hard_limit": hard, "needed": need, "num_workers": workers, "workers_from": plan["source"]},
+        fix=("call torch.multiprocessing.set_sharing_strategy('file_system') at the top of the training script, "
+             "before any DataLoader exists (it keeps tensors in /dev/shm files instead of open descriptors; a "
+             "crashed process can leave those files behind, so clean /dev/shm/torch_* after crashes)"
+             + ("" if stuck else f", or raise the limit: ulimit -n {max(need, 65536) if hard is None else min(max(need, 65536), hard)}")),
+        severity=Severity.WARNING if stuck else None,
+    )
+
+
+def _torch_lib_dir(torch: dict[str, Any], probe: dict[str, Any]) -> str | None:
+    location = torch.get("location") or (os.path.dirname(probe["file"]) if probe.get("file") else None)
+    return os.path.join(location, "lib") if location else None
+
+
+def find_thread_oversubscription(facts: Facts) -> Iterator[Hit]:
+    probe = _probe(facts)
+    if probe is None:
+        return
+    torch = facts["torch"]
+    pools = probe.get("threadpools") or []
+    usable = _usable(facts)
+    environ = {**((facts["system"] or {}).get("environ") or {}), **(probe.get("environ") or {})}
+    omp_set = "OMP_NUM_THREADS" in environ
+    workers = loader_plan(facts)["num_workers"]
+    torch_lib = _torch_lib_dir(torch, probe)
+    # DataLoader workers call torch.set_num_threads(1), which tames torch's own
+    # OpenMP pool; every other pool (numpy's OpenBLAS, a second OpenMP) keeps the
+    # count it started with in each worker.
+    inherited = [p for p in pools if not (torch_lib and str(p.get("filepath") or "").startswith(torch_lib))]
+    per_worker = max([p.get("num_threads") or 1 for p in inherited] or [1])
+    openmp = {}
+    for pool in pools:
+        if pool.get("user_api") == "openmp":
+            openmp.setdefault(os.path.realpath(str(pool.get("filepath"))), pool)
+    libraries = [{"user_api": p.get("user_api"), "internal_api": p.get("internal_api"), "prefix": p.get("prefix"),
+                  "filepath": p.get("filepath"), "version": p.get("version"), "num_threads": p.get("num_threads")}
+                 for p in pools]
+    if len(openmp) > 1:
+        names = ", ".join(f"{p.get('prefix')} ({p.get('filepath')})" for p in openmp.values())
+        yield Hit(
+            message=(f"{len(openmp)} OpenMP runtimes are loaded in one process: {names}; they fight over the same "
+                     "cores, and two copies of Intel's libiomp5 abort with 'OMP: Error #15'"),
+            evidence={"openmp_runtimes": list(openmp.values()), "libraries": libraries,
+                      "KMP_DUPLICATE_LIB_OK": environ.get("KMP_DUPLICATE_LIB_OK")},
+            fix=("install the packages that bring OpenMP from one source (all from conda-forge, or all wheels "
+                 "from PyPI in a venv), so one runtime is shared; KMP_DUPLICATE_LIB_OK=TRUE only hides the "
+                 "clash and can give wrong results"),
+        )
+    if omp_set or not workers:
+        return
+    total = workers * per_worker
+    if total <= usable:
+        return
+    heaviest = max(inherited, key=lambda p: p.get("num_threads") or 0) if inherited else None
+    yield Hit(
+        message=(f"{workers} DataLoader workers × {per_worker} threads each "
+                 f"({heaviest.get('internal_api') if heaviest else 'native'} pool, inherited by every worker) = "
+                 f"{total} threads on {usable} usable CPUs, with OMP_NUM_THREADS unset"),
+        evidence={"num_workers": workers, "threads_per_worker": per_worker, "total_threads": total,
+                  "usable_cpus": usable, "intra_op_threads": probe.get("intra_op_threads"),
+                  "OMP_NUM_THREADS": None, "libraries": libraries},
+        fix=("export OMP_NUM_THREADS=1 (and MKL_NUM_THREADS=1, OPENBLAS_NUM_THREADS=1) for the workers, e.g. "
+             "DataLoader(..., worker_init_fn=lambda _: threadpoolctl.threadpool_limits(1)); keep "
+             f"torch.set_num_threads({usable}) in the main process"),
+    )
+
+
+def _culprit(text: str) -> str | None:
+    """The last third-party package in the traceback numpy prints: the one that imported it."""
+    frames = [m.group(2) for m in _SITE_FRAME.finditer(text)]
+    for package in reversed(frames):
+        name = re.split(r"[.-]", package)[0]
+        if name not in ("numpy", "importlib", "_distutils_hack"):
+            return name
+    return None
+
+
+def find_numpy_abi_mismatch(facts: Facts) -> Iterator[Hit]:
+    probe = _probe(facts)
+    if probe is None:
+        return
+    texts = [probe.get("import_output") or "", *(probe.get("import_warnings") or []), probe.get("import_error") or "",
+             probe.get("torch_import_traceback") or ""]
+    joined = "\n".join(texts)
+    for kind, pattern in NUMPY_ABI_PATTERNS:
+        match = pattern.search(joined)
+        if match:
+            break
+    else:
+        return
+    numpy_version = probe.get("numpy_version")
+    culprit = _culprit(joined)
+    line = joined[max(0, match.start() - 40):match.end() + 40].strip().replace("\n", " ")
+    target_kind = (facts.get("target") or {}).get("kind")
+    installer = "conda install" if target_kind in ("conda", "pixi") else "pip install"
+    if kind == "numpy1-extension-on-numpy2":
+        upgrade = f"{installer} --upgrade {culprit}" if culprit else "upgrade the extension to a NumPy 2 build"
+        fix = f'{upgrade} (a build for NumPy 2), or {installer} "numpy<2"'
+        summary = f"an extension compiled for NumPy 1.x is imported under NumPy {numpy_version}"
+    elif kind == "numpy2-extension-on-numpy1":
+        fix = f'{installer} "numpy>=2"' + (f", or a {culprit} built for NumPy {numpy_version}" if culprit else "")
+        summary = f"an extension compiled for a newer NumPy is imported under NumPy {numpy_version}"
+    else:
+        fix = f"{installer} --force-reinstall numpy" + (f" {culprit}" if culprit else "")
+        summary = f"numpy's C API could not be imported by an extension (NumPy {numpy_version})"
+    yield Hit(
+        message=f"{summary}{f' ({culprit})' if culprit else ''}: importing torch printed '{match.group(0)}'",
+        evidence={"kind": kind, "numpy_version": numpy_version, "extension": culprit, "matched": match.group(0),
+                  "context": line[:400], "torch_version": facts["torch"].get("version")},
+        fix=fix,
+    )
+
+
+def find_torch_import_failure(facts: Facts) -> Iterator[Hit]:
+    probe = _probe(facts)
+    if probe is None:
+        return
+    torch = facts["torch"]
+    interpreter = (facts.get("target") or {}).get("interpreter") or "python"
+    base = {"torch_version": torch.get("version"), "interpreter": probe.get("executable") or interpreter,
+            "probe_source": probe.get("source")}
+    if probe.get("timed_out"):
+        yield Hit(
+            message=(f"importing torch in the target environment did not finish within {probe.get('timeout_s'):g} s: "
+                     "every training start will hang or crawl the same way"),
+            evidence={**base, "timeout_s": probe.get("timeout_s"), "seconds": probe.get("seconds"),
+                      "stderr_tail": (probe.get("stderr_tail") or "")[-600:]},
+            fix=(f"find what blocks: `{interpreter} -X importtime -c 'import torch'` and look for a sitecustomize, "
+                 "usercustomize or .pth file that runs code, or torch installed on a hung network file system; "
+                 "raise the limit with ENVDOCTOR_TORCH_PROBE_TIMEOUT=SECONDS if the file system is merely slow"),
+        )
+        return
+    error = probe.get("import_error")
+    if error is None and probe.get("error"):
+        error = probe["error"]
+    if not error:
+        return
+    traceback_tail = (probe.get("torch_import_traceback") or probe.get("stderr_tail") or "").strip().splitlines()[-6:]
+    version = (torch.get("version") or "").split("+")[0]
+    if "libcudnn" in error or "libcu" in error or "libnccl" in error or "libnv" in error:
+        fix = (f"the CUDA libraries torch was built against are missing: reinstall the matching build "
+               f"(`pip install --force-reinstall torch=={version} --index-url https://download.pytorch.org/whl/"
+               f"cu{(torch.get('cuda_build') or '').replace('.', '')}`), and check LD_LIBRARY_PATH does not "
+               "point at another CUDA")
+    elif error.startswith("ModuleNotFoundError"):
+        fix = f"`{interpreter} -m pip install --force-reinstall torch=={version}`: a dependency of torch is missing"
+    else:
+        fix = (f"run `{interpreter} -c 'import torch'` to see the full error; reinstall torch "
+               f"(`{interpreter} -m pip install --force-reinstall torch=={version}`) if its files are damaged")
+    yield Hit(
+        message=f"`import torch` fails in the target environment: {error}",
+        evidence={**base, "error": error, "traceback_tail": traceback_tail, "returncode": probe.get("returncode")},
+        fix=fix,
+    )
+
+
+RULES = {
+    "SYS004": find_sharing_strategy,
+    "SYS005": find_thread_oversubscription,
+    "PKG008": find_numpy_abi_mismatch,
+    "PKG010": find_torch_import_failure,
+}

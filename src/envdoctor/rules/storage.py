@@ -1,0 +1,205 @@
+"""DSK rules: is the data on storage that can feed the loader?
+
+DSK001 rotational-disk, DSK002 network-filesystem, DSK003 many-small-files,
+DSK004 slow-reads. They read the `storage` section: the mount and device
+chain behind the data path, a bounded sample of its files, and the read probe.
+"""
+from __future__ import annotations
+
+import os
+from typing import Any, Iterator
+
+from envdoctor.facts import Facts
+from envdoctor.rules import Hit
+from envdoctor.rules.system import human_bytes, loader_plan
+
+#: A folder with at least this many files …
+MANY_FILES = 1000
+#: … whose median file is below this size is "many small files".
+SMALL_MEDIAN = 128 * 1024
+#: Below these the read probe's figures count as slow, when no needed rate is known:
+#: a rotating disk streams ~100-200 MiB/s and manages ~100-200 random reads a second.
+SLOW_SEQUENTIAL_MIB_S = 100.0
+SLOW_RANDOM_READS_S = 200.0
+#: A pass is judged when it read this much, or ran this long (a slow device reads little):
+#: a few small files read in a millisecond say nothing about throughput.
+MIN_JUDGED_BYTES = 4 * 1024**2
+MIN_JUDGED_READS = 20
+MIN_JUDGED_SECONDS = 0.25
+
+
+def _storage(facts: Facts) -> dict[str, Any] | None:
+    storage = facts["storage"]
+    if not storage or not storage.get("exists") or not storage.get("mount"):
+        return None
+    return storage
+
+
+def _where(storage: dict[str, Any]) -> dict[str, Any]:
+    mount = storage["mount"]
+    effective = storage.get("effective") or {}
+    return {"path": storage["path"], "mount_point": mount.get("mount_point"), "fstype": mount.get("fstype"),
+            "source": mount.get("source"), "backing_fstype": effective.get("fstype"),
+            "backing_mount": effective.get("mount_point")}
+
+
+def _local_copy_hint(storage: dict[str, Any]) -> str:
+    """An rsync to the roomiest local NVMe/SSD mount seen here, else to the job's local scratch."""
+    source = storage["path"].rstrip("/")
+    name = os.path.basename(source) or "data"
+    mount_point = (storage.get("mount") or {}).get("mount_point")
+    for candidate in storage.get("fast_local_mounts") or []:
+        if candidate["mount_point"] != mount_point:
+            destination = os.path.join(candidate["mount_point"], name)
+            return (f"rsync -a {source}/ {destination}/ ({candidate['device']}, {candidate['medium']}, "
+                    f"{human_bytes(candidate['free_bytes'])} free) and point --data there")
+    return f"rsync -a {source}/ \"${{TMPDIR:-/tmp}}/{name}/\" on node-local NVMe or SSD, and point --data there"
+
+
+def _chain(storage: dict[str, Any]) -> str:
+    """The mount chain as a phrase: overlay on ext4 on loop0 …"""
+    parts = []
+    node = storage["mount"]
+    while node:
+        device = (node.get("device") or {}).get("name")
+        parts.append(f"{node.get('fstype')} at {node.get('mount_point')}" + (f" on {device}" if device else ""))
+        node = node.get("backing")
+    return " -> ".join(parts)
+
+
+def find_rotational_disk(facts: Facts) -> Iterator[Hit]:
+    storage = _storage(facts)
+    if storage is None:
+        return
+    effective = storage.get("effective") or {}
+    # A virtual disk's rotational flag is the hypervisor's default, not the host's hardware.
+    if effective.get("rotational") is not True or effective.get("medium") in ("virtual", "ram"):
+        return
+    probe = storage.get("read_probe") or {}
+    random_reads = (probe.get("random") or {}).get("reads_per_s")
+    yield Hit(
+        message=(f"the data at {storage['path']} is on a rotating disk ({effective.get('device')}, "
+                 f"{_chain(storage)}): random reads cost a seek each (~100-200 a second)"
+                 + (f"; the probe measured {random_reads:g} reads/s" if random_reads else "")),
+        evidence={**_where(storage), "device": effective.get("device"), "medium": effective.get("medium"),
+                  "rotational": True, "random_reads_per_s": random_reads,
+                  "sequential_mib_per_s": (probe.get("sequential") or {}).get("mib_per_s")},
+        fix=(f"copy the data to an SSD/NVMe disk ({_local_copy_hint(storage)}), or pack it into large "
+             "sequentially-read shards (WebDataset .tar shards, LMDB, HDF5) so the disk streams instead of seeking"),
+    )
+
+
+def find_network_filesystem(facts: Facts) -> Iterator[Hit]:
+    storage = _storage(facts)
+    if storage is None:
+        return
+    effective = storage.get("effective") or {}
+    node = storage["mount"]
+    while node.get("backing"):
+        node = node["backing"]
+    if effective.get("kind") not in ("network", "fuse"):
+        return
+    backend = node.get("backend") or node.get("fstype")
+    known = "network" if effective.get("kind") == "network" else "FUSE (user-space)"
+    usable = facts["system"]["cpu"]["usable"]
+    workers = loader_plan(facts)["num_workers"]
+    yield Hit(
+        message=(f"the data at {storage['path']} is on a {known} file system: {node.get('fstype')} "
+                 f"({backend}) from {node.get('source')} at {node.get('mount_point')}; every read pays a "
+                 "round trip, and many small reads stall the loader"),
+        evidence={**_where(storage), "backend": backend, "kind": effective.get("kind"),
+                  "fuse": bool(node.get("fuse")), "mount_options": node.get("mount_options"),
+                  "num_workers": workers, "usable_cpus": usable},
+        fix=(f"copy the data to local disk before training ({_local_copy_hint(storage)}); or stream packed shards "
+             "(WebDataset .tar, LMDB, HDF5) so reads are few and large; and use more workers than CPUs, since "
+             f"they mostly wait on the network (e.g. num_workers={max(2 * usable, workers)}, "
+             "persistent_workers=True, prefetch_factor=4)"),
+    )
+
+
+def find_many_small_files(facts: Facts) -> Iterator[Hit]:
+    storage = _storage(facts)
+    if storage is None:
+        return
+    sample = storage.get("sample") or {}
+    count = sample.get("file_count") or 0
+    median = sample.get("median_bytes")
+    if count < MANY_FILES or median is None or median >= SMALL_MEDIAN:
+        return
+    counted = f"at least {count}" if sample.get("truncated") else str(count)
+    yield Hit(
+        message=(f"{storage['path']} holds {counted} files with a median size of {human_bytes(median)} "
+                 f"(p90 {human_bytes(sample.get('p90_bytes'))}): each sample costs an open, a stat and a small read"),
+        evidence={"path": storage["path"], "file_count": count, "truncated": bool(sample.get("truncated")),
+                  "median_bytes": median, "p90_bytes": sample.get("p90_bytes"), "threshold_files": MANY_FILES,
+                  "threshold_median_bytes": SMALL_MEDIAN, "fstype": storage["mount"].get("fstype")},
+        fix=("pack the files into shards of ~100 MB-1 GB: WebDataset (`tar --sort=name -cf shard-000000.tar ...`, "
+             "or webdataset.ShardWriter), LMDB or HDF5, and read them sequentially"),
+    )
+
+
+def _needed_rate(facts: Facts, storage: dict[str, Any]) -> dict[str, Any] | None:
+    """Bytes a second the loader must read to keep up, when the step time and batch size are known."""
+    step_time = facts.config.step_time
+    loader = facts.get("loader") if not facts.config.no_loader else None
+    batch_size = (loader or {}).get("batch_size")
+    median = (storage.get("sample") or {}).get("median_bytes")
+    if not step_time or not batch_size or not median:
+        return None
+    samples_per_s = batch_size / step_time
+    return {"samples_per_s": samples_per_s, "bytes_per_sample": median,
+            "mib_per_s": samples_per_s * median / 1024**2}
+
+
+def find_slow_reads(facts: Facts) -> Iterator[Hit]:
+    storage = _storage(facts)
+    if storage is None:
+        return
+    probe = storage.get("read_probe") or {}
+    if probe.get("skipped"):
+        return
+    sequential = probe.get("sequential") or {}
+    random_pass = probe.get("random") or {}
+    evidence = {"path": storage["path"], "fstype": storage["mount"].get("fstype"),
+                "sequential_mib_per_s": sequential.get("mib_per_s"), "random_mib_per_s": random_pass.get("mib_per_s"),
+                "random_reads_per_s": random_pass.get("reads_per_s"), "bytes_read": probe.get("bytes_read"),
+                "probe_seconds": probe.get("seconds"), "cache_bypass": probe.get("cache_bypass"),
+                "timed_out": bool(probe.get("timed_out"))}
+    reasons = []
+    needed = _needed_rate(facts, storage)
+    if probe.get("timed_out"):
+        reasons.append(f"the read probe did not finish within {probe.get('max_seconds'):g} s")
+    judge_sequential = sequential.get("mib_per_s") is not None and (
+        sequential.get("bytes", 0) >= MIN_JUDGED_BYTES or sequential.get("seconds", 0) >= MIN_JUDGED_SECONDS)
+    judge_random = random_pass.get("reads_per_s") is not None and (
+        random_pass.get("reads", 0) >= MIN_JUDGED_READS or random_pass.get("seconds", 0) >= MIN_JUDGED_SECONDS)
+    if needed and judge_random:
+        evidence["needed"] = needed
+        if random_pass["mib_per_s"] < needed["mib_per_s"]:
+            reasons.append(f"random reads give {random_pass['mib_per_s']:g} MiB/s but {needed['samples_per_s']:.0f} "
+                           f"samples/s × {human_bytes(needed['bytes_per_sample'])} need {needed['mib_per_s']:.1f} MiB/s")
+    elif not needed:
+        if judge_sequential and sequential["mib_per_s"] < SLOW_SEQUENTIAL_MIB_S:
+            reasons.append(f"sequential reads give {sequential['mib_per_s']:g} MiB/s "
+                           f"(below {SLOW_SEQUENTIAL_MIB_S:g})")
+        if judge_random and random_pass["reads_per_s"] < SLOW_RANDOM_READS_S:
+            reasons.append(f"random reads manage {random_pass['reads_per_s']:g} a second "
+                           f"(below {SLOW_RANDOM_READS_S:g})")
+    if not reasons:
+        return
+    usable = facts["system"]["cpu"]["usable"]
+    yield Hit(
+        message=f"reading {storage['path']} is slow: " + "; ".join(reasons),
+        evidence=evidence,
+        fix=(f"copy the data to faster local storage ({_local_copy_hint(storage)}); pack small files into "
+             "shards (WebDataset, LMDB, HDF5); and read in parallel with more workers "
+             f"(num_workers={2 * usable} or more for network storage)"),
+    )
+
+
+RULES = {
+    "DSK001": find_rotational_disk,
+    "DSK002": find_network_filesystem,
+    "DSK003": find_many_small_files,
+    "DSK004": find_slow_reads,
+}

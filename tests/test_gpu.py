@@ -1,0 +1,216 @@
+"""GPU facts and the GPU rules.
+
+This machine has no GPU and no NVML, which is itself tested for real. No GPU
+machine was lent to this project, so the GPU states are fixtures in the exact
+format gather_gpu emits: tests/fixtures/gpu/*.json, made by running the real
+read_nvml() against fake_pynvml (see regenerate.py; a test below checks they
+still match). The torch side starts from a real capture on this machine
+(tests/fixtures/torch/cpu_build_section.json) and changes only the CUDA fields.
+"""
+from __future__ import annotations
+
+import copy
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from envdoctor.config import Config
+from envdoctor.facts import Facts
+from envdoctor.facts.gpu import cuda_version_text, gather_gpu, gpu_present, pci_nvidia_gpus
+from envdoctor.model import Severity
+from envdoctor.rules.gpu import RULES, best_wheel_cuda, driver_needs
+
+FIXTURES = Path(__file__).parent / "fixtures"
+GPU = FIXTURES / "gpu"
+
+
+def gpu_fixture(name: str) -> dict[str, Any]:
+    return json.loads((GPU / f"{name}.json").read_text())
+
+
+def cpu_section() -> dict[str, Any]:
+    return json.loads((FIXTURES / "torch" / "cpu_build_section.json").read_text())
+
+
+def cuda_section(cuda: str = "12.4", available: bool = True, error: str | None = None,
+                 devices: list[str] = ("NVIDIA H100 80GB HBM3",)) -> dict[str, Any]:
+    """The real capture with the fields a CUDA build reports differently."""
+    section = cpu_section()
+    version = section["version"].split("+")[0] + "+cu" + cuda.replace(".", "")
+    section.update(version=version, dist_version=version, cuda_build=cuda, build="cuda", cudnn=90100,
+                   nvidia_wheels={"nvidia-cuda-runtime-cu12": f"{cuda}.127", "nvidia-cudnn-cu12": "9.1.0.70"},
+                   cudnn_wheel="9.1.0.70")
+    probe_cuda = {"built": cuda, "hip": None, "available": available,
+                  "device_count": len(devices) if available else 0,
+                  "devices": [{"index": i, "name": n, "capability": "9.0"} for i, n in enumerate(devices)]
+                  if available else [],
+                  "arch_list": ["sm_50", "sm_80", "sm_86", "sm_90"], "init_output": "", "init_warnings": []}
+    if error:
+        probe_cuda["error"] = error
+    section["probe"].update(version=version, cudnn=90100, cuda=probe_cuda)
+    section["cuda"] = probe_cuda
+    return section
+
+
+def facts_for(gpu: dict[str, Any], torch: dict[str, Any], kind: str = "venv", container: bool = False) -> Facts:
+    return Facts.from_dict({
+        "gpu": gpu, "torch": torch,
+        "target": {"kind": kind, "platform": "linux-64", "interpreter": "/env/bin/python"},
+        "system": {"container": {"in_container": container}, "environ": {}},
+    }, Config(no_loader=True))
+
+
+def hits(rule: str, facts: Facts) -> list:
+    return list(RULES[rule](facts))
+
+
+# --- the real machine -------------------------------------------------------------------------
+
+
+def test_no_nvml_here_is_a_fact_not_an_error() -> None:
+    section = gather_gpu(Facts(Config(no_loader=True)))
+    if section["available"]:
+        pytest.skip("this machine has NVML")
+    assert section["device_count"] == 0 and section["devices"] == []
+    assert "NVML" in section["reason"] or "nvidia-ml-py" in section["reason"]
+    assert gpu_present(section) is bool(section["pci_gpus"])
+
+
+def test_report_on_this_machine_has_gpu_section_and_no_gpu_findings() -> None:
+    from envdoctor.engine import run_check
+
+    report = run_check(Config(no_loader=True, select=("GPU",)))
+    assert report.facts["gpu"]["available"] is False
+    assert report.findings == [] and report.errors == []
+
+
+def test_fixtures_match_what_read_nvml_emits(monkeypatch: pytest.MonkeyPatch) -> None:
+    sys.path.insert(0, str(GPU))
+    try:
+        import regenerate
+    finally:
+        sys.path.remove(str(GPU))
+    for state in sorted((GPU / "states").glob("*.json")):
+        assert regenerate.section_for(state) == gpu_fixture(state.stem), state.name
+
+
+def test_pci_gpu_without_driver_is_seen(tmp_path: Path) -> None:
+    root = tmp_path / "pci"
+    for address, vendor, cls in (("0000:00:02.0", "0x1af4", "0x010000"),
+                                 ("0000:3b:00.0", "0x10de", "0x030200"),
+                                 ("0000:3c:00.1", "0x10de", "0x040300")):  # the GPU's audio function
+        (root / address).mkdir(parents=True)
+        (root / address / "vendor").write_text(vendor + "\n")
+        (root / address / "class").write_text(cls + "\n")
+        (root / address / "device").write_text("0x2330\n")
+    found = pci_nvidia_gpus(root)
+    assert found == [{"address": "0000:3b:00.0", "device_id": "0x2330", "driver": None}]
+
+
+def test_cuda_version_text() -> None:
+    assert cuda_version_text(12040) == "12.4" and cuda_version_text(11080) == "11.8"
+    assert cuda_version_text(None) is None
+
+
+# --- GPU001 ------------------------------------------------------------------------------------
+
+
+def test_gpu001_fires_for_cpu_build_on_gpu_machine() -> None:
+    found = hits("GPU001", facts_for(gpu_fixture("h100_idle"), cpu_section()))
+    assert len(found) == 1
+    evidence = found[0].evidence
+    assert evidence["torch_build"] == "cpu" and evidence["torch_version"] == "2.13.0+cpu"
+    assert evidence["driver_version"] == "550.54.15" and evidence["driver_cuda"] == "12.4"
+    assert evidence["suggested_cuda"] == "12.4"
+    assert evidence["gpus"] == ["NVIDIA H100 80GB HBM3"]
+    assert found[0].fix.startswith(
+        "pip install --force-reinstall torch==2.13.0 --index-url https://download.pytorch.org/whl/cu124")
+
+
+def test_gpu001_conda_env_gets_the_conda_command_first() -> None:
+    torch = cpu_section()
+    torch["installer"] = "conda"
+    found = hits("GPU001", facts_for(gpu_fixture("a100_busy"), torch, kind="conda"))
+    assert found[0].fix.startswith('conda install -c conda-forge "pytorch=2.13.0=cuda*" "cuda-version=12.1"')
+
+
+def test_gpu001_fires_when_cuda_init_fails() -> None:
+    error = "RuntimeError: Found no NVIDIA driver on your system."
+    found = hits("GPU001", facts_for(gpu_fixture("h100_idle"), cuda_section(available=False, error=error)))
+    assert len(found) == 1
+    assert found[0].evidence["cuda_error"] == error
+    assert found[0].evidence["torch_cuda_build"] == "12.4"
+    assert error in found[0].message
+
+
+def test_gpu001_fires_when_driver_is_missing_but_gpu_is_on_the_bus() -> None:
+    gpu = {"available": False, "reason": "NVML could not start: Driver Not Loaded", "device_count": 0,
+           "devices": [], "pci_gpus": [{"address": "0000:3b:00.0", "device_id": "0x2330", "driver": None}]}
+    found = hits("GPU001", facts_for(gpu, cpu_section(), container=True))
+    assert found[0].evidence["nvml_reason"] == "NVML could not start: Driver Not Loaded"
+    assert "--gpus all" in found[0].fix
+
+
+def test_gpu001_quiet_when_cuda_works_or_no_gpu() -> None:
+    assert hits("GPU001", facts_for(gpu_fixture("h100_idle"), cuda_section())) == []
+    no_gpu = {"available": False, "reason": "NVML could not start: NVML Shared Library Not Found",
+              "device_count": 0, "devices": [], "pci_gpus": []}
+    assert hits("GPU001", facts_for(no_gpu, cpu_section())) == []
+
+
+# --- GPU002 ------------------------------------------------------------------------------------
+
+
+def test_gpu002_fires_for_cuda12_build_on_cuda11_driver() -> None:
+    found = hits("GPU002", facts_for(gpu_fixture("v100_old_driver"), cuda_section("12.4", available=False)))
+    assert len(found) == 1 and found[0].severity is None  # the catalog's error
+    evidence = found[0].evidence
+    assert evidence["driver_version"] == "470.256.02" and evidence["driver_cuda"] == "11.4"
+    assert evidence["torch_cuda_build"] == "12.4"
+    assert evidence["family_minimum_driver"] == "525.60.13"
+    assert "whl/cu118" not in found[0].fix  # 11.8 needs 520+, the driver is 470: nothing fits but an upgrade
+    assert "upgrade the driver to 550.54.14" in found[0].fix
+
+
+def test_gpu002_warns_under_minor_version_compatibility() -> None:
+    found = hits("GPU002", facts_for(gpu_fixture("a100_busy"), cuda_section("12.4")))
+    assert len(found) == 1 and found[0].severity == Severity.WARNING
+    assert found[0].evidence["toolkit_driver"] == "550.54.14"
+    assert found[0].evidence["driver_version"] == "535.183.01"
+    assert "whl/cu121" in found[0].fix  # the newest wheel CUDA whose toolkit driver 535 meets
+
+
+def test_gpu002_quiet_when_driver_is_new_enough() -> None:
+    assert hits("GPU002", facts_for(gpu_fixture("h100_idle"), cuda_section("12.4"))) == []
+    assert hits("GPU002", facts_for(gpu_fixture("h100_idle"), cpu_section())) == []
+
+
+def test_driver_table_is_data() -> None:
+    assert driver_needs("11.8") == {"cuda": "11.8", "family_minimum": "450.80.02", "toolkit_driver": "520.61.05"}
+    assert best_wheel_cuda("12.2", "535.183.01") == "12.1"
+    assert best_wheel_cuda("11.4", "470.256.02") is None
+
+
+# --- GPU003 ------------------------------------------------------------------------------------
+
+
+def test_gpu003_fires_for_a_gpu_held_by_another_process() -> None:
+    found = hits("GPU003", facts_for(gpu_fixture("a100_busy"), cuda_section()))
+    assert len(found) == 1
+    busy = found[0].evidence["busy_gpus"]
+    assert [b["index"] for b in busy] == [0]
+    assert busy[0]["utilization_gpu"] == 97
+    assert busy[0]["processes"][0]["pid"] == 4000001
+    assert found[0].evidence["free_gpus"] == [1]
+    assert "CUDA_VISIBLE_DEVICES=1" in found[0].fix
+
+
+def test_gpu003_ignores_our_own_process_and_idle_gpus() -> None:
+    assert hits("GPU003", facts_for(gpu_fixture("h100_idle"), cuda_section())) == []
+    gpu = copy.deepcopy(gpu_fixture("h100_idle"))
+    gpu["devices"][0]["processes"] = [{"pid": gpu["own_pid"], "name": "python", "used_memory": 500_000_000,
+                                       "kinds": ["compute"]}]
+    assert hits("GPU003", facts_for(gpu, cuda_section())) == []

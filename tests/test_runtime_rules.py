@@ -1,0 +1,182 @@
+"""SYS004 sharing-strategy, SYS005 thread-oversubscription, PKG008 and PKG010 on probe facts.
+
+The torch sections start from the real capture of this machine
+(tests/fixtures/torch/cpu_build_section.json), changed only where a state
+needs it; SYS004 and SYS005 also run end to end under real limits (prlimit,
+OMP_NUM_THREADS).
+"""
+from __future__ import annotations
+
+import copy
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from envdoctor.config import Config
+from envdoctor.facts import Facts
+from envdoctor.model import Severity
+from envdoctor.rules.runtime import RULES
+from support import findings, json_report, run_envdoctor
+
+CAPTURE = json.loads((Path(__file__).parent / "fixtures" / "torch" / "cpu_build_section.json").read_text())
+OPENBLAS = next(p for p in CAPTURE["threadpools"] if p["internal_api"] == "openblas")
+GOMP = next(p for p in CAPTURE["threadpools"] if p["internal_api"] == "openmp")
+
+
+def system(usable: int = 8, soft: int | None = 65536, hard: int | None = 65536,
+           environ: dict[str, str] | None = None) -> dict[str, Any]:
+    return {"os": "Linux", "cpu": {"usable": usable, "count": usable},
+            "limits": {"nofile": {"soft": soft, "hard": hard}}, "environ": environ or {},
+            "memory": {"effective_available": 64 * 1024**3}, "shm": None}
+
+
+def torch_with(**probe_changes: Any) -> dict[str, Any]:
+    section = copy.deepcopy(CAPTURE)
+    section["probe"].update(probe_changes)
+    for key in ("sharing_strategy", "threadpools", "intra_op_threads", "import_warnings", "import_error"):
+        if key in probe_changes:
+            section[key] = probe_changes[key]
+    return section
+
+
+def run(rule: str, torch: dict[str, Any], sys_facts: dict[str, Any], kind: str = "venv") -> list:
+    facts = Facts.from_dict({"torch": torch, "system": sys_facts,
+                             "target": {"kind": kind, "interpreter": "/env/bin/python"}}, Config(no_loader=True))
+    return list(RULES[rule](facts))
+
+
+# --- SYS004 ------------------------------------------------------------------------------------
+
+
+def test_sys004_info_when_limit_is_low_but_raisable() -> None:
+    hits = run("SYS004", torch_with(sharing_strategy="file_descriptor"), system(usable=8, soft=1024, hard=65536))
+    assert len(hits) == 1 and hits[0].severity is None
+    assert hits[0].evidence["sharing_strategy"] == "file_descriptor"
+    assert hits[0].evidence["strategy_source"] == "probe"
+    assert hits[0].evidence["soft_limit"] == 1024 and hits[0].evidence["needed"] == 4096
+    assert "set_sharing_strategy('file_system')" in hits[0].fix and "ulimit -n 65536" in hits[0].fix
+
+
+def test_sys004_warns_when_the_hard_limit_is_low_too() -> None:
+    hits = run("SYS004", torch_with(sharing_strategy="file_descriptor"), system(soft=1024, hard=2048))
+    assert hits[0].severity == Severity.WARNING and hits[0].evidence["hard_limit"] == 2048
+    assert "ulimit" not in hits[0].fix
+
+
+def test_sys004_quiet_with_file_system_strategy_or_high_limit() -> None:
+    assert run("SYS004", torch_with(sharing_strategy="file_system"), system(soft=1024, hard=1024)) == []
+    assert run("SYS004", torch_with(sharing_strategy="file_descriptor"), system(soft=65536)) == []
+
+
+@pytest.mark.skipif(not shutil.which("prlimit"), reason="needs prlimit")
+def test_sys004_end_to_end_under_prlimit() -> None:
+    proc = run_envdoctor("report", "--json", "--no-loader", "--select", "SYS004",
+                         prefix_cmd=["prlimit", "--nofile=1024:1024"])
+    report = json_report(proc)
+    hits = findings(report, "SYS004")
+    assert len(hits) == 1
+    assert hits[0]["severity"] == "warning"  # the hard limit is 1024 too
+    assert hits[0]["evidence"]["soft_limit"] == 1024 and hits[0]["evidence"]["hard_limit"] == 1024
+    # --no-loader without a GPU runs no probe: torch's Linux default is assumed, and said so.
+    assert hits[0]["evidence"]["strategy_source"].startswith("torch's Linux default")
+
+
+# --- SYS005 ------------------------------------------------------------------------------------
+
+
+def test_sys005_fires_for_inherited_blas_threads() -> None:
+    pools = [dict(OPENBLAS, num_threads=8), dict(GOMP, num_threads=8)]
+    hits = run("SYS005", torch_with(threadpools=pools, intra_op_threads=8), system(usable=8))
+    assert len(hits) == 1
+    evidence = hits[0].evidence
+    # torch's own libgomp is set to 1 in workers; numpy's OpenBLAS keeps 8 in each of 8 workers.
+    assert evidence["num_workers"] == 8 and evidence["threads_per_worker"] == 8
+    assert evidence["total_threads"] == 64 and evidence["usable_cpus"] == 8
+    assert "OMP_NUM_THREADS=1" in hits[0].fix
+
+
+def test_sys005_quiet_when_omp_num_threads_is_set_or_pools_are_single() -> None:
+    pools = [dict(OPENBLAS, num_threads=8), dict(GOMP, num_threads=8)]
+    assert run("SYS005", torch_with(threadpools=pools), system(environ={"OMP_NUM_THREADS": "1"})) == []
+    single = [dict(OPENBLAS, num_threads=1), dict(GOMP, num_threads=8)]
+    assert run("SYS005", torch_with(threadpools=single), system(usable=8)) == []
+
+
+def test_sys005_fires_for_two_openmp_runtimes() -> None:
+    iomp = {"user_api": "openmp", "internal_api": "openmp", "num_threads": 1, "prefix": "libiomp",
+            "filepath": "/opt/conda/envs/train/lib/libiomp5.so", "version": None}
+    pools = [dict(OPENBLAS, num_threads=1), GOMP, iomp]
+    hits = run("SYS005", torch_with(threadpools=pools), system(usable=8, environ={"OMP_NUM_THREADS": "1",
+                                                                               "KMP_DUPLICATE_LIB_OK": "TRUE"}))
+    assert len(hits) == 1
+    assert {p["prefix"] for p in hits[0].evidence["openmp_runtimes"]} == {"libgomp", "libiomp"}
+    assert hits[0].evidence["KMP_DUPLICATE_LIB_OK"] == "TRUE"
+    assert "OMP: Error #15" in hits[0].message
+
+
+@pytest.mark.slow
+def test_sys005_end_to_end_with_the_real_probe() -> None:
+    """The real torch and numpy of this environment, with and without OMP_NUM_THREADS."""
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS")}
+    report = json_report(run_envdoctor("report", "--json", "--no-loader", "--deep",
+                                       "--select", "SYS005", "PKG008", "PKG010", env=env))
+    torch = report["facts"]["torch"]
+    usable = report["facts"]["system"]["cpu"]["usable"]
+    assert torch["probe"]["ran"] and torch["threadpools"]
+    assert findings(report, "PKG008") == [] and findings(report, "PKG010") == []
+    blas = max(p["num_threads"] for p in torch["threadpools"] if "torch" not in p["filepath"])
+    hits = findings(report, "SYS005")
+    if usable * blas > usable:
+        assert hits and hits[0]["evidence"]["threads_per_worker"] == blas
+    env["OMP_NUM_THREADS"] = "1"
+    quiet = json_report(run_envdoctor("report", "--json", "--no-loader", "--deep", "--select", "SYS005", env=env))
+    assert findings(quiet, "SYS005") == []
+
+
+# --- PKG008 and PKG010 on captured text ---------------------------------------------------------
+
+
+NUMPY_MESSAGE = """
+A module that was compiled using NumPy 1.x cannot be run in
+NumPy 2.1.3 as it may crash. To support both 1.x and 2.x
+versions of NumPy, modules must be compiled with NumPy 2.0.
+
+Traceback (most recent call last):  File "/opt/conda/envs/train/lib/python3.11/site-packages/torch/__init__.py", line 1477, in <module>
+    from .functional import *  # noqa: F403
+  File "/opt/conda/envs/train/lib/python3.11/site-packages/torchvision/io/image.py", line 13, in <module>
+    from ..extension import _load_library
+"""
+
+
+def test_pkg008_names_the_extension_from_numpys_traceback() -> None:
+    torch = torch_with(import_output=NUMPY_MESSAGE, import_warnings=[], numpy_version="2.1.3")
+    hits = run("PKG008", torch, system(), kind="conda")
+    assert hits[0].evidence["extension"] == "torchvision"
+    assert hits[0].evidence["numpy_version"] == "2.1.3"
+    assert hits[0].fix.startswith("conda install --upgrade torchvision")
+
+
+def test_pkg008_reverse_abi() -> None:
+    warning = "numpy.dtype size changed, may indicate binary incompatibility. Expected 96 from C header, got 88"
+    hits = run("PKG008", torch_with(import_warnings=[warning], numpy_version="1.26.4"), system())
+    assert hits[0].evidence["kind"] == "numpy2-extension-on-numpy1"
+    assert hits[0].fix.startswith('pip install "numpy>=2"')
+
+
+def test_pkg008_and_pkg010_quiet_on_the_real_capture() -> None:
+    for rule in ("PKG008", "PKG010"):
+        assert run(rule, copy.deepcopy(CAPTURE), system()) == []
+
+
+def test_pkg010_on_a_probe_that_crashed() -> None:
+    probe = {"ran": True, "timed_out": False, "error": "the torch probe was killed by SIGSEGV", "returncode": -11,
+             "stderr_tail": "Segmentation fault (core dumped)", "source": "envdoctor"}
+    torch = copy.deepcopy(CAPTURE)
+    torch["probe"] = probe
+    hits = run("PKG010", torch, system())
+    assert hits[0].evidence["error"] == "the torch probe was killed by SIGSEGV"
+    assert hits[0].evidence["returncode"] == -11

@@ -1,0 +1,462 @@
+"""Storage facts and the DSK rules, on this machine's real mounts and on saved /proc and /sys samples.
+
+Real states first: the root disk, /dev/shm, and mounts the tests make
+themselves (tmpfs, a loop-mounted ext4 image, overlayfs, a bind mount, a
+blkio-throttled loop device). Rotational disks and network file systems are
+not on this machine, so those cases feed the parser mountinfo and /sys trees
+saved in tests/fixtures in the kernel's format.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from envdoctor.config import Config
+from envdoctor.facts import Facts
+from envdoctor.facts.storage import (
+    classify_fstype,
+    effective_medium,
+    fast_local_mounts,
+    gather_storage,
+    parse_mountinfo,
+    read_probe,
+    resolve_storage,
+    sample_files,
+)
+from envdoctor.rules.storage import RULES
+from support import findings, json_report, run_envdoctor
+
+FIXTURES = Path(__file__).parent / "fixtures"
+IS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0
+
+
+def materialize(manifest: Path, root: Path) -> Path:
+    """Build a /sys-like tree (files and symlinks) from a saved JSON manifest."""
+    data = json.loads(manifest.read_text())
+    for rel, text in data["files"].items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text + "\n")
+    for rel, target in data["links"].items():
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.symlink_to(target)
+    return root
+
+
+def fixture_storage(name: str, path: str, tmp_path: Path) -> dict:
+    mounts = parse_mountinfo((FIXTURES / "mountinfo" / f"{name}.txt").read_text())
+    sys_root = materialize(FIXTURES / "sysblock" / f"{name}.json", tmp_path / "sys")
+    mount = resolve_storage(path, mounts, sys_root)
+    free = {"/": 200 * 1024**3, "/raid": 3 * 1024**4, "/cache": 500 * 1024**3}
+    fast = fast_local_mounts(mounts, sys_root, statvfs=lambda p: os.statvfs_result(
+        (4096, 4096, 0, 0, free.get(p, 1024**3) // 4096, 0, 0, 0, 0, 255)))
+    return {"path": path, "exists": True, "mount": mount, "effective": effective_medium(mount),
+            "fast_local_mounts": fast,
+            "sample": {"file_count": 10, "median_bytes": 10**6, "p90_bytes": 10**6, "truncated": False},
+            "read_probe": {"skipped": "fixture"}}
+
+
+def run_rule(rule: str, storage: dict, config: Config | None = None, usable: int = 4) -> list:
+    facts = Facts.from_dict({"storage": storage, "system": {"cpu": {"usable": usable, "count": usable}}},
+                            config or Config(no_loader=True))
+    return list(RULES[rule](facts))
+
+
+def _dev_of(path: str) -> str:
+    st = os.stat(path)
+    return f"{os.major(st.st_dev)}:{os.minor(st.st_dev)}"
+
+
+# --- the real machine -------------------------------------------------------------------------
+
+
+def test_real_root_disk_resolves_to_its_block_device(tmp_path: Path) -> None:
+    (tmp_path / "a.bin").write_bytes(os.urandom(10000))
+    section = gather_storage(Facts(Config(data=str(tmp_path))))
+    mount = section["mount"]
+    root = next(m for m in parse_mountinfo(Path("/proc/self/mountinfo").read_text())
+                if m["mount_point"] == mount["mount_point"])
+    assert mount["fstype"] == root["fstype"]
+    if mount["device"] is not None:  # a real block device (not overlay/tmpfs as in some CI runners)
+        assert mount["device"]["dev"] == _dev_of(str(tmp_path))
+        sysfs = Path("/sys/block") / mount["device"]["name"] / "queue" / "rotational"
+        assert mount["device"]["rotational"] == (sysfs.read_text().strip() == "1")
+    assert section["sample"]["file_count"] == 1
+    assert section["read_probe"]["bytes_read"] > 0
+
+
+def test_virtio_disk_is_not_called_rotational(tmp_path: Path) -> None:
+    """This VM's root disk is virtio-blk, which says rotational=1; DSK001 must not trust that."""
+    section = gather_storage(Facts(Config(data=str(tmp_path))))
+    device = section["mount"].get("device") or {}
+    if device.get("medium") != "virtual":
+        pytest.skip("the working disk here is not a virtual disk")
+    assert run_rule("DSK001", section) == []
+
+
+def test_dev_shm_is_ram(tmp_path: Path) -> None:
+    section = gather_storage(Facts(Config(data="/dev/shm")))
+    assert section["mount"]["fstype"] == "tmpfs"
+    assert section["effective"]["medium"] == "ram"
+    assert section["effective"]["kind"] == "ram"
+    for rule in ("DSK001", "DSK002"):
+        assert run_rule(rule, section) == []
+
+
+def test_working_directory_is_sampled_but_not_read(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "x.txt").write_text("hello")
+    monkeypatch.chdir(tmp_path)
+    section = gather_storage(Facts(Config()))
+    assert section["source"] == "working directory"
+    assert section["sample"]["file_count"] == 1
+    assert "skipped" in section["read_probe"]
+
+
+def test_missing_data_path_is_a_fact(tmp_path: Path) -> None:
+    section = gather_storage(Facts(Config(data=str(tmp_path / "nope"))))
+    assert section["exists"] is False and "does not exist" in section["error"]
+    assert run_rule("DSK004", section) == []
+
+
+@pytest.fixture
+def mounted(tmp_path: Path):
+    """Mount things for one test and always unmount them."""
+    if not IS_ROOT or not shutil.which("mount"):
+        pytest.skip("mounting needs root")
+    done: list[str] = []
+    loops: list[str] = []
+
+    def mount(*args: str) -> None:
+        proc = subprocess.run(["mount", *args], capture_output=True, text=True)
+        if proc.returncode != 0:
+            pytest.skip(f"mount {' '.join(args)} failed here: {proc.stderr.strip()}")
+        done.append(args[-1])
+
+    mount.loops = loops  # type: ignore[attr-defined]
+    yield mount
+    for point in reversed(done):
+        subprocess.run(["umount", "-l", point], capture_output=True)
+    for loop in loops:
+        subprocess.run(["losetup", "-d", loop], capture_output=True)
+
+
+def test_tmpfs_mounted_in_the_test(tmp_path: Path, mounted) -> None:
+    point = tmp_path / "ram"
+    point.mkdir()
+    mounted("-t", "tmpfs", "-o", "size=8m", "tmpfs", str(point))
+    (point / "f").write_bytes(b"x" * 5000)
+    section = gather_storage(Facts(Config(data=str(point))))
+    assert section["mount"]["mount_point"] == str(point)
+    assert section["mount"]["fstype"] == "tmpfs"
+    assert section["effective"]["medium"] == "ram"
+
+
+def test_bind_mount_shows_the_folder_it_exposes(tmp_path: Path, mounted) -> None:
+    (tmp_path / "src").mkdir()
+    (tmp_path / "dst").mkdir()
+    mounted("--bind", str(tmp_path / "src"), str(tmp_path / "dst"))
+    section = gather_storage(Facts(Config(data=str(tmp_path / "dst"))))
+    mount = section["mount"]
+    assert mount["mount_point"] == str(tmp_path / "dst")
+    assert mount["bind_of"].endswith(str(tmp_path / "src")) or mount["bind_of"].endswith("src")
+    assert section["effective"]["fstype"] == mount["fstype"]
+
+
+def test_overlay_is_followed_to_its_upper_layer(tmp_path: Path, mounted) -> None:
+    for name in ("lower", "upper", "work", "merged"):
+        (tmp_path / name).mkdir()
+    (tmp_path / "lower" / "a").write_text("x")
+    mounted("-t", "overlay", "overlay", "-o",
+            f"lowerdir={tmp_path/'lower'},upperdir={tmp_path/'upper'},workdir={tmp_path/'work'}",
+            str(tmp_path / "merged"))
+    section = gather_storage(Facts(Config(data=str(tmp_path / "merged"))))
+    mount = section["mount"]
+    assert mount["fstype"] == "overlay"
+    assert mount["overlay"]["upperdir"] == [str(tmp_path / "upper")]
+    backing = mount["backing"]
+    assert backing["layer"] == "upperdir"
+    assert backing["path"] == str(tmp_path / "upper")
+    assert section["effective"]["fstype"] == backing["fstype"] != "overlay"
+
+
+@pytest.mark.slow
+def test_loop_device_is_followed_to_its_backing_file(tmp_path: Path, mounted) -> None:
+    if not shutil.which("mkfs.ext4") or not shutil.which("losetup"):
+        pytest.skip("needs mkfs.ext4 and losetup")
+    image = tmp_path / "disk.img"
+    with open(image, "wb") as fh:
+        fh.truncate(16 * 1024**2)
+    subprocess.run(["mkfs.ext4", "-q", "-F", str(image)], check=True, capture_output=True)
+    proc = subprocess.run(["losetup", "--show", "-f", str(image)], capture_output=True, text=True)
+    if proc.returncode != 0:
+        pytest.skip(f"no loop device: {proc.stderr.strip()}")
+    loop = proc.stdout.strip()
+    mounted.loops.append(loop)
+    point = tmp_path / "mnt"
+    point.mkdir()
+    mounted(loop, str(point))
+    (point / "data.bin").write_bytes(os.urandom(100_000))
+    section = gather_storage(Facts(Config(data=str(point))))
+    mount = section["mount"]
+    assert mount["fstype"] == "ext4"
+    assert mount["device"]["name"] == os.path.basename(loop)
+    assert mount["device"]["medium"] == "loop"
+    assert mount["device"]["backing_file"] == str(image)
+    assert mount["backing"]["layer"] == "loop"
+    assert mount["backing"]["path"] == str(image)
+    assert section["read_probe"]["cache_bypass"] == "o_direct"
+
+
+# --- saved samples: rotational, network, FUSE -------------------------------------------------
+
+
+def test_mountinfo_parser_reads_the_kernel_format() -> None:
+    mounts = parse_mountinfo((FIXTURES / "mountinfo" / "hpc_node.txt").read_text())
+    home = next(m for m in mounts if m["mount_point"] == "/home")
+    assert home["fstype"] == "nfs4"
+    assert home["source"] == "fs01.cluster.local:/export/home"
+    assert "rsize=1048576" in home["super_options"]
+    assert any(m["mount_point"] == "/mnt/my data" for m in mounts)  # \040 unescaped
+
+
+def test_hdd_partition_fires_dsk001(tmp_path: Path) -> None:
+    storage = fixture_storage("hpc_node", "/data/imagenet/train", tmp_path)
+    assert storage["mount"]["device"]["name"] == "sdb"  # the partition sdb1 is described by its disk
+    hits = run_rule("DSK001", storage)
+    assert len(hits) == 1
+    assert hits[0].evidence["device"] == "sdb"
+    assert hits[0].evidence["rotational"] is True
+    assert hits[0].evidence["mount_point"] == "/data"
+    assert "WebDataset" in hits[0].fix
+    # The roomiest local NVMe array seen on this node is where the copy should go.
+    assert "rsync -a /data/imagenet/train/ /raid/train/ (md127, nvme, 3.0 TiB free)" in hits[0].fix
+
+
+def test_bind_mount_of_hdd_fires_dsk001(tmp_path: Path) -> None:
+    storage = fixture_storage("hpc_node", "/workspace/sets/coco", tmp_path)
+    assert storage["mount"]["bind_of"] == "/sets"
+    assert run_rule("DSK001", storage)[0].evidence["device"] == "sdb"
+
+
+def test_lvm_on_hdd_is_rotational_through_its_slaves(tmp_path: Path) -> None:
+    storage = fixture_storage("hpc_node", "/archive/x", tmp_path)
+    device = storage["mount"]["device"]
+    assert device["name"] == "dm-0" and device["slaves"][0]["name"] == "sdc"
+    assert device["medium"] == "hdd"  # dm-0 says rotational=0 itself; its disk does not
+    hits = run_rule("DSK001", storage)
+    assert hits and hits[0].evidence["device"] == "dm-0"
+
+
+def test_nvme_and_nvme_raid_stay_quiet(tmp_path: Path) -> None:
+    for path in ("/opt/x", "/raid/x", "/mnt/my data/x"):
+        storage = fixture_storage("hpc_node", path, tmp_path / path.replace("/", "_"))
+        assert run_rule("DSK001", storage) == [], path
+        assert run_rule("DSK002", storage) == [], path
+    assert fixture_storage("hpc_node", "/opt", tmp_path / "o")["effective"]["medium"] == "nvme"
+    assert fixture_storage("hpc_node", "/raid/x", tmp_path / "r")["effective"]["medium"] == "nvme"
+
+
+def test_fix_without_a_fast_local_disk_points_at_local_scratch(tmp_path: Path) -> None:
+    storage = fixture_storage("cloud_vm", "/mnt/gcs/train", tmp_path)
+    assert storage["fast_local_mounts"] == []  # the only disk is a virtio one
+    hits = run_rule("DSK002", storage)
+    assert 'rsync -a /mnt/gcs/train/ "${TMPDIR:-/tmp}/train/"' in hits[0].fix
+
+
+@pytest.mark.parametrize("path,fstype,backend,source", [
+    ("/home/alice/data", "nfs4", "nfs4", "fs01.cluster.local:/export/home"),
+    ("/scratch/run1", "lustre", "lustre", "10.1.0.20@o2ib:/scratch"),
+    ("/gpfs/projects/p", "gpfs", "gpfs", "projects"),
+    ("/mnt/beegfs/d", "beegfs", "beegfs", "beegfs_nodev"),
+    ("/mnt/old-nfs/d", "nfs", "nfs", "nas02:/volume1/datasets"),
+])
+def test_network_file_systems_fire_dsk002(tmp_path: Path, path, fstype, backend, source) -> None:
+    hits = run_rule("DSK002", fixture_storage("hpc_node", path, tmp_path))
+    assert len(hits) == 1
+    assert hits[0].evidence["fstype"] == fstype
+    assert hits[0].evidence["backend"] == backend
+    assert hits[0].evidence["source"] == source
+    assert "num_workers=8" in hits[0].fix  # 2 × the 4 usable CPUs: network readers mostly wait
+
+
+@pytest.mark.parametrize("path,backend", [
+    ("/mnt/gcs/train", "gcsfuse"), ("/mnt/s3/x", "s3fs"), ("/mnt/remote/x", "rclone"),
+    ("/mnt/mps3/x", "mountpoint-s3"), ("/mnt/sshdata/x", "sshfs"), ("/mnt/mystery/x", "mysteryfs"),
+    ("/mnt/share/x", "cifs"), ("/mnt/smb/x", "smb3"),
+])
+def test_fuse_and_smb_fire_dsk002(tmp_path: Path, path, backend) -> None:
+    hits = run_rule("DSK002", fixture_storage("cloud_vm", path, tmp_path))
+    assert len(hits) == 1 and hits[0].evidence["backend"] == backend
+    assert hits[0].evidence["fuse"] == (backend not in ("cifs", "smb3"))
+
+
+def test_local_fuse_and_virtio_boot_disk_stay_quiet(tmp_path: Path) -> None:
+    assert run_rule("DSK002", fixture_storage("cloud_vm", "/var/lib/lxcfs/x", tmp_path / "a")) == []
+    boot = fixture_storage("cloud_vm", "/home/u/data", tmp_path / "b")
+    assert boot["effective"]["medium"] == "virtual" and boot["effective"]["rotational"] is True
+    assert run_rule("DSK001", boot) == []
+
+
+def test_k8s_pod_host_path_on_hdd_and_nfs_volume(tmp_path: Path) -> None:
+    data = fixture_storage("k8s_pod", "/data/train", tmp_path / "a")
+    assert data["mount"]["bind_of"] == "/datasets/imagenet"
+    assert run_rule("DSK001", data)[0].evidence["device"] == "sdc"
+    models = run_rule("DSK002", fixture_storage("k8s_pod", "/models/m", tmp_path / "b"))
+    assert models[0].evidence["source"] == "10.96.0.50:/models"
+    # The overlay root's layers live in the host's namespace: said, not guessed.
+    root = fixture_storage("k8s_pod", "/workspace", tmp_path / "c")
+    assert root["mount"]["fstype"] == "overlay" and root["mount"]["backing"] is None
+    assert "not visible" in root["mount"]["backing_note"]
+    # The stacked /dev/shm: the last mount on a mount point is the one in use.
+    assert fixture_storage("k8s_pod", "/dev/shm/x", tmp_path / "d")["mount"]["source"] == "tmpfs"
+
+
+def test_classify_fstype_names() -> None:
+    assert classify_fstype("fuse.gcsfuse")["kind"] == "network"
+    assert classify_fstype("fuse", "mountpoint-s3")["backend"] == "mountpoint-s3"
+    assert classify_fstype("fuseblk")["kind"] == "local"
+    assert classify_fstype("xfs") == {"kind": "local", "backend": "xfs"}
+
+
+# --- sample and read probe --------------------------------------------------------------------
+
+
+def test_many_small_files_fire_dsk003(tmp_path: Path) -> None:
+    data = tmp_path / "train"
+    for shard in range(3):
+        (data / f"class{shard}").mkdir(parents=True)
+        for i in range(400):
+            (data / f"class{shard}" / f"{i}.jpg").write_bytes(b"\xff" * (2000 + i))
+    section = gather_storage(Facts(Config(data=str(data))))
+    assert section["sample"]["file_count"] == 1200
+    hits = run_rule("DSK003", section)
+    assert len(hits) == 1
+    assert hits[0].evidence["file_count"] == 1200
+    assert 2000 <= hits[0].evidence["median_bytes"] <= 2400
+    assert hits[0].evidence["truncated"] is False
+
+
+def test_few_large_files_stay_quiet_dsk003(tmp_path: Path) -> None:
+    for i in range(5):
+        with open(tmp_path / f"shard-{i}.tar", "wb") as fh:
+            fh.truncate(50 * 1024**2)
+    section = gather_storage(Facts(Config(data=str(tmp_path))))
+    assert run_rule("DSK003", section) == []
+
+
+def test_sample_walk_is_bounded(tmp_path: Path) -> None:
+    for i in range(150):
+        (tmp_path / f"{i}").write_bytes(b"x")
+    sample = sample_files(str(tmp_path), max_files=100)
+    assert sample["file_count"] == 100 and sample["truncated"] is True
+
+
+def test_read_probe_keeps_its_byte_budget(tmp_path: Path) -> None:
+    files = []
+    for i in range(8):
+        path = tmp_path / f"f{i}"
+        path.write_bytes(os.urandom(1024**2 + 777))
+        files.append((str(path), path.stat().st_size))
+    max_bytes = 3 * 1024**2 + 123
+    result = read_probe(files, max_bytes=max_bytes, max_seconds=10.0)
+    assert 0 < result["bytes_read"] <= max_bytes
+    assert result["sequential"]["bytes"] <= max_bytes // 2
+    assert result["timed_out"] is False
+    assert result["cache_bypass"] in ("o_direct", "fadvise_dontneed", "fadvise_dontneed+o_direct")
+
+
+def test_read_probe_keeps_its_time_budget(tmp_path: Path) -> None:
+    # Sparse 4 GiB files: far more than can be read in 0.3 s, without writing gigabytes.
+    files = []
+    for i in range(4):
+        path = tmp_path / f"sparse{i}"
+        with open(path, "wb") as fh:
+            fh.truncate(4 * 1024**3)
+        files.append((str(path), 4 * 1024**3))
+    start = time.monotonic()
+    result = read_probe(files, max_bytes=64 * 1024**3, max_seconds=0.3)
+    elapsed = time.monotonic() - start
+    # One read in flight may finish after the deadline: allow one 1 MiB read's worth.
+    assert result["seconds"] <= 0.3 + 0.25 and elapsed <= 0.3 + 0.3
+    assert result["bytes_read"] < 64 * 1024**3
+
+
+def test_dsk004_fires_on_fixture_slow_numbers_and_not_on_fast_ones() -> None:
+    slow = {"path": "/mnt/nfs/train", "exists": True, "mount": {"fstype": "nfs4"},
+            "sample": {"median_bytes": 110 * 1024},
+            "read_probe": {"sequential": {"bytes": 8 * 1024**2, "mib_per_s": 38.5},
+                           "random": {"reads": 60, "reads_per_s": 29.5, "mib_per_s": 3.1},
+                           "seconds": 2.0, "bytes_read": 9 * 1024**2, "cache_bypass": "o_direct",
+                           "timed_out": False, "max_seconds": 2.0}}
+    hits = run_rule("DSK004", slow)
+    assert len(hits) == 1
+    assert hits[0].evidence["sequential_mib_per_s"] == 38.5
+    assert hits[0].evidence["random_reads_per_s"] == 29.5
+    assert "29.5 a second" in hits[0].message
+    fast = json.loads(json.dumps(slow))
+    fast["read_probe"]["sequential"]["mib_per_s"] = 900.0
+    fast["read_probe"]["random"]["reads_per_s"] = 5000.0
+    assert run_rule("DSK004", fast) == []
+
+
+def test_dsk004_judges_against_the_needed_rate() -> None:
+    storage = {"path": "/d", "exists": True, "mount": {"fstype": "ext4"}, "sample": {"median_bytes": 100 * 1024},
+               "read_probe": {"sequential": {"bytes": 8 * 1024**2, "mib_per_s": 500.0},
+                              "random": {"reads": 100, "reads_per_s": 400.0, "mib_per_s": 39.0},
+                              "seconds": 1.0, "timed_out": False, "max_seconds": 2.0}}
+    facts = Facts.from_dict({"storage": storage, "loader": {"batch_size": 256},
+                             "system": {"cpu": {"usable": 4, "count": 4}}},
+                            Config(step_time=0.25))
+    hits = list(RULES["DSK004"](facts))  # 1024 samples/s × 100 KiB = 100 MiB/s needed
+    assert hits and hits[0].evidence["needed"]["mib_per_s"] == pytest.approx(100.0)
+    quiet = Facts.from_dict({"storage": storage, "loader": {"batch_size": 32},
+                             "system": {"cpu": {"usable": 4, "count": 4}}}, Config(step_time=0.25))
+    assert list(RULES["DSK004"](quiet)) == []
+
+
+BLKIO = Path("/sys/fs/cgroup/blkio")
+
+
+@pytest.mark.slow
+def test_throttled_disk_fires_dsk004_end_to_end(tmp_path: Path, mounted) -> None:
+    """A real slow disk: a loop device whose reads a blkio cgroup caps at 2 MiB/s."""
+    if not (BLKIO / "blkio.throttle.read_bps_device").exists():
+        pytest.skip("no cgroup v1 blkio throttling here")
+    image = tmp_path / "slow.img"
+    with open(image, "wb") as fh:
+        fh.truncate(64 * 1024**2)
+    subprocess.run(["mkfs.ext4", "-q", "-F", str(image)], check=True, capture_output=True)
+    proc = subprocess.run(["losetup", "--show", "-f", str(image)], capture_output=True, text=True)
+    if proc.returncode != 0:
+        pytest.skip("no loop device")
+    loop = proc.stdout.strip()
+    mounted.loops.append(loop)
+    point = tmp_path / "mnt"
+    point.mkdir()
+    mounted(loop, str(point))
+    for i in range(40):
+        (point / f"{i}.bin").write_bytes(os.urandom(256 * 1024))
+    subprocess.run(["sync"], check=True)
+    group = BLKIO / f"envdoctor-test-{os.getpid()}"
+    group.mkdir()
+    try:
+        # The mounted file system's device is the loop device: cap its reads at 2 MiB/s.
+        (group / "blkio.throttle.read_bps_device").write_text(f"{_dev_of(str(point))} 2097152\n")
+        proc = run_envdoctor(
+            "report", "--json", "--no-loader", "--data", str(point), "--select", "DSK004", "DSK001",
+            prefix_cmd=["sh", "-c", f'echo $$ > {group}/cgroup.procs && exec "$@"', "sh"])
+        report = json_report(proc)
+    finally:
+        group.rmdir()  # the command has exited, so the group is empty
+    hits = findings(report, "DSK004")
+    assert len(hits) == 1, report["facts"]["storage"]["read_probe"]
+    assert hits[0]["evidence"]["sequential_mib_per_s"] < 10
+    assert hits[0]["evidence"]["cache_bypass"] == "o_direct"
+    assert findings(report, "DSK001") == []  # a loop device is not a rotating disk

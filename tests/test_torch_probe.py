@@ -1,0 +1,334 @@
+"""The torch facts: files read without importing, and the import probe in the target interpreter.
+
+Target environments are real venvs made here (`python -m venv --without-pip`)
+holding the real numpy (linked from this environment) and a small `torch`
+package whose import fails, hangs, or meets numpy the way an extension
+compiled for NumPy 1.x does (numpy's own `_ARRAY_API` path, which prints the
+real message). The real torch of this environment is probed in the slow tests.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import numpy
+import psutil
+import pytest
+
+from envdoctor.config import Config
+from envdoctor.facts import Facts
+from envdoctor.facts import torch as torch_facts
+from envdoctor.facts.torch import (
+    PROBE_SCRIPT,
+    gather_torch,
+    probe_environment,
+    read_torch_files,
+    read_version_module,
+    run_torch_probe,
+)
+from support import findings, json_report, run_envdoctor
+
+NUMPY_DIR = Path(numpy.__file__).resolve().parent
+
+
+def make_venv(root: Path) -> tuple[Path, Path]:
+    """A real venv with this environment's numpy in it; (prefix, site-packages)."""
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(root)], check=True, capture_output=True)
+    site = next((root / "lib").glob("python3*/site-packages"))
+    for name in ("numpy", "numpy.libs"):
+        source = NUMPY_DIR.parent / name
+        if source.exists():
+            (site / name).symlink_to(source)
+    dist = next(NUMPY_DIR.parent.glob("numpy-*.dist-info"), None)
+    if dist:
+        (site / dist.name).symlink_to(dist)
+    return root, site
+
+
+def fake_torch(site: Path, init: str, version: str = "2.5.1+cu124", cuda: str | None = "12.4") -> None:
+    package = site / "torch"
+    package.mkdir()
+    (package / "__init__.py").write_text(textwrap.dedent(init))
+    (package / "version.py").write_text(textwrap.dedent(f"""\
+        from typing import Optional
+        __all__ = ['__version__', 'debug', 'cuda', 'git_version', 'hip']
+        __version__ = {version!r}
+        debug = False
+        cuda: Optional[str] = {cuda!r}
+        git_version = 'a8d6afb511a69687bbb2b7e88a3cf67917e1697e'
+        hip: Optional[str] = None
+        """))
+    dist = site / f"torch-{version}.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text(f"Metadata-Version: 2.1\nName: torch\nVersion: {version}\n"
+                                   "Requires-Dist: nvidia-cudnn-cu12==9.1.0.70; platform_system == \"Linux\"\n\n")
+    (dist / "INSTALLER").write_text("pip\n")
+
+
+BROKEN = """\
+    raise OSError("libcudnn.so.9: cannot open shared object file: No such file or directory")
+    """
+
+# What torch's C extension does at import under an ABI it was not built for:
+# ask numpy for _ARRAY_API (numpy prints its message and raises), then warn.
+NUMPY1_EXTENSION = """\
+    import importlib
+    import warnings
+    from . import version
+    __version__ = version.__version__
+    try:
+        getattr(importlib.import_module("numpy.core._multiarray_umath"), "_ARRAY_API")
+    except ImportError:
+        warnings.warn("Failed to initialize NumPy: _ARRAY_API not found (Triggered internally at "
+                      "../torch/csrc/utils/tensor_numpy.cpp:84.)", UserWarning)
+    """
+
+HEALTHY = """\
+    from . import version
+    __version__ = version.__version__
+    """
+
+
+def target_facts(prefix: Path, **config) -> Facts:
+    return Facts(Config(prefix=str(prefix), **config))
+
+
+# --- files, no import -------------------------------------------------------------------------
+
+
+def test_version_module_is_read_without_executing(tmp_path: Path) -> None:
+    module = tmp_path / "version.py"
+    module.write_text("import sys; sys.exit('executed!')\n__version__ = '2.4.0+cu121'\ncuda: str = '12.1'\n")
+    assert read_version_module(module) == {"__version__": "2.4.0+cu121", "cuda": "12.1"}
+
+
+def test_files_give_version_build_and_wheels(tmp_path: Path) -> None:
+    prefix, site = make_venv(tmp_path / "env")
+    fake_torch(site, BROKEN)
+    (site / "nvidia_cudnn_cu12-9.1.0.70.dist-info").mkdir()
+    section = read_torch_files({"site_packages": [str(site)], "sys_path": []})
+    assert section["version"] == "2.5.1+cu124" and section["cuda_build"] == "12.4" and section["build"] == "cuda"
+    assert section["git_version"] == "a8d6afb511a69687bbb2b7e88a3cf67917e1697e"
+    assert section["installer"] == "pip" and section["requires_nvidia"] == ["nvidia-cudnn-cu12==9.1.0.70"]
+    assert section["cudnn_wheel"] == "9.1.0.70"
+
+
+def test_no_torch_is_a_fact(tmp_path: Path) -> None:
+    prefix, _ = make_venv(tmp_path / "env")
+    section = gather_torch(target_facts(prefix, deep=True))
+    assert section["installed"] is False
+    assert section["probe"]["ran"] is False
+
+
+# --- the probe in a target that fails, hangs, warns --------------------------------------------
+
+
+def test_import_error_is_a_finding_within_the_limit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    prefix, site = make_venv(tmp_path / "env")
+    fake_torch(site, BROKEN)
+    monkeypatch.setenv("ENVDOCTOR_TORCH_PROBE_TIMEOUT", "30")
+    start = time.monotonic()
+    proc = run_envdoctor("report", "--json", "--prefix", str(prefix), "--no-loader", "--deep",
+                         "--select", "PKG010", "PKG008", "GPU001")
+    assert time.monotonic() - start < 30
+    report = json_report(proc)
+    assert proc.returncode == 1
+    hits = findings(report, "PKG010")
+    assert len(hits) == 1
+    assert hits[0]["evidence"]["error"] == ("OSError: libcudnn.so.9: cannot open shared object file: "
+                                            "No such file or directory")
+    assert hits[0]["evidence"]["torch_version"] == "2.5.1+cu124"
+    assert any("libcudnn" in line for line in hits[0]["evidence"]["traceback_tail"])
+    assert "whl/cu124" in hits[0]["fix"]
+    assert findings(report, "PKG008") == []
+
+
+def test_hanging_sitecustomize_times_out_and_leaves_nothing(tmp_path: Path) -> None:
+    prefix, site = make_venv(tmp_path / "env")
+    fake_torch(site, HEALTHY)
+    pidfile = tmp_path / "pid"
+    (site / "sitecustomize.py").write_text(
+        f"import os, time\nopen({str(pidfile)!r}, 'w').write(str(os.getpid()))\ntime.sleep(600)\n")
+    start = time.monotonic()
+    probe = run_torch_probe(str(prefix / "bin" / "python"), timeout=3)
+    assert time.monotonic() - start < 8
+    assert probe["timed_out"] is True and probe["timeout_s"] == 3
+    assert "did not finish within 3 s" in probe["error"]
+    pid = int(pidfile.read_text())
+    time.sleep(0.2)
+    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    # …and the rule says so.
+    from envdoctor.rules.runtime import RULES
+
+    facts = Facts.from_dict({"torch": {"installed": True, "version": "2.5.1+cu124", "probe": {**probe, "ran": True}},
+                             "target": {"interpreter": str(prefix / "bin" / "python")}})
+    hits = list(RULES["PKG010"](facts))
+    assert hits[0].evidence["timeout_s"] == 3 and "did not finish within 3 s" in hits[0].message
+
+
+def test_numpy_abi_warning_fires_pkg008(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    prefix, site = make_venv(tmp_path / "env")
+    fake_torch(site, NUMPY1_EXTENSION, version="2.1.2+cu121", cuda="12.1")
+    monkeypatch.setenv("ENVDOCTOR_TORCH_PROBE_TIMEOUT", "30")
+    proc = run_envdoctor("report", "--json", "--prefix", str(prefix), "--no-loader", "--deep",
+                         "--select", "PKG008", "PKG010")
+    report = json_report(proc)
+    hits = findings(report, "PKG008")
+    assert len(hits) == 1, report["findings"]
+    evidence = hits[0]["evidence"]
+    assert evidence["kind"] == "numpy1-extension-on-numpy2"
+    assert evidence["numpy_version"] == numpy.__version__
+    assert evidence["extension"] == "torch"
+    assert evidence["matched"].startswith("compiled using NumPy 1.x cannot be run in")
+    assert 'pip install "numpy<2"' in hits[0]["fix"] and "--upgrade torch" in hits[0]["fix"]
+    assert findings(report, "PKG010") == []  # the import itself went through
+    torch_section = report["facts"]["torch"]
+    assert any("_ARRAY_API not found" in w for w in torch_section["import_warnings"])
+
+
+def test_healthy_fake_torch_stays_quiet_and_gets_threadpoolctl_without_leaks(tmp_path: Path) -> None:
+    """threadpoolctl is missing from this target: the probe loads envdoctor's copy as one file."""
+    prefix, site = make_venv(tmp_path / "env")
+    fake_torch(site, HEALTHY)
+    probe = run_torch_probe(str(prefix / "bin" / "python"), timeout=30)
+    assert probe["import_error"] is None and probe["import_warnings"] == []
+    assert probe["threadpoolctl_source"] == "envdoctor"
+    assert any(p["internal_api"] == "openblas" for p in probe["threadpools"])
+    # The loader stage imports the probe module in its own process: nothing else of ours is visible.
+    code = ("import sys, json, importlib.util as u; sys.path.insert(0, sys.argv[1]); import torch_probe; "
+            "r = torch_probe.collect(); print(json.dumps({'src': r['threadpoolctl_source'], "
+            "'rich': u.find_spec('rich') is not None, 'psutil': u.find_spec('psutil') is not None, "
+            "'envdoctor_site': any('envdoctor' in p or '.venv' in p for p in sys.path[1:])}))")
+    env = probe_environment()
+    env.pop("PYTHONPATH", None)
+    out = subprocess.run([str(prefix / "bin" / "python"), "-B", "-c", code, str(PROBE_SCRIPT.parent)],
+                         capture_output=True, text=True, env=env, timeout=60)
+    result = json.loads(out.stdout.strip().splitlines()[-1])
+    assert result == {"src": "envdoctor", "rich": False, "psutil": False, "envdoctor_site": False}
+
+
+def test_probe_is_stdlib_only_and_never_imports_envdoctor() -> None:
+    import ast
+
+    tree = ast.parse(PROBE_SCRIPT.read_text())
+    top = [n for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))]
+    assert {alias.name.split(".")[0] for n in top for alias in n.names} <= set(sys.stdlib_module_names)
+    everywhere = [n for n in ast.walk(tree) if isinstance(n, (ast.Import, ast.ImportFrom))]
+    imported = {alias.name for n in everywhere for alias in n.names} | {
+        n.module for n in everywhere if isinstance(n, ast.ImportFrom) and n.module}
+    assert not any(name.startswith("envdoctor") for name in imported)
+
+
+# --- when the probe runs, and sharing it with the loader stage --------------------------------
+
+
+def test_loader_probe_result_is_reused(monkeypatch: pytest.MonkeyPatch) -> None:
+    def no_subprocess(*args, **kwargs):
+        raise AssertionError("the loader's probe result should have been used")
+
+    monkeypatch.setattr(torch_facts, "run_torch_probe", no_subprocess)
+    shared = {"probe_version": 1, "torch_preimported": False, "version": "2.13.0+cpu",
+              "sharing_strategy": "file_system", "import_error": None, "import_warnings": [], "threadpools": []}
+    facts = Facts(Config(), preset={"loader": {"torch_probe": shared}})
+    section = gather_torch(facts)
+    assert section["probe"]["source"] == "loader" and section["probe"]["reason"] == "loader stage"
+    assert section["sharing_strategy"] == "file_system"
+
+
+def test_loader_result_that_missed_the_import_is_not_reused(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A loader that imported torch before calling collect() missed what the import printed."""
+    ran = []
+    monkeypatch.setattr(torch_facts, "run_torch_probe", lambda interpreter, timeout=None: ran.append(1) or {
+        "ran": True, "source": "envdoctor", "probe_version": 1, "sharing_strategy": "file_descriptor"})
+    late = {"probe_version": 1, "torch_preimported": True, "sharing_strategy": "file_descriptor"}
+    for loader_result in (late, {"error": "RuntimeError: boom"}):
+        section = gather_torch(Facts(Config(), preset={"loader": {"torch_probe": loader_result}}))
+        assert section["probe"]["source"] == "envdoctor"
+    assert len(ran) == 2
+
+
+def test_collect_says_when_torch_was_imported_first(tmp_path: Path) -> None:
+    prefix, site = make_venv(tmp_path / "env")
+    fake_torch(site, HEALTHY)
+    code = ("import sys, json; sys.path.insert(0, sys.argv[1]); import torch, torch_probe; "
+            "print(json.dumps(torch_probe.collect()['torch_preimported']))")
+    out = subprocess.run([str(prefix / "bin" / "python"), "-B", "-c", code, str(PROBE_SCRIPT.parent)],
+                         capture_output=True, text=True, env=probe_environment(), timeout=60)
+    assert out.stdout.strip().splitlines()[-1] == "true"
+    assert run_torch_probe(str(prefix / "bin" / "python"), timeout=30)["torch_preimported"] is False
+
+
+def loader_that_asks_for_torch(facts):
+    """A loader stage that reads the torch section while it runs (as SYS001 would)."""
+    inner = facts["torch"]
+    return {"torch_probe": {"probe_version": 1, "torch_preimported": False, "sharing_strategy": "file_descriptor",
+                            "seen_inner": inner["probe"]}}
+
+
+def test_loader_asking_for_torch_does_not_recurse(monkeypatch: pytest.MonkeyPatch) -> None:
+    from envdoctor import facts as facts_module
+
+    monkeypatch.setitem(facts_module.PROBES, "loader", "test_torch_probe:loader_that_asks_for_torch")
+    facts = Facts(Config())
+    section = facts["torch"]
+    assert section["probe"]["source"] == "loader"
+    assert section["probe"]["seen_inner"] == {"ran": False, "reason": "asked for during the loader stage"}
+    assert facts["torch"] is section
+
+
+def test_no_loader_without_gpu_reads_files_only() -> None:
+    section = gather_torch(Facts(Config(no_loader=True)))
+    assert section["probe"]["ran"] is False
+    assert "files were enough" in section["probe"]["reason"]
+
+
+HOOK = """\
+import os, sys
+class _TorchImportWatch:
+    def find_spec(self, name, path=None, target=None):
+        if name == "torch":
+            with open(os.environ["TORCH_IMPORT_LOG"], "a") as fh:
+                fh.write(repr((os.getpid(), sys.argv)) + "\\n")
+        return None
+sys.meta_path.insert(0, _TorchImportWatch())
+"""
+
+
+@pytest.mark.slow
+def test_report_no_loader_imports_torch_in_no_process(tmp_path: Path) -> None:
+    """Every Python process started with this environment logs any `import torch` (a sitecustomize hook)."""
+    hook = tmp_path / "hook"
+    hook.mkdir()
+    (hook / "sitecustomize.py").write_text(HOOK)
+    log = tmp_path / "torch-imports.log"
+    env = dict(os.environ, TORCH_IMPORT_LOG=str(log),
+               PYTHONPATH=os.pathsep.join([str(hook), os.environ.get("PYTHONPATH", "")]))
+    proc = run_envdoctor("report", "--json", "--no-loader", env=env)
+    json_report(proc)
+    assert not log.exists(), log.read_text()
+    # The hook does see torch when the probe runs (--deep), and only in the probe's process.
+    proc = run_envdoctor("report", "--json", "--no-loader", "--deep", "--select", "PKG010", env=env)
+    report = json_report(proc)
+    lines = [eval(line) for line in log.read_text().splitlines()]  # noqa: S307 - our own repr output
+    assert lines and all(argv[0].endswith("torch_probe.py") for _, argv in lines)
+    assert report["facts"]["torch"]["probe"]["ran"] is True
+
+
+@pytest.mark.slow
+def test_real_torch_probe_agrees_with_the_files() -> None:
+    files = read_torch_files(Facts(Config(no_loader=True))["target"])
+    if not files["installed"]:
+        pytest.skip("torch is not installed here")
+    probe = run_torch_probe(sys.executable)
+    assert probe["timed_out"] is False and probe["import_error"] is None
+    assert probe["version"] == files["version"] and probe["git_version"] == files["git_version"]
+    assert probe["cuda"]["built"] == files["cuda_build"]
+    assert probe["sharing_strategy"] in ("file_descriptor", "file_system")
+    assert probe["intra_op_threads"] >= 1
+    assert probe["threadpoolctl_source"] == "target"
+    assert probe["start_method"] in ("fork", "spawn", "forkserver") and probe["start_method_set"] is False

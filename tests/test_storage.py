@@ -343,6 +343,15 @@ def test_many_small_files_fire_dsk003(tmp_path: Path) -> None:
     assert hits[0].evidence["truncated"] is False
 
 
+def test_many_small_files_in_the_working_directory_are_not_data_dsk003(tmp_path: Path, monkeypatch) -> None:
+    for i in range(1200):
+        (tmp_path / f"module_{i}.py").write_bytes(b"x" * 900)
+    monkeypatch.chdir(tmp_path)
+    section = gather_storage(Facts(Config()))
+    assert section["source"] == "working directory" and section["sample"]["file_count"] == 1200
+    assert run_rule("DSK003", section) == []
+
+
 def test_few_large_files_stay_quiet_dsk003(tmp_path: Path) -> None:
     for i in range(5):
         with open(tmp_path / f"shard-{i}.tar", "wb") as fh:

@@ -119,7 +119,9 @@ def find_network_filesystem(facts: Facts) -> Iterator[Hit]:
 
 def find_many_small_files(facts: Facts) -> Iterator[Hit]:
     storage = _storage(facts)
-    if storage is None:
+    # Only the user's data is judged: a working directory full of source files and
+    # a virtual environment is not a dataset, whatever its file sizes.
+    if storage is None or storage.get("source") != "--data":
         return
     sample = storage.get("sample") or {}
     count = sample.get("file_count") or 0

@@ -20,6 +20,12 @@ def render(report: Report) -> str:
         f"{report.generated_at}",
         "",
     ]
+    fleet = report.facts.get("fleet")
+    if fleet:  # compare / --distributed: the side-by-side view comes first
+        from envdoctor.fleet.view import fleet_markdown
+
+        lines[2] = f"**{summary_line(report)}** — envdoctor {report.tool['version']}, {report.generated_at}"
+        lines += [fleet_markdown(fleet), "", "## Findings", ""]
     if report.findings:
         lines += ["| severity | rule | finding | evidence | fix |", "|---|---|---|---|---|"]
         for f in report.findings:

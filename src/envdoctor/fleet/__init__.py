@@ -28,12 +28,13 @@ def fleet_report(
     *,
     target: dict[str, Any] | None = None,
     node_findings: Iterable[Finding] = (),
+    errors: Iterable[dict[str, Any]] = (),
     ignore: Iterable[str] = (),
     overrides: dict[str, Severity] | None = None,
 ) -> Report:
     """Run the FLT rules over `fleet` and assemble a normal, schema-valid Report.
 
-    `node_findings` are findings the nodes made themselves (under
+    `node_findings` and `errors` are what the nodes found themselves (under
     --distributed); they are listed with the FLT findings, worst first.
     """
     from envdoctor import engine
@@ -43,7 +44,7 @@ def fleet_report(
     catalog = load_catalog()
     metas = engine.select_rules(catalog, ("FLT",), ignore)
     facts = Facts.from_dict({"target": dict(target or {}), "fleet": fleet})
-    findings, errors = engine.run_rules(catalog, metas, facts, overrides or {})
+    findings, rule_errors = engine.run_rules(catalog, metas, facts, overrides or {})
     order = {rule_id: i for i, rule_id in enumerate(catalog.ids())}
     findings = sorted([*findings, *node_findings], key=lambda f: (-f.severity.rank, order.get(f.rule, len(order))))
-    return engine.assemble_report(facts, findings, errors)
+    return engine.assemble_report(facts, findings, [*rule_errors, *errors])

@@ -15,6 +15,8 @@ from typing import Any
 
 from envdoctor.model import SCHEMA_VERSION, Report
 
+FLEET_REPORT_REASON = "a fleet report (from compare or --distributed), not one node's report"
+
 
 def _expand(paths: list[str]) -> list[Path]:
     """The report files: files as given, and the *.json files directly inside folders."""
@@ -58,6 +60,8 @@ def read_report(path: Path) -> tuple[dict[str, Any] | None, str | None]:
                       f"{SCHEMA_VERSION}")
     if not isinstance(data.get("facts"), dict):
         return None, "an envdoctor report without facts"
+    if isinstance(data["facts"].get("fleet"), dict):
+        return None, FLEET_REPORT_REASON
     return data, None
 
 

@@ -181,10 +181,14 @@ def stragglers(fleet: Mapping[str, Any]) -> list[dict[str, Any]]:
 def not_compared(fleet: Mapping[str, Any]) -> list[dict[str, Any]]:
     """The fields that could not be compared, and on which nodes their facts were missing."""
     nodes = nodes_of(fleet)
+    if len(nodes) < 2:
+        return [{"key": "everything", "label": "everything", "missing_on": [],
+                 "reason": f"{len(nodes)} usable report{'s' if len(nodes) != 1 else ''}: "
+                           "comparing needs at least two"}]
     notes = []
     for fld in FIELDS:
         known = [n["node"] for n in nodes if fld.key in (n.get("values") or {})]
-        if len(known) == len(nodes) and len(nodes) > 1:
+        if len(known) == len(nodes):
             continue
         missing = [n["node"] for n in nodes if n["node"] not in known]
         sections = " or ".join(fld.sections)

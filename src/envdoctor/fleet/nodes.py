@@ -11,13 +11,27 @@ value out of the record, and out of the comparison, rather than failing.
 The package facts are read in this minimal shape::
 
     facts.packages.distributions: [{"name": "numpy", "version": "1.26.4", ...}, ...]
-    facts.packages.conda:         [{"name": "numpy", "version": "1.26.4", "channel": "conda-forge", ...}, ...]
+    facts.packages.conda:         {"present": true, "records": [{"name": "numpy", "version": "1.26.4",
+                                   "channel": "conda-forge", ...}, ...]}   (a bare list is read too)
+
+and the torch, gpu and storage facts by the keys their probes write
+(torch.version, torch.cuda_build, torch.nvidia_wheels, gpu.driver_version,
+storage.read_probe.sequential.mib_per_s …), with a few fallbacks.
 """
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
 from typing import Any, Callable, Mapping
+
+#: The report sections the comparison reads, in the order "not compared" notes list them.
+SECTIONS = ("system", "packages", "torch", "gpu", "storage", "loader")
+
+#: How a limit that is not set at all is written in a node record.
+UNLIMITED = "unlimited"
+#: How a node without torch is written in its record.
+NOT_INSTALLED = "not installed"
+
 
 @dataclass(frozen=True)
 class Field:
@@ -41,12 +55,12 @@ def _dig(tree: Any, *path: str) -> Any:
 
 
 def _first(tree: Any, *keys: str) -> Any:
-    """The first of several candidate keys that holds a value."""
+    """The first of several candidate keys that holds a plain value (not a nested table)."""
     if not isinstance(tree, Mapping):
         return None
     for key in keys:
         value = tree.get(key)
-        if value not in (None, ""):
+        if value not in (None, "") and not isinstance(value, Mapping):
             return value
     return None
 
@@ -77,6 +91,25 @@ def _torch(report: Mapping[str, Any], *keys: str) -> Any:
     return _version_text(_first(torch, *keys))
 
 
+def _nvidia_wheel(report: Mapping[str, Any], prefix: str) -> str | None:
+    """The version of an nvidia-* wheel beside torch (nvidia-nccl-cu12, nvidia-cudnn-cu12 …)."""
+    wheels = _dig(_section(report, "torch"), "nvidia_wheels")
+    if not isinstance(wheels, Mapping):
+        return None
+    return next((str(v) for k, v in sorted(wheels.items()) if str(k).startswith(prefix)), None)
+
+
+def _read_nccl(report: Mapping[str, Any]) -> Any:
+    return _torch(report, "nccl", "nccl_version") or _nvidia_wheel(report, "nvidia-nccl")
+
+
+def _read_cudnn(report: Mapping[str, Any]) -> Any:
+    # The wheel's version first: the probe's integer (90100) is only there when
+    # torch was imported, and mixing the two forms would look like drift.
+    return (_torch(report, "cudnn_wheel") or _nvidia_wheel(report, "nvidia-cudnn")
+            or _torch(report, "cudnn", "cudnn_version"))
+
+
 def _package_version(report: Mapping[str, Any], name: str) -> str | None:
     return (read_distributions(report) or {}).get(name)
 
@@ -87,7 +120,20 @@ def _read_python(report: Mapping[str, Any]) -> Any:
 
 
 def _read_torch(report: Mapping[str, Any]) -> Any:
+    if _dig(_section(report, "torch"), "installed") is False:
+        return NOT_INSTALLED
     return _torch(report, "version", "torch_version") or _package_version(report, "torch")
+
+
+def _read_cuda_build(report: Mapping[str, Any]) -> Any:
+    torch = _section(report, "torch")
+    if torch is None or torch.get("installed") is False:
+        return None
+    built = _torch(report, "cuda_build", "cuda_version", "version_cuda") \
+        or _version_text(_dig(torch, "cuda", "built"))
+    if built is None and torch.get("installed") and torch.get("version"):
+        return "cpu"  # a CPU-only build beside CUDA builds is drift worth naming
+    return built
 
 
 def _read_numpy(report: Mapping[str, Any]) -> Any:
@@ -137,8 +183,10 @@ def _read_disk(report: Mapping[str, Any]) -> float | None:
     storage = _section(report, "storage")
     if storage is None:
         return None
-    for candidate in (storage, storage.get("read_probe"), storage.get("read"),
-                      storage.get("throughput"), storage.get("probe")):
+    probe = storage.get("read_probe")
+    # Sequential reads first: that is what a loader streaming files sees.
+    for candidate in (_dig(probe, "sequential"), probe, _dig(probe, "random"), storage,
+                      storage.get("read"), storage.get("throughput")):
         rate = _rate_in(candidate)
         if rate is not None:
             return rate
@@ -172,15 +220,14 @@ def _read_memory_limit(report: Mapping[str, Any]) -> Any:
 FIELDS: tuple[Field, ...] = (
     # Drift here breaks collectives or kernels outright: FLT001, error.
     Field("torch", "torch", "core", ("torch", "packages"), _read_torch),
-    Field("cuda_build", "CUDA (torch build)", "core", ("torch",),
-          lambda r: _torch(r, "cuda", "cuda_build", "cuda_version", "version_cuda")),
-    Field("nccl", "NCCL", "core", ("torch",), lambda r: _torch(r, "nccl", "nccl_version")),
+    Field("cuda_build", "CUDA (torch build)", "core", ("torch",), _read_cuda_build),
+    Field("nccl", "NCCL", "core", ("torch",), _read_nccl),
     Field("driver", "NVIDIA driver", "core", ("gpu",), lambda r: _read_gpu(r, "driver_version", "driver")),
     Field("cuda_driver", "CUDA (driver)", "core", ("gpu",),
           lambda r: _read_gpu(r, "cuda_driver_version", "cuda_driver")),
     # Drift here is a warning: FLT002.
     Field("python", "Python", "version", ("target",), _read_python),
-    Field("cudnn", "cuDNN", "version", ("torch",), lambda r: _torch(r, "cudnn", "cudnn_version")),
+    Field("cudnn", "cuDNN", "version", ("torch",), _read_cudnn),
     Field("numpy", "numpy", "version", ("packages", "torch"), _read_numpy),
     # Limits of the machine: FLT005.
     Field("nofile", "open files (soft)", "limit", ("system",), lambda r: _read_nofile(r), "count"),
@@ -194,12 +241,6 @@ FIELDS: tuple[Field, ...] = (
 )
 
 FIELDS_BY_KEY = {f.key: f for f in FIELDS}
-
-#: The report sections the comparison reads, in the order "not compared" notes list them.
-SECTIONS = ("system", "packages", "torch", "gpu", "storage", "loader")
-
-#: How a limit that is not set at all is written in a node record.
-UNLIMITED = "unlimited"
 
 
 def show_value(value: Any, kind: str = "version") -> str:
@@ -257,6 +298,10 @@ def read_conda(report: Mapping[str, Any]) -> dict[str, dict[str, Any]] | None:
     if packages is None:
         return None
     entries = packages.get("conda")
+    if isinstance(entries, Mapping):  # {"present": bool, "records": [...]}
+        if entries.get("present") is False:
+            return None
+        entries = entries.get("records")
     if not isinstance(entries, list):
         return None
     found: dict[str, dict[str, Any]] = {}

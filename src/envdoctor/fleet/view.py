@@ -90,7 +90,8 @@ def _title(fleet: Mapping[str, Any]) -> str:
         expected = fleet.get("world_size") or len(nodes)
         return f"Fleet: {len(nodes)} of {expected} ranks reported"
     skipped = len(fleet.get("unreadable") or [])
-    return f"Fleet: {len(nodes)} reports compared" + (f", {skipped} skipped" if skipped else "")
+    plural = "s" if len(nodes) != 1 else ""
+    return f"Fleet: {len(nodes)} report{plural} compared" + (f", {skipped} skipped" if skipped else "")
 
 
 def _notes(fleet: Mapping[str, Any]) -> list[str]:
@@ -165,5 +166,6 @@ def fleet_markdown(fleet: Mapping[str, Any]) -> str:
 def fleet_heading(report: Any, fleet: Mapping[str, Any]) -> str:
     """The first line of a fleet report (there is no single target environment to name)."""
     where = "torch.distributed ranks" if fleet.get("mode") == "distributed" else "saved reports"
-    return (f"envdoctor {report.tool['version']} — fleet of {len(nodes_of(fleet))} nodes from {where}, "
+    count = len(nodes_of(fleet))
+    return (f"envdoctor {report.tool['version']} — fleet of {count} node{'s' if count != 1 else ''} from {where}, "
             f"on {report.host['hostname']} ({report.host['platform']})")

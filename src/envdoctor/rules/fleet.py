@@ -256,12 +256,19 @@ def find_unreadable_reports(facts: Facts) -> Iterator[Hit]:
         return
     from envdoctor import __version__
 
+    from envdoctor.fleet.compare import FLEET_REPORT_REASON
+
     for skipped in fleet.get("unreadable") or []:
+        if skipped["reason"] == FLEET_REPORT_REASON:
+            fix = ("give compare the reports of the single nodes (`envdoctor report --json --output "
+                   "reports/NODE.json` on each), not a report that already compares them")
+        else:
+            fix = (f"regenerate it on that node with envdoctor {__version__}: "
+                   f"envdoctor report --json --output {skipped['source']}")
         yield Hit(
             message=f"skipped {skipped['source']}: {skipped['reason']}",
             evidence={"path": skipped["source"], "reason": skipped["reason"]},
-            fix=(f"regenerate it on that node with envdoctor {__version__}: "
-                 f"envdoctor report --json --output {skipped['source']}"),
+            fix=fix,
         )
 
 
@@ -270,14 +277,16 @@ def find_failed_collective(facts: Facts) -> Iterator[Hit]:
     collective = (fleet or {}).get("collective")
     if not isinstance(collective, Mapping) or collective.get("ok") is not False:
         return
+    interface = (collective.get("environ") or {}).get("GLOO_SOCKET_IFNAME")
+    now = f"GLOO_SOCKET_IFNAME is {interface!r} in this job; " if interface else ""
     yield Hit(
         message=(f"every rank reported, but a {collective.get('backend', 'gloo')} process group across them "
                  f"failed: {collective.get('error')}"),
         evidence={k: collective.get(k) for k in ("backend", "error", "seconds", "world_size", "environ")
                   if collective.get(k) is not None},
-        fix=("set GLOO_SOCKET_IFNAME (and NCCL_SOCKET_IFNAME) to the interface the nodes reach each other on, "
-             "e.g. `export GLOO_SOCKET_IFNAME=eth0` (`ip -brief addr` lists them), and open MASTER_PORT and "
-             "the ephemeral ports between the nodes"),
+        fix=(now + "set GLOO_SOCKET_IFNAME (and NCCL_SOCKET_IFNAME) to the interface the nodes reach each "
+             "other on, e.g. `export GLOO_SOCKET_IFNAME=eth0` (`ip -brief addr` lists them), and open "
+             "MASTER_PORT and the ephemeral ports between the nodes"),
     )
 
 

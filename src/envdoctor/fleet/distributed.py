@@ -95,13 +95,14 @@ def _own_report(config: Config, placement: dict[str, Any]) -> dict[str, Any]:
     """This rank's report as a payload for rank 0: {"status": "ok", "report": {...}} or the failure."""
     from envdoctor.engine import run_check
 
+    # One loader stage per node: the other local ranks would only measure each other.
+    loader_stage = not config.no_loader and placement["local_rank"] == 0
     base = {"rank": placement["rank"], "local_rank": placement["local_rank"],
-            "node_rank": placement["node_rank"], "hostname": socket.gethostname()}
+            "node_rank": placement["node_rank"], "hostname": socket.gethostname(),
+            "loader_stage": loader_stage}
     try:
         _test_fault(placement["rank"], config.distributed_timeout)
-        # One loader stage per node: the other local ranks would only measure each other.
-        local = replace(config, distributed=False,
-                        no_loader=config.no_loader or placement["local_rank"] != 0)
+        local = replace(config, distributed=False, no_loader=not loader_stage)
         report = run_check(local)
     except Exception as exc:  # any failure of this rank's checks is rank 0's to report
         return {**base, "status": "failed", "reason": f"{type(exc).__name__}: {exc}"}
@@ -211,7 +212,8 @@ def _fleet_report(config: Config, placement: dict[str, Any], payloads: dict[int,
             continue
         label = f"rank{rank}@{payload.get('hostname')}"
         nodes.append(node_record(label, payload["report"], f"rank {rank}", rank=rank,
-                                 local_rank=payload.get("local_rank"), node_rank=payload.get("node_rank")))
+                                 local_rank=payload.get("local_rank"), node_rank=payload.get("node_rank"),
+                                 loader_stage=payload.get("loader_stage")))
     fleet: dict[str, Any] = {"mode": "distributed", "world_size": placement["world_size"],
                              "nodes": nodes, "failed": sorted(failed, key=lambda f: f["rank"]),
                              "collective": collective, "timeout_s": config.distributed_timeout}

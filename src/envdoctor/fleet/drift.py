@@ -120,7 +120,7 @@ def package_drift(fleet: Mapping[str, Any]) -> dict[str, list[dict[str, Any]]]:
             if name in _OWN_FIELDS or (source == "conda" and name in pip_names):
                 continue
             present = {node: table[name] for node, table in tables.items() if name in table}
-            absent = [node for node in tables if name not in present]
+            absent = [node for node in tables if node not in present]
             if absent:
                 presence.append({"package": name, "source": source, "present_on": present,
                                  "absent_on": absent,

@@ -96,6 +96,11 @@ def _title(fleet: Mapping[str, Any]) -> str:
 
 def _notes(fleet: Mapping[str, Any]) -> list[str]:
     lines = []
+    collective = fleet.get("collective")
+    if isinstance(collective, Mapping):
+        outcome = "ok" if collective.get("ok") else f"FAILED ({collective.get('error')})"
+        lines.append(f"{collective.get('backend', 'gloo')} all_reduce across {collective.get('world_size')} "
+                     f"ranks: {outcome} in {collective.get('seconds', 0):.2f} s")
     same = same_everywhere(fleet)
     if same:
         lines.append("same on every node: " + ", ".join(same))
@@ -119,7 +124,7 @@ def fleet_renderables(fleet: Mapping[str, Any]) -> list[Any]:
     if not rows:
         items.append(Text("no differences across the nodes in what was compared", style="green"))
     elif len(nodes) <= MAX_COLUMNS:
-        table = Table(title="what differs (* = differs from most nodes, or a straggler)", title_justify="left")
+        table = Table(title="what differs (* = the odd ones out)", title_justify="left")
         table.add_column("")
         for node in nodes:
             table.add_column(node, overflow="fold")
@@ -155,7 +160,7 @@ def fleet_markdown(fleet: Mapping[str, Any]) -> str:
             cells = [f"**{_md(row['values'].get(n, '?'))}**" if n in row["odd"] else _md(row["values"].get(n, "?"))
                      for n in nodes]
             lines.append(f"| {_md(row['what'])} | " + " | ".join(cells) + " |")
-        lines += ["", "Bold: differs from most nodes, or a straggler."]
+        lines += ["", "Bold: the odd ones out (differ from most nodes, or a straggler)."]
     else:
         lines += ["| | values | odd nodes |", "|---|---|---|"]
         lines += [f"| {_md(r['what'])} | {_md(_grouped_cell(r))} | {_md(', '.join(r['odd']))} |" for r in rows]

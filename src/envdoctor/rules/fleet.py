@@ -73,6 +73,11 @@ def _core_fix(drift: Mapping[str, Any], fleet: Mapping[str, Any]) -> str:
         major = str(fleet_value(fleet, drift["preferred_nodes"], "cuda_build") or "12").split(".")[0]
         return (_on(odd) + f"pip install nvidia-nccl-cu{major}=={want}   # or reinstall the torch build "
                 "the other nodes use, which pins its NCCL")
+    if key == "cuda_driver" and want != "none":
+        driver = fleet_value(fleet, drift["preferred_nodes"], "driver")
+        return (_on(odd) + f"upgrade the NVIDIA driver to one that supports CUDA {want}"
+                + (f" (the other nodes run driver {driver})" if driver and driver != "none" else "")
+                + f", then reboot; or keep these nodes out of the job (srun --exclude={','.join(odd)})")
     if want == "none":
         return (f"on {_nodes_text(odd)}: these nodes have a GPU driver the others lack; "
                 "run every rank of one job on the same kind of node (e.g. srun --constraint=…)")

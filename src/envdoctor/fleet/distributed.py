@@ -3,7 +3,8 @@
 Under torchrun (or any launcher that sets RANK, WORLD_SIZE, MASTER_ADDR and
 MASTER_PORT) every rank runs the normal checks on its own machine, with the
 DataLoader stage only where LOCAL_RANK is 0, so a node measures its loader
-once rather than once per rank. The reports travel to rank 0 through the
+once rather than once per rank. Each rank's node record (the comparable
+facts, see `fleet.nodes`) and findings travel to rank 0 through the
 torch.distributed key-value store the launcher set up, each under its own
 rank's key, so rank 0 knows exactly which rank is missing; it waits at most
 `--distributed-timeout` seconds. When every rank reported, the ranks then form
@@ -92,7 +93,13 @@ def _test_fault(rank: int, timeout: float) -> None:
 
 
 def _own_report(config: Config, placement: dict[str, Any]) -> dict[str, Any]:
-    """This rank's report as a payload for rank 0: {"status": "ok", "report": {...}} or the failure."""
+    """What this rank sends rank 0: its node record, findings and errors, or why it failed.
+
+    The node record, not the whole report: rank 0 of a thousand ranks should
+    receive a few kilobytes from each, not every rank's full package list.
+    """
+    from envdoctor.fleet.nodes import node_record
+
     from envdoctor.engine import run_check
 
     # One loader stage per node: the other local ranks would only measure each other.
@@ -106,7 +113,12 @@ def _own_report(config: Config, placement: dict[str, Any]) -> dict[str, Any]:
         report = run_check(local)
     except Exception as exc:  # any failure of this rank's checks is rank 0's to report
         return {**base, "status": "failed", "reason": f"{type(exc).__name__}: {exc}"}
-    return {**base, "status": "ok", "report": json.loads(json.dumps(report.to_dict(), default=str))}
+    data = json.loads(json.dumps(report.to_dict(), default=str))
+    record = node_record(f"rank{placement['rank']}@{base['hostname']}", data, f"rank {placement['rank']}",
+                         rank=placement["rank"], local_rank=placement["local_rank"],
+                         node_rank=placement["node_rank"], loader_stage=loader_stage)
+    return {**base, "status": "ok", "record": record, "findings": data["findings"], "errors": data["errors"],
+            "target": data["target"] if placement["rank"] == 0 else None}
 
 
 def _connect(dist: Any, placement: dict[str, Any], timeout: float) -> Any:
@@ -182,11 +194,10 @@ def _merge_node_findings(payloads: dict[int, dict[str, Any]]) -> tuple[list[Find
     findings: dict[tuple[str, str, str], tuple[dict[str, Any], list[int]]] = {}
     errors: dict[tuple[str, str], tuple[dict[str, Any], list[int]]] = {}
     for rank, payload in sorted(payloads.items()):
-        report = payload.get("report") or {}
-        for item in report.get("findings") or []:
+        for item in payload.get("findings") or []:
             key = (item["rule"], item["message"], item.get("fix") or "")
             findings.setdefault(key, (item, []))[1].append(rank)
-        for item in report.get("errors") or []:
+        for item in payload.get("errors") or []:
             key = (str(item.get("rule") or item.get("probe")), str(item.get("message")))
             errors.setdefault(key, (item, []))[1].append(rank)
     merged = [_finding_from_dict(item, ranks) for item, ranks in findings.values()]
@@ -203,25 +214,20 @@ def _fleet_report(config: Config, placement: dict[str, Any], payloads: dict[int,
     from envdoctor.engine import check_severity_overrides
     from envdoctor.fleet import fleet_report
     from envdoctor.fleet.drift import not_compared
-    from envdoctor.fleet.nodes import node_record
 
     nodes, failed = [], list(missing)
     for rank, payload in sorted(payloads.items()):
         if payload.get("status") != "ok":
             failed.append({k: payload.get(k) for k in ("rank", "hostname", "reason")} | {"status": "failed"})
             continue
-        label = f"rank{rank}@{payload.get('hostname')}"
-        nodes.append(node_record(label, payload["report"], f"rank {rank}", rank=rank,
-                                 local_rank=payload.get("local_rank"), node_rank=payload.get("node_rank"),
-                                 loader_stage=payload.get("loader_stage")))
+        nodes.append(payload["record"])
     fleet: dict[str, Any] = {"mode": "distributed", "world_size": placement["world_size"],
                              "nodes": nodes, "failed": sorted(failed, key=lambda f: f["rank"]),
                              "collective": collective, "timeout_s": config.distributed_timeout}
     fleet["not_compared"] = not_compared(fleet)
     node_findings, node_errors = _merge_node_findings({r: p for r, p in payloads.items() if p.get("status") == "ok"})
-    own = payloads.get(0, {}).get("report") or {}
     overrides = check_severity_overrides(load_catalog(), config.severity)
-    return fleet_report(fleet, target=own.get("target"), node_findings=node_findings,
+    return fleet_report(fleet, target=payloads.get(0, {}).get("target"), node_findings=node_findings,
                         errors=node_errors, ignore=config.ignore, overrides=overrides)
 
 

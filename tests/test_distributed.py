@@ -146,3 +146,52 @@ def test_distributed_without_a_launcher_is_a_usage_error(tmp_path: Path) -> None
     assert proc.returncode == 2
     assert "--distributed needs the torch.distributed variables" in proc.stderr
     assert "torchrun" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _rank_env(rank: int, world_size: int, port: int) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TORCHELASTIC")}
+    return {**env, "NO_COLOR": "1", "RANK": str(rank), "WORLD_SIZE": str(world_size), "LOCAL_RANK": str(rank),
+            "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
+
+
+def test_any_launcher_that_sets_the_variables_works_without_torchrun(tmp_path: Path) -> None:
+    port = _free_port()
+    argv = [sys.executable, "-m", "envdoctor", "report", "--json", "--no-loader", "--distributed",
+            "--distributed-timeout", "30"]
+    ranks = [subprocess.Popen(argv, env=_rank_env(rank, 2, port), cwd=tmp_path, text=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE) for rank in (0, 1)]
+    try:
+        (out0, err0), (out1, _) = (rank.communicate(timeout=90) for rank in ranks)
+    finally:
+        for rank in ranks:
+            rank.kill()
+    assert out1 == "" and ranks[1].returncode == 0  # rank 1 stays quiet
+    report = json.loads(out0)
+    validate_report(report)
+    fleet = report["facts"]["fleet"]
+    assert [n["node"].split("@")[0] for n in fleet["nodes"]] == ["rank0", "rank1"]
+    assert fleet["failed"] == [] and fleet["collective"]["ok"] is True
+
+
+def test_rank_0_alone_reports_the_ranks_that_never_connected(tmp_path: Path) -> None:
+    started = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "envdoctor", "report", "--json", "--no-loader", "--distributed",
+                           "--distributed-timeout", "2"], env=_rank_env(0, 3, _free_port()), cwd=tmp_path,
+                          capture_output=True, text=True, timeout=60)
+    report = json.loads(proc.stdout)
+    validate_report(report)
+    missing = findings(report, "FLT007")
+    assert [f["evidence"]["rank"] for f in missing] == [1, 2]
+    assert all(f["evidence"]["status"] == "timed-out" for f in missing)
+    assert "never reached rank 0's store" in missing[0]["message"]
+    assert "1/3 clients joined" in missing[0]["evidence"]["reason"]
+    assert proc.returncode == 1
+    assert time.monotonic() - started < 45

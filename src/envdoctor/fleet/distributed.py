@@ -243,7 +243,12 @@ def run_distributed(config: Config) -> Report | None:
                          f"interpreter envdoctor runs in ({sys.executable})") from None
     rank, world_size, timeout = placement["rank"], placement["world_size"], config.distributed_timeout
     stop = _Stop()
-    previous = signal.signal(signal.SIGTERM, stop) if rank == 0 else None
+    previous = None
+    if rank == 0:
+        try:
+            previous = signal.signal(signal.SIGTERM, stop)
+        except ValueError:  # not the main thread: the launcher's SIGTERM keeps its default
+            previous = None
     started = time.monotonic()
     try:
         try:

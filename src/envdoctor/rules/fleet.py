@@ -238,6 +238,8 @@ def find_failed_ranks(facts: Facts) -> Iterator[Hit]:
         host = f" on {failed['hostname']}" if failed.get("hostname") else ""
         if status == "timed-out":
             what = f"did not report within {failed.get('waited_s', 0):.0f} s"
+            if failed.get("reason") and not str(failed["reason"]).startswith("no report within"):
+                what += f": {failed['reason']}"
             fix = (f"run `envdoctor check` on the node of rank {rank} alone to see what hangs there; "
                    "if its checks are just slow, raise --distributed-timeout")
         elif status == "stopped":

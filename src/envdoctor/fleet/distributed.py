@@ -259,13 +259,20 @@ def run_distributed(config: Config) -> Report | None:
                                  f"{os.environ['MASTER_PORT']}: {type(exc).__name__}: {exc}") from None
             own = _own_report(config, placement)
             waited = round(time.monotonic() - started, 1)
+            where = ("rank 0 could not reach the launcher's store"
+                     if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
+                     else "never reached rank 0's store")
             missing = [{"rank": r, "status": "timed-out", "waited_s": waited,
-                        "reason": f"never reached rank 0's store ({type(exc).__name__}: {exc})"}
+                        "reason": f"{where} ({type(exc).__name__}: {exc})"}
                        for r in range(1, world_size)]
             return _fleet_report(config, placement, {0: own}, missing, None)
         payload = _own_report(config, placement)
         if rank != 0:
-            store.set(f"rank/{rank}", json.dumps(payload, default=str))
+            try:
+                store.set(f"rank/{rank}", json.dumps(payload, default=str))
+            except Exception as exc:  # rank 0 names this rank as timed out; say why here
+                raise UsageError(f"rank {rank} could not send its report to rank 0: "
+                                 f"{type(exc).__name__}: {exc}") from None
             try:  # rank 0 says whether every rank is there for the collective check
                 store.wait(["verdict"], timedelta(seconds=timeout + 30))
                 verdict = store.get("verdict").decode()

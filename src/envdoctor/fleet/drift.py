@@ -11,6 +11,7 @@ are the odd ones out, and the fix is written for them.
 """
 from __future__ import annotations
 
+import re
 import statistics
 from collections import Counter
 from typing import Any, Iterable, Mapping
@@ -26,6 +27,10 @@ STRAGGLER_RATIO = 0.7
 #: Packages compared through their own fields (torch, numpy), or named
 #: differently by conda and pip, are left out of the generic package comparison.
 _OWN_FIELDS = {"torch", "pytorch", "numpy", "python"}
+
+
+def _canonical(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
 
 
 def nodes_of(fleet: Mapping[str, Any]) -> list[Mapping[str, Any]]:
@@ -111,13 +116,14 @@ def package_drift(fleet: Mapping[str, Any]) -> dict[str, list[dict[str, Any]]]:
         "conda": {n["node"]: {name: rec.get("version") for name, rec in n["conda"].items()}
                   for n in nodes if isinstance(n.get("conda"), Mapping)},
     }
-    pip_names = {name for table in sources["pip"].values() for name in table}
+    # conda spells some names with "_" where the distribution has "-": compare them canonically.
+    pip_names = {_canonical(name) for table in sources["pip"].values() for name in table}
     for source, tables in sources.items():
         if len(tables) < 2:
             continue
         names = sorted({name for table in tables.values() for name in table})
         for name in names:
-            if name in _OWN_FIELDS or (source == "conda" and name in pip_names):
+            if name in _OWN_FIELDS or (source == "conda" and _canonical(name) in pip_names):
                 continue
             present = {node: table[name] for node, table in tables.items() if name in table}
             absent = [node for node in tables if node not in present]

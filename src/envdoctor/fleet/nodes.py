@@ -43,7 +43,7 @@ class Field:
     #: The report sections it is read from; the value is compared only where one is present.
     sections: tuple[str, ...]
     read: Callable[[Mapping[str, Any]], Any]
-    kind: str = "version"  # "version", "count", "bytes", "rate"
+    kind: str = "version"  # "version", "count", "bytes", "rate" (samples/s), "bytes-rate" (bytes/s)
 
 
 def _dig(tree: Any, *path: str) -> Any:

@@ -16,7 +16,7 @@ from typing import Any, Iterator, Mapping
 
 from envdoctor.facts import Facts
 from envdoctor.fleet.drift import channel_drift, package_drift, stragglers, value_drift
-from envdoctor.fleet.nodes import UNLIMITED, show_value
+from envdoctor.fleet.nodes import NOT_INSTALLED, UNLIMITED, show_value
 from envdoctor.rules import Hit
 from envdoctor.rules.system import human_bytes
 
@@ -52,16 +52,19 @@ def _torch_index(version: str) -> str:
     return ""
 
 
-def _preferred_torch(fleet: Mapping[str, Any], nodes: list[str]) -> str | None:
+def fleet_value(fleet: Mapping[str, Any], nodes: list[str], key: str) -> Any:
+    """The value of `key` on the first of `nodes` that has it."""
     for node in fleet.get("nodes") or []:
-        if node.get("node") in nodes and (node.get("values") or {}).get("torch"):
-            return node["values"]["torch"]
+        if node.get("node") in nodes and key in (node.get("values") or {}):
+            return node["values"][key]
     return None
 
 
 def _core_fix(drift: Mapping[str, Any], fleet: Mapping[str, Any]) -> str:
     key, want, odd = drift["key"], drift["preferred"], drift["odd_nodes"]
-    torch = _preferred_torch(fleet, drift["preferred_nodes"])
+    torch = fleet_value(fleet, drift["preferred_nodes"], "torch")
+    if key == "torch" and want == NOT_INSTALLED:
+        return _on(odd) + "pip uninstall -y torch   # most nodes have no torch; or install it on all of them"
     if key == "torch":
         return _on(odd) + f"pip install torch=={want}{_torch_index(want)}"
     if key == "cuda_build":
@@ -85,13 +88,6 @@ def _core_fix(drift: Mapping[str, Any], fleet: Mapping[str, Any]) -> str:
     return (_on(odd) + f"install NVIDIA driver {want} (e.g. `apt-get install -y nvidia-driver-{branch}`, "
             "or the image the other nodes boot), then reboot; or keep these nodes out of the job "
             f"(srun --exclude={','.join(odd)})")
-
-
-def fleet_value(fleet: Mapping[str, Any], nodes: list[str], key: str) -> Any:
-    for node in fleet.get("nodes") or []:
-        if node.get("node") in nodes and key in (node.get("values") or {}):
-            return node["values"][key]
-    return None
 
 
 def _drift_hit(drift: Mapping[str, Any], fix: str) -> Hit:

@@ -46,6 +46,8 @@ def _add_check_options(p: argparse.ArgumentParser, default_format: str) -> None:
     run.add_argument("--deep", action="store_true", default=None, help="run the slow checks too (file hashes, torch import probe)")
     run.add_argument("--distributed", action="store_true", default=None,
                      help="under torchrun: gather every rank's facts to rank 0 and print the fleet view")
+    run.add_argument("--distributed-timeout", type=float, metavar="SECONDS",
+                     help="with --distributed: how long rank 0 waits for the other ranks (default 120)")
     rules = p.add_argument_group("which rules")
     rules.add_argument("--select", nargs="+", metavar="RULE", help="run only these rules or families")
     rules.add_argument("--ignore", nargs="+", metavar="RULE", help="skip these rules or families")
@@ -103,6 +105,7 @@ def _config_from_args(args: argparse.Namespace, default_format: str) -> Any:
         "step_time": args.step_time,
         "deep": args.deep,
         "distributed": args.distributed,
+        "distributed_timeout": args.distributed_timeout,
         "select": tuple(args.select) if args.select else None,
         "ignore": tuple(args.ignore) if args.ignore else None,
         "severity": dict(args.severity) if args.severity else None,

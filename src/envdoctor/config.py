@@ -95,6 +95,8 @@ def validate(config: Config) -> Config:
             raise ConfigError(f"severity for {rule_id}: {exc}") from None
     if config.budget <= 0:
         raise ConfigError(f"budget must be a positive number of seconds, not {config.budget}")
+    if config.distributed_timeout <= 0:
+        raise ConfigError(f"distributed_timeout must be a positive number of seconds, not {config.distributed_timeout}")
     if config.step_time is not None and config.step_time <= 0:
         raise ConfigError(f"step_time must be a positive number of seconds, not {config.step_time}")
     return config

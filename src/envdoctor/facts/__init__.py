@@ -29,6 +29,7 @@ PROBES: dict[str, str] = {
     "storage": "envdoctor.facts.storage:gather_storage",
     "scripts": "envdoctor.facts.scripts:gather_scripts",
     "loader": "envdoctor.loader:gather_loader",
+    "fleet": "envdoctor.fleet:gather_fleet",
 }
 
 

@@ -11,15 +11,23 @@ def _cell(text: str) -> str:
 
 def render(report: Report) -> str:
     target = report.target
+    fleet = report.facts.get("fleet")
+    if fleet:  # compare / --distributed: many nodes, no single environment to name
+        where = f"fleet of {len(fleet.get('nodes') or [])} nodes, compared on `{report.host['hostname']}`"
+    else:
+        where = (f"{target.get('kind') or '?'} environment `{target.get('prefix') or '?'}` "
+                 f"(Python {target.get('python') or '?'}) on `{report.host['hostname']}` "
+                 f"({report.host['platform']})")
     lines = [
         "# envdoctor report",
         "",
-        f"**{summary_line(report)}** — {target.get('kind') or '?'} environment "
-        f"`{target.get('prefix') or '?'}` (Python {target.get('python') or '?'}) on "
-        f"`{report.host['hostname']}` ({report.host['platform']}), envdoctor {report.tool['version']}, "
-        f"{report.generated_at}",
+        f"**{summary_line(report)}** — {where}, envdoctor {report.tool['version']}, {report.generated_at}",
         "",
     ]
+    if fleet:  # the side-by-side view comes before the findings
+        from envdoctor.fleet.view import fleet_markdown
+
+        lines += [fleet_markdown(fleet), "", "## Findings", ""]
     if report.findings:
         lines += ["| severity | rule | finding | evidence | fix |", "|---|---|---|---|---|"]
         for f in report.findings:

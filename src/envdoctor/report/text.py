@@ -40,14 +40,26 @@ def write(report: Report, console: Any) -> None:
     from rich.text import Text
 
     target = report.target
-    where = f"{target.get('kind') or '?'} environment {target.get('prefix') or '?'}"
-    python = f"Python {target['python']}" if target.get("python") else "no Python found"
-    console.print(Text(f"envdoctor {report.tool['version']} — {where} ({python}) "
-                       f"on {report.host['hostname']} ({report.host['platform']})", style="bold"))
+    fleet = report.facts.get("fleet")
+    if fleet:  # compare / --distributed: many nodes, no single environment to name
+        from envdoctor.fleet.view import fleet_heading
+
+        console.print(Text(fleet_heading(report, fleet), style="bold"))
+    else:
+        where = f"{target.get('kind') or '?'} environment {target.get('prefix') or '?'}"
+        python = f"Python {target['python']}" if target.get("python") else "no Python found"
+        console.print(Text(f"envdoctor {report.tool['version']} — {where} ({python}) "
+                           f"on {report.host['hostname']} ({report.host['platform']})", style="bold"))
     counts = report.summary
     worst = next((s for s in ("error", "warning", "info") if counts[s]), None)
     mark = {"error": "✗", "warning": "!", "info": "i", None: "✓"}[worst]
     console.print(Text(f"{mark} {summary_line(report)}", style=_STYLE.get(worst or "", "bold green")))
+    if fleet:
+        from envdoctor.fleet.view import fleet_renderables
+
+        console.print()
+        for item in fleet_renderables(fleet):
+            console.print(item)
     for level in (Severity.ERROR, Severity.WARNING, Severity.INFO):
         group = [f for f in report.findings if f.severity == level]
         if not group:

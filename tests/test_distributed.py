@@ -1,0 +1,201 @@
+"""`report --distributed` under a real `torchrun --standalone --nproc-per-node 2`.
+
+Every test starts the real launcher with two ranks on this machine. Faults are
+made through the ENVDOCTOR_TEST_RANK_FAULT test hook ("RANK:raise|hang|exit")
+or through a real misconfiguration (GLOO_SOCKET_IFNAME naming no interface).
+Each run is bounded by the test's own timeout, far above what rank 0 needs.
+"""
+from __future__ import annotations
+
+import importlib.util
+import io
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from support import findings, run_envdoctor, validate_report
+
+# Looked up, not imported: importing torch here would put it in this test process's
+# sys.modules, where other tests check that envdoctor itself never imports it.
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="torch is not installed"),
+]
+
+
+def _torchrun() -> list[str]:
+    script = Path(sys.executable).with_name("torchrun")
+    if script.exists():
+        return [str(script)]
+    return [sys.executable, "-m", "torch.distributed.run"]
+
+
+def torchrun_report(*args: str, env: dict[str, str] | None = None, timeout: float = 90,
+                    cwd: Path | None = None) -> tuple[subprocess.CompletedProcess[str], dict[str, Any], float]:
+    """Run envdoctor under torchrun with two ranks; the one JSON report rank 0 printed."""
+    full_env = {**os.environ, "NO_COLOR": "1", **(env or {})}
+    started = time.monotonic()
+    proc = subprocess.run([*_torchrun(), "--standalone", "--nproc-per-node", "2", "-m", "envdoctor",
+                           "report", "--json", "--distributed", *args],
+                          capture_output=True, text=True, env=full_env, timeout=timeout, cwd=cwd)
+    elapsed = time.monotonic() - started
+    assert proc.stdout.strip(), f"rank 0 printed nothing; stderr:\n{proc.stderr[-3000:]}"
+    report = json.loads(proc.stdout)  # exactly one JSON document: the other rank stays quiet
+    validate_report(report)
+    return proc, report, elapsed
+
+
+def test_two_ranks_give_one_fleet_report_on_rank_0(tmp_path: Path) -> None:
+    proc, report, _ = torchrun_report("--budget", "3", cwd=tmp_path)
+    fleet = report["facts"]["fleet"]
+    assert fleet["mode"] == "distributed" and fleet["world_size"] == 2
+    assert [(n["rank"], n["local_rank"]) for n in fleet["nodes"]] == [(0, 0), (1, 1)]
+    assert fleet["failed"] == []
+    assert fleet["collective"]["ok"] is True and fleet["collective"]["backend"] == "gloo"
+    assert findings(report, "FLT007") == [] and findings(report, "FLT009") == []
+    # The loader stage runs once per node, on local rank 0 only.
+    rank0, rank1 = fleet["nodes"]
+    assert (rank0["loader_stage"], rank1["loader_stage"]) == (True, False)
+    assert "loader" in rank1["missing_sections"]
+    loader_errors = [e for e in report["errors"] if e.get("probe") == "loader"]
+    assert all(e["message"].endswith("(ranks 0)") for e in loader_errors)
+    if "loader" not in rank0["missing_sections"]:  # a build with the loader stage measured it there
+        assert "loader_samples_per_s" in rank0["values"]
+    # Both ranks ran on one machine with one environment: nothing drifts.
+    assert [f for f in report["findings"] if f["rule"] in ("FLT001", "FLT002", "FLT003", "FLT005")] == []
+    assert proc.returncode == (1 if report["summary"]["error"] else 0)
+
+
+@pytest.fixture(scope="module")
+def raising_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[subprocess.CompletedProcess[str], dict[str, Any]]:
+    """One launch with two faults: rank 1's checks raise, and GLOO_SOCKET_IFNAME names no interface.
+
+    Rank 1 still reports (its failure), so the gloo check runs and fails on its own:
+    the two findings are independent, and one launch saves ten seconds.
+    """
+    proc, report, _ = torchrun_report(
+        "--no-loader", "--distributed-timeout", "30",
+        env={"ENVDOCTOR_TEST_RANK_FAULT": "1:raise", "GLOO_SOCKET_IFNAME": "envdoctor-none0"},
+        cwd=tmp_path_factory.mktemp("raising"))
+    return proc, report
+
+
+def test_a_rank_that_raises_is_reported_by_rank(raising_run: tuple[Any, dict[str, Any]]) -> None:
+    proc, report = raising_run
+    (failed,) = findings(report, "FLT007")
+    assert failed["severity"] == "error"
+    assert failed["evidence"]["rank"] == 1 and failed["evidence"]["status"] == "failed"
+    assert failed["evidence"]["reason"] == "RuntimeError: ENVDOCTOR_TEST_RANK_FAULT made rank 1 fail"
+    assert failed["message"].startswith("rank 1 on ")
+    assert [n["rank"] for n in report["facts"]["fleet"]["nodes"]] == [0]
+    assert proc.returncode == 1
+
+
+def test_a_gloo_group_that_cannot_form_is_reported(raising_run: tuple[Any, dict[str, Any]]) -> None:
+    proc, report = raising_run
+    (failed,) = findings(report, "FLT009")
+    assert failed["severity"] == "error"
+    assert failed["evidence"]["backend"] == "gloo"
+    assert failed["evidence"]["environ"] == {"GLOO_SOCKET_IFNAME": "envdoctor-none0"}
+    assert "envdoctor-none0" in failed["evidence"]["error"]
+    assert failed["fix"].startswith("GLOO_SOCKET_IFNAME is 'envdoctor-none0' in this job; ")
+
+
+def test_the_text_view_of_a_distributed_run(raising_run: tuple[Any, dict[str, Any]]) -> None:
+    from envdoctor.fleet.view import fleet_markdown, fleet_renderables
+    from rich.console import Console
+
+    fleet = raising_run[1]["facts"]["fleet"]
+    buffer = io.StringIO()
+    console = Console(file=buffer, width=100, no_color=True, force_terminal=False)
+    for item in fleet_renderables(fleet):
+        console.print(item)
+    text = buffer.getvalue()
+    assert text.startswith("Fleet: 1 of 2 ranks reported")
+    assert "comparing needs at least two" in text
+    assert fleet_markdown(fleet).startswith("## Fleet: 1 of 2 ranks reported")
+
+
+def test_a_rank_that_hangs_is_reported_as_timed_out_within_the_timeout(tmp_path: Path) -> None:
+    proc, report, elapsed = torchrun_report("--no-loader", "--distributed-timeout", "4",
+                                            env={"ENVDOCTOR_TEST_RANK_FAULT": "1:hang"}, cwd=tmp_path)
+    (failed,) = findings(report, "FLT007")
+    assert failed["evidence"]["rank"] == 1 and failed["evidence"]["status"] == "timed-out"
+    assert 4.0 <= failed["evidence"]["waited_s"] < 10
+    assert failed["message"] == "rank 1 did not report within 4 s"
+    assert report["facts"]["fleet"]["collective"] is None  # no collective with a rank missing
+    assert proc.returncode == 1
+    assert elapsed < 60  # the hung rank (sleeping 12 s) is stopped by the launcher, not waited for
+
+
+def test_a_rank_that_exits_is_named_when_the_launcher_stops_the_job(tmp_path: Path) -> None:
+    proc, report, elapsed = torchrun_report("--no-loader", "--distributed-timeout", "60",
+                                            env={"ENVDOCTOR_TEST_RANK_FAULT": "1:exit"}, cwd=tmp_path)
+    (failed,) = findings(report, "FLT007")
+    assert failed["evidence"]["rank"] == 1 and failed["evidence"]["status"] == "stopped"
+    assert "launcher stopped the job" in failed["message"]
+    assert failed["evidence"]["waited_s"] < 30  # well before the 60 s timeout
+    assert proc.returncode != 0
+
+
+def test_distributed_without_a_launcher_is_a_usage_error(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")}
+    proc = run_envdoctor("check", "--no-loader", "--distributed", env=env, cwd=str(tmp_path))
+    assert proc.returncode == 2
+    assert "--distributed needs the torch.distributed variables" in proc.stderr
+    assert "torchrun" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _rank_env(rank: int, world_size: int, port: int) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TORCHELASTIC")}
+    return {**env, "NO_COLOR": "1", "RANK": str(rank), "WORLD_SIZE": str(world_size), "LOCAL_RANK": str(rank),
+            "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
+
+
+def test_any_launcher_that_sets_the_variables_works_without_torchrun(tmp_path: Path) -> None:
+    port = _free_port()
+    argv = [sys.executable, "-m", "envdoctor", "report", "--json", "--no-loader", "--distributed",
+            "--distributed-timeout", "30"]
+    ranks = [subprocess.Popen(argv, env=_rank_env(rank, 2, port), cwd=tmp_path, text=True,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE) for rank in (0, 1)]
+    try:
+        (out0, err0), (out1, _) = (rank.communicate(timeout=90) for rank in ranks)
+    finally:
+        for rank in ranks:
+            rank.kill()
+    assert out1 == "" and ranks[1].returncode == 0  # rank 1 stays quiet
+    report = json.loads(out0)
+    validate_report(report)
+    fleet = report["facts"]["fleet"]
+    assert [n["node"].split("@")[0] for n in fleet["nodes"]] == ["rank0", "rank1"]
+    assert fleet["failed"] == [] and fleet["collective"]["ok"] is True
+
+
+def test_rank_0_alone_reports_the_ranks_that_never_connected(tmp_path: Path) -> None:
+    started = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "envdoctor", "report", "--json", "--no-loader", "--distributed",
+                           "--distributed-timeout", "2"], env=_rank_env(0, 3, _free_port()), cwd=tmp_path,
+                          capture_output=True, text=True, timeout=60)
+    report = json.loads(proc.stdout)
+    validate_report(report)
+    missing = findings(report, "FLT007")
+    assert [f["evidence"]["rank"] for f in missing] == [1, 2]
+    assert all(f["evidence"]["status"] == "timed-out" for f in missing)
+    assert "never reached rank 0's store" in missing[0]["message"]
+    assert "1/3 clients joined" in missing[0]["evidence"]["reason"]
+    assert proc.returncode == 1
+    assert time.monotonic() - started < 45

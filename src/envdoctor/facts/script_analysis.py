@@ -90,7 +90,7 @@ BUILTIN_NAMES = frozenset(n.split(".", 1)[1] for n in EAGER_ITER if n.startswith
     "next", "len", "print", "range", "super", "isinstance", "object"}
 
 #: Bounds that keep pathological files fast: calls followed per file, nesting of calls.
-MAX_CALLS_FOLLOWED = 5000
+MAX_CALLS_FOLLOWED = 50_000
 MAX_CALL_DEPTH = 25
 
 
@@ -418,7 +418,10 @@ class ScriptAnalysis:
 
     def exec_block(self, body: Iterable[ast.stmt], frame: Frame) -> None:
         for stmt in body:
-            self.exec_stmt(stmt, frame)
+            try:
+                self.exec_stmt(stmt, frame)
+            except RecursionError:  # an expression nested deeper than we follow: skip it
+                self.truncated = True
 
     def exec_stmt(self, stmt: ast.stmt, frame: Frame) -> None:
         method = getattr(self, f"stmt_{type(stmt).__name__}", None)

@@ -1,0 +1,102 @@
+"""Ground truth from Python itself: the fixtures flagged really die under spawn, the others really run.
+
+Each fixture whose header says `# ground-truth: fails` or `runs` is run as a
+real script (`python -B script.py`) with the shared environment's torch,
+with the start method forced to spawn (or forkserver) by a sitecustomize
+module on PYTHONPATH — the script itself is not changed. "fails" means a
+worker died bootstrapping ("An attempt has been made to start a new process
+before the current process has finished its bootstrapping phase") or the
+run failed; "runs" means a clean exit with no such message. The outcome must
+match both the header and the analysis: SPW001 fires exactly on the scripts
+that fail.
+
+Every run has a time limit and runs in its own process group, which is
+killed at the end, so no worker outlives the test. A multiprocessing Pool
+started at import time never ends under spawn (it keeps replacing workers
+that die), so a run stops as soon as the bootstrapping message appears.
+"""
+from __future__ import annotations
+
+import os
+import selectors
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from test_spawn_fixtures import FIXTURES, check_scripts, ground_truth
+
+pytestmark = pytest.mark.slow
+
+BOOTSTRAP = "bootstrapping phase"
+RUN_LIMIT_S = 90.0
+GROUND_TRUTH = [p for p in FIXTURES if ground_truth(p)]
+
+
+def run_with_start_method(script: Path, method: str, workdir: Path) -> tuple[str, str]:
+    """Run `script` with `method` forced; ('fails'|'runs', the output's tail)."""
+    site = workdir / f"site-{method}"
+    site.mkdir(exist_ok=True)
+    (site / "sitecustomize.py").write_text(
+        "import multiprocessing\n"
+        f"multiprocessing.set_start_method({method!r}, force=True)\n", encoding="utf-8")
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(site), env.get("PYTHONPATH", "")])
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    proc = subprocess.Popen([sys.executable, "-B", str(script)], cwd=workdir, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    output = b""
+    deadline = time.monotonic() + RUN_LIMIT_S
+    selector = selectors.DefaultSelector()
+    selector.register(proc.stdout, selectors.EVENT_READ)
+    try:
+        while time.monotonic() < deadline and BOOTSTRAP.encode() not in output:
+            if not selector.select(timeout=0.5):
+                if proc.poll() is not None:
+                    break
+                continue
+            chunk = os.read(proc.stdout.fileno(), 65536)
+            if not chunk:
+                break
+            output += chunk
+        timed_out = proc.poll() is None and BOOTSTRAP.encode() not in output
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait(timeout=30)
+        selector.close()
+        proc.stdout.close()
+    text = output.decode("utf-8", "replace")
+    failed = BOOTSTRAP in text or timed_out or proc.returncode != 0
+    return ("fails" if failed else "runs"), text[-2000:]
+
+
+def test_the_ground_truth_set_holds_both_outcomes_and_torch_and_plain_multiprocessing():
+    outcomes = {ground_truth(p) for p in GROUND_TRUTH}
+    assert outcomes == {"fails", "runs"}
+    assert any("torch" in p.read_text(encoding="utf-8") for p in GROUND_TRUTH if ground_truth(p) == "fails")
+    assert any("multiprocessing" in p.read_text(encoding="utf-8") for p in GROUND_TRUTH)
+
+
+@pytest.mark.parametrize("path", GROUND_TRUTH, ids=[p.name for p in GROUND_TRUTH])
+def test_spawn_really_fails_exactly_where_spw001_fires(path: Path, tmp_path: Path):
+    outcome, tail = run_with_start_method(path, "spawn", tmp_path)
+    assert outcome == ground_truth(path), f"{path.name} {outcome} under spawn; output:\n{tail}"
+    flagged = bool(check_scripts(path, select=("SPW001",)).by_rule("SPW001"))
+    assert flagged == (outcome == "fails"), f"{path.name}: SPW001 {'fired' if flagged else 'quiet'}, " \
+                                            f"but the script {outcome} under spawn"
+    if outcome == "fails":
+        assert BOOTSTRAP in tail
+
+
+def test_forkserver_the_linux_default_from_python_3_14_fails_the_same_way(tmp_path: Path):
+    script = Path(__file__).parent / "fixtures" / "spawn" / "mp_process_unguarded.py"
+    outcome, tail = run_with_start_method(script, "forkserver", tmp_path)
+    assert outcome == "fails" and BOOTSTRAP in tail, tail
+    guarded = Path(__file__).parent / "fixtures" / "spawn" / "mp_guarded.py"
+    assert run_with_start_method(guarded, "forkserver", tmp_path)[0] == "runs"

@@ -105,11 +105,22 @@ class Value:
         return "?"
 
 
+def _unparse(node: ast.AST) -> str:
+    try:
+        text = ast.unparse(node)
+    except Exception:  # pragma: no cover - unparse covers every node we meet
+        text = "?"
+    return text if len(text) <= 120 else text[:117] + "..."
+
+
 @dataclass(eq=False)
 class Unknown(Value):
     source: str = "?"
+    node: ast.AST | None = None  # unparsed only when the text is needed: unparse is slow
 
     def text(self) -> str:
+        if self.node is not None:
+            self.source, self.node = _unparse(self.node), None
         return self.source
 
 
@@ -250,6 +261,10 @@ class Bound(Value):
     obj: Value
     attr: str
     func: Function | None = None
+    node: ast.AST | None = None
+
+    def text(self) -> str:
+        return _unparse(self.node) if self.node is not None else f"?.{self.attr}"
 
 
 @dataclass(eq=False)
@@ -326,6 +341,7 @@ class ScriptAnalysis:
         self.truncated = False
         self.stack: list[ast.AST] = []
         self.guard_lines: list[int] = []
+        self._generators: dict[int, bool] = {}
 
     # -- helpers ------------------------------------------------------------
 
@@ -335,11 +351,7 @@ class ScriptAnalysis:
         return ""
 
     def source(self, node: ast.AST) -> str:
-        try:
-            text = ast.unparse(node)
-        except Exception:  # pragma: no cover - unparse covers every node we meet
-            text = "?"
-        return text if len(text) <= 120 else text[:117] + "..."
+        return _unparse(node)
 
     def record(self, kind: str, node: ast.AST, frame: Frame, **extra: Any) -> None:
         line, column = getattr(node, "lineno", 1), getattr(node, "col_offset", 0) + 1
@@ -390,9 +402,9 @@ class ScriptAnalysis:
             items = value.items if isinstance(value, Seq) and len(value.items) == len(target.elts) else None
             for i, element in enumerate(target.elts):
                 if isinstance(element, ast.Starred):
-                    self.bind(element.value, Unknown(self.source(element)), frame, line)
+                    self.bind(element.value, Unknown(node=element), frame, line)
                 else:
-                    self.bind(element, items[i] if items else Unknown(self.source(element)), frame, line)
+                    self.bind(element, items[i] if items else Unknown(node=element), frame, line)
         elif isinstance(target, ast.Attribute):
             owner = self.eval(target.value, frame)
             if isinstance(owner, Instance):
@@ -405,7 +417,7 @@ class ScriptAnalysis:
             if isinstance(owner, Mapping_) and isinstance(key, Const) and isinstance(key.value, str):
                 owner.items[key.value] = value
         elif isinstance(target, ast.Starred):
-            self.bind(target.value, Unknown(self.source(target)), frame, line)
+            self.bind(target.value, Unknown(node=target), frame, line)
 
     # -- statements ---------------------------------------------------------
 
@@ -491,7 +503,7 @@ class ScriptAnalysis:
     def stmt_AugAssign(self, stmt: ast.AugAssign, frame: Frame) -> None:
         self.eval(stmt.value, frame)
         if isinstance(stmt.target, ast.Name):
-            self.bind(stmt.target, Unknown(self.source(stmt.target)), frame)
+            self.bind(stmt.target, Unknown(node=stmt.target), frame)
 
     def stmt_Expr(self, stmt: ast.Expr, frame: Frame) -> None:
         self.eval(stmt.value, frame)
@@ -527,20 +539,33 @@ class ScriptAnalysis:
         self.exec_branches([stmt.body, stmt.orelse], frame)
 
     def exec_branches(self, branches: list[list[ast.stmt]], frame: Frame) -> None:
-        """Run alternative branches from the same start and merge what they bound."""
-        before = dict(frame.scope)
+        """Run alternative branches from the same start and merge what they bound.
+
+        Only the names the branches can bind are saved and merged, so an `if`
+        in a module with thousands of names costs what its own body costs.
+        """
+        names = set().union(*(_bound_names(body) for body in branches))
+        scope = frame.scope
+        missing = object()
+        before = {name: scope.get(name, missing) for name in names}
         results = []
         for body in branches:
-            frame.scope.clear()
-            frame.scope.update(before)
+            for name, value in before.items():
+                if value is missing:
+                    scope.pop(name, None)
+                else:
+                    scope[name] = value
             self.exec_block(body, frame)
-            results.append(dict(frame.scope))
-        merged: dict[str, Value] = {}
-        for result in results:
-            for name, value in result.items():
-                merged[name] = _join(merged.get(name), value) if name in merged else value
-        frame.scope.clear()
-        frame.scope.update(merged)
+            results.append({name: scope.get(name, missing) for name in names})
+        for name in names:
+            values = [r[name] for r in results if r[name] is not missing]
+            if not values:
+                scope.pop(name, None)
+                continue
+            merged = values[0]
+            for value in values[1:]:
+                merged = _join(merged, value)
+            scope[name] = merged
 
     def static_truth(self, test: ast.expr, frame: Frame) -> bool | None:
         """True/False for tests known before running (`if TYPE_CHECKING`, `if False`)."""
@@ -560,7 +585,7 @@ class ScriptAnalysis:
     def stmt_For(self, stmt: ast.For | ast.AsyncFor, frame: Frame) -> None:
         iterable = self.eval(stmt.iter, frame)
         self.consume(iterable, stmt, frame, "for-loop")
-        element: Value = Unknown(self.source(stmt.target))
+        element: Value = Unknown(node=stmt.target)
         if isinstance(iterable, Seq):
             loaders = [v for v in iterable.items if _is_loaderish(v)]
             if loaders and len(iterable.items) <= 4:
@@ -620,7 +645,7 @@ class ScriptAnalysis:
                 self.eval(child, frame)
             elif isinstance(child, ast.comprehension):  # pragma: no cover - handled below
                 self.eval(child.iter, frame)
-        return Unknown(self.source(node))
+        return Unknown(node=node)
 
     def expr_Constant(self, node: ast.Constant, frame: Frame) -> Value:
         return Const(node.value)
@@ -639,7 +664,7 @@ class ScriptAnalysis:
                 loader = _is_loaderish(value)
                 if loader is not None:
                     self.start_loader(loader, element, frame, "unpacking")
-                value = Unknown(self.source(element))
+                value = Unknown(node=element)
             items.append(value)
         return Seq(items)
 
@@ -665,6 +690,12 @@ class ScriptAnalysis:
         return result
 
     def expr_Attribute(self, node: ast.Attribute, frame: Frame) -> Value:
+        value = self.attribute(node, frame)
+        if isinstance(value, Bound):
+            value.node = node
+        return value
+
+    def attribute(self, node: ast.Attribute, frame: Frame) -> Value:
         owner = self.eval(node.value, frame)
         attr = node.attr
         if isinstance(owner, QualName):
@@ -701,7 +732,7 @@ class ScriptAnalysis:
         if isinstance(owner, Seq) and isinstance(key, Const) and isinstance(key.value, int):
             if -len(owner.items) <= key.value < len(owner.items):
                 return owner.items[key.value]
-        return Unknown(self.source(node))
+        return Unknown(node=node)
 
     def expr_IfExp(self, node: ast.IfExp, frame: Frame) -> Value:
         self.eval(node.test, frame)
@@ -725,7 +756,7 @@ class ScriptAnalysis:
             loader = _is_loaderish(value)
             if loader is not None and isinstance(op, (ast.In, ast.NotIn)):
                 self.start_loader(loader, node, frame, "`in` test")
-        return Unknown(self.source(node))
+        return Unknown(node=node)
 
     def expr_ListComp(self, node: ast.ListComp | ast.SetComp | ast.GeneratorExp | ast.DictComp,
                       frame: Frame) -> Value:
@@ -736,7 +767,7 @@ class ScriptAnalysis:
             # even for a generator expression.
             iterable = self.eval(generator.iter, frame if i == 0 else inner)
             self.consume(iterable, generator.iter, inner, "comprehension")
-            self.bind(generator.target, Unknown(self.source(generator.target)), inner)
+            self.bind(generator.target, Unknown(node=generator.target), inner)
             for condition in generator.ifs:
                 self.eval(condition, inner)
         if isinstance(node, ast.DictComp):
@@ -744,7 +775,7 @@ class ScriptAnalysis:
             self.eval(node.value, inner)
         else:
             self.eval(node.elt, inner)
-        return Unknown(self.source(node))
+        return Unknown(node=node)
 
     expr_SetComp = expr_ListComp
     expr_GeneratorExp = expr_ListComp
@@ -754,12 +785,12 @@ class ScriptAnalysis:
         value = self.eval(node.value, frame)
         if isinstance(value, Deferred):
             return self.run_deferred(value, node, frame)
-        return Unknown(self.source(node))
+        return Unknown(node=node)
 
     def expr_YieldFrom(self, node: ast.YieldFrom, frame: Frame) -> Value:
         value = self.eval(node.value, frame)
         self.consume(value, node, frame, "yield from")
-        return Unknown(self.source(node))
+        return Unknown(node=node)
 
     def expr_Starred(self, node: ast.Starred, frame: Frame) -> Value:
         return self.eval(node.value, frame)
@@ -847,7 +878,7 @@ class ScriptAnalysis:
         if isinstance(func, Bound):
             return self.call_method(func, node, frame, positional, keywords, open_, site)
         if isinstance(func, Context):
-            return Unknown(self.source(node))
+            return Unknown(node=node)
         return self.call_unknown(node, positional, keywords)
 
     def call_unknown(self, node: ast.Call, positional: list[Value], keywords: dict[str, Value]) -> Value:
@@ -858,7 +889,7 @@ class ScriptAnalysis:
             return Iterating(loaders[0], started=False)
         if loaders:
             return Seq([Iterating(lo, False) if (lo := _is_loaderish(v)) else Unknown() for v in positional])
-        return Unknown(self.source(node))
+        return Unknown(node=node)
 
     def loader_from_args(self, class_name: str, positional: list[Value], keywords: dict[str, Value],
                          open_: bool, site: Site) -> Loader:
@@ -905,7 +936,7 @@ class ScriptAnalysis:
                     return Iterating(loader, started=True)
                 if isinstance(value, Deferred) and short != "iter":
                     self.run_deferred(value, node, frame)
-            return Unknown(self.source(node))
+            return Unknown(node=node)
         if name == "builtins.next" and positional and isinstance(positional[0], Deferred):
             self.run_deferred(positional[0], node, frame)
         if name == "builtins.super":
@@ -925,7 +956,7 @@ class ScriptAnalysis:
             context = method.value if isinstance(method, Const) else "spawn"
             self.record("torch-spawn", node, frame, starts=f"torch.multiprocessing.{short}() starts processes",
                         context=context if short == "start_processes" else "spawn")
-            return Unknown(self.source(node))
+            return Unknown(node=node)
         if name in SET_START_METHOD:
             method = positional[0] if positional else keywords.get("method")
             self.record("set-start-method", node, frame,
@@ -938,19 +969,19 @@ class ScriptAnalysis:
             return TrainerObj(site)
         if name in CUDA_INIT_CALLS:
             self.record("cuda-init", node, frame, call=self.source(node.func) + "()")
-            return Unknown(self.source(node))
+            return Unknown(node=node)
         if name in ("torch.device",):
             arg = positional[0] if positional else keywords.get("type")
             if isinstance(arg, Const) and isinstance(arg.value, str):
                 return Device(cuda=arg.value.startswith("cuda"))
             if isinstance(arg, Device):
                 return arg
-            return Unknown(self.source(node))
+            return Unknown(node=node)
         if name in TENSOR_FACTORIES:
             device = keywords.get("device")
             if _is_cuda(device):
                 self.record("cuda-init", node, frame, call=f"{self.source(node.func)}(..., device=cuda)")
-            return Unknown(self.source(node))
+            return Unknown(node=node)
         if name in ("asyncio.run", "asyncio.get_event_loop().run_until_complete") and positional:
             if isinstance(positional[0], Deferred):
                 return self.run_deferred(positional[0], node, frame)
@@ -963,7 +994,7 @@ class ScriptAnalysis:
             return self.call_function(bound.func, node, frame, positional, keywords, obj)
         if attr == "cuda" or (attr == "to" and any(_is_cuda(v) for v in [*positional, *keywords.values()])):
             self.record("cuda-init", node, frame, call=f".{attr}({self.source(node.args[0]) if node.args else ''})")
-            return obj if isinstance(obj, (Instance, Unknown)) else Unknown(self.source(node))
+            return obj if isinstance(obj, (Instance, Unknown)) else Unknown(node=node)
         if isinstance(obj, Loader) and attr == "__iter__":
             self.start_loader(obj, node, frame, "__iter__()")
             return Iterating(obj, started=True)
@@ -974,12 +1005,12 @@ class ScriptAnalysis:
         if isinstance(obj, Executor) and attr in ("submit", "map"):
             self.record("process-pool", node, frame,
                         starts=f"ProcessPoolExecutor.{attr}() starts worker processes", context=obj.context)
-            return Unknown(self.source(node))
+            return Unknown(node=node)
         if isinstance(obj, TrainerObj) and attr in TRAINER_RUNS:
             self.record("lightning", node, frame,
                         starts=f"Trainer.{attr}() iterates the DataLoaders and may launch processes",
                         context=None)
-            return Unknown(self.source(node))
+            return Unknown(node=node)
         if isinstance(obj, Context):
             if attr == "Process":
                 return ProcessObj(site, obj.method)
@@ -1033,7 +1064,7 @@ class ScriptAnalysis:
         name = func.node.name
         scope = self.bind_parameters(func, positional, keywords, self_value)
         call_site = (name, getattr(node, "lineno", 1), self.code(getattr(node, "lineno", 1)))
-        if isinstance(func.node, ast.AsyncFunctionDef) or _is_generator(func.node):
+        if isinstance(func.node, ast.AsyncFunctionDef) or self.is_generator(func.node):
             return Deferred(func, scope, call_site)
         return self.run_body(func, scope, call_site, frame, self_value)
 
@@ -1093,6 +1124,15 @@ class ScriptAnalysis:
             scope[args.kwarg.arg] = Mapping_({k: v for k, v in keywords.items() if k not in known})
         return scope
 
+    def is_generator(self, node: ast.AST) -> bool:
+        cached = self._generators.get(id(node))
+        if cached is None:
+            # Reading the function's own lines first is much cheaper than walking its tree.
+            lines = self.lines[node.lineno - 1:getattr(node, "end_lineno", None) or len(self.lines)]
+            cached = any("yield" in line for line in lines) and _is_generator(node)
+            self._generators[id(node)] = cached
+        return cached
+
     # -- the result ----------------------------------------------------------
 
     def result(self) -> dict[str, Any]:
@@ -1122,6 +1162,24 @@ def _own_nodes(func: ast.AST) -> Iterator[ast.AST]:
             continue
         yield node
         todo.extend(ast.iter_child_nodes(node))
+
+
+def _bound_names(body: list[ast.stmt]) -> set[str]:
+    """Every name a block may bind (assignments, loops, with, imports, defs, except-as)."""
+    names: set[str] = set()
+    for stmt in body:
+        for node in ast.walk(stmt):
+            if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
+                names.add(node.id)
+            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                names.add(node.name)
+            elif isinstance(node, (ast.Import, ast.ImportFrom)):
+                names.update((a.asname or a.name).split(".")[0] for a in node.names)
+            elif isinstance(node, ast.ExceptHandler) and node.name:
+                names.add(node.name)
+            elif isinstance(node, ast.MatchAs) and node.name:
+                names.add(node.name)
+    return names
 
 
 def _is_generator(func: ast.AST) -> bool:

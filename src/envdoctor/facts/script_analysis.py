@@ -45,13 +45,11 @@ LOADER_CLASSES = frozenset({
 })
 #: Where DataLoader's own parameters sit positionally (torch 2.x signature).
 LOADER_POSITIONS = {"num_workers": 5, "collate_fn": 6, "worker_init_fn": 10, "multiprocessing_context": 11}
-DATASET_CLASSES = frozenset({"torch.utils.data.Dataset", "torch.utils.data.IterableDataset",
-                             "torch.utils.data.dataset.Dataset", "torch.utils.data.dataset.IterableDataset"})
 
 MP_MODULES = ("multiprocessing", "torch.multiprocessing")
 PROCESS_CLASSES = frozenset({f"{m}.Process" for m in MP_MODULES} | {"multiprocessing.context.Process"})
 POOL_CLASSES = frozenset({f"{m}.Pool" for m in MP_MODULES} | {"multiprocessing.pool.Pool"})
-MANAGER_CLASSES = frozenset({f"{m}.Manager" for m in MP_MODULES} | {"multiprocessing.managers.SyncManager"})
+MANAGER_CLASSES = frozenset({f"{m}.Manager" for m in MP_MODULES})
 EXECUTOR_CLASSES = frozenset({"concurrent.futures.ProcessPoolExecutor",
                               "concurrent.futures.process.ProcessPoolExecutor"})
 #: torch.multiprocessing.spawn always uses the spawn method, start_processes defaults to it.
@@ -320,10 +318,6 @@ class Frame:
     returns: list[Value] = field(default_factory=list)
     self_class: ClassInfo | None = None
     self_value: Value | None = None
-
-
-class _Stop(Exception):
-    """The call budget is spent; the rest of a function is not followed."""
 
 
 class ScriptAnalysis:
@@ -982,7 +976,7 @@ class ScriptAnalysis:
             if _is_cuda(device):
                 self.record("cuda-init", node, frame, call=f"{self.source(node.func)}(..., device=cuda)")
             return Unknown(node=node)
-        if name in ("asyncio.run", "asyncio.get_event_loop().run_until_complete") and positional:
+        if name == "asyncio.run" and positional:
             if isinstance(positional[0], Deferred):
                 return self.run_deferred(positional[0], node, frame)
         return self.call_unknown(node, positional, keywords)
@@ -995,6 +989,8 @@ class ScriptAnalysis:
         if attr == "cuda" or (attr == "to" and any(_is_cuda(v) for v in [*positional, *keywords.values()])):
             self.record("cuda-init", node, frame, call=f".{attr}({self.source(node.args[0]) if node.args else ''})")
             return obj if isinstance(obj, (Instance, Unknown)) else Unknown(node=node)
+        if attr == "run_until_complete" and positional and isinstance(positional[0], Deferred):
+            return self.run_deferred(positional[0], node, frame)
         if isinstance(obj, Loader) and attr == "__iter__":
             self.start_loader(obj, node, frame, "__iter__()")
             return Iterating(obj, started=True)

@@ -358,6 +358,7 @@ def generate_large_script(path: Path, lines: int = 50_000) -> int:
     return out.index("    for batch in loader:") + 1
 
 
+@pytest.mark.slow
 def test_a_50000_line_generated_file_is_analysed_completely(tmp_path):
     path = tmp_path / "generated.py"
     start_line = generate_large_script(path)

@@ -280,6 +280,17 @@ class SuperObj(Value):
     cls: ClassInfo | None
 
 
+def _is_plain(value: Value, depth: int = 0) -> bool:
+    """Values that cannot start anything: binding them inside a function changes no memo."""
+    if isinstance(value, (Unknown, Const, QualName, Function, ClassInfo)):
+        return True
+    if depth < 2 and isinstance(value, Seq):
+        return all(_is_plain(v, depth + 1) for v in value.items[:16]) and len(value.items) <= 16
+    if depth < 2 and isinstance(value, Mapping_):
+        return all(_is_plain(v, depth + 1) for v in list(value.items.values())[:16]) and len(value.items) <= 16
+    return False
+
+
 def _is_loaderish(value: Value) -> Loader | None:
     if isinstance(value, Loader):
         return value
@@ -336,6 +347,9 @@ class ScriptAnalysis:
         self.stack: list[ast.AST] = []
         self.guard_lines: list[int] = []
         self._generators: dict[int, bool] = {}
+        self.memo: dict[tuple[Any, ...], Value] = {}
+        self._bound_memo: dict[int, frozenset[str]] = {}
+        self.state_version = 0
 
     # -- helpers ------------------------------------------------------------
 
@@ -384,6 +398,8 @@ class ScriptAnalysis:
         return Unknown(name)
 
     def bind(self, target: ast.AST, value: Value, frame: Frame, line: int | None = None) -> None:
+        if frame.scope is self.module_scope or not _is_plain(value):
+            self.state_version += 1  # what a function sees may have changed: forget its memo
         if isinstance(target, ast.Name):
             if isinstance(value, Const) and value.origin is None:
                 value = Const(value.value, f"{target.id} = {value.text()} (line {line or target.lineno})")
@@ -538,7 +554,7 @@ class ScriptAnalysis:
         Only the names the branches can bind are saved and merged, so an `if`
         in a module with thousands of names costs what its own body costs.
         """
-        names = set().union(*(_bound_names(body) for body in branches))
+        names = set().union(*(_bound_names(body, self._bound_memo) for body in branches))
         scope = frame.scope
         missing = object()
         before = {name: scope.get(name, missing) for name in names}
@@ -1075,6 +1091,11 @@ class ScriptAnalysis:
         if self.calls_followed >= MAX_CALLS_FOLLOWED:
             self.truncated = True
             return Unknown(f"{call_site[0]}()")
+        memo_key = self.memo_key(func, scope, frame)
+        if memo_key is not None and memo_key in self.memo:
+            # Same function, same plain arguments, nothing relevant changed since:
+            # walking it again would find the same starts (already recorded).
+            return self.memo[memo_key]
         self.calls_followed += 1
         # The chain shows how module level reached this code; its head is the
         # module-level statement to move under the guard.
@@ -1087,12 +1108,33 @@ class ScriptAnalysis:
         finally:
             self.stack.pop()
         returns = inner.returns
-        if not returns:
-            return Const(None)
-        result = returns[0]
+        result = returns[0] if returns else Const(None)
         for value in returns[1:]:
             result = _join(result, value)
+        if memo_key is not None:
+            self.memo[memo_key] = result
         return result
+
+    def memo_key(self, func: Function, scope: dict[str, Value], frame: Frame) -> tuple[Any, ...] | None:
+        """A key for calls whose walk would repeat an earlier one, or None when it might not."""
+        parts: list[Any] = [id(func.node), frame.guarded, self.state_version]
+        for value in scope.values():
+            if isinstance(value, Const):
+                # Numbers and short strings may decide num_workers, a start method or a
+                # device; long strings (messages, paths) cannot, so only their type counts.
+                literal = value.value
+                if isinstance(literal, (str, bytes)) and len(literal) > 24:
+                    literal = "<long>"
+                elif not isinstance(literal, (int, float, str, bytes, type(None))):
+                    literal = "<other>"
+                parts.append(("const", type(value.value).__name__, literal))
+            elif _is_plain(value):
+                parts.append(type(value).__name__)
+            elif isinstance(value, Instance):
+                parts.append(("instance", id(value)))
+            else:
+                return None  # a loader, a process, a context …: always follow
+        return tuple(parts)
 
     def bind_parameters(self, func: Function, positional: list[Value], keywords: dict[str, Value],
                         self_value: Value | None) -> dict[str, Value]:
@@ -1160,21 +1202,51 @@ def _own_nodes(func: ast.AST) -> Iterator[ast.AST]:
         todo.extend(ast.iter_child_nodes(node))
 
 
-def _bound_names(body: list[ast.stmt]) -> set[str]:
-    """Every name a block may bind (assignments, loops, with, imports, defs, except-as)."""
+def _target_names(node: ast.AST) -> Iterator[str]:
+    for sub in ast.walk(node):
+        if isinstance(sub, ast.Name) and isinstance(sub.ctx, (ast.Store, ast.Del)):
+            yield sub.id
+        elif isinstance(sub, ast.MatchAs) and sub.name:
+            yield sub.name
+
+
+_BODIES = ("body", "orelse", "finalbody", "handlers", "cases")
+
+
+def _bound_names(body: list[ast.stmt], memo: dict[int, frozenset[str]]) -> set[str]:
+    """Every name a block may bind in its own scope (assignments, loops, with, imports, defs …).
+
+    Nested blocks are looked up in `memo`, so long elif chains cost linear time.
+    """
     names: set[str] = set()
     for stmt in body:
-        for node in ast.walk(stmt):
-            if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
-                names.add(node.id)
-            elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-                names.add(node.name)
-            elif isinstance(node, (ast.Import, ast.ImportFrom)):
-                names.update((a.asname or a.name).split(".")[0] for a in node.names)
-            elif isinstance(node, ast.ExceptHandler) and node.name:
-                names.add(node.name)
-            elif isinstance(node, ast.MatchAs) and node.name:
-                names.add(node.name)
+        cached = memo.get(id(stmt))
+        if cached is None:
+            found: set[str] = set()
+            if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                found.add(stmt.name)  # what the body binds is local to it
+            elif isinstance(stmt, (ast.Import, ast.ImportFrom)):
+                found.update((a.asname or a.name).split(".")[0] for a in stmt.names)
+            else:
+                for field_name, value in ast.iter_fields(stmt):
+                    if field_name in _BODIES and isinstance(value, list):
+                        for child in value:
+                            if isinstance(child, (ast.ExceptHandler, ast.match_case)):
+                                if isinstance(child, ast.ExceptHandler) and child.name:
+                                    found.add(child.name)
+                                if isinstance(child, ast.match_case):
+                                    found.update(_target_names(child.pattern))
+                                found |= _bound_names(child.body, memo)
+                        if value and isinstance(value[0], ast.stmt):
+                            found |= _bound_names(value, memo)
+                    elif isinstance(value, ast.AST):
+                        found.update(_target_names(value))  # targets, walrus in tests
+                    elif isinstance(value, list):
+                        for item in value:
+                            if isinstance(item, ast.AST):
+                                found.update(_target_names(item))
+            cached = memo[id(stmt)] = frozenset(found)
+        names |= cached
     return names
 
 

@@ -309,6 +309,10 @@ def _join(a: Value | None, b: Value | None) -> Value:
         if a.value == b.value:
             return a
         return Unknown(f"{a.text()} or {b.text()}")
+    if isinstance(a, Mapping_) and isinstance(b, Mapping_):
+        # `{"num_workers": 2} if cuda else {}`: a key either branch sets may be set.
+        keys = list(dict.fromkeys([*a.items, *b.items]))
+        return Mapping_({k: _join(a.items.get(k), b.items.get(k)) for k in keys}, open=a.open or b.open)
     rank = lambda v: 0 if isinstance(v, (Unknown, Const)) else 1  # noqa: E731
     return a if rank(a) >= rank(b) else b
 

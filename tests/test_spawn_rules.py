@@ -371,3 +371,36 @@ def test_a_50000_line_generated_file_is_analysed_completely(tmp_path):
     main_call = path.read_text(encoding="utf-8").splitlines().index("main()") + 1
     assert finding.evidence["via"] == [f"main() called at line {main_call}"]
     assert finding.evidence["num_workers"] == 2
+
+
+@pytest.mark.parametrize("test, polarity", [
+    ('__name__ == "__main__"', True), ("'__main__' == __name__", True), ('__name__ != "__main__"', False),
+    ('__name__ in ("__main__",)', True), ('__name__ not in ["__main__"]', False),
+    ('__name__ == "__main__" and not DEBUG', True), ('__name__ == "__main__" or FORCE', None),
+    ('__name__ == "__mp_main__"', None), ('name == "__main__"', None), ('not __name__ != "__main__"', None),
+])
+def test_guard_forms(test, polarity):
+    import ast
+
+    from envdoctor.facts.script_analysis import guard_polarity
+
+    assert guard_polarity(ast.parse(test, mode="eval").body) is polarity
+
+
+def test_spw001_when_the_targets_start_method_cannot_be_worked_out():
+    unknown = {"python": None, "platform": "linux", "prefix": "/opt/env", "kind": "system"}
+    [finding] = run_on(unknown, fixture("unguarded_loop.py"), select=("SPW001",)).by_rule("SPW001")
+    assert finding.severity is Severity.ERROR and finding.evidence["start_method"] is None
+    assert "could not be worked out" in finding.message
+
+
+def test_manager_and_a_process_subclass_start_processes(tmp_path):
+    path = write(tmp_path, "managers.py", (
+        "import multiprocessing\n"
+        "class Worker(multiprocessing.Process):\n"
+        "    def run(self):\n"
+        "        print('hi')\n"
+        "shared = multiprocessing.Manager()\n"
+        "Worker().start()\n"))
+    found = check_scripts(path, select=("SPW001",)).by_rule("SPW001")
+    assert [(f.location.line, f.evidence["kind"]) for f in found] == [(5, "manager"), (6, "process-start")]

@@ -36,18 +36,18 @@ def default_start_method(python: str | None, platform: str | None) -> tuple[str 
     """
     plat = (platform or "").lower()
     version = _version_tuple(python)
-    where = f"Python {python or '?'} on {platform or '?'}"
+    where = f"the target is Python {python or '?'} on {platform or '?'}"
     if plat.startswith(("win", "cygwin")):
-        return "spawn", f"spawn is the only start method on Windows ({where})"
+        return "spawn", f"spawn is the only start method on Windows; {where}"
     if plat.startswith(("darwin", "osx", "mac")):
-        return "spawn", f"spawn is the default on macOS since Python 3.8 ({where})"
+        return "spawn", f"spawn is the default on macOS since Python 3.8; {where}"
     if plat.startswith(("linux", "freebsd", "openbsd", "netbsd", "sunos", "aix")):
         if version is not None and version >= (3, 14):
-            return "forkserver", f"forkserver is the default on POSIX from Python 3.14 ({where})"
+            return "forkserver", f"forkserver is the default on POSIX from Python 3.14; {where}"
         if version is None:
-            return None, f"the Python version of the target is unknown ({where})"
-        return "fork", f"fork is the default on Linux before Python 3.14 ({where})"
-    return None, f"unknown platform ({where})"
+            return None, f"the Python version of the target is unknown; {where}"
+        return "fork", f"fork is the default on Linux before Python 3.14; {where}"
+    return None, f"the platform is not one envdoctor knows; {where}"
 
 
 def _version_tuple(python: str | None) -> tuple[int, int] | None:
@@ -121,6 +121,8 @@ def find_missing_main_guard(facts: Facts) -> Iterator[Hit]:
             via = _via_text(start)
             if method in ("spawn", "forkserver"):
                 here = f"this target uses {method} ({method_source}), so the run dies here"
+            elif method is None:
+                here = f"the start method on this target could not be worked out ({default_reason})"
             elif forced_fork:
                 here = ("it works only because the script forces fork, which Windows lacks and which "
                         "macOS considers unsafe")

@@ -250,6 +250,8 @@ class Function(Value):
     node: ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda
     defaults: dict[str, Value]
     owner: ClassInfo | None = None
+    #: The scopes of the functions it is nested in, innermost first (its closure).
+    closure: list[dict[str, Value]] = field(default_factory=list)
 
 
 @dataclass(eq=False)
@@ -333,6 +335,15 @@ class Frame:
     returns: list[Value] = field(default_factory=list)
     self_class: ClassInfo | None = None
     self_value: Value | None = None
+    #: Enclosing function scopes, innermost first: what a nested function reads.
+    enclosing: list[dict[str, Value]] = field(default_factory=list)
+    class_body: bool = False
+
+    def closure(self, module_scope: dict[str, Value]) -> list[dict[str, Value]]:
+        """The scopes a function defined here can see (not the module's, not a class body's)."""
+        if self.scope is module_scope or self.class_body:
+            return list(self.enclosing)
+        return [self.scope, *self.enclosing]
 
 
 class ScriptAnalysis:
@@ -390,6 +401,9 @@ class ScriptAnalysis:
     def lookup(self, name: str, frame: Frame) -> Value:
         if name in frame.scope and name not in frame.declared_global:
             return frame.scope[name]
+        for scope in frame.enclosing:
+            if name in scope:
+                return scope[name]
         if name in self.module_scope:
             return self.module_scope[name]
         for module in self.star_modules:
@@ -397,8 +411,6 @@ class ScriptAnalysis:
                 return QualName(f"{module}.{name}")
         if name in BUILTIN_NAMES:
             return QualName(f"builtins.{name}")
-        if name == "TYPE_CHECKING":
-            return Unknown(name)
         return Unknown(name)
 
     def bind(self, target: ast.AST, value: Value, frame: Frame, line: int | None = None) -> None:
@@ -478,7 +490,8 @@ class ScriptAnalysis:
     def stmt_FunctionDef(self, stmt: ast.FunctionDef | ast.AsyncFunctionDef, frame: Frame) -> None:
         for decorator in stmt.decorator_list:
             self.eval(decorator, frame)
-        frame.scope[stmt.name] = Function(stmt, self.eval_defaults(stmt.args, frame), owner=frame.self_class)
+        frame.scope[stmt.name] = Function(stmt, self.eval_defaults(stmt.args, frame), owner=frame.self_class,
+                                          closure=frame.closure(self.module_scope))
 
     stmt_AsyncFunctionDef = stmt_FunctionDef
 
@@ -501,7 +514,8 @@ class ScriptAnalysis:
         info = ClassInfo(stmt, bases, {})
         # A class body runs at definition time, in a namespace of its own.
         body_frame = Frame(scope=info.namespace, guarded=frame.guarded, via=frame.via,
-                           function=frame.function, self_class=info)
+                           function=frame.function, self_class=info, class_body=True,
+                           enclosing=frame.closure(self.module_scope))
         self.exec_block(stmt.body, body_frame)
         frame.scope[stmt.name] = info
 
@@ -668,7 +682,7 @@ class ScriptAnalysis:
         return self.lookup(node.id, frame)
 
     def expr_Lambda(self, node: ast.Lambda, frame: Frame) -> Value:
-        return Function(node, self.eval_defaults(node.args, frame))
+        return Function(node, self.eval_defaults(node.args, frame), closure=frame.closure(self.module_scope))
 
     def expr_Tuple(self, node: ast.Tuple | ast.List | ast.Set, frame: Frame) -> Value:
         items = []
@@ -775,7 +789,8 @@ class ScriptAnalysis:
     def expr_ListComp(self, node: ast.ListComp | ast.SetComp | ast.GeneratorExp | ast.DictComp,
                       frame: Frame) -> Value:
         inner = Frame(scope=dict(frame.scope), guarded=frame.guarded, via=frame.via, function=frame.function,
-                      declared_global=frame.declared_global, self_class=frame.self_class)
+                      declared_global=frame.declared_global, self_class=frame.self_class,
+                      enclosing=frame.enclosing)
         for i, generator in enumerate(node.generators):
             # The first iterable is evaluated (and iter() called on it) right away,
             # even for a generator expression.
@@ -1105,7 +1120,7 @@ class ScriptAnalysis:
         # module-level statement to move under the guard.
         via = frame.via + (call_site,)
         inner = Frame(scope=scope, guarded=frame.guarded, via=via, function=func,
-                      self_class=func.owner, self_value=self_value)
+                      self_class=func.owner, self_value=self_value, enclosing=func.closure)
         self.stack.append(node)
         try:
             self.exec_block(node.body, inner)

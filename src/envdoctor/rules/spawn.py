@@ -13,6 +13,7 @@ version and platform; SPW003 (unpicklable dataset) lives with the loader.
 """
 from __future__ import annotations
 
+import re
 from typing import Any, Iterator
 
 from envdoctor.facts import Facts
@@ -26,6 +27,18 @@ WORKER_COST = ("each worker is a fresh interpreter that re-imports the main scri
                "imports (torch alone takes 1-3 s), and the dataset, collate_fn and worker_init_fn are "
                "pickled and sent to every worker each time an iterator is created (every epoch unless "
                "persistent_workers=True)")
+
+
+_NOQA = re.compile(r"#\s*noqa(?::\s*(?P<codes>[A-Z]+[0-9]+(?:[\s,]+[A-Z]+[0-9]+)*))?", re.IGNORECASE)
+
+
+def suppressed(code: str, rule: str) -> bool:
+    """`# noqa` or `# noqa: SPW001` on the line, the way flake8 and ruff read it."""
+    match = _NOQA.search(code)
+    if not match:
+        return False
+    codes = match.group("codes")
+    return codes is None or rule in re.split(r"[\s,]+", codes.upper())
 
 
 def default_start_method(python: str | None, platform: str | None) -> tuple[str | None, str]:
@@ -111,6 +124,8 @@ def find_missing_main_guard(facts: Facts) -> Iterator[Hit]:
             continue
         for start in script.get("worker_starts", []):
             if start["guarded"] or start["kind"] not in STARTS_PROCESSES:
+                continue
+            if suppressed(start["code"], "SPW001") or suppressed(start["entry"]["code"], "SPW001"):
                 continue
             method, method_source = effective_method(start, script, default)
             forced_fork = method == "fork" and method_source != "the default"

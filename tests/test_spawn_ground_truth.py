@@ -36,6 +36,37 @@ RUN_LIMIT_S = 90.0
 GROUND_TRUTH = [p for p in FIXTURES if ground_truth(p)]
 
 
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def stop_group(proc: subprocess.Popen) -> None:
+    """End the run's whole process group, letting multiprocessing clean up first.
+
+    SIGTERM ends the script and its workers; multiprocessing's resource tracker
+    ignores SIGTERM, sees its clients gone and unlinks their semaphores in
+    /dev/shm. Whatever is still there after a grace period gets SIGKILL.
+    """
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        pass
+    proc.poll()
+    grace = time.monotonic() + 5.0
+    while time.monotonic() < grace and _group_alive(proc.pid):
+        proc.poll()
+        time.sleep(0.05)
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait(timeout=30)
+
+
 def run_with_start_method(script: Path, method: str, workdir: Path) -> tuple[str, str]:
     """Run `script` with `method` forced; ('fails'|'runs', the output's tail)."""
     site = workdir / f"site-{method}"
@@ -52,23 +83,24 @@ def run_with_start_method(script: Path, method: str, workdir: Path) -> tuple[str
     deadline = time.monotonic() + RUN_LIMIT_S
     selector = selectors.DefaultSelector()
     selector.register(proc.stdout, selectors.EVENT_READ)
+    timed_out = False
     try:
-        while time.monotonic() < deadline and BOOTSTRAP.encode() not in output:
+        while BOOTSTRAP.encode() not in output:
+            if time.monotonic() > deadline:
+                timed_out = True
+                break
             if not selector.select(timeout=0.5):
-                if proc.poll() is not None:
-                    break
                 continue
             chunk = os.read(proc.stdout.fileno(), 65536)
-            if not chunk:
+            if not chunk:  # the output is closed: wait for the exit itself
+                try:
+                    proc.wait(timeout=max(1.0, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    timed_out = True
                 break
             output += chunk
-        timed_out = proc.poll() is None and BOOTSTRAP.encode() not in output
     finally:
-        try:
-            os.killpg(proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
-        proc.wait(timeout=30)
+        stop_group(proc)
         selector.close()
         proc.stdout.close()
     text = output.decode("utf-8", "replace")

@@ -18,6 +18,7 @@ that die), so a run stops as soon as the bootstrapping message appears.
 from __future__ import annotations
 
 import os
+import re
 import selectors
 import signal
 import subprocess
@@ -105,7 +106,13 @@ def run_with_start_method(script: Path, method: str, workdir: Path) -> tuple[str
         proc.stdout.close()
     text = output.decode("utf-8", "replace")
     failed = BOOTSTRAP in text or timed_out or proc.returncode != 0
-    return ("fails" if failed else "runs"), text[-2000:]
+    return ("fails" if failed else "runs"), text
+
+
+def script_lines_in_tracebacks(text: str, script: Path) -> set[int]:
+    """The lines of `script` that the tracebacks in `text` pass through."""
+    pattern = rf'File "{re.escape(str(script))}", line (\d+)'
+    return {int(n) for n in re.findall(pattern, text)}
 
 
 def test_the_ground_truth_set_holds_both_outcomes_and_torch_and_plain_multiprocessing():
@@ -117,18 +124,25 @@ def test_the_ground_truth_set_holds_both_outcomes_and_torch_and_plain_multiproce
 
 @pytest.mark.parametrize("path", GROUND_TRUTH, ids=[p.name for p in GROUND_TRUTH])
 def test_spawn_really_fails_exactly_where_spw001_fires(path: Path, tmp_path: Path):
-    outcome, tail = run_with_start_method(path, "spawn", tmp_path)
-    assert outcome == ground_truth(path), f"{path.name} {outcome} under spawn; output:\n{tail}"
-    flagged = bool(check_scripts(path, select=("SPW001",)).by_rule("SPW001"))
-    assert flagged == (outcome == "fails"), f"{path.name}: SPW001 {'fired' if flagged else 'quiet'}, " \
-                                            f"but the script {outcome} under spawn"
+    outcome, output = run_with_start_method(path, "spawn", tmp_path)
+    assert outcome == ground_truth(path), f"{path.name} {outcome} under spawn; output:\n{output[-3000:]}"
+    found = check_scripts(path, select=("SPW001",)).by_rule("SPW001")
+    assert bool(found) == (outcome == "fails"), f"{path.name}: SPW001 {'fired' if found else 'quiet'}, " \
+                                                f"but the script {outcome} under spawn"
     if outcome == "fails":
-        assert BOOTSTRAP in tail
+        assert BOOTSTRAP in output
+        # Where the worker died is where we point: the traceback of the failed
+        # bootstrap runs through the flagged line (and the module-level call).
+        lines = script_lines_in_tracebacks(output, path)
+        for finding in found:
+            assert finding.location.line in lines, (finding.location.line, lines)
+            assert finding.evidence["module_level_statement"]["line"] in lines
 
 
 def test_forkserver_the_linux_default_from_python_3_14_fails_the_same_way(tmp_path: Path):
     script = Path(__file__).parent / "fixtures" / "spawn" / "mp_process_unguarded.py"
-    outcome, tail = run_with_start_method(script, "forkserver", tmp_path)
-    assert outcome == "fails" and BOOTSTRAP in tail, tail
+    outcome, output = run_with_start_method(script, "forkserver", tmp_path)
+    assert outcome == "fails" and BOOTSTRAP in output, output[-3000:]
+    assert 12 in script_lines_in_tracebacks(output, script)
     guarded = Path(__file__).parent / "fixtures" / "spawn" / "mp_guarded.py"
     assert run_with_start_method(guarded, "forkserver", tmp_path)[0] == "runs"

@@ -1,0 +1,98 @@
+"""The spawn-guard fixtures: each script says in its header which lines must fire.
+
+A fixture's header holds `# expect: SPW001@12 SPW001@20:5 SPW004@7` (rule,
+line, optionally column) or `# expect: nothing`, the way ruff and pylint
+fixtures declare their expected messages; near-misses in the same files must
+stay quiet. Every fixture is checked with only SPW001 and SPW004 selected,
+through the real engine, and the findings must match the header exactly.
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from envdoctor.config import Config
+from envdoctor.engine import run_check
+
+FIXTURE_DIR = Path(__file__).parent / "fixtures" / "spawn"
+FIXTURES = sorted(FIXTURE_DIR.glob("*.py"))
+_EXPECT = re.compile(r"^#\s*expect:\s*(.+)$", re.MULTILINE)
+_GROUND_TRUTH = re.compile(r"^#\s*ground-truth:\s*(fails|runs)\b", re.MULTILINE)
+_TOKEN = re.compile(r"^(?P<rule>[A-Z]{3}\d{3})@(?P<line>\d+)(?::(?P<column>\d+))?$")
+
+
+def header(path: Path) -> str:
+    # Latin-1 reads any bytes, so the undecodable fixture's header is readable too.
+    return "\n".join(path.read_bytes().decode("latin-1").splitlines()[:6])
+
+
+def expected(path: Path) -> list[tuple[str, int, int | None]]:
+    """The (rule, line, column-or-None) the header of a fixture asks for."""
+    text = header(path)
+    match = _EXPECT.search(text)
+    if path.stat().st_size == 0:
+        return []  # the empty file cannot carry a header, and must stay quiet
+    assert match, f"{path.name} has no `# expect:` header"
+    spec = match.group(1).strip()
+    if spec == "nothing":
+        return []
+    wanted = []
+    for token in spec.split():
+        parsed = _TOKEN.match(token)
+        assert parsed, f"{path.name}: bad expect token {token!r}"
+        column = parsed.group("column")
+        wanted.append((parsed.group("rule"), int(parsed.group("line")), int(column) if column else None))
+    return wanted
+
+
+def ground_truth(path: Path) -> str | None:
+    match = _GROUND_TRUTH.search(header(path))
+    return match.group(1) if match else None
+
+
+def check_scripts(*paths: str | Path, select: tuple[str, ...] = ("SPW001", "SPW004")):
+    return run_check(Config(scripts=tuple(str(p) for p in paths), select=select, no_loader=True))
+
+
+def test_there_are_enough_fixtures_and_each_declares_its_expectation():
+    assert len(FIXTURES) >= 25
+    for path in FIXTURES:
+        expected(path)  # raises when a header is missing or malformed
+    assert sum(1 for p in FIXTURES if expected(p)) >= 12, "too few fixtures that fire"
+    assert sum(1 for p in FIXTURES if not expected(p)) >= 10, "too few near-misses"
+
+
+@pytest.mark.parametrize("path", FIXTURES, ids=[p.name for p in FIXTURES])
+def test_fixture_fires_exactly_where_its_header_says(path: Path):
+    report = check_scripts(path)
+    got = sorted((f.rule, f.location.line, f.location.column) for f in report.findings)
+    want = expected(path)
+    assert [(r, ln) for r, ln, _ in got] == sorted((r, ln) for r, ln, _ in want), (
+        f"{path.name}: findings {got}, header wants {want}\n"
+        + "\n".join(f.message for f in report.findings))
+    for (rule, line, column), finding in zip(sorted(want), sorted(report.findings,
+                                                                  key=lambda f: (f.rule, f.location.line))):
+        assert finding.location.path == str(path)
+        if column is not None:
+            assert finding.location.column == column, f"{path.name}:{line}: column {finding.location.column}"
+        if rule == "SPW001":
+            # The evidence quotes the very line of code that starts the workers.
+            source_line = path.read_bytes().decode("latin-1").splitlines()[line - 1].strip()
+            assert finding.evidence["code"] == source_line
+            assert finding.evidence["line"] == line
+            assert "if __name__ == \"__main__\":" in finding.fix
+    assert report.errors == []
+
+
+def test_a_directory_expands_to_every_fixture_and_one_bad_file_does_not_stop_the_others():
+    report = check_scripts(FIXTURE_DIR)
+    checked = report.facts["scripts"]["files"]
+    assert sorted(Path(f["path"]).name for f in checked) == sorted(p.name for p in FIXTURES)
+    by_file: dict[str, list[tuple[str, int]]] = {}
+    for finding in report.findings:
+        by_file.setdefault(Path(finding.location.path).name, []).append((finding.rule, finding.location.line))
+    for path in FIXTURES:
+        assert sorted(by_file.get(path.name, [])) == sorted((r, ln) for r, ln, _ in expected(path)), path.name
+    assert {f.rule for f in report.findings} == {"SPW001", "SPW004"}

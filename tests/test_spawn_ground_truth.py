@@ -1,0 +1,148 @@
+"""Ground truth from Python itself: the fixtures flagged really die under spawn, the others really run.
+
+Each fixture whose header says `# ground-truth: fails` or `runs` is run as a
+real script (`python -B script.py`) with the shared environment's torch,
+with the start method forced to spawn (or forkserver) by a sitecustomize
+module on PYTHONPATH — the script itself is not changed. "fails" means a
+worker died bootstrapping ("An attempt has been made to start a new process
+before the current process has finished its bootstrapping phase") or the
+run failed; "runs" means a clean exit with no such message. The outcome must
+match both the header and the analysis: SPW001 fires exactly on the scripts
+that fail.
+
+Every run has a time limit and runs in its own process group, which is
+killed at the end, so no worker outlives the test. A multiprocessing Pool
+started at import time never ends under spawn (it keeps replacing workers
+that die), so a run stops as soon as the bootstrapping message appears.
+"""
+from __future__ import annotations
+
+import os
+import re
+import selectors
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from test_spawn_fixtures import FIXTURES, check_scripts, ground_truth
+
+pytestmark = pytest.mark.slow
+
+BOOTSTRAP = "bootstrapping phase"
+RUN_LIMIT_S = 90.0
+GROUND_TRUTH = [p for p in FIXTURES if ground_truth(p)]
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def stop_group(proc: subprocess.Popen) -> None:
+    """End the run's whole process group, letting multiprocessing clean up first.
+
+    SIGTERM ends the script and its workers; multiprocessing's resource tracker
+    ignores SIGTERM, sees its clients gone and unlinks their semaphores in
+    /dev/shm. Whatever is still there after a grace period gets SIGKILL.
+    """
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        pass
+    proc.poll()
+    grace = time.monotonic() + 5.0
+    while time.monotonic() < grace and _group_alive(proc.pid):
+        proc.poll()
+        time.sleep(0.05)
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait(timeout=30)
+
+
+def run_with_start_method(script: Path, method: str, workdir: Path) -> tuple[str, str]:
+    """Run `script` with `method` forced; ('fails'|'runs', the output's tail)."""
+    site = workdir / f"site-{method}"
+    site.mkdir(exist_ok=True)
+    (site / "sitecustomize.py").write_text(
+        "import multiprocessing\n"
+        f"multiprocessing.set_start_method({method!r}, force=True)\n", encoding="utf-8")
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(site), env.get("PYTHONPATH", "")])
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    proc = subprocess.Popen([sys.executable, "-B", str(script)], cwd=workdir, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    output = b""
+    deadline = time.monotonic() + RUN_LIMIT_S
+    selector = selectors.DefaultSelector()
+    selector.register(proc.stdout, selectors.EVENT_READ)
+    timed_out = False
+    try:
+        while BOOTSTRAP.encode() not in output:
+            if time.monotonic() > deadline:
+                timed_out = True
+                break
+            if not selector.select(timeout=0.5):
+                continue
+            chunk = os.read(proc.stdout.fileno(), 65536)
+            if not chunk:  # the output is closed: wait for the exit itself
+                try:
+                    proc.wait(timeout=max(1.0, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    timed_out = True
+                break
+            output += chunk
+    finally:
+        stop_group(proc)
+        selector.close()
+        proc.stdout.close()
+    text = output.decode("utf-8", "replace")
+    failed = BOOTSTRAP in text or timed_out or proc.returncode != 0
+    return ("fails" if failed else "runs"), text
+
+
+def script_lines_in_tracebacks(text: str, script: Path) -> set[int]:
+    """The lines of `script` that the tracebacks in `text` pass through."""
+    pattern = rf'File "{re.escape(str(script))}", line (\d+)'
+    return {int(n) for n in re.findall(pattern, text)}
+
+
+def test_the_ground_truth_set_holds_both_outcomes_and_torch_and_plain_multiprocessing():
+    outcomes = {ground_truth(p) for p in GROUND_TRUTH}
+    assert outcomes == {"fails", "runs"}
+    assert any("torch" in p.read_text(encoding="utf-8") for p in GROUND_TRUTH if ground_truth(p) == "fails")
+    assert any("multiprocessing" in p.read_text(encoding="utf-8") for p in GROUND_TRUTH)
+
+
+@pytest.mark.parametrize("path", GROUND_TRUTH, ids=[p.name for p in GROUND_TRUTH])
+def test_spawn_really_fails_exactly_where_spw001_fires(path: Path, tmp_path: Path):
+    outcome, output = run_with_start_method(path, "spawn", tmp_path)
+    assert outcome == ground_truth(path), f"{path.name} {outcome} under spawn; output:\n{output[-3000:]}"
+    found = check_scripts(path, select=("SPW001",)).by_rule("SPW001")
+    assert bool(found) == (outcome == "fails"), f"{path.name}: SPW001 {'fired' if found else 'quiet'}, " \
+                                                f"but the script {outcome} under spawn"
+    if outcome == "fails":
+        assert BOOTSTRAP in output
+        # Where the worker died is where we point: the traceback of the failed
+        # bootstrap runs through the flagged line (and the module-level call).
+        lines = script_lines_in_tracebacks(output, path)
+        for finding in found:
+            assert finding.location.line in lines, (finding.location.line, lines)
+            assert finding.evidence["module_level_statement"]["line"] in lines
+
+
+def test_forkserver_the_linux_default_from_python_3_14_fails_the_same_way(tmp_path: Path):
+    script = Path(__file__).parent / "fixtures" / "spawn" / "mp_process_unguarded.py"
+    outcome, output = run_with_start_method(script, "forkserver", tmp_path)
+    assert outcome == "fails" and BOOTSTRAP in output, output[-3000:]
+    assert 12 in script_lines_in_tracebacks(output, script)
+    guarded = Path(__file__).parent / "fixtures" / "spawn" / "mp_guarded.py"
+    assert run_with_start_method(guarded, "forkserver", tmp_path)[0] == "runs"

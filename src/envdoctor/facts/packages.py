@@ -125,14 +125,13 @@ def check_record_files(prefix: str, record: dict[str, Any], deep: bool) -> dict[
                 actual = _sha256(full)
                 if actual != expected:
                     changed.append({"path": rel, "recorded_sha256": expected, "sha256": actual})
-    return {
-        "checked_files": checked,
-        "checked_by": "sha256" if deep else "size",
-        "missing_count": len(missing),
-        "missing": missing[:KEEP_PATHS],
-        "changed_count": len(changed),
-        "changed": changed[:KEEP_PATHS],
-    }
+    # Lists only where something is wrong: big healthy environments stay small facts.
+    result: dict[str, Any] = {"checked_files": checked, "missing_count": len(missing), "changed_count": len(changed)}
+    if missing:
+        result["missing"] = missing[:KEEP_PATHS]
+    if changed:
+        result["changed"] = changed[:KEEP_PATHS]
+    return result
 
 
 def _owned_dists(files: Iterable[str]) -> dict[str, str]:
@@ -161,18 +160,18 @@ def read_conda_meta(prefix: Path, deep: bool) -> tuple[dict[str, Any], list[dict
         unreadable.append({"path": str(meta_dir), "kind": "conda-meta", "reason": exc.strerror or str(exc)})
         names = []
     for filename in names:
-        path = meta_dir / filename
+        path = os.path.join(meta_dir, filename)
         try:
             with open(path, "rb") as fh:
                 data = json.loads(fh.read().decode("utf-8"))
         except (OSError, UnicodeDecodeError, ValueError) as exc:
             reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-            unreadable.append({"path": str(path), "kind": "conda-meta", "reason": f"not valid JSON: {reason}"
+            unreadable.append({"path": path, "kind": "conda-meta", "reason": f"not valid JSON: {reason}"
                                if not isinstance(exc, OSError) else reason})
             continue
         problem = _type_problem(data)
         if problem:
-            unreadable.append({"path": str(path), "kind": "conda-meta", "reason": problem})
+            unreadable.append({"path": path, "kind": "conda-meta", "reason": problem})
             continue
         files = data.get("files") or []
         owned = _owned_dists(files)
@@ -183,15 +182,14 @@ def read_conda_meta(prefix: Path, deep: bool) -> tuple[dict[str, Any], list[dict
             "channel": data.get("channel"),
             "url": data.get("url"),
             "subdir": data.get("subdir"),
-            "file": str(path),
-            "requested_specs": [s for s in data.get("requested_specs") or [] if isinstance(s, str)],
+            "file": path,
             "files_count": len(files),
-            "dist_dirs": sorted(owned),
             "dist_names": sorted(set(owned.values())),
+            "_dist_dirs": sorted(owned),  # dropped once gather_packages has mapped owners
         }
         record.update(check_record_files(str(prefix), data, deep))
         records.append(record)
-    return {"present": True, "records": records}, unreadable
+    return {"present": True, "checked_by": "sha256" if deep else "size", "records": records}, unreadable
 
 
 # ---------------------------------------------------------------- distributions
@@ -234,15 +232,13 @@ def _requires_from_egg(text: str) -> list[str]:
     return requires
 
 
-def _import_names(folder: Path, record_text: str | None) -> list[str]:
+def _import_names(folder: str, has_top_level: bool, record_text: str | None) -> list[str]:
     """Top-level import names a distribution provides: top_level.txt, else its RECORD."""
-    try:
-        text = (folder / "top_level.txt").read_text(encoding="utf-8", errors="replace")
+    if has_top_level:
+        text = _read_text(os.path.join(folder, "top_level.txt")) or ""
         names = {line.strip().split("/")[0] for line in text.splitlines() if line.strip()}
         if names:
             return sorted(names)
-    except OSError:
-        pass
     names = set()
     for line in (record_text or "").splitlines():
         path = line.split(",", 1)[0].strip().strip('"')
@@ -260,65 +256,73 @@ def _import_names(folder: Path, record_text: str | None) -> list[str]:
     return sorted(names)
 
 
-def read_distribution(folder: Path) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
-    """One dist-info / egg-info: (distribution facts, None) or (None, why it is unreadable)."""
-    is_egg = folder.name.endswith(".egg-info")
-    bad = {"path": str(folder), "kind": "egg-info" if is_egg else "dist-info"}
-    if is_egg and folder.is_file():
-        meta_file = folder
-    else:
-        meta_file = folder / ("PKG-INFO" if is_egg else "METADATA")
+def _read_text(path: str) -> str | None:
     try:
-        raw = meta_file.read_bytes()
-    except FileNotFoundError:
-        return None, {**bad, "reason": f"{meta_file.name} is missing"}
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            return fh.read()
+    except OSError:
+        return None
+
+
+def read_distribution(folder: Path | str) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    """One dist-info / egg-info: (distribution facts, None) or (None, why it is unreadable)."""
+    folder = str(folder)
+    is_egg = folder.endswith(".egg-info")
+    bad = {"path": folder, "kind": "egg-info" if is_egg else "dist-info"}
+    try:
+        # One listing instead of one failed open per optional file: big envs have thousands.
+        present = set(os.listdir(folder))
+        is_dir = True
+    except NotADirectoryError:
+        present, is_dir = set(), False
     except OSError as exc:
-        return None, {**bad, "reason": f"{meta_file.name}: {exc.strerror or exc}"}
+        return None, {**bad, "reason": exc.strerror or str(exc)}
+    meta_name = "PKG-INFO" if is_egg else "METADATA"
+    meta_file = os.path.join(folder, meta_name) if is_dir else folder
+    if is_dir and meta_name not in present:
+        return None, {**bad, "reason": f"{meta_name} is missing"}
+    try:
+        with open(meta_file, "rb") as fh:
+            raw = fh.read()
+    except OSError as exc:
+        return None, {**bad, "reason": f"{meta_name}: {exc.strerror or exc}"}
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
-        return None, {**bad, "reason": f"{meta_file.name} is not UTF-8 ({exc.reason} at byte {exc.start})"}
+        return None, {**bad, "reason": f"{meta_name} is not UTF-8 ({exc.reason} at byte {exc.start})"}
     headers = _parse_headers(text)
     name = (headers.get("name") or [""])[0]
     version = (headers.get("version") or [""])[0]
     if not name or not version:
-        return None, {**bad, "reason": f"{meta_file.name} has no {'Name' if not name else 'Version'} field"}
+        return None, {**bad, "reason": f"{meta_name} has no {'Name' if not name else 'Version'} field"}
     requires = headers.get("requires-dist", [])
-    if is_egg and folder.is_dir():
-        try:
-            requires = _requires_from_egg((folder / "requires.txt").read_text(encoding="utf-8", errors="replace"))
-        except OSError:
-            requires = []
-    installer = None
-    record_text = None
-    direct_url = None
-    if folder.is_dir():
-        try:
-            installer = (folder / "INSTALLER").read_text(encoding="utf-8", errors="replace").strip() or None
-        except OSError:
-            pass
-        try:
-            record_text = (folder / ("RECORD" if not is_egg else "installed-files.txt")).read_text(
-                encoding="utf-8", errors="replace")
-        except OSError:
-            pass
-        try:
-            loaded = json.loads((folder / "direct_url.json").read_text(encoding="utf-8"))
-            if isinstance(loaded, dict):
-                direct_url = {"url": loaded.get("url"),
-                              "editable": bool((loaded.get("dir_info") or {}).get("editable"))}
-        except (OSError, ValueError):
-            pass
+    installer = record_text = direct_url = None
+    if is_dir:
+        if is_egg:
+            requires = _requires_from_egg(_read_text(os.path.join(folder, "requires.txt")) or "") \
+                if "requires.txt" in present else []
+        if "INSTALLER" in present:
+            installer = (_read_text(os.path.join(folder, "INSTALLER")) or "").strip() or None
+        if "top_level.txt" not in present:
+            record_file = "installed-files.txt" if is_egg else "RECORD"
+            record_text = _read_text(os.path.join(folder, record_file)) if record_file in present else None
+        if "direct_url.json" in present:
+            try:
+                loaded = json.loads(_read_text(os.path.join(folder, "direct_url.json")) or "")
+                if isinstance(loaded, dict):
+                    direct_url = {"url": loaded.get("url"),
+                                  "editable": bool((loaded.get("dir_info") or {}).get("editable"))}
+            except ValueError:
+                pass
     return {
         "name": name,
         "key": normalize(name),
         "version": version,
-        "path": str(folder),
-        "format": "egg-info" if is_egg else "dist-info",
+        "path": folder,
         "installer": installer,
         "requires": requires,
-        "direct_url": direct_url,
-        "import_names": _import_names(folder, record_text if not is_egg else None),
+        "import_names": _import_names(folder, "top_level.txt" in present, record_text if not is_egg else None),
+        **({"direct_url": direct_url} if direct_url else {}),
     }, None
 
 
@@ -409,7 +413,7 @@ def scan_site_dir(directory: str) -> tuple[list[dict[str, Any]], list[dict[str, 
     for name in names:
         if not name.endswith((".dist-info", ".egg-info")):
             continue
-        dist, problem = read_distribution(Path(directory, name))
+        dist, problem = read_distribution(os.path.join(directory, name))
         if dist is not None:
             dists.append(dist)
         elif problem is not None:
@@ -424,8 +428,8 @@ def gather_packages(facts: Any) -> dict[str, Any]:
     conda, unreadable = read_conda_meta(prefix, bool(facts.config.deep))
     owners: dict[str, str] = {}
     for record in conda["records"]:
-        for folder in record["dist_dirs"]:
-            owners[os.path.normpath(str(prefix / folder))] = record["name"]
+        for folder in record.pop("_dist_dirs"):
+            owners[os.path.normpath(os.path.join(str(prefix), folder))] = record["name"]
     site_dirs = site_dirs_of(target)
     distributions = []
     for site_dir in site_dirs:
@@ -437,7 +441,9 @@ def gather_packages(facts: Any) -> dict[str, Any]:
             dist["site_dir"] = site_dir["path"]
             dist["location"] = site_dir["location"]
             dist["order"] = site_dir["order"]
-            dist["conda_record"] = owners.get(os.path.normpath(dist["path"]))
+            owner = owners.get(os.path.normpath(dist["path"]))
+            if owner:
+                dist["conda_record"] = owner
             distributions.append(dist)
         if site_dir["location"] in ("user", "pythonpath", "cwd", "other"):
             site_dir["modules"] = _module_names(site_dir["path"])

@@ -146,7 +146,8 @@ def _matches(record: dict[str, Any], pattern: str) -> bool:
 
 def find_mixed_blas(facts: Facts) -> Iterator[Hit]:
     implementations = load_data("channels")["blas"]
-    records = conda_records(facts)
+    names = {p.partition("=")[0] for patterns in implementations.values() for p in patterns}
+    records = [r for r in conda_records(facts) if r["name"] in names]
     found: dict[str, list[dict[str, Any]]] = {}
     for impl, patterns in implementations.items():
         hits = [r for r in records if any(_matches(r, p) for p in patterns)]
@@ -155,7 +156,7 @@ def find_mixed_blas(facts: Facts) -> Iterator[Hit]:
             found[impl] = hits
     if len(found) < 2:
         return
-    libblas = next((r for r in records if r["name"] in ("libblas", "blas")), None)
+    libblas = next((r for r in records if r["name"] in ("libblas", "blas")), None)  # filtered above
     selected = None
     if libblas is not None:
         selected = next((impl for impl, hits in found.items() if libblas in hits), None)

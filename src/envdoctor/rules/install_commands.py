@@ -37,12 +37,23 @@ def conda(env: Mapping[str, Any], verb: str, *args: str) -> str:
     if env.get("kind") == "pixi":
         where = pixi_manifest(prefix)
         location = f" --manifest-path {_q(where[0])} -e {_q(where[1])}" if where else ""
-        names = [a.split("=")[0].split("<")[0].split(">")[0] for a in args if not a.startswith("-")]
-        if verb == "install" and "--force-reinstall" in args:
+        force = "--force-reinstall" in args
+        # Channels live in the pixi manifest, not on the command line: drop `-c NAME` pairs.
+        plain, skip = [], False
+        for arg in args:
+            if skip:
+                skip = False
+            elif arg in ("-c", "--channel"):
+                skip = True
+            elif not arg.startswith("-"):
+                plain.append(arg)
+        args = tuple(plain)
+        names = [a.split("=")[0].split("<")[0].split(">")[0] for a in args]
+        if verb == "install" and force:
             return f"pixi reinstall{location} {' '.join(names)}"
         if verb == "remove":
             return f"pixi remove{location} {' '.join(names)}"
-        specs = [a for a in args if not a.startswith("-")]
+        specs = list(args)
         return f"pixi add{location} {' '.join(_q(s) for s in specs)}"
     return " ".join(["conda", verb, "-p", _q(prefix), *(_q(a) for a in args)])
 

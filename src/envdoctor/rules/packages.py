@@ -17,6 +17,7 @@ from __future__ import annotations
 import fnmatch
 import os
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Any, Iterator
 
 from envdoctor.catalog import load_data
@@ -41,6 +42,7 @@ def _version_key(text: str) -> Any:
         return (0, text)
 
 
+@lru_cache(maxsize=8192)
 def same_version(conda_version: str, python_version: str) -> bool:
     """Conda and pip spell versions alike except for local labels (`2.5.1+cu121`)."""
     from packaging.version import InvalidVersion, Version
@@ -83,9 +85,21 @@ def _conda_pip_entries() -> list[dict[str, Any]]:
     return list(load_data("conflicts").get("conda_pip", []))
 
 
+#: The last classification, kept while the same packages facts are asked about again.
+_STATES_CACHE: list[Any] = [None, None]
+
+
 def conda_python_states(facts: Facts) -> list[CondaPython]:
     """Each conda record with a Python distribution, classified once for all PKG rules."""
     packages = facts["packages"]
+    if _STATES_CACHE[0] is packages:
+        return _STATES_CACHE[1]
+    states = _classify(packages)
+    _STATES_CACHE[:] = [packages, states]
+    return states
+
+
+def _classify(packages: dict[str, Any]) -> list[CondaPython]:
     records = (packages.get("conda") or {}).get("records") or []
     by_key: dict[str, list[dict[str, Any]]] = {}
     for dist in packages.get("distributions") or []:
@@ -196,25 +210,33 @@ def visible_distributions(packages: dict[str, Any]) -> dict[str, dict[str, Any]]
     return visible
 
 
-def _reverse_conda_name(facts: Facts, key: str) -> str | None:
-    for item in conda_python_states(facts):
-        if item.key == key:
-            return item.record["name"]
-    return None
+@lru_cache(maxsize=None)
+def _parsed_version(text: str) -> Any:
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        return Version(text)
+    except InvalidVersion:
+        return None
 
 
 def find_broken_requirements(facts: Facts) -> Iterator[Hit]:
     from packaging.requirements import InvalidRequirement, Requirement
-    from packaging.version import InvalidVersion, Version
 
     packages = facts["packages"]
     markers = packages.get("markers")
     visible = visible_distributions(packages)
+    conda_names = {item.key: item.record["name"] for item in conda_python_states(facts)}
+    parsed: dict[str, Any] = {}
     for dist in visible.values():
         for text in dist.get("requires") or []:
-            try:
-                req = Requirement(text)
-            except InvalidRequirement:
+            if text not in parsed:  # the same requirement line recurs across many distributions
+                try:
+                    parsed[text] = Requirement(text)
+                except InvalidRequirement:
+                    parsed[text] = None
+            req = parsed[text]
+            if req is None:
                 continue
             if req.marker is not None:
                 if not markers:
@@ -229,10 +251,8 @@ def find_broken_requirements(facts: Facts) -> Iterator[Hit]:
             if installed is not None:
                 if not req.specifier:
                     continue
-                try:
-                    if req.specifier.contains(Version(installed["version"]), prereleases=True):
-                        continue
-                except InvalidVersion:
+                version = _parsed_version(installed["version"])
+                if version is None or req.specifier.contains(version, prereleases=True):
                     continue
                 problem = "out-of-range"
                 message = (f"{dist['name']} {dist['version']} requires {req.name}{req.specifier} "
@@ -241,7 +261,7 @@ def find_broken_requirements(facts: Facts) -> Iterator[Hit]:
                 problem = "missing"
                 message = f"{dist['name']} {dist['version']} requires {req.name}{req.specifier}, which is not installed"
             spec = f"{req.name}{req.specifier}"
-            conda_name = _reverse_conda_name(facts, dep_key)
+            conda_name = conda_names.get(dep_key)
             owned_by_conda = (installed is not None and installed.get("conda_record")) or \
                 (installed is None and dist.get("conda_record"))
             if owned_by_conda and packages.get("conda", {}).get("present"):
@@ -266,26 +286,37 @@ def _conda_specifier(specifier: Any) -> str:
 # ---------------------------------------------------------------- PKG004
 
 
-def _clash_member(pattern: str, dist: dict[str, Any]) -> bool:
+@lru_cache(maxsize=None)
+def _clash_patterns(patterns: tuple[str, ...]) -> dict[str, Any]:
+    """A clash's members parsed once: normalized name -> specifier (empty for any version)."""
     from packaging.requirements import Requirement
+
+    return {normalize(req.name): req.specifier for req in map(Requirement, patterns)}
+
+
+def _clash_members(clash: dict[str, Any], visible: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
     from packaging.version import InvalidVersion, Version
 
-    req = Requirement(pattern)
-    if normalize(req.name) != dist["key"]:
-        return False
-    if not req.specifier:
-        return True
-    try:
-        return req.specifier.contains(Version(dist["version"]), prereleases=True)
-    except InvalidVersion:
-        return False
+    members = []
+    for key, specifier in _clash_patterns(tuple(clash["dists"])).items():
+        dist = visible.get(key)
+        if dist is None or dist["location"] == "stdlib":
+            continue
+        if specifier:
+            try:
+                if not specifier.contains(Version(dist["version"]), prereleases=True):
+                    continue
+            except InvalidVersion:
+                continue
+        members.append(dist)
+    return members
 
 
 def distribution_clashes(packages: dict[str, Any]) -> Iterator[tuple[dict[str, Any], list[dict[str, Any]]]]:
     """Each known clash (rules/conflicts.toml) with two or more of its members installed."""
-    installed = [d for d in visible_distributions(packages).values() if d["location"] != "stdlib"]
+    visible = visible_distributions(packages)
     for clash in load_data("conflicts").get("clash", []):
-        members = [d for d in installed if any(_clash_member(p, d) for p in clash["dists"])]
+        members = _clash_members(clash, visible)
         if len(members) >= 2:
             yield clash, members
 
@@ -353,6 +384,7 @@ def find_altered_conda_files(facts: Facts) -> Iterator[Hit]:
     # A clashing twin (pillow-simd over conda's pillow) rewrote files PKG004 already reports.
     clashing = {d["key"] for _, members in distribution_clashes(packages) for d in members}
     explained |= {item.record["name"] for item in states if item.key in clashing}
+    checked_by = (packages.get("conda") or {}).get("checked_by", "size")
     for record in (packages.get("conda") or {}).get("records") or []:
         if not record.get("missing_count") and not record.get("changed_count"):
             continue
@@ -362,15 +394,15 @@ def find_altered_conda_files(facts: Facts) -> Iterator[Hit]:
         if record["missing_count"]:
             parts.append(f"{record['missing_count']} missing")
         if record["changed_count"]:
-            parts.append(f"{record['changed_count']} changed ({'sha256' if record['checked_by'] == 'sha256' else 'size'})")
+            parts.append(f"{record['changed_count']} changed ({checked_by})")
         yield Hit(
             message=(f"files of {record['name']} {record['version']} differ from what conda installed: "
                      f"{' and '.join(parts)} of {record['checked_files']} checked"),
             evidence={"package": record["name"], "version": record["version"], "build": record["build"],
-                      "channel": channel_name(record), "missing": record["missing"],
+                      "channel": channel_name(record), "missing": record.get("missing", []),
                       "missing_count": record["missing_count"],
-                      "changed": [c["path"] for c in record["changed"]], "changed_count": record["changed_count"],
-                      "checked_by": record["checked_by"], "record": record["file"]},
+                      "changed": [c["path"] for c in record.get("changed", [])], "changed_count": record["changed_count"],
+                      "checked_by": checked_by, "record": record["file"]},
             fix=conda(packages, "install", "--force-reinstall", f"{record['name']}={record['version']}={record['build']}"),
         )
 
@@ -491,7 +523,13 @@ def compare_spec(spec: dict[str, Any], packages: dict[str, Any]) -> Iterator[dic
                     "line": entry.get("line")}
         version = entry.get("version") or ""
         pin = "==" + version.lstrip("=") if version.startswith("=") else version
-        install = conda(packages, "install", entry["spec"]) if conda_present else pip(packages, "install", name + pin)
+        if conda_present:
+            install = conda(packages, "install", entry["spec"])
+        elif name == "python":  # pip cannot change the interpreter of a venv: it must be rebuilt
+            wanted = version.lstrip("=<>!~").split(",")[0].rstrip(".*") or "3"
+            install = f"python{wanted} -m venv --clear {_shell_path(packages['prefix'])}   # then reinstall its packages"
+        else:
+            install = pip(packages, "install", name + pin)
         if installed is None:
             yield {"message": f"{source} asks for {entry['spec']} but {name} is not installed",
                    "evidence": {**evidence, "problem": "missing"}, "fix": install}

@@ -284,9 +284,13 @@ def _make_venv(conda_world: World, path: Path, *wheels: Path) -> Path:
     base = getattr(sys, "_base_executable", sys.executable)
     subprocess.run([base, "-m", "venv", "--without-pip", str(path)], check=True, timeout=120)
     if wheels:
-        proc = subprocess.run([sys.executable, "-m", "pip", "--python", str(path / "bin" / "python"), "install",
-                               "--no-index", "--no-deps", "--no-cache-dir", "--disable-pip-version-check",
-                               *map(str, wheels)], capture_output=True, text=True, timeout=300,
+        # pip run straight from ensurepip's wheel by the venv's own interpreter: no pip needed anywhere else.
+        import ensurepip
+
+        [pip_wheel] = sorted(Path(ensurepip.__file__).parent.glob("_bundled/pip-*.whl"))[-1:]
+        proc = subprocess.run([str(path / "bin" / "python"), f"{pip_wheel}/pip", "install", "--no-index", "--no-deps",
+                               "--no-cache-dir", "--disable-pip-version-check", *map(str, wheels)],
+                              capture_output=True, text=True, timeout=300,
                               env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"})
         assert proc.returncode == 0, proc.stderr
     return path
@@ -432,3 +436,12 @@ def test_the_pth_hook_would_leave_bytecode_without_b(conda_world: World, tmp_pat
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
     subprocess.run([str(prefix / "bin" / "python"), "-c", "pass"], check=True, env=env, timeout=60)
     assert list(prefix.rglob("__pycache__/hooky_init*.pyc"))
+
+
+def test_prefix_without_an_interpreter_is_still_read(conda_world: World, tmp_path: Path) -> None:
+    """A conda prefix with no python (a broken env, a library-only env): records are still judged."""
+    prefix = conda_world.scenario("no-python", lambda p: conda_world.make_prefix(p, ["mkl >=1", "libopenblas >=0"]))
+    report = report_for(prefix, tmp_path)
+    assert report["target"]["python"] is None
+    assert rule_ids(report) == ["CHN003"]
+    assert report["facts"]["packages"]["distributions"] == []

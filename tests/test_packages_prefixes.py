@@ -89,6 +89,7 @@ def test_healthy_prefix_has_no_package_or_channel_finding(healthy: Path, tmp_pat
     packages = report["facts"]["packages"]
     names = {r["name"]: r for r in packages["conda"]["records"]}
     assert names["pytorch"]["dist_names"] == ["torch"]
+    assert (names["pytorch"]["distribution"], names["pytorch"]["distribution_from"]) == ("torch", "files")
     assert names["py-opencv"]["dist_names"] == ["opencv-python"]
     assert names["numpy"]["channel"].rstrip("/") == CONDA_FORGE.rstrip("/")
     dists = {d["key"]: d for d in packages["distributions"]}

@@ -32,7 +32,7 @@ def normalize(name: str) -> str:
     return _NORMALIZE.sub("-", name).lower()
 
 
-def _dist_name_from_dir(dirname: str) -> tuple[str, str | None]:
+def dist_name_from_dir(dirname: str) -> tuple[str, str | None]:
     """`numpy-1.26.4.dist-info` -> ("numpy", "1.26.4"); egg-info may carry "-py3.11" too."""
     stem = dirname.rsplit(".", 1)[0]
     name, sep, rest = stem.partition("-")
@@ -143,8 +143,27 @@ def _owned_dists(files: Iterable[str]) -> dict[str, str]:
         match = _DIST_DIR.search(rel)
         if match:
             folder = rel[: match.end(2)]
-            owned[folder] = normalize(_dist_name_from_dir(match.group(1) + "." + match.group(2))[0])
+            owned[folder] = normalize(dist_name_from_dir(match.group(1) + "." + match.group(2))[0])
     return owned
+
+
+def conda_distribution(name: str, owned: dict[str, str]) -> tuple[str | None, str | None]:
+    """The Python distribution a conda package provides, and how that is known.
+
+    The record's own files decide first (a record owning `torch-2.5.1.dist-info/`
+    provides torch); records owning no dist-info fall back to the table in
+    rules/conda_names.toml (pytorch -> torch, py-opencv -> opencv-python).
+    """
+    names = sorted(set(owned.values()))
+    if names:
+        key = normalize(name)
+        return (key if key in names else names[0]), "files"
+    from envdoctor.catalog import load_data
+
+    table = load_data("conda_names")["conda_to_dist"]
+    if name in table:
+        return (normalize(table[name]) or None), "table"
+    return None, None
 
 
 def read_conda_meta(prefix: Path, deep: bool) -> tuple[dict[str, Any], list[dict[str, Any]]]:
@@ -175,6 +194,7 @@ def read_conda_meta(prefix: Path, deep: bool) -> tuple[dict[str, Any], list[dict
             continue
         files = data.get("files") or []
         owned = _owned_dists(files)
+        distribution, source = conda_distribution(data["name"], owned)
         record = {
             "name": data["name"],
             "version": data["version"],
@@ -185,6 +205,8 @@ def read_conda_meta(prefix: Path, deep: bool) -> tuple[dict[str, Any], list[dict
             "file": path,
             "files_count": len(files),
             "dist_names": sorted(set(owned.values())),
+            "distribution": distribution,
+            "distribution_from": source,
             "_dist_dirs": sorted(owned),  # dropped once gather_packages has mapped owners
         }
         record.update(check_record_files(str(prefix), data, deep))

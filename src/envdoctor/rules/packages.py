@@ -22,7 +22,7 @@ from typing import Any, Iterator
 
 from envdoctor.catalog import load_data
 from envdoctor.facts import Facts
-from envdoctor.facts.packages import normalize
+from envdoctor.facts.packages import conda_distribution, dist_name_from_dir, normalize
 from envdoctor.rules import Hit
 from envdoctor.rules.channels import channel_name
 from envdoctor.rules.install_commands import conda, conda_reinstall, pip
@@ -54,15 +54,11 @@ def same_version(conda_version: str, python_version: str) -> bool:
 
 
 def dist_key_of(record: dict[str, Any]) -> str | None:
-    """The Python distribution a conda record provides: its own dist-info, else the name table."""
-    owned = record.get("dist_names") or []
-    if owned:
-        key = normalize(record["name"])
-        return key if key in owned else owned[0]
-    table = load_data("conda_names")["conda_to_dist"]
-    if record["name"] in table:
-        return normalize(table[record["name"]]) or None
-    return None
+    """The Python distribution a conda record provides (the facts say; older facts are mapped here)."""
+    if "distribution" in record:
+        return record["distribution"]
+    owned = {name: name for name in record.get("dist_names") or []}
+    return conda_distribution(record["name"], owned)[0]
 
 
 @dataclass
@@ -605,9 +601,7 @@ def find_unreadable_metadata(facts: Facts) -> Iterator[Hit]:
                    + conda(packages, "install", "--force-reinstall", guess))
             package = parts[0] if len(parts) == 3 else stem
         elif problem["kind"] in ("dist-info", "egg-info"):
-            from envdoctor.facts.packages import _dist_name_from_dir
-
-            name, version = _dist_name_from_dir(base)
+            name, version = dist_name_from_dir(base)
             package = name
             owner = problem.get("conda_record")
             if owner:

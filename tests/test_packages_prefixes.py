@@ -269,9 +269,12 @@ def test_clashing_distributions_pkg004(conda_world: World, tmp_path: Path) -> No
     assert rule_ids(report) == ["PKG004", "PKG004", "PKG004"]
     by_clash = {f["evidence"]["clash"]: f for f in findings(report, "PKG004")}
     pillow = by_clash["pillow"]["evidence"]
-    assert [(d["package"], d["version"]) for d in pillow["installed"]] == [("pillow", "10.2.0"), ("pillow-simd", "9.0.0.post1")] \
-        or sorted((d["package"], d["version"]) for d in pillow["installed"]) == [("pillow", "10.2.0"), ("pillow-simd", "9.0.0.post1")]
+    assert sorted((d["package"], d["version"], d["installer"]) for d in pillow["installed"]) == \
+        [("pillow", "10.2.0", "conda"), ("pillow-simd", "9.0.0.post1", "pip")]
     assert pillow["keep"] == "pillow-simd"
+    # conda's pillow is removed by conda (only it), pip's twin is then reinstalled whole.
+    assert by_clash["pillow"]["fix"] == (f"conda remove -p {prefix} --force pillow && {prefix}/bin/python3 -m pip "
+                                         "install --force-reinstall --no-deps pillow-simd==9.0.0.post1")
     torch = by_clash["torch"]["evidence"]
     assert (torch["conda_package"], torch["conda_version"], torch["installed"][0]["version"]) == ("pytorch", "2.5.1", "2.6.0")
     assert by_clash["torch"]["fix"].endswith(f"-m pip uninstall -y torch && conda install -p {prefix} --force-reinstall pytorch=2.5.1")

@@ -317,6 +317,18 @@ def distribution_clashes(packages: dict[str, Any]) -> Iterator[tuple[dict[str, A
             yield clash, members
 
 
+def _remove(packages: dict[str, Any], dists: list[dict[str, Any]]) -> str:
+    """Remove distributions with the tool that installed each: conda's own with conda, the rest with pip."""
+    by_conda = sorted({d["conda_record"] for d in dists if d.get("conda_record")})
+    by_pip = [d["name"] for d in dists if not d.get("conda_record")]
+    steps = []
+    if by_conda:  # --force: only this package, not everything that depends on it
+        steps.append(conda(packages, "remove", "--force", *by_conda))
+    if by_pip:
+        steps.append(pip(packages, "uninstall", "-y", *by_pip))
+    return " && ".join(steps)
+
+
 def find_conflicting_distributions(facts: Facts) -> Iterator[Hit]:
     packages = facts["packages"]
     data = load_data("conflicts")
@@ -337,7 +349,7 @@ def find_conflicting_distributions(facts: Facts) -> Iterator[Hit]:
                       "installed": [{"package": d["name"], "version": d["version"], "installer": d.get("installer"),
                                      "location": d["location"]} for d in members],
                       "keep": keep["name"]},
-            fix=f"{pip(packages, 'uninstall', '-y', *(d['name'] for d in others))} && {restore}",
+            fix=f"{_remove(packages, others)} && {restore}",
         )
     records = {r["name"]: r for r in (packages.get("conda") or {}).get("records") or []}
     states = {item.record["name"]: item for item in conda_python_states(facts)}

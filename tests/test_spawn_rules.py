@@ -211,6 +211,23 @@ def test_spw002_warns_when_cuda_is_initialised_before_forked_workers():
     assert mac.severity is Severity.INFO and mac.evidence["start_method"] == "spawn"
 
 
+def test_spw002_cuda_before_fork_is_only_info_when_the_workers_stay_on_the_cpu(tmp_path):
+    path = write(tmp_path, "usual.py", (
+        "import torch\n"
+        "from torch.utils.data import DataLoader\n"
+        "def main():\n"
+        "    model = torch.nn.Linear(2, 2).cuda()\n"
+        "    for b in DataLoader(range(4), num_workers=2, pin_memory=True):\n"
+        "        model(b.float().cuda())\n"
+        "if __name__ == '__main__':\n"
+        "    main()\n"))
+    [finding] = run_on(LINUX_311, path, select=("SPW002",)).by_rule("SPW002")
+    assert finding.severity is Severity.INFO
+    assert finding.evidence["worker_code_uses_cuda"] is False
+    assert finding.evidence["cuda_init_line"] == 4 and finding.evidence["worker_starts"] == [5]
+    assert "safe as long as it stays that way" in finding.message
+
+
 def test_spw002_no_warning_when_cuda_comes_after_the_workers_or_is_only_queried(tmp_path):
     path = write(tmp_path, "late.py", (
         "import torch\n"
@@ -304,7 +321,7 @@ def test_cli_check_text_output_shows_file_line_and_column(tmp_path):
     proc = run_envdoctor("check", "--no-loader", "--select", "SPW001", "--", fixture("iter_next.py"),
                          cwd=str(tmp_path))
     assert proc.returncode == 1
-    assert f"{fixture('iter_next.py')}:9:14" in proc.stdout.replace("\n", "")
+    assert f"{fixture('iter_next.py')}:10:14" in proc.stdout.replace("\n", "")
 
 
 def test_the_analysis_never_imports_or_runs_the_script(tmp_path):

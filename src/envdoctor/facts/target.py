@@ -48,7 +48,36 @@ print(json.dumps({
     "user_site_enabled": bool(site.ENABLE_USER_SITE),
     "platform": sys.platform,
     "machine": __import__("platform").machine(),
+    "stdlib": sorted({sysconfig.get_paths().get("stdlib") or "", sysconfig.get_paths().get("platstdlib") or ""} - {""}),
+    "cwd": os.getcwd(),
+    "pythonpath": [os.path.abspath(p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p],
+    "markers": MARKERS,
 }))
+"""
+
+# The PEP 508 marker environment, computed the way packaging.markers does, so
+# requirements are judged for the target interpreter rather than envdoctor's.
+_MARKERS = r"""
+import os, platform, sys
+def _impl_version():
+    info = sys.implementation.version
+    version = "%d.%d.%d" % (info.major, info.minor, info.micro)
+    if info.releaselevel != "final":
+        version += info.releaselevel[0] + str(info.serial)
+    return version
+MARKERS = {
+    "implementation_name": sys.implementation.name,
+    "implementation_version": _impl_version(),
+    "os_name": os.name,
+    "platform_machine": platform.machine(),
+    "platform_release": platform.release(),
+    "platform_system": platform.system(),
+    "platform_version": platform.version(),
+    "python_full_version": platform.python_version(),
+    "platform_python_implementation": platform.python_implementation(),
+    "python_version": ".".join(platform.python_version_tuple()[:2]),
+    "sys_platform": sys.platform,
+}
 """
 
 
@@ -165,12 +194,23 @@ def _current_self_report() -> dict[str, Any]:
         "user_site_enabled": bool(site.ENABLE_USER_SITE),
         "platform": sys.platform,
         "machine": platform.machine(),
+        "stdlib": sorted({sysconfig.get_paths().get("stdlib") or "", sysconfig.get_paths().get("platstdlib") or ""} - {""}),
+        "cwd": os.getcwd(),
+        "pythonpath": [os.path.abspath(p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p],
+        "markers": current_markers(),
     }
+
+
+def current_markers() -> dict[str, str]:
+    """The running interpreter's PEP 508 marker environment (same code the target runs)."""
+    scope: dict[str, Any] = {}
+    exec(_MARKERS, scope)  # one definition for both interpreters, so they cannot drift
+    return dict(scope["MARKERS"])
 
 
 def ask_interpreter(interpreter: Path, timeout: float = INTERPRETER_TIMEOUT_S) -> dict[str, Any]:
     """The target interpreter's own account of itself (version, sys.path …)."""
-    run = run_bounded([str(interpreter), "-B", "-c", _SELF_REPORT], timeout, env=quiet_python_env())
+    run = run_bounded([str(interpreter), "-B", "-c", _MARKERS + _SELF_REPORT], timeout, env=quiet_python_env())
     if not run.ok:
         raise TargetError(f"the interpreter {interpreter} {run.describe_failure()}")
     try:

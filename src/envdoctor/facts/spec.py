@@ -1,0 +1,207 @@
+"""The "spec" facts: what `--against FILE` asks the environment to hold.
+
+Reads a conda environment.yml (channels, conda dependencies and the `pip:`
+section) or a pip requirements file (with `-r` includes) into plain lists of
+wanted packages. The YAML subset environment files use is parsed here, so
+envdoctor needs no YAML library; lines that cannot be understood are kept
+under `skipped` with the reason instead of failing the whole file.
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+_CONDA_SPEC = re.compile(r"^(?:(?P<channel>[^:\s]+)::)?(?P<name>[A-Za-z0-9_][A-Za-z0-9_.\-]*)\s*(?P<rest>.*)$")
+MAX_INCLUDE_DEPTH = 5
+
+
+class SpecError(Exception):
+    """The --against file cannot be read at all."""
+
+
+def parse_conda_spec(text: str) -> dict[str, Any] | None:
+    """`conda-forge::numpy=1.26.4=py311_0` -> channel, name, version constraint, build."""
+    text = text.strip()
+    bracket = text.find("[")
+    if bracket > 0:
+        text = text[:bracket]
+    match = _CONDA_SPEC.match(text)
+    if not match:
+        return None
+    rest = match.group("rest").strip()
+    version = build = None
+    if rest.startswith("==") or rest[:1] in "<>!~":
+        version = rest.replace(" ", "")
+    elif rest.startswith("="):
+        pieces = rest[1:].split("=", 1)
+        version = "=" + pieces[0].strip()
+        build = pieces[1].strip() if len(pieces) > 1 else None
+    elif rest:
+        pieces = rest.split()
+        version = "==" + pieces[0] if "*" not in pieces[0] and not pieces[0][:1] in "<>=!~" else pieces[0]
+        build = pieces[1] if len(pieces) > 1 else None
+    return {"spec": match.group(0).strip(), "name": match.group("name").lower(),
+            "channel": match.group("channel"), "version": version or None, "build": build}
+
+
+def parse_pip_line(text: str) -> dict[str, Any] | None:
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    try:
+        req = Requirement(text)
+    except InvalidRequirement:
+        return None
+    return {"spec": text.strip(), "name": req.name, "specifier": str(req.specifier) or None,
+            "marker": str(req.marker) if req.marker else None, "url": req.url}
+
+
+def _strip_comment(line: str) -> str:
+    # A '#' starts a comment at the line's start or after whitespace (not inside URLs' fragments).
+    return re.split(r"(?:^|\s)#", line, maxsplit=1)[0].rstrip()
+
+
+def _unquote(text: str) -> str:
+    text = text.strip()
+    if len(text) >= 2 and text[0] == text[-1] and text[0] in "'\"":
+        return text[1:-1]
+    return text
+
+
+def _flow_list(text: str) -> list[str]:
+    inner = text.strip()[1:-1]
+    return [_unquote(item) for item in inner.split(",") if item.strip()]
+
+
+def parse_environment_yml(text: str) -> dict[str, Any]:
+    """name, channels, conda and pip dependencies of an environment.yml (block or flow lists)."""
+    result: dict[str, Any] = {"name": None, "channels": [], "conda": [], "pip": [], "skipped": []}
+    section = None
+    in_pip = False
+    pip_indent = -1
+    for number, raw in enumerate(text.splitlines(), 1):
+        line = _strip_comment(raw)
+        if not line.strip():
+            continue
+        indent = len(line) - len(line.lstrip(" "))
+        stripped = line.strip()
+        if indent == 0 and not stripped.startswith("-"):
+            key, _, value = stripped.partition(":")
+            section, in_pip = key.strip(), False
+            value = value.strip()
+            if section == "name" and value:
+                result["name"] = _unquote(value)
+            elif value.startswith("[") and value.endswith("]"):
+                items = _flow_list(value)
+                if section == "channels":
+                    result["channels"] += items
+                elif section == "dependencies":
+                    for item in items:
+                        _add_conda(result, item, number)
+            continue
+        if not stripped.startswith("-"):
+            continue
+        item = _unquote(stripped[1:].strip())
+        if in_pip and indent > pip_indent:
+            if item.startswith("-"):  # pip options (-r, --index-url …) are not packages
+                result["skipped"].append({"line": number, "text": item, "reason": "a pip option, not a package"})
+                continue
+            parsed = parse_pip_line(item)
+            if parsed is None:
+                result["skipped"].append({"line": number, "text": item, "reason": "not a valid requirement"})
+            else:
+                result["pip"].append({**parsed, "line": number})
+            continue
+        in_pip = False
+        if section == "channels":
+            result["channels"].append(item)
+        elif section == "dependencies":
+            if item.rstrip(":") == "pip" and item.endswith(":"):
+                in_pip, pip_indent = True, indent
+                continue
+            if item.startswith("pip:") and item[4:].strip().startswith("["):
+                for pip_item in _flow_list(item[4:].strip()):
+                    parsed = parse_pip_line(pip_item)
+                    if parsed:
+                        result["pip"].append({**parsed, "line": number})
+                continue
+            _add_conda(result, item, number)
+    return result
+
+
+def _add_conda(result: dict[str, Any], item: str, number: int) -> None:
+    parsed = parse_conda_spec(item)
+    if parsed is None:
+        result["skipped"].append({"line": number, "text": item, "reason": "not a conda match spec"})
+    else:
+        result["conda"].append({**parsed, "line": number})
+
+
+def parse_requirements(path: Path, depth: int = 0) -> dict[str, Any]:
+    result: dict[str, Any] = {"name": None, "channels": [], "conda": [], "pip": [], "skipped": []}
+    text = _read(path)
+    pending = ""
+    for number, raw in enumerate(text.splitlines(), 1):
+        line = _strip_comment(pending + raw).strip()
+        pending = ""
+        if line.endswith("\\"):
+            pending = line[:-1] + " "
+            continue
+        if not line:
+            continue
+        if line.startswith(("-r ", "--requirement")):
+            target = line.split(None, 1)[1] if " " in line else line.partition("=")[2]
+            include = (path.parent / target.strip()).resolve()
+            if depth >= MAX_INCLUDE_DEPTH:
+                result["skipped"].append({"line": number, "text": line, "reason": "includes nested too deep"})
+                continue
+            try:
+                nested = parse_requirements(include, depth + 1)
+            except SpecError as exc:
+                result["skipped"].append({"line": number, "text": line, "reason": str(exc)})
+                continue
+            result["pip"] += nested["pip"]
+            result["skipped"] += nested["skipped"]
+            continue
+        if line.startswith("-"):
+            result["skipped"].append({"line": number, "text": line, "reason": "a pip option, not a package"})
+            continue
+        parsed = parse_pip_line(line)
+        if parsed is None:
+            result["skipped"].append({"line": number, "text": line, "reason": "not a valid requirement"})
+        else:
+            result["pip"].append({**parsed, "line": number, "file": str(path)})
+    return result
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise SpecError(f"the --against file {path} does not exist") from None
+    except UnicodeDecodeError as exc:
+        raise SpecError(f"the --against file {path} is not UTF-8 text ({exc.reason})") from None
+    except OSError as exc:
+        raise SpecError(f"cannot read the --against file {path}: {exc.strerror or exc}") from None
+
+
+def is_environment_file(path: Path, text: str) -> bool:
+    if path.suffix in (".yml", ".yaml"):
+        return True
+    return bool(re.search(r"^dependencies\s*:", text, re.MULTILINE))
+
+
+def gather_spec(facts: Any) -> dict[str, Any] | None:
+    """The "spec" section, or None when no --against file was given."""
+    against = facts.config.against
+    if not against:
+        return None
+    path = Path(against).expanduser()
+    text = _read(path)
+    if is_environment_file(path, text):
+        parsed = parse_environment_yml(text)
+        fmt = "environment.yml"
+    else:
+        parsed = parse_requirements(path)
+        fmt = "requirements"
+    return {"path": str(path), "format": fmt, **parsed}

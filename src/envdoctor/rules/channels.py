@@ -1,0 +1,184 @@
+"""CHN rules: where the conda packages of the environment came from.
+
+CHN001 mixed-channels (ABI-sensitive packages from incompatible channel
+families), CHN002 retired-pytorch-channel, CHN003 mixed-blas. All three read
+the conda-meta records in the "packages" facts; the channel families and the
+package lists are data in rules/channels.toml.
+"""
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any, Iterator
+from urllib.parse import urlparse
+
+from envdoctor.catalog import load_data
+from envdoctor.facts import Facts
+from envdoctor.rules import Hit
+from envdoctor.rules.install_commands import conda
+
+#: Platform subdirs that end a channel URL and are not part of the channel's name.
+SUBDIRS = {"noarch", "linux-64", "linux-aarch64", "linux-ppc64le", "linux-s390x", "linux-32",
+           "osx-64", "osx-arm64", "win-64", "win-32", "win-arm64", "emscripten-wasm32", "wasi-wasm32"}
+
+
+def channel_name(record: dict[str, Any]) -> str | None:
+    """A record's channel as people write it: `conda-forge`, `pkgs/main`, `pytorch`, or a file URL.
+
+    Read from the record's `channel` field (a name or a URL), else from its `url`.
+    """
+    raw = record.get("channel") or ""
+    if not raw and record.get("url"):
+        raw = record["url"].rsplit("/", 1)[0]
+    raw = raw.strip().rstrip("/")
+    if not raw:
+        return None
+    if "://" not in raw:
+        parts = [p for p in raw.split("/") if p]
+        if parts and parts[-1] in SUBDIRS:
+            parts = parts[:-1]
+        return "/".join(parts) or None
+    parsed = urlparse(raw)
+    if parsed.scheme == "file":
+        return raw
+    parts = [p for p in parsed.path.split("/") if p]
+    if parts and parts[-1] in SUBDIRS:
+        parts = parts[:-1]
+    if not parts:
+        return parsed.netloc
+    if parts[0] == "pkgs" and len(parts) >= 2:
+        return "/".join(parts[:2])
+    return parts[-1]
+
+
+def channel_family(name: str | None) -> str | None:
+    if not name:
+        return None
+    for family, members in load_data("channels")["families"].items():
+        if name in members:
+            return family
+    return None
+
+
+def conda_records(facts: Facts) -> list[dict[str, Any]]:
+    packages = facts["packages"]
+    return list((packages.get("conda") or {}).get("records") or [])
+
+
+def _label(record: dict[str, Any]) -> str:
+    return f"{record['name']} {record['version']}"
+
+
+def find_mixed_channels(facts: Facts) -> Iterator[Hit]:
+    data = load_data("channels")
+    sensitive = set(data["abi_sensitive"])
+    incompatible = set(data["incompatible"])
+    by_family: dict[str, list[dict[str, Any]]] = {}
+    for record in conda_records(facts):
+        if record["name"] not in sensitive:
+            continue
+        family = channel_family(channel_name(record))
+        if family in incompatible:
+            by_family.setdefault(family, []).append(record)
+    if len(by_family) < 2:
+        return
+    # Keep the family most ABI-sensitive packages already come from (conda-forge on a tie).
+    counts = Counter({family: len(records) for family, records in by_family.items()})
+    keep = max(counts, key=lambda f: (counts[f], f == "conda-forge"))
+    movers = [r for family, records in sorted(by_family.items()) if family != keep for r in records]
+    packages = facts["packages"]
+    channel_arg = "conda-forge" if keep == "conda-forge" else "defaults"
+    summary = "; ".join(f"{family}: {', '.join(_label(r) for r in records)}"
+                        for family, records in sorted(by_family.items()))
+    yield Hit(
+        message=(f"ABI-sensitive packages come from incompatible channels ({summary}); binaries "
+                 "built with different compilers and runtimes fail at import with undefined symbols"),
+        evidence={
+            "families": {family: [_label(r) for r in records] for family, records in sorted(by_family.items())},
+            "packages": [{"package": r["name"], "version": r["version"], "channel": channel_name(r),
+                          "family": family} for family, records in sorted(by_family.items()) for r in records],
+            "keep_family": keep,
+        },
+        fix=(conda(packages, "install", "--override-channels", "-c", channel_arg, "--force-reinstall",
+                   *sorted({r["name"] for r in movers}))
+             + (f"   # then keep one channel family: conda config --file {packages['prefix']}/.condarc "
+                f"--set channel_priority strict" if packages.get("kind") != "pixi" else "")),
+    )
+
+
+def find_retired_pytorch_channel(facts: Facts) -> Iterator[Hit]:
+    data = load_data("channels")["pytorch"]
+    retired, stale = set(data["retired"]), set(data["stale"])
+    records = conda_records(facts)
+    packages = facts["packages"]
+    for record in records:
+        if record["name"] not in ("pytorch", "pytorch-cpu", "pytorch-gpu"):
+            continue
+        channel = channel_name(record)
+        if channel not in retired and channel not in stale:
+            continue
+        companions = [r for r in records if r["name"] in data["companions"] and channel_name(r) == channel]
+        names = [record["name"], *(r["name"] for r in companions)]
+        why = (f"the `{channel}` channel is retired: it has no pytorch release after {data['last_release']}"
+               if channel in retired else
+               f"the `{channel}` (defaults) builds of pytorch lag far behind and mix badly with conda-forge")
+        installable = [n for n in names if n not in ("pytorch-mutex", "pytorch-cuda")]
+        yield Hit(
+            message=f"{record['name']} {record['version']} is installed from the {channel} channel: {why}",
+            evidence={"package": record["name"], "version": record["version"], "channel": channel,
+                      "build": record["build"],
+                      "companions": [{"package": r["name"], "version": r["version"]} for r in companions],
+                      "last_release": data["last_release"] if channel in retired else None},
+            fix=(conda(packages, "remove", *names) + " && "
+                 + conda(packages, "install", "--override-channels", "-c", "conda-forge", *installable)
+                 + f"   # or pip: {packages.get('interpreter') or 'python'} -m pip install torch"),
+        )
+
+
+def _matches(record: dict[str, Any], pattern: str) -> bool:
+    name, _, build = pattern.partition("=")
+    if record["name"] != name:
+        return False
+    if not build:
+        return True
+    suffix = build.lstrip("*")
+    return record["build"].endswith(suffix) or record["build"].split("_")[0].endswith(suffix)
+
+
+def find_mixed_blas(facts: Facts) -> Iterator[Hit]:
+    implementations = load_data("channels")["blas"]
+    names = {p.partition("=")[0] for patterns in implementations.values() for p in patterns}
+    records = [r for r in conda_records(facts) if r["name"] in names]
+    found: dict[str, list[dict[str, Any]]] = {}
+    for impl, patterns in implementations.items():
+        hits = [r for r in records if any(_matches(r, p) for p in patterns)]
+        # intel-openmp alone is an OpenMP runtime, not a BLAS.
+        if hits and not all(r["name"] == "intel-openmp" for r in hits):
+            found[impl] = hits
+    if len(found) < 2:
+        return
+    libblas = next((r for r in records if r["name"] in ("libblas", "blas")), None)  # filtered above
+    selected = None
+    if libblas is not None:
+        selected = next((impl for impl, hits in found.items() if libblas in hits), None)
+    keep = selected or ("mkl" if "mkl" in found else sorted(found)[0])
+    others = sorted({r["name"] for impl, hits in found.items() if impl != keep for r in hits
+                     if r["name"] not in ("libblas", "blas", "libcblas", "liblapack")})
+    packages = facts["packages"]
+    yield Hit(
+        message=(f"{len(found)} BLAS implementations are installed ({', '.join(sorted(found))}): "
+                 "numpy, scipy and torch may each load a different one, with two OpenMP runtimes "
+                 "fighting over the threads"),
+        evidence={"implementations": {impl: [_label(r) for r in hits] for impl, hits in sorted(found.items())},
+                  "libblas": f"{libblas['name']} {libblas['version']} {libblas['build']}" if libblas else None,
+                  "libblas_selects": selected, "keep": keep},
+        fix=(conda(packages, "install", f"libblas=*=*{keep}")
+             + (" && " + conda(packages, "remove", *others) if others else "")
+             + f"   # one BLAS ({keep}) for every package"),
+    )
+
+
+RULES = {
+    "CHN001": find_mixed_channels,
+    "CHN002": find_retired_pytorch_channel,
+    "CHN003": find_mixed_blas,
+}

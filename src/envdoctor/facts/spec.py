@@ -103,14 +103,7 @@ def parse_environment_yml(text: str) -> dict[str, Any]:
             continue
         item = _unquote(stripped[1:].strip())
         if in_pip and indent > pip_indent:
-            if item.startswith("-"):  # pip options (-r, --index-url …) are not packages
-                result["skipped"].append({"line": number, "text": item, "reason": "a pip option, not a package"})
-                continue
-            parsed = parse_pip_line(item)
-            if parsed is None:
-                result["skipped"].append({"line": number, "text": item, "reason": "not a valid requirement"})
-            else:
-                result["pip"].append({**parsed, "line": number})
+            _add_pip(result, item, number)
             continue
         in_pip = False
         if section == "channels":
@@ -127,6 +120,18 @@ def parse_environment_yml(text: str) -> dict[str, Any]:
                 continue
             _add_conda(result, item, number)
     return result
+
+
+def _add_pip(result: dict[str, Any], item: str, number: int, **where: str) -> None:
+    """One pip requirement line into `result`; options (-r, --index-url …) are not packages."""
+    if item.startswith("-"):
+        result["skipped"].append({"line": number, "text": item, "reason": "a pip option, not a package"})
+        return
+    parsed = parse_pip_line(item)
+    if parsed is None:
+        result["skipped"].append({"line": number, "text": item, "reason": "not a valid requirement"})
+    else:
+        result["pip"].append({**parsed, "line": number, **where})
 
 
 def _add_conda(result: dict[str, Any], item: str, number: int) -> None:
@@ -163,14 +168,7 @@ def parse_requirements(path: Path, depth: int = 0) -> dict[str, Any]:
             result["pip"] += nested["pip"]
             result["skipped"] += nested["skipped"]
             continue
-        if line.startswith("-"):
-            result["skipped"].append({"line": number, "text": line, "reason": "a pip option, not a package"})
-            continue
-        parsed = parse_pip_line(line)
-        if parsed is None:
-            result["skipped"].append({"line": number, "text": line, "reason": "not a valid requirement"})
-        else:
-            result["pip"].append({**parsed, "line": number, "file": str(path)})
+        _add_pip(result, line, number, file=str(path))
     return result
 
 

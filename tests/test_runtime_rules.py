@@ -97,6 +97,21 @@ def test_sys005_fires_for_inherited_blas_threads() -> None:
     assert evidence["num_workers"] == 8 and evidence["threads_per_worker"] == 8
     assert evidence["total_threads"] == 64 and evidence["usable_cpus"] == 8
     assert "OMP_NUM_THREADS=1" in hits[0].fix
+    # Only a BLAS pool is inherited: it runs only when the dataset calls BLAS, so information.
+    assert hits[0].severity is Severity.INFO and "calls BLAS" in hits[0].message
+
+
+def test_sys005_warns_when_an_openmp_pool_other_than_torchs_is_inherited() -> None:
+    other_omp = {"user_api": "openmp", "internal_api": "openmp", "num_threads": 8, "prefix": "libgomp",
+                 "filepath": "/opt/venv/lib/python3.11/site-packages/opencv_python.libs/libgomp-a34b3233.so.1",
+                 "version": None}
+    hits = run("SYS005", torch_with(threadpools=[dict(OPENBLAS, num_threads=1), GOMP, other_omp]), system(usable=8))
+    # opencv's bundled libgomp is also a second OpenMP runtime beside torch's: both hits.
+    runtimes, [threads] = ([h for h in hits if "openmp_runtimes" in h.evidence],
+                           [h for h in hits if "threads_per_worker" in h.evidence])
+    assert len(runtimes) == 1
+    assert threads.severity is None  # the rule's default: warning
+    assert threads.evidence["threads_per_worker"] == 8 and threads.evidence["total_threads"] == 64
 
 
 def test_sys005_quiet_when_omp_num_threads_is_set_or_pools_are_single() -> None:

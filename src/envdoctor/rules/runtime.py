@@ -127,16 +127,24 @@ def find_thread_oversubscription(facts: Facts) -> Iterator[Hit]:
     if total <= usable:
         return
     heaviest = max(inherited, key=lambda p: p.get("num_threads") or 0) if inherited else None
+    # A BLAS pool only runs when the dataset's own code calls BLAS (matrix products,
+    # solvers); decoding and element-wise work leave it idle. An inherited OpenMP pool
+    # is used far more widely, so only that one makes this a warning.
+    busy = [p for p in inherited if p.get("user_api") != "blas" and (p.get("num_threads") or 1) > 1]
+    only_blas = not busy
     yield Hit(
         message=(f"{workers} DataLoader workers × {per_worker} threads each "
                  f"({heaviest.get('internal_api') if heaviest else 'native'} pool, inherited by every worker) = "
-                 f"{total} threads on {usable} usable CPUs, with OMP_NUM_THREADS unset"),
+                 f"{total} threads on {usable} usable CPUs, with OMP_NUM_THREADS unset"
+                 + ("; this matters only if the dataset's code calls BLAS (numpy matrix products, "
+                    "solvers) in the workers" if only_blas else "")),
         evidence={"num_workers": workers, "threads_per_worker": per_worker, "total_threads": total,
                   "usable_cpus": usable, "intra_op_threads": probe.get("intra_op_threads"),
                   "OMP_NUM_THREADS": None, "libraries": libraries},
         fix=("export OMP_NUM_THREADS=1 (and MKL_NUM_THREADS=1, OPENBLAS_NUM_THREADS=1) for the workers, e.g. "
              "DataLoader(..., worker_init_fn=lambda _: threadpoolctl.threadpool_limits(1)); keep "
              f"torch.set_num_threads({usable}) in the main process"),
+        severity=Severity.INFO if only_blas else None,
     )
 
 

@@ -88,6 +88,9 @@ def test_spw001_num_workers_from_a_name_and_from_run_time_values():
     assert [(f.evidence["num_workers"], f.evidence["num_workers_source"]) for f in unknown] == [
         (None, "args.workers"), (None, "os.cpu_count()")]
     assert "not known before run time" in unknown[0].message
+    # The count may be 0 at run time: a warning, where a known count of 2 is an error.
+    assert {f.severity for f in unknown} == {Severity.WARNING}
+    assert {f.severity for f in named} == {Severity.ERROR}
 
 
 def test_spw001_on_macos_says_the_run_dies_and_on_linux_311_that_it_only_works_by_luck():

@@ -166,7 +166,10 @@ def find_missing_main_guard(facts: Facts) -> Iterator[Hit]:
                 },
                 fix=_guard_fix(script, start),
                 location=Location(script["path"], start["line"], start["column"]),
-                severity=Severity.WARNING if forced_fork else None,
+                # Forced fork works today; a worker count only known at run time (args.workers)
+                # may be 0. Both are real risks but not certain deaths: warnings, not errors.
+                severity=Severity.WARNING if forced_fork or (start["kind"] == "dataloader" and workers is None)
+                else None,
             )
 
 

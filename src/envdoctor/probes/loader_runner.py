@@ -41,9 +41,11 @@ DEFAULT_BATCH_SIZE = 32
 #: Steady-state windows each run is split into, for the spread.
 WINDOWS = 5
 #: Shortest steady-state slice worth measuring.
-MIN_SLICE_S = 0.4
-#: Longest steady-state slice in the adaptive sweep.
-MAX_SLICE_S = 2.5
+MIN_SLICE_S = 0.3
+#: Longest steady-state slice in the adaptive sweep: more points beat longer ones.
+MAX_SLICE_S = 1.2
+#: Points the adaptive sweep keeps budget for past the usable CPUs.
+EXTENSION_POINTS = 2
 
 
 class Events:
@@ -511,7 +513,7 @@ class SmokeTest:
         torch = self.torch
         from torch.utils.data import default_collate
 
-        budget = max(0.3, min(2.0, 0.12 * float(self.plan["budget_s"])))
+        budget = max(0.3, min(1.0, 0.06 * float(self.plan["budget_s"])))
         limit = max(3.0, min(0.35 * float(self.plan["budget_s"]), self.left() - 1.0))
         self.guarded(limit, "fetching samples in the main process", "getitem", limit_per_sample=True)
         self.failure_workers = 0
@@ -576,7 +578,9 @@ class SmokeTest:
         if split and read_s:
             getitem["read_s"] = sum(read_s) / len(read_s)
             getitem["decode_s"] = sum(decode_s) / len(decode_s)
-        self.per_sample_s = getitem["per_sample_s"]
+        # Estimates of batch times use the median: one slow first sample (a lazy open) must not
+        # make every later estimate a second long.
+        self.per_sample_s = getitem["median_s"]
         self.events.result("getitem", getitem)
         # One batch, collated the way the user's loader does it.
         self.guarded(max(2.0, min(10.0, self.left() - 0.5)), "collating one batch in the main process", "collate")
@@ -610,10 +614,14 @@ class SmokeTest:
         if self.plan.get("workers"):
             return [int(n) for n in self.plan["workers"]]
         usable = int(self.plan.get("usable_cpus") or 1)
-        points = [0]
+        # The user's own setting comes right after 0: the gain is measured against it, and a
+        # dataset that only fails in workers fails there first.
+        current = self.current["num_workers"]
+        points = [0] + ([current] if 0 < current <= self.cap else [])
         n = 1
         while n <= min(usable, self.cap):
-            points.append(n)
+            if n not in points:
+                points.append(n)
             n *= 2
         if usable <= self.cap and usable not in points:
             points.append(usable)
@@ -635,8 +643,9 @@ class SmokeTest:
         self.runs: list[dict] = []
         points = self._points()
         fixed = bool(self.plan.get("workers"))
-        reserve = 0.0 if fixed else 0.15 * float(self.plan["budget_s"])
+        base_reserve = 0.0 if fixed else 0.1 * float(self.plan["budget_s"])
         queue = list(points)
+        extension = set()
         done: set[int] = set()
         while queue:
             nw = queue.pop(0)
@@ -648,9 +657,12 @@ class SmokeTest:
                                                       f"{self.start_method} workers"})
                 done.add(nw)
                 continue
+            # The persistent_workers check keeps a share of the budget, except from points past
+            # the CPUs: a higher worker count that still gains is worth more than that check.
+            reserve = 0.0 if nw in extension else base_reserve
             startup = self._startup_estimate(nw)
             batch_est = self.per_sample_s * self.batch_size / max(1, min(nw, int(self.plan.get("usable_cpus") or 1)) or 1)
-            points_left = len(queue) + 1 + (0 if fixed else 1)
+            points_left = len(queue) + 1 + (0 if fixed else EXTENSION_POINTS)
             room = self.left() - reserve
             if fixed:
                 slice_s = float(self.plan.get("point_s") or 1.5)
@@ -671,6 +683,7 @@ class SmokeTest:
                 extra = self._extension(done)
                 if extra is not None:
                     queue.append(extra)
+                    extension.add(extra)
 
     def _extension(self, done: set[int]) -> int | None:
         """One more point past the usable CPUs while throughput climbs and workers mostly wait."""
@@ -705,13 +718,20 @@ class SmokeTest:
 
     def measure(self, nw: int, slice_s: float, startup: float, batch_est: float, *, epochs_wanted: int = 0,
                 epoch_est: float = 0.0, persistent=False, pin=False, dataset=None, kwargs=None, label=None) -> dict:
-        """One timed run: first-batch latency, steady-state samples/s and where the time went."""
+        """One timed run: first-batch latency, steady-state samples/s and where the time went.
+
+        In the sweep (epochs_wanted == 0) workers persist across epochs, so a
+        small dataset runs epoch after epoch into one steady state with the
+        start-up paid once, in the first batch. With epochs_wanted, each epoch
+        is timed on its own (the persistent_workers comparison).
+        """
         torch = self.torch
         timeout = min(max(3.0, 10 * batch_est + 2 * startup), max(1.0, self.left() - 0.5))
         if epochs_wanted:
             limit = epochs_wanted * (startup + epoch_est) + timeout + 2.0
         else:
             limit = startup + slice_s + timeout + 2.0
+            persistent = nw > 0
         self.guarded(limit, f"the run with num_workers={nw}", "run", num_workers=nw, slice_s=round(slice_s, 3),
                      label=label)
         self.failure_workers = nw
@@ -719,20 +739,19 @@ class SmokeTest:
             self.tracked.reset()
         data = dataset if dataset is not None else (self.tracked if self.tracked is not None else self.dataset)
         loader = self._loader(nw, data, timeout, persistent=persistent, pin=pin, kwargs=kwargs)
-        epochs: list[list[tuple[float, int]]] = []
-        epoch_starts: list[float] = []
+        stamps: list[tuple[float, int]] = []
+        epoch_marks: list[tuple[float, int]] = []  # (start time, index of its first stamp)
         first_batch = None
         window = None
         iterator = None
+        warmup = max(1, nw) - 1
         start = time.perf_counter()
         hard_end = start + startup + slice_s + timeout if not epochs_wanted else math.inf
         try:
-            while True:
-                epoch_start = time.perf_counter()
+            done = False
+            while not done:
+                epoch_marks.append((time.perf_counter(), len(stamps)))
                 iterator = iter(loader)
-                stamps: list[tuple[float, int]] = []
-                epochs.append(stamps)
-                epoch_starts.append(epoch_start)
                 finished_epoch = False
                 while True:
                     try:
@@ -745,20 +764,20 @@ class SmokeTest:
                     if first_batch is None:
                         first_batch = now - start
                         window = CpuWindow(_worker_pids(iterator))
-                    steady = now - stamps[min(len(stamps) - 1, max(1, nw) - 1)][0]
-                    if epochs_wanted == 0 and steady >= slice_s and len(stamps) > max(1, nw) + 3:
+                    if not epochs_wanted and len(stamps) > warmup + 3 and now - stamps[warmup][0] >= slice_s:
+                        done = True
                         break
                     if now > hard_end:
+                        done = True
                         break
-                if epochs_wanted and len(epochs) < epochs_wanted and finished_epoch:
-                    if not persistent:
+                if not finished_epoch:
+                    break
+                if epochs_wanted:
+                    done = len(epoch_marks) >= epochs_wanted
+                    if not done and not persistent:
                         _shutdown(iterator)
-                    continue
-                if epochs_wanted == 0 and finished_epoch and time.perf_counter() < start + startup + slice_s \
-                        and sum(max(0, len(s) - max(1, nw)) for s in epochs) < 4 and len(epochs) < 50:
-                    _shutdown(iterator)
-                    continue  # a small dataset: more epochs for a steady state
-                break
+                elif len(epoch_marks) >= 200 or time.perf_counter() > hard_end:
+                    done = True
             usage = window.close() if window is not None else {}
         except DatasetFailure:
             raise
@@ -767,19 +786,22 @@ class SmokeTest:
         finally:
             self.watchdog.disarm()
         _shutdown(iterator)
-        if persistent and iterator is not None:
-            _shutdown(iterator)
-        warmup = max(1, nw) - 1
+        if epochs_wanted:
+            bounds = [m[1] for m in epoch_marks] + [len(stamps)]
+            epochs = [stamps[bounds[k]:bounds[k + 1]] for k in range(len(epoch_marks))]
+        else:
+            epochs = [stamps]
         run = {"num_workers": nw, "first_batch_s": round(first_batch, 4) if first_batch is not None else None,
                **steady_state(epochs, warmup),
-               "batches": sum(len(s) for s in epochs), "epochs": len(epochs),
+               "batches": len(stamps), "epochs": len(epoch_marks),
                "seconds": round(time.perf_counter() - start, 3), **usage}
-        if persistent or pin:
-            run["persistent_workers"] = persistent
+        if pin:
             run["pin_memory"] = pin
         if epochs_wanted:
-            run["epoch_s"] = [round((s[-1][0] if s else es) - es, 4) for s, es in zip(epochs, epoch_starts)]
-            run["epoch_first_batch_s"] = [round(s[0][0] - es, 4) if s else None for s, es in zip(epochs, epoch_starts)]
+            run["persistent_workers"] = persistent
+            run["epoch_s"] = [round((e[-1][0] if e else m[0]) - m[0], 4) for e, m in zip(epochs, epoch_marks)]
+            run["epoch_first_batch_s"] = [round(e[0][0] - m[0], 4) if e else None
+                                          for e, m in zip(epochs, epoch_marks)]
         return run
 
     def _worker_failure(self, exc: BaseException, nw: int, iterator) -> DatasetFailure:
@@ -856,8 +878,7 @@ class SmokeTest:
         nw = min(r["num_workers"] for r in candidates if r["samples_per_s"] >= 0.95 * best)
         run_nw = next(r for r in candidates if r["num_workers"] == nw)
         startup = run_nw.get("first_batch_s") or 0.0
-        prefetch = self.current["prefetch_factor"] or 2
-        size = min(self.length, max(2 * nw * prefetch, 4) * self.batch_size)
+        size = min(self.length, max(2 * nw, 4) * self.batch_size)
         epoch_est = size / best
         cost = 2 * (startup + epoch_est) + (startup + 2 * epoch_est) + 0.5
         if cost > self.left() - 0.3:

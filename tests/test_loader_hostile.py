@@ -1,0 +1,90 @@
+"""Hostile datasets: each ends within budget + 5 s with a DL006 that says what and where, and leaves nothing.
+
+Every test runs the real `envdoctor loader` on a real dataset (tests/loaderfixtures/hostile.py)
+and then checks that no process of the runner's group and no new /dev/shm torch segment survives.
+"""
+from __future__ import annotations
+
+import pytest
+
+from loaderfixtures import assert_nothing_left, dump, loader_report, shm_torch_segments
+from support import findings
+
+pytestmark = pytest.mark.slow
+
+BUDGET = 10.0
+
+
+def _dl006(factory: str, env: dict[str, str] | None = None) -> tuple[dict, dict]:
+    before = shm_torch_segments()
+    report, wall, proc = loader_report("--dataset", f"loaderfixtures.hostile:{factory}", "--budget", str(BUDGET),
+                                       env=env)
+    assert proc.returncode == 1, proc.stderr
+    assert wall < BUDGET + 5, f"took {wall:.1f} s"
+    assert_nothing_left(report, before)
+    hits = findings(report, "DL006")
+    assert len(hits) == 1, dump(report)
+    assert hits[0]["severity"] == "error"
+    return hits[0], report
+
+
+def test_raises_at_index_7() -> None:
+    hit, _ = _dl006("raises_at_7")
+    assert hit["evidence"]["kind"] == "raised"
+    assert hit["evidence"]["index"] == 7
+    assert hit["evidence"]["exception"] == "ValueError"
+    assert "corrupt record 7" in hit["message"]
+
+
+def test_sleeps_forever() -> None:
+    hit, _ = _dl006("sleeps_forever")
+    assert hit["evidence"]["kind"] == "hung"
+    assert hit["evidence"]["index"] == 3
+    assert hit["evidence"]["num_workers"] == 0
+
+
+def test_segfault_in_worker() -> None:
+    hit, _ = _dl006("segfaults_worker")
+    assert hit["evidence"]["kind"] == "crashed"
+    assert hit["evidence"]["signal"] == "SIGSEGV"
+    assert hit["evidence"]["index"] == 5
+    assert hit["evidence"]["num_workers"] >= 1
+    assert "SIGSEGV" in hit["message"]
+
+
+def test_os_exit_in_worker() -> None:
+    hit, _ = _dl006("exits_worker")
+    assert hit["evidence"]["kind"] == "crashed"
+    assert hit["evidence"]["index"] == 2
+    assert "exited with status 3" in hit["message"]
+
+
+def test_non_tensors() -> None:
+    hit, _ = _dl006("non_tensors")
+    assert hit["evidence"]["kind"] == "collate"
+    assert hit["evidence"]["exception"] == "TypeError"
+    assert "loaderfixtures.hostile.Opaque" in hit["message"]
+
+
+def test_len_lies() -> None:
+    hit, _ = _dl006("len_lies")
+    assert hit["evidence"]["kind"] == "raised"
+    assert hit["evidence"]["index"] == 10
+    assert hit["evidence"]["exception"] == "IndexError"
+    assert "len() says 1000" in hit["message"]
+
+
+def test_allocates_20_gib() -> None:
+    # The cap is lowered so the test does not take half the machine's memory first.
+    hit, report = _dl006("allocates_20g", env={"ENVDOCTOR_LOADER_MEMORY_CAP": "1G"})
+    assert hit["evidence"]["kind"] in ("memory", "raised"), dump(report)
+    assert hit["evidence"]["index"] == 0
+    if hit["evidence"]["kind"] == "memory":
+        assert report["loader"]["runner"]["killed_for"] == "memory"
+        assert report["loader"]["runner"]["peak_rss_bytes"] > 1024**3
+
+
+def test_factory_that_raises() -> None:
+    hit, _ = _dl006("factory_raises")
+    assert hit["evidence"]["kind"] == "factory"
+    assert "cannot reach the data bucket" in hit["message"]

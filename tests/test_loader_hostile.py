@@ -13,22 +13,48 @@ from support import findings
 pytestmark = pytest.mark.slow
 
 BUDGET = 10.0
+#: factory -> extra environment. The memory cap is lowered so that test does not take half the
+#: machine's memory first.
+CASES = {
+    "raises_at_7": None, "sleeps_forever": None, "segfaults_worker": None, "exits_worker": None,
+    "non_tensors": None, "len_lies": None, "allocates_20g": {"ENVDOCTOR_LOADER_MEMORY_CAP": "1G"},
+    "factory_raises": None,
+}
 
 
-def _dl006(factory: str, env: dict[str, str] | None = None) -> tuple[dict, dict]:
+@pytest.fixture(scope="module")
+def outcomes() -> dict[str, tuple[dict, float, int]]:
+    """Every hostile case, two at a time (their time is mostly torch's import), then the leftovers check."""
+    from concurrent.futures import ThreadPoolExecutor
+
     before = shm_torch_segments()
-    report, wall, proc = loader_report("--dataset", f"loaderfixtures.hostile:{factory}", "--budget", str(BUDGET),
-                                       env=env)
-    assert proc.returncode == 1, proc.stderr
-    assert wall < BUDGET + 5, f"took {wall:.1f} s"
-    assert_nothing_left(report, before)
-    hits = findings(report, "DL006")
-    assert len(hits) == 1, dump(report)
-    assert hits[0]["severity"] == "error"
-    return hits[0], report
+
+    def one(factory: str) -> tuple[dict, float, int]:
+        report, wall, proc = loader_report("--dataset", f"loaderfixtures.hostile:{factory}",
+                                           "--budget", str(BUDGET), env=CASES[factory])
+        return report, wall, proc.returncode
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        results = dict(zip(CASES, pool.map(one, CASES)))
+    for report, _, _ in results.values():
+        assert_nothing_left(report, before)
+    return results
 
 
-def test_raises_at_index_7() -> None:
+@pytest.fixture
+def _dl006(outcomes):
+    def get(factory: str) -> tuple[dict, dict]:
+        report, wall, returncode = outcomes[factory]
+        assert returncode == 1, dump(report)
+        assert wall < BUDGET + 5, f"took {wall:.1f} s"
+        hits = findings(report, "DL006")
+        assert len(hits) == 1, dump(report)
+        assert hits[0]["severity"] == "error"
+        return hits[0], report
+    return get
+
+
+def test_raises_at_index_7(_dl006) -> None:
     hit, _ = _dl006("raises_at_7")
     assert hit["evidence"]["kind"] == "raised"
     assert hit["evidence"]["index"] == 7
@@ -36,14 +62,14 @@ def test_raises_at_index_7() -> None:
     assert "corrupt record 7" in hit["message"]
 
 
-def test_sleeps_forever() -> None:
+def test_sleeps_forever(_dl006) -> None:
     hit, _ = _dl006("sleeps_forever")
     assert hit["evidence"]["kind"] == "hung"
     assert hit["evidence"]["index"] == 3
     assert hit["evidence"]["num_workers"] == 0
 
 
-def test_segfault_in_worker() -> None:
+def test_segfault_in_worker(_dl006) -> None:
     hit, _ = _dl006("segfaults_worker")
     assert hit["evidence"]["kind"] == "crashed"
     assert hit["evidence"]["signal"] == "SIGSEGV"
@@ -52,21 +78,21 @@ def test_segfault_in_worker() -> None:
     assert "SIGSEGV" in hit["message"]
 
 
-def test_os_exit_in_worker() -> None:
+def test_os_exit_in_worker(_dl006) -> None:
     hit, _ = _dl006("exits_worker")
     assert hit["evidence"]["kind"] == "crashed"
     assert hit["evidence"]["index"] == 2
     assert "exited with status 3" in hit["message"]
 
 
-def test_non_tensors() -> None:
+def test_non_tensors(_dl006) -> None:
     hit, _ = _dl006("non_tensors")
     assert hit["evidence"]["kind"] == "collate"
     assert hit["evidence"]["exception"] == "TypeError"
     assert "loaderfixtures.hostile.Opaque" in hit["message"]
 
 
-def test_len_lies() -> None:
+def test_len_lies(_dl006) -> None:
     hit, _ = _dl006("len_lies")
     assert hit["evidence"]["kind"] == "raised"
     assert hit["evidence"]["index"] == 10
@@ -74,9 +100,8 @@ def test_len_lies() -> None:
     assert "len() says 1000" in hit["message"]
 
 
-def test_allocates_20_gib() -> None:
-    # The cap is lowered so the test does not take half the machine's memory first.
-    hit, report = _dl006("allocates_20g", env={"ENVDOCTOR_LOADER_MEMORY_CAP": "1G"})
+def test_allocates_20_gib(_dl006) -> None:
+    hit, report = _dl006("allocates_20g")
     assert hit["evidence"]["kind"] in ("memory", "raised"), dump(report)
     assert hit["evidence"]["index"] == 0
     if hit["evidence"]["kind"] == "memory":
@@ -84,7 +109,7 @@ def test_allocates_20_gib() -> None:
         assert report["loader"]["runner"]["peak_rss_bytes"] > 1024**3
 
 
-def test_factory_that_raises() -> None:
+def test_factory_that_raises(_dl006) -> None:
     hit, _ = _dl006("factory_raises")
     assert hit["evidence"]["kind"] == "factory"
     assert "cannot reach the data bucket" in hit["message"]

@@ -50,6 +50,10 @@ def gather_loader(facts: Any) -> dict[str, Any] | None:
             reason = target.get("interpreter_error") or "the environment has no Python interpreter"
             section["skipped"].append({"what": "smoke test", "reason": reason})
             return section
+        if source["kind"] == "invalid":
+            section["failure"] = {"kind": "factory", "message": source["error"], "index": None,
+                                  "num_workers": None, "where": "factory", "exception": None, "signal": None}
+            return section
         if source["kind"] == "pickle" and source.get("error"):
             section["skipped"].append({"what": "smoke test", "reason": source["error"]})
             section["pickle"] = source["pickle"]
@@ -80,6 +84,10 @@ def choose_source(config: Any) -> tuple[dict[str, Any], dict[str, Any] | None, s
             return {"kind": "object"}, {"dataset": dataset, "kwargs": kwargs, "description": description}, description
         return pickled_source(dataset, kwargs, description), None, description
     if config.dataset:
+        module, sep, attr = config.dataset.partition(":")
+        if not (module and sep and attr):
+            return ({"kind": "invalid", "error": f"--dataset wants MODULE:CALLABLE (e.g. train:make_dataset), "
+                                                 f"not {config.dataset!r}"}, None, config.dataset)
         return {"kind": "factory", "spec": config.dataset, "cwd": os.getcwd()}, None, config.dataset
     if config.data:
         path = os.path.abspath(config.data)

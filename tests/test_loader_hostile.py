@@ -5,10 +5,15 @@ and then checks that no process of the runner's group and no new /dev/shm torch 
 """
 from __future__ import annotations
 
+import json
+import shlex
+import shutil
+import subprocess
+
 import pytest
 
-from loaderfixtures import assert_nothing_left, dump, loader_report, shm_torch_segments
-from support import findings
+from loaderfixtures import TESTS_DIR, assert_nothing_left, dump, loader_report, shm_torch_segments
+from support import envdoctor_argv, findings, validate_report
 
 pytestmark = pytest.mark.slow
 
@@ -113,3 +118,29 @@ def test_factory_that_raises(_dl006) -> None:
     hit, _ = _dl006("factory_raises")
     assert hit["evidence"]["kind"] == "factory"
     assert "cannot reach the data bucket" in hit["message"]
+
+
+def _can_mount_private_shm() -> bool:
+    if not shutil.which("unshare"):
+        return False
+    probe = subprocess.run(["unshare", "-m", "sh", "-c", "mount -t tmpfs -o size=1m tmpfs /dev/shm"],
+                           capture_output=True)
+    return probe.returncode == 0
+
+
+@pytest.mark.skipif(not _can_mount_private_shm(), reason="needs unshare -m and mount (root)")
+def test_large_batches_in_a_small_dev_shm() -> None:
+    """Docker's small /dev/shm, for real: a private 24 MiB tmpfs, 16 MiB batches, two workers."""
+    command = ("mount -t tmpfs -o size=24m tmpfs /dev/shm && "
+               + shlex.join(envdoctor_argv("report", "--dataset", "loaderfixtures.suite:large_samples",
+                                           "--select", "SYS002", "DL", "--budget", "10")))
+    proc = subprocess.run(["unshare", "-m", "sh", "-c", command], capture_output=True, text=True,
+                          cwd=str(TESTS_DIR), timeout=120)
+    report = json.loads(proc.stdout)
+    validate_report(report)
+    (sys002,) = findings(report, "SYS002")
+    assert sys002["evidence"]["batch_bytes"] == 16 * 1024**2  # measured by the smoke test
+    assert sys002["evidence"]["bytes_in_flight"] == 16 * 1024**2 * 2 * 2
+    (dl006,) = findings(report, "DL006")
+    assert dl006["evidence"]["kind"] == "shm", dump(report)
+    assert "shm-size" in dl006["fix"]

@@ -59,6 +59,8 @@ class StageRun:
     memory_cap_bytes: int | None = None
     log_tail: str = ""
     shm_removed: list[str] = field(default_factory=list)
+    #: Every pid seen in the group, to tell its /dev/shm segments from other processes'.
+    pids: set[int] = field(default_factory=set)
 
     @property
     def finished(self) -> bool:
@@ -209,9 +211,9 @@ def run_stage(plan: dict[str, Any], *, interpreter: str | None = None, objects: 
             code = _reap(pid, 5.0)
             if outcome.returncode is None:
                 outcome.returncode = code
-            seen: set[int] = {pid}
+            outcome.pids.add(pid)
             _wait_group_gone(pid)
-            outcome.shm_removed = _clean_shm(shm_before, seen | outcome.__dict__.get("_pids", set()))
+            outcome.shm_removed = _clean_shm(shm_before, outcome.pids)
         os.close(read_fd)
         log.seek(0)
         outcome.log_tail = log.read()[-4000:]
@@ -231,8 +233,6 @@ def _follow(outcome: StageRun, pid: int, read_fd: int, hard_deadline: float,
     pending = b""
     phase_deadline: float | None = None
     next_poll = 0.0
-    pids: set[int] = set()
-    outcome.__dict__["_pids"] = pids
     while True:
         now = time.monotonic()
         ready, _, _ = select.select([read_fd], [], [], 0.05)
@@ -281,7 +281,7 @@ def _follow(outcome: StageRun, pid: int, read_fd: int, hard_deadline: float,
         if now >= next_poll:
             # Also collects the group's pids, so its leftover /dev/shm segments can be told apart.
             next_poll = now + MEMORY_POLL_S
-            rss = _group_rss(pid, pids)
+            rss = _group_rss(pid, outcome.pids)
             outcome.peak_rss_bytes = max(outcome.peak_rss_bytes, rss)
             if outcome.memory_cap_bytes and rss > outcome.memory_cap_bytes:
                 outcome.killed_for = "memory"

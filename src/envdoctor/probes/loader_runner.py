@@ -819,6 +819,12 @@ class SmokeTest:
             # raised in this process: __getitem__ (the index is in slot 0) or collate
             if failed.get(0) is not None:
                 return self._raised(exc, failed[0], nw)
+        if "shared memory" in text or "No space left on device" in text or "Bus error" in text:
+            index = next(iter(failed.values()), None)
+            return DatasetFailure("shm", f"a worker could not hand its batch over through shared memory: "
+                                  f"{_original_error(text) or _first_line(exc)}", index=index, num_workers=nw,
+                                  where="shared memory", exception=type(exc).__name__,
+                                  signal_name="SIGBUS" if "Bus error" in text else None)
         if isinstance(exc, RuntimeError) and "timed out after" in text:
             index = next(iter(busy.values()), None)
             return DatasetFailure("hung", f"no batch arrived within the DataLoader timeout ({_first_line(exc)})"

@@ -1,9 +1,8 @@
 """The built-in datasets of the DataLoader smoke test, run inside the target interpreter.
 
 Standalone on purpose (standard library at top level, torch imported inside
-the classes' methods' module scope only when they are built): the loader
-runner imports this file by its folder, never through envdoctor, so the
-inspected environment needs nothing but torch.
+the methods): the loader runner imports this file from its own folder, never
+through envdoctor, so the inspected environment needs nothing but torch.
 
 - `SyntheticImages`: image-like samples made from a per-index seed and put
   through a real CPU-bound transform (box blur, flip, normalize), so

@@ -216,6 +216,7 @@ _FAILURE_WORDS = {
     "collate": "returned samples that cannot be collated",
     "factory": "could not be built",
     "empty": "yielded no samples",
+    "shm": "could not be handed over through shared memory",
 }
 
 _FAILURE_FIX = {
@@ -233,6 +234,8 @@ _FAILURE_FIX = {
     "factory": "make `{spec}` importable from the working directory and return a Dataset "
                "(or a (Dataset, DataLoader kwargs) pair) without errors",
     "empty": "check the data path and the dataset's file listing",
+    "shm": "give /dev/shm room for batch bytes × num_workers × prefetch_factor (docker run --shm-size=8g, "
+           "or --ipc=host; see SYS002), or lower num_workers, prefetch_factor or the batch size",
 }
 
 
@@ -245,6 +248,8 @@ def find_dataset_failure(facts: Facts) -> Iterator[Hit]:
     if not failure or failure.get("kind") == "pickle":
         return
     kind = failure.get("kind", "raised")
+    if kind == "crashed" and failure.get("signal") == "SIGBUS":
+        kind = "shm"  # a worker writing a batch into a full /dev/shm dies of SIGBUS
     index = failure.get("index")
     nw = failure.get("num_workers")
     where = "in the main process" if not nw else f"in a worker (num_workers={nw})"

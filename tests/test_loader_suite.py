@@ -4,8 +4,8 @@ recommendation is within 90% of the best throughput an exhaustive sweep finds in
 Each case runs the real `envdoctor loader --dataset loaderfixtures.suite:NAME` (the smoke test, its
 default budget), then `exhaustive_sweep` times every worker count of [0, 1, 2, 4, 8] on the same
 dataset, and compares: the exhaustive throughput at the recommended num_workers against the best
-exhaustive throughput. Sleep-based costs keep the effects large on a busy 2-core machine; for the
-CPU-bound cases the comparison allows for the spread each point measured (its best window).
+exhaustive throughput. Sleep-based costs keep the effects large on a busy 2-core machine; the
+CPU-bound case compares throughputs only when the sweep saw idle CPUs.
 """
 from __future__ import annotations
 
@@ -19,6 +19,8 @@ pytestmark = pytest.mark.slow
 
 SWEEP = [0, 1, 2, 4, 8]
 BUDGET = "12"
+#: Workers waiting for a CPU more than this share of the time means other processes hold the CPUs.
+CONTENDED = 0.25
 
 
 def _exhaustive(name: str) -> dict[int, dict]:
@@ -28,12 +30,12 @@ def _exhaustive(name: str) -> dict[int, dict]:
     return {r["num_workers"]: r for r in section["runs"] if r.get("samples_per_s")}
 
 
-def _check(name: str, expected: str, rules: set[str], cpu_bound: bool = False) -> dict:
+def _check(name: str, expected: str, rules: set[str], cpu_bound: bool = False, budget: str = BUDGET) -> dict:
     before = shm_torch_segments()
-    report, wall, _ = loader_report("--dataset", f"loaderfixtures.suite:{name}", "--budget", BUDGET)
+    report, wall, _ = loader_report("--dataset", f"loaderfixtures.suite:{name}", "--budget", budget)
     loader = report["loader"]
     assert_nothing_left(report, before)
-    assert wall < float(BUDGET) + 5
+    assert wall < float(budget) + 5
     assert loader["bottleneck"] == expected, dump(report)
     fired = {f["rule"] for f in report["findings"]}
     assert rules <= fired, (fired, dump(report))
@@ -43,8 +45,14 @@ def _check(name: str, expected: str, rules: set[str], cpu_bound: bool = False) -
     best = max(r["samples_per_s"] for r in sweep.values())
     at_rec = sweep.get(rec["num_workers"])
     assert at_rec is not None, (rec, sweep)
-    # CPU-bound points jitter with the machine's load: their best window shows what they can do.
-    reached = at_rec.get("samples_per_s_max", at_rec["samples_per_s"]) if cpu_bound else at_rec["samples_per_s"]
+    if cpu_bound:
+        # A CPU-bound curve measured while other processes take the CPUs says nothing about this
+        # machine's knee (the class above is still checked: contention is what it names then).
+        contended = max((r.get("worker_runqueue") or 0) for r in sweep.values())
+        if contended > CONTENDED:
+            pytest.skip(f"the CPUs were contended during the sweep (workers waited for a CPU "
+                        f"{contended:.0%} of the time): the throughput comparison needs an idle machine")
+    reached = at_rec["samples_per_s"]
     ratio = reached / best
     assert ratio >= 0.9, (f"recommended num_workers={rec['num_workers']} reached {ratio:.2f} of the best; "
                           f"exhaustive {[(n, r['samples_per_s']) for n, r in sweep.items()]}; {dump(report)}")
@@ -66,7 +74,7 @@ def test_remote_read_is_storage_bound() -> None:
 
 
 def test_slow_worker_start() -> None:
-    report = _check("slow_worker_start", "startup", {"DL004"})
+    report = _check("slow_worker_start", "startup", {"DL004"}, budget="15")
     (hit,) = findings(report, "DL004")
     assert hit["evidence"]["startup_s"] > 0.8
     assert report["loader"]["recommendation"]["persistent_workers"] is True
@@ -80,7 +88,7 @@ def test_tiny_samples_are_ipc_bound() -> None:
 
 
 def test_large_samples() -> None:
-    report = _check("large_samples", "cpu-saturated", {"DL003"}, cpu_bound=True)
+    report = _check("large_samples", "storage", {"DL003"})
     loader = report["loader"]
     assert loader["batch_bytes"] == 8 * 512 * 1024 * 4
     assert loader["tensors_per_batch"] == 1

@@ -38,10 +38,14 @@ class RemoteRead(Dataset):
 
 
 class SlowWorkerStart(Dataset):
-    """Opens its "database" lazily once per process, which takes a second; samples are cheap."""
+    """Opens its "database" lazily once per process, which takes a second; the database then serves
+    two readers at a time (a semaphore shared with forked workers), 2 ms a sample."""
 
     def __init__(self) -> None:
+        import multiprocessing
+
         self.opened_in = None
+        self.readers = multiprocessing.get_context("fork").BoundedSemaphore(2)
 
     def __len__(self) -> int:
         return 96
@@ -50,7 +54,8 @@ class SlowWorkerStart(Dataset):
         if self.opened_in != os.getpid():
             time.sleep(1.0)
             self.opened_in = os.getpid()
-        time.sleep(0.002)
+        with self.readers:
+            time.sleep(0.002)
         return torch.full((16,), float(index))
 
 
@@ -65,12 +70,14 @@ class TinySamples(Dataset):
 
 
 class LargeSamples(Dataset):
-    """2 MiB float32 samples: 16 MiB batches, which fill a small /dev/shm."""
+    """2 MiB float32 samples fetched from a slow store (10 ms each): 16 MiB batches, which fill a
+    small /dev/shm, and a loader that gains from many waiting workers."""
 
     def __len__(self) -> int:
         return 100_000
 
     def __getitem__(self, index: int):
+        time.sleep(0.010)
         return torch.full((512, 1024), float(index % 7))
 
 

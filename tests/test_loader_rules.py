@@ -63,7 +63,8 @@ REMOTE = section([run(0, 66, 0.12), run(1, 66, 0.2, worker_cpu=0.02), run(2, 131
                   run(4, 262, 0.2, worker_cpu=0.02, worker_blocked=0.97),
                   run(8, 515, 0.25, worker_cpu=0.03, worker_blocked=0.96)],
                  getitem={"per_sample_s": 0.0151, "cpu_fraction": 0.01, "blocked_fraction": 0.99}, batch_size=8)
-TINY = section([run(0, 52000, 0.001), run(1, 4100, 0.05), run(2, 6900, 0.06), run(4, 7100, 0.08)],
+TINY = section([run(0, 52000, 0.001), run(1, 4100, 0.05, worker_cpu=0.08, worker_runqueue=0.09),
+                run(2, 6900, 0.06, worker_cpu=0.05, worker_runqueue=0.04), run(4, 7100, 0.08)],
                getitem={"per_sample_s": 2e-6, "cpu_fraction": 1.0, "blocked_fraction": 0.0}, batch_size=1,
                current={"num_workers": 4, "prefetch_factor": 2, "persistent_workers": False,
                         "pin_memory": False, "batch_size": 1})
@@ -75,8 +76,14 @@ STARTUP = section([run(0, 480, 0.02), run(1, 470, 1.05), run(2, 930, 1.06), run(
                   persistent={"saving_s": 0.98})
 
 
+#: A CPU-bound loader on CPUs other processes hold: workers compute or queue, and still lose to 0.
+CONTENDED = section([run(0, 523, 0.06), run(1, 500, 0.12, worker_cpu=0.93, worker_runqueue=0.05),
+                     run(2, 436, 0.22, worker_cpu=0.5, worker_runqueue=0.48)])
+
+
 @pytest.mark.parametrize("data, expected", [
-    (CPU_BOUND, "cpu-saturated"), (REMOTE, "storage"), (TINY, "ipc"), (STARTUP, "startup")])
+    (CPU_BOUND, "cpu-saturated"), (REMOTE, "storage"), (TINY, "ipc"), (STARTUP, "startup"),
+    (CONTENDED, "cpu-saturated")])
 def test_classification_of_recorded_sweeps(data: dict[str, Any], expected: str) -> None:
     bottleneck, reason = classify(data, 2, None)
     assert bottleneck == expected, reason

@@ -32,6 +32,8 @@ STARTUP_FLOOR_S = 0.25
 BLOCKED_SHARE = 0.5
 #: The CPUs count as all busy at this fraction of the usable CPUs.
 CPU_BUSY_SHARE = 0.8
+#: Workers computing or queued for a CPU this share of the time are not idle on IPC.
+WORKER_BUSY_SHARE = 0.6
 
 
 def _rate(run: dict[str, Any] | None) -> float | None:
@@ -102,14 +104,20 @@ def classify(section: dict[str, Any], usable_cpus: int, step_time_s: float | Non
     if zero and workers:
         best_worker = max(workers, key=lambda r: r["samples_per_s"])
         if best_worker["samples_per_s"] < WORKER_GAIN * zero["samples_per_s"]:
+            # IPC-bound workers sit idle (blocked on the queue) while the main process unpacks
+            # batches; workers that compute or queue for a CPU the whole time are short of CPUs.
             computing = (getitem.get("cpu_fraction") or 0) >= 0.5
-            contended = (best_worker.get("worker_runqueue") or 0) >= 0.25
-            if computing and (usable_cpus <= 1 or contended):
+            busy = max(((r.get("worker_cpu") or 0) + (r.get("worker_runqueue") or 0), r) for r in workers
+                       if r.get("worker_cpu") is not None) if any(r.get("worker_cpu") is not None
+                                                                  for r in workers) else (0.0, None)
+            if computing and (usable_cpus <= 1 or busy[0] >= WORKER_BUSY_SHARE):
+                waited = (busy[1] or {}).get("worker_runqueue") or 0
                 return "cpu-saturated", (
                     "workers cannot beat num_workers=0: __getitem__ computes and "
                     + ("there is a single usable CPU" if usable_cpus <= 1 else
-                       f"the workers waited for a CPU {best_worker['worker_runqueue']:.0%} of the time "
-                       "(other processes keep the CPUs busy)"))
+                       f"the workers were computing or waiting for a CPU {busy[0]:.0%} of the time "
+                       f"(waiting {waited:.0%}): the usable CPUs are taken, by the workers or by other "
+                       "processes"))
             return "ipc", (f"the best worker setting (num_workers={best_worker['num_workers']}, "
                            f"{best_worker['samples_per_s']:.0f} samples/s) does not beat num_workers=0 "
                            f"({zero['samples_per_s']:.0f} samples/s): handing batches between processes "

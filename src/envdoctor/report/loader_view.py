@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-BAR_WIDTH = 24
+BAR_WIDTH = 20
 
 
 def _runs(loader: dict[str, Any]) -> list[dict[str, Any]]:
@@ -126,11 +126,13 @@ def loader_renderables(loader: dict[str, Any]) -> list[Any]:
     from rich.table import Table
     from rich.text import Text
 
-    table = Table(title=_title(loader), title_justify="left", expand=False)
+    from rich import box
+
+    table = Table(title=_title(loader), title_justify="left", expand=False, box=box.SIMPLE_HEAD)
     table.add_column("workers", justify="right", no_wrap=True)
     table.add_column("samples/s", justify="right", no_wrap=True)
-    table.add_column("spread", justify="right", no_wrap=True)
-    table.add_column("first (s)", justify="right", no_wrap=True)
+    table.add_column("±", justify="right", no_wrap=True)
+    table.add_column("first s", justify="right", no_wrap=True)
     table.add_column("throughput", justify="left", no_wrap=True)
     table.add_column("", justify="left", no_wrap=True)
     rec = (loader.get("recommendation") or {}).get("num_workers")

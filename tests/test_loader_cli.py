@@ -121,3 +121,18 @@ def test_progress_lines() -> None:
 
     with showing_progress(5.0, stream=io.StringIO()):
         assert current_sink() is None
+
+
+@pytest.mark.slow
+def test_target_without_torch_skips_with_a_reason(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    venv = tmp_path / "env"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    proc = run_envdoctor("report", "--prefix", str(venv), "--select", "DL", "--budget", "8")
+    report = json_report(proc)
+    loader = report["loader"]
+    assert loader["runs"] == [] and loader["failure"] is None
+    assert any("torch cannot be imported" in s["reason"] for s in loader["skipped"]), loader["skipped"]
+    assert report["findings"] == []

@@ -38,6 +38,8 @@ PHASE_GRACE_S = 2.0
 MEMORY_POLL_S = 0.2
 #: Overrides the memory cap (bytes, or with a K/M/G suffix), mainly for tests.
 MEMORY_CAP_ENV = "ENVDOCTOR_LOADER_MEMORY_CAP"
+#: The cap never goes below this: importing torch alone takes a few hundred MiB.
+MIN_MEMORY_CAP = 1024**3
 SHM_DIR = "/dev/shm"
 _SHM_NAME = re.compile(r"^torch_(\d+)_")
 
@@ -85,14 +87,14 @@ def parse_size(text: str) -> int:
 
 
 def memory_cap(available_bytes: int | None) -> int | None:
-    """Half the memory available (cgroup-aware), or the override in the environment."""
+    """Half the memory available (cgroup-aware, at least 1 GiB), or the override in the environment."""
     override = os.environ.get(MEMORY_CAP_ENV)
     if override:
         try:
             return parse_size(override)
         except ValueError:
             pass
-    return int(available_bytes * 0.5) if available_bytes else None
+    return max(int(available_bytes * 0.5), MIN_MEMORY_CAP) if available_bytes else None
 
 
 def _shm_names() -> set[str]:
@@ -103,7 +105,12 @@ def _shm_names() -> set[str]:
 
 
 def _group_rss(pid: int, seen: set[int]) -> int:
-    """Resident memory of a process and all its descendants; records their pids."""
+    """Private resident memory of a process and all its descendants; records their pids.
+
+    File-backed and shared-memory pages (the libraries every forked worker maps,
+    batches in /dev/shm) are left out, so N workers are not counted as N copies
+    of torch; what a dataset allocates is anonymous memory and counts in full.
+    """
     import psutil
 
     try:
@@ -114,7 +121,8 @@ def _group_rss(pid: int, seen: set[int]) -> int:
     total = 0
     for proc in procs:
         try:
-            total += proc.memory_info().rss
+            info = proc.memory_info()
+            total += max(0, info.rss - getattr(info, "shared", 0))
             seen.add(proc.pid)
         except psutil.Error:
             continue

@@ -128,7 +128,9 @@ def loader_renderables(loader: dict[str, Any]) -> list[Any]:
 
     from rich import box
 
-    table = Table(title=_title(loader), title_justify="left", expand=False, box=box.SIMPLE_HEAD)
+    table = Table(title=_title(loader), title_justify="left", expand=False, box=box.SIMPLE_HEAD,
+                  caption="◀ knee: the fewest workers within 95% of the best, the recommendation",
+                  caption_justify="left")
     table.add_column("workers", justify="right", no_wrap=True)
     table.add_column("samples/s", justify="right", no_wrap=True)
     table.add_column("±", justify="right", no_wrap=True)
@@ -158,7 +160,7 @@ def loader_markdown(loader: dict[str, Any]) -> str:
             bar = f"`{row[4]}`" if row[4] else ""
             mark = f"**{row[5]}**" if row[5] else ""
             lines.append(f"| {row[0]} | {row[1]} | {row[2]} | {row[3]} | {bar} | {mark} |")
-        lines.append("")
+        lines += ["", "◀ knee: the fewest workers within 95% of the best throughput, the recommendation.", ""]
     for label, text in _summary_lines(loader):
         lines.append(f"- **{label}**: {text.replace('|', '/')}")
     return "\n".join(lines)

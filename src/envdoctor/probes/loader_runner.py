@@ -643,7 +643,7 @@ class SmokeTest:
         self.runs: list[dict] = []
         points = self._points()
         fixed = bool(self.plan.get("workers"))
-        base_reserve = 0.0 if fixed else 0.1 * float(self.plan["budget_s"])
+        base_reserve = 0.0 if fixed else 0.15 * float(self.plan["budget_s"])
         queue = list(points)
         extension = set()
         done: set[int] = set()
@@ -890,7 +890,11 @@ class SmokeTest:
         if cost > self.left() - 0.3:
             self.events.result("skip", {"what": "persistent_workers",
                                         "reason": f"not enough of the budget left ({self.left():.1f} s, about "
-                                                  f"{cost:.1f} s needed); estimated from start-up instead"})
+                                                  f"{cost + 0.3:.1f} s needed); estimated from start-up instead"})
+            # Without persistent workers every epoch pays the start-up the sweep measured once.
+            batch_time = self.batch_size * nw / best
+            self.events.result("persistent", {"num_workers": nw, "measured": False,
+                                              "saving_s": round(max(0.0, startup - batch_time), 4)})
             return
         subset = Subset(self.tracked, range(size))
         kwargs = {k: v for k, v in self.kwargs.items() if k not in ("sampler", "batch_sampler", "shuffle")}
@@ -906,7 +910,7 @@ class SmokeTest:
         second_off = (off.get("epoch_first_batch_s") or [None, None])[-1]
         second_on = (on.get("epoch_first_batch_s") or [None, None])[-1]
         self.events.result("persistent", {
-            "num_workers": nw, "samples_per_epoch": size,
+            "num_workers": nw, "measured": True, "samples_per_epoch": size,
             "epoch2_first_batch_s": {"false": second_off, "true": second_on},
             "epoch_s": {"false": off.get("epoch_s"), "true": on.get("epoch_s")},
             "saving_s": round(second_off - second_on, 4) if second_off is not None and second_on is not None else None,

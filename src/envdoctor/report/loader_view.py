@@ -103,8 +103,12 @@ def _summary_lines(loader: dict[str, Any]) -> list[tuple[str, str]]:
     persistent = loader.get("persistent") or {}
     if persistent.get("saving_s") is not None:
         first = persistent.get("epoch2_first_batch_s") or {}
-        lines.append(("persistent", f"second epoch's first batch {_fmt_s(first.get('false'))} s without, "
-                                    f"{_fmt_s(first.get('true'))} s with persistent_workers"))
+        if persistent.get("measured", True) and first:
+            lines.append(("persistent", f"second epoch's first batch {_fmt_s(first.get('false'))} s without, "
+                                        f"{_fmt_s(first.get('true'))} s with persistent_workers"))
+        else:
+            lines.append(("persistent", f"about {_fmt_s(persistent['saving_s'])} s saved each epoch "
+                                        "(estimated from the measured start-up)"))
     for skipped in loader.get("skipped") or []:
         lines.append(("skipped", f"{skipped.get('what')}: {skipped.get('reason')}"))
     return lines

@@ -133,10 +133,12 @@ def find_slow_getitem(facts: Facts) -> Iterator[Hit]:
                "`python -m cProfile`; cache, decode smaller, move augmentation to the GPU)")
     yield Hit(
         message=message,
-        evidence={"bottleneck": kind, "getitem_s": per_sample, "cpu_fraction": getitem.get("cpu_fraction"),
-                  "blocked_fraction": getitem.get("blocked_fraction"), "read_s": getitem.get("read_s"),
-                  "decode_s": getitem.get("decode_s"), "curve": _curve(section),
-                  "recommended_num_workers": rec.get("num_workers")},
+        evidence={key: value for key, value in {
+            "bottleneck": kind, "getitem_s": per_sample, "cpu_fraction": getitem.get("cpu_fraction"),
+            "blocked_fraction": getitem.get("blocked_fraction"), "read_s": getitem.get("read_s"),
+            "decode_s": getitem.get("decode_s"), "curve": _curve(section),
+            "recommended_num_workers": rec.get("num_workers")}.items()
+            if value is not None or key not in ("read_s", "decode_s")},
         fix=fix,
     )
 
@@ -165,14 +167,14 @@ def find_slow_worker_startup(facts: Facts) -> Iterator[Hit]:
     if section.get("bottleneck") != "startup" and (startup < 0.25 or share < STARTUP_NOTICE_SHARE):
         return
     persistent = section.get("persistent") or {}
-    measured = persistent.get("saving_s")
     yield Hit(
         message=(f"starting {chosen['num_workers']} worker(s) takes {startup:.2f} s before the first batch, "
                  f"{share:.0%} of an epoch's loading time ({epoch_load:.2f} s for {section['length']} samples); "
                  "without persistent_workers this is paid again every epoch"),
         evidence={"num_workers": chosen["num_workers"], "first_batch_s": chosen.get("first_batch_s"),
                   "startup_s": round(startup, 4), "epoch_load_s": round(epoch_load, 4),
-                  "startup_share": round(share, 3), "measured_epoch2_saving_s": measured,
+                  "startup_share": round(share, 3), "epoch_saving_s": persistent.get("saving_s"),
+                  "saving_measured": persistent.get("measured", bool(persistent)),
                   "start_method": section.get("start_method")},
         fix=("DataLoader(..., persistent_workers=True) so workers survive between epochs; and keep worker "
              "start-up cheap: open files/databases lazily once per worker, keep the dataset object small "

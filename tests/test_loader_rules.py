@@ -90,6 +90,14 @@ def test_classification_of_recorded_sweeps(data: dict[str, Any], expected: str) 
     assert bottleneck == expected, reason
 
 
+def test_one_worker_matching_none_is_not_called_ipc() -> None:
+    # Under spawn the budget may allow only num_workers=1, which at best equals 0: inconclusive,
+    # so the blocked __getitem__ decides.
+    data = section([run(0, 65, 0.12), run(1, 65, 3.0, worker_cpu=0.02, worker_blocked=0.97)],
+                   getitem={"per_sample_s": 0.015, "cpu_fraction": 0.01, "blocked_fraction": 0.98})
+    assert classify(data, 2, None)[0] == "storage"
+
+
 def test_getitem_class_when_cpus_are_left_over() -> None:
     data = section([run(0, 300), run(1, 290, worker_cpu=0.9), run(2, 580, worker_cpu=0.9),
                     run(4, 1150, worker_cpu=0.9, main_cpu=0.1), run(8, 1160, worker_cpu=0.45)])

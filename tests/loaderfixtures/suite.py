@@ -109,3 +109,8 @@ def lambda_collate_spawn():
 def dataset_only():
     """A Dataset without DataLoader settings (the batch size is then assumed)."""
     return RemoteRead()
+
+
+def remote_read_spawn():
+    """The remote read under spawn: workers import torch before their first batch."""
+    return RemoteRead(), {"batch_size": 8, "multiprocessing_context": "spawn"}

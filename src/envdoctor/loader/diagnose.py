@@ -24,6 +24,8 @@ from typing import Any
 KNEE_FRACTION = 0.95
 #: Workers must beat num_workers=0 by this factor to count as a gain.
 WORKER_GAIN = 1.10
+#: Workers below this share of num_workers=0 lose to it outright.
+WORKER_LOSS = 0.9
 #: Start-up counts as the bottleneck above this share of an epoch's loading time.
 STARTUP_SHARE = 0.5
 #: Below this, start-up is too small to mention whatever its share.
@@ -103,7 +105,11 @@ def classify(section: dict[str, Any], usable_cpus: int, step_time_s: float | Non
                                f"an epoch of {length} samples takes {epoch_load:.2f} s in steady state")
     if zero and workers:
         best_worker = max(workers, key=lambda r: r["samples_per_s"])
-        if best_worker["samples_per_s"] < WORKER_GAIN * zero["samples_per_s"]:
+        # One worker at best matches num_workers=0; only losing to it, or failing to beat it
+        # with several workers, says the handover costs more than the work.
+        conclusive = (best_worker["samples_per_s"] < WORKER_LOSS * zero["samples_per_s"]
+                      or any(r["num_workers"] >= 2 for r in workers))
+        if conclusive and best_worker["samples_per_s"] < WORKER_GAIN * zero["samples_per_s"]:
             # IPC-bound workers sit idle (blocked on the queue) while the main process unpacks
             # batches; workers that compute or queue for a CPU the whole time are short of CPUs.
             computing = (getitem.get("cpu_fraction") or 0) >= 0.5

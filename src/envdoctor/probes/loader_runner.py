@@ -632,9 +632,13 @@ class SmokeTest:
     def _startup_estimate(self, nw: int) -> float:
         if nw == 0:
             return 0.0
-        known = [r["first_batch_s"] for r in self.runs if r["num_workers"] > 0 and r.get("first_batch_s")]
+        known = [(r["first_batch_s"], r["num_workers"]) for r in self.runs
+                 if r["num_workers"] > 0 and r.get("first_batch_s")]
         if known:
-            return max(known) * (1.5 if nw > max(r["num_workers"] for r in self.runs) else 1.0)
+            # Workers start side by side; start-up grows only once they outnumber the CPUs.
+            first, measured_nw = max(known)
+            usable = int(self.plan.get("usable_cpus") or 1)
+            return first * max(1.0, nw / max(measured_nw, usable))
         if self.start_method in ("spawn", "forkserver"):
             return self.import_s * (1 + nw / max(1, int(self.plan.get("usable_cpus") or 1))) + 0.5
         return 0.2 + 0.02 * nw
@@ -660,6 +664,8 @@ class SmokeTest:
             # The persistent_workers check keeps a share of the budget, except from points past
             # the CPUs: a higher worker count that still gains is worth more than that check.
             reserve = 0.0 if nw in extension else base_reserve
+            if reserve and self._persistence_cost() > reserve:
+                base_reserve = reserve = 0.0  # the check will not fit anyway: give its share to the sweep
             startup = self._startup_estimate(nw)
             batch_est = self.per_sample_s * self.batch_size / max(1, min(nw, int(self.plan.get("usable_cpus") or 1)) or 1)
             points_left = len(queue) + 1 + (0 if fixed else EXTENSION_POINTS)
@@ -684,6 +690,17 @@ class SmokeTest:
                 if extra is not None:
                     queue.append(extra)
                     extension.add(extra)
+
+    def _persistence_cost(self) -> float:
+        """Seconds the persistent_workers check would take, from the worker runs so far (0: unknown)."""
+        worker_runs = [r for r in self.runs if r["num_workers"] > 0 and r.get("samples_per_s")]
+        if not worker_runs or self.length is None:
+            return 0.0
+        run = max(worker_runs, key=lambda r: r["samples_per_s"])
+        startup = run.get("first_batch_s") or 0.0
+        size = min(self.length, max(2 * run["num_workers"], 4) * self.batch_size)
+        epoch = size / run["samples_per_s"]
+        return 2 * (startup + epoch) + (startup + 2 * epoch) + 0.8
 
     def _extension(self, done: set[int]) -> int | None:
         """One more point past the usable CPUs while throughput climbs and workers mostly wait."""

@@ -114,3 +114,16 @@ def dataset_only():
 def remote_read_spawn():
     """The remote read under spawn: workers import torch before their first batch."""
     return RemoteRead(), {"batch_size": 8, "multiprocessing_context": "spawn"}
+
+
+class Stream(torch.utils.data.IterableDataset):
+    """An iterable dataset (no length, no indices): a stream of records, 1 ms each."""
+
+    def __iter__(self):
+        for index in range(1_000_000):
+            time.sleep(0.001)
+            yield torch.full((8,), float(index))
+
+
+def stream():
+    return Stream(), {"batch_size": 16}

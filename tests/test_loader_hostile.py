@@ -21,7 +21,8 @@ BUDGET = 10.0
 #: factory -> extra environment. The memory cap is lowered so that test does not take half the
 #: machine's memory first.
 CASES = {
-    "raises_at_7": None, "sleeps_forever": None, "segfaults_worker": None, "exits_worker": None,
+    "raises_at_7": None, "sleeps_forever": None, "segfaults_worker": None, "segfaults_main": None,
+    "exits_worker": None,
     "non_tensors": None, "len_lies": None, "allocates_20g": {"ENVDOCTOR_LOADER_MEMORY_CAP": "1G"},
     "factory_raises": None,
 }
@@ -81,6 +82,14 @@ def test_segfault_in_worker(_dl006) -> None:
     assert hit["evidence"]["index"] == 5
     assert hit["evidence"]["num_workers"] >= 1
     assert "SIGSEGV" in hit["message"]
+
+
+def test_segfault_in_the_main_process(_dl006) -> None:
+    hit, report = _dl006("segfaults_main")
+    assert hit["evidence"]["kind"] == "crashed"
+    assert hit["evidence"]["signal"] == "SIGSEGV"
+    assert hit["evidence"]["index"] == 4
+    assert report["loader"]["runner"]["returncode"] == -11
 
 
 def test_os_exit_in_worker(_dl006) -> None:

@@ -40,6 +40,15 @@ class SegfaultsWorker(_Base):
         return self.sample(index)
 
 
+class SegfaultsMain(_Base):
+    """Kills whatever process fetches index 4, the main process included."""
+
+    def __getitem__(self, index: int):
+        if index == 4:
+            os.kill(os.getpid(), signal.SIGSEGV)
+        return self.sample(index)
+
+
 class ExitsWorker(_Base):
     def __getitem__(self, index: int):
         if index == 2 and get_worker_info() is not None:
@@ -84,6 +93,10 @@ def sleeps_forever():
 
 def segfaults_worker():
     return SegfaultsWorker(), {"batch_size": 4, "num_workers": 2}
+
+
+def segfaults_main():
+    return SegfaultsMain(), {"batch_size": 4}
 
 
 def exits_worker():

@@ -244,8 +244,10 @@ def _follow(outcome: StageRun, pid: int, read_fd: int, hard_deadline: float,
     while True:
         now = time.monotonic()
         ready, _, _ = select.select([read_fd], [], [], 0.05)
+        closed = False
         if ready:
             data = os.read(read_fd, 1 << 16)
+            closed = not data  # every writer is gone: the runner (and its workers) ended
             if data:
                 pending += data
                 *lines, pending = pending.split(b"\n")
@@ -268,6 +270,13 @@ def _follow(outcome: StageRun, pid: int, read_fd: int, hard_deadline: float,
                             pass  # a broken display must not break the measurement
         if outcome.finished:
             outcome.returncode = _reap(pid, 2.0)
+            return
+        if closed:
+            outcome.returncode = _reap(pid, 2.0)
+            if outcome.returncode is None:  # it closed the pipe yet lives on: end it
+                kill_group(pid)
+                outcome.returncode = _reap(pid, 2.0)
+            _drain(outcome, read_fd, pending, progress)
             return
         if not ready:
             try:

@@ -114,12 +114,10 @@ class Watchdog:
                 if left > 0:
                     self.cond.wait(left)
                     continue
-                what, limit_hit = self.what, True
-            if limit_hit:
-                info = self.describe(what)
-                self.events.emit("failure", value=info)
-                self.events.emit("done", reason="watchdog")
-                os._exit(0)
+                what = self.what
+            self.events.emit("failure", value=self.describe(what))
+            self.events.emit("done", reason="watchdog")
+            os._exit(0)
 
 
 # ---------------------------------------------------------------------------

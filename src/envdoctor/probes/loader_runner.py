@@ -234,8 +234,12 @@ def samples_in(batch, torch, default: int) -> int:
     return default
 
 
-def steady_state(epochs: list[list[tuple[float, int]]], warmup: int) -> dict:
-    """Samples/s after each epoch's warm-up batches, with its spread over windows."""
+def steady_state(epochs: list[list[tuple[float, int]]], warmup: int, workers: int = 1) -> dict:
+    """Samples/s after each epoch's warm-up batches, with its spread over windows.
+
+    N workers deliver their batches in rounds of N, so each window spans at least one
+    round; shorter windows would measure the bursts, not the rate.
+    """
     intervals: list[tuple[float, int]] = []
     for stamps in epochs:
         start = min(warmup, len(stamps) - 1)
@@ -246,11 +250,13 @@ def steady_state(epochs: list[list[tuple[float, int]]], warmup: int) -> dict:
     seconds = sum(dt for dt, _ in intervals)
     samples = sum(n for _, n in intervals)
     rate = samples / seconds if seconds > 0 else None
-    windows = min(WINDOWS, len(intervals) // 2) or 1
-    size = len(intervals) / windows
+    # Windows are whole rounds (a multiple of `workers` intervals), as equal as they can be.
+    rounds = len(intervals) // workers
+    windows = min(WINDOWS, rounds // 2 if workers == 1 else rounds) or 1
+    size = max(1, rounds // windows) * workers if rounds else len(intervals)
     rates = []
     for w in range(windows):
-        chunk = intervals[int(w * size):int((w + 1) * size)]
+        chunk = intervals[w * size:(w + 1) * size]
         dt = sum(d for d, _ in chunk)
         if dt > 0:
             rates.append(sum(n for _, n in chunk) / dt)
@@ -779,7 +785,9 @@ class SmokeTest:
                     if first_batch is None:
                         first_batch = now - start
                         window = CpuWindow(_worker_pids(iterator))
-                    if not epochs_wanted and len(stamps) > warmup + 3 and now - stamps[warmup][0] >= slice_s:
+                    # Three rounds of every worker's batch past the warm-up, and the slice's time.
+                    if not epochs_wanted and len(stamps) > warmup + max(4, 3 * nw) \
+                            and now - stamps[warmup][0] >= slice_s:
                         done = True
                         break
                     if now > hard_end:
@@ -807,7 +815,7 @@ class SmokeTest:
         else:
             epochs = [stamps]
         run = {"num_workers": nw, "first_batch_s": round(first_batch, 4) if first_batch is not None else None,
-               **steady_state(epochs, warmup),
+               **steady_state(epochs, warmup, max(1, nw)),
                "batches": len(stamps), "epochs": len(epoch_marks),
                "seconds": round(time.perf_counter() - start, 3), **usage}
         if pin:

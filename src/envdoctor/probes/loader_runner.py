@@ -445,6 +445,8 @@ class SmokeTest:
                 base["batch_size"] = DEFAULT_BATCH_SIZE
             bs = base["batch_size"] or 1
         self.batch_size = int(bs)
+        # batch_size=None turns automatic batching off: every "batch" is one sample.
+        self.auto_collation = base.get("batch_sampler") is not None or base.get("batch_size") is not None
         return base
 
     def _current_settings(self, kwargs: dict) -> dict:
@@ -781,7 +783,7 @@ class SmokeTest:
                         finished_epoch = True
                         break
                     now = time.perf_counter()
-                    stamps.append((now, samples_in(batch, torch, self.batch_size)))
+                    stamps.append((now, samples_in(batch, torch, self.batch_size) if self.auto_collation else 1))
                     if first_batch is None:
                         first_batch = now - start
                         window = CpuWindow(_worker_pids(iterator))

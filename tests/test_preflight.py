@@ -121,3 +121,28 @@ def test_preflight_without_a_loader_measures_the_synthetic_dataset() -> None:
 def test_preflight_rejects_what_is_not_a_loader() -> None:
     with pytest.raises(TypeError, match="DataLoader"):
         envdoctor.preflight(loader=[1, 2, 3], quiet=True)
+
+
+@pytest.mark.slow
+def test_without_fork_the_loader_crosses_as_a_pickle(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Windows has no fork: the dataset, sampler and collate_fn go to a fresh interpreter pickled."""
+    import os
+
+    monkeypatch.delattr(os, "fork")
+    loader = DataLoader(Waits(), batch_size=8, num_workers=1)
+    report = envdoctor.preflight(loader=loader, budget_s=10, select=["DL"], fail_on="never", quiet=True)
+    assert report.loader["dataset"] == "DataLoader(Waits, batch_size=8, num_workers=1)"
+    assert report.loader["runs"] and report.loader["runs"][0]["num_workers"] == 0
+    assert report.loader["current"]["num_workers"] == 1
+
+
+def test_without_fork_an_unpicklable_loader_is_spw003(monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    monkeypatch.delattr(os, "fork")
+    loader = DataLoader(Waits(), batch_size=8, collate_fn=lambda batch: default_collate(batch))
+    with pytest.raises(envdoctor.PreflightError) as caught:
+        envdoctor.preflight(loader=loader, budget_s=5, select=["DL", "SPW003"], quiet=True)
+    (hit,) = caught.value.report.by_rule("SPW003")
+    assert [p["object"] for p in hit.evidence["problems"]] == ["collate_fn"]
+    assert caught.value.report.loader["skipped"][0]["what"] == "smoke test"

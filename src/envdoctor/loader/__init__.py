@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import sys
 import tempfile
 from typing import Any
 
@@ -133,10 +134,18 @@ def pickled_source(dataset: Any, kwargs: dict[str, Any], description: str) -> di
             pickle.dump({"dataset": dataset, "kwargs": kwargs, "description": description}, handle)
     except Exception as exc:
         _unlink(handle.name)
-        problem = {"object": "dataset", "type": type(dataset).__qualname__, "error": f"{type(exc).__name__}: {exc}"}
+        problems = []
+        for name, obj in (("dataset", dataset), *kwargs.items()):
+            try:
+                pickle.dumps(obj)
+            except Exception as part:
+                problems.append({"object": name, "type": type(obj).__qualname__,
+                                 "error": f"{type(part).__name__}: {part}"})
+        problems = problems or [{"object": "DataLoader", "type": type(dataset).__qualname__,
+                                 "error": f"{type(exc).__name__}: {exc}"}]
         return {"kind": "pickle", "error": f"the DataLoader cannot be pickled to run the smoke test: {exc}",
-                "pickle": {"start_method": "spawn", "checked": True, "problems": [problem]}}
-    return {"kind": "pickle", "path": handle.name}
+                "pickle": {"start_method": "spawn", "checked": True, "problems": problems}}
+    return {"kind": "pickle", "path": handle.name, "sys_path": [p or os.getcwd() for p in sys.path]}
 
 
 def _unlink(path: str) -> None:

@@ -356,8 +356,16 @@ class SmokeTest:
         elif kind == "factory":
             dataset, kwargs, description = self._from_factory(source["spec"], source.get("cwd"))
         elif kind == "pickle":
-            with open(source["path"], "rb") as fh:
-                payload = pickle.load(fh)
+            # The caller's import path, so its modules unpickle here as they would in its workers.
+            sys.path.extend(p for p in source.get("sys_path", []) if p not in sys.path)
+            try:
+                with open(source["path"], "rb") as fh:
+                    payload = pickle.load(fh)
+            except Exception as exc:
+                raise FactoryProblem(
+                    f"the DataLoader's dataset could not be unpickled in a fresh interpreter: "
+                    f"{type(exc).__name__}: {exc} (classes defined in the script being run, __main__, "
+                    "cannot be; move them into a module)") from None
             dataset, kwargs, description = payload["dataset"], payload["kwargs"], payload["description"]
         else:
             raise SetupProblem(f"unknown dataset source {kind!r}")

@@ -24,7 +24,7 @@ CASES = {
     "raises_at_7": None, "sleeps_forever": None, "segfaults_worker": None, "segfaults_main": None,
     "exits_worker": None,
     "non_tensors": None, "len_lies": None, "allocates_20g": {"ENVDOCTOR_LOADER_MEMORY_CAP": "1G"},
-    "factory_raises": None,
+    "factory_raises": None, "bad_kwargs": None,
 }
 
 
@@ -121,6 +121,12 @@ def test_allocates_20_gib(_dl006) -> None:
     if hit["evidence"]["kind"] == "memory":
         assert report["loader"]["runner"]["killed_for"] == "memory"
         assert report["loader"]["runner"]["peak_rss_bytes"] > 1024**3
+
+
+def test_dataloader_settings_with_a_typo(_dl006) -> None:
+    hit, _ = _dl006("bad_kwargs")
+    assert hit["evidence"]["kind"] == "factory"
+    assert "num_wrokers" in hit["message"]
 
 
 def test_factory_that_raises(_dl006) -> None:

@@ -117,3 +117,13 @@ def allocates_20g():
 
 def factory_raises():
     raise RuntimeError("cannot reach the data bucket")
+
+
+class Fine(_Base):
+    def __getitem__(self, index: int):
+        return self.sample(index)
+
+
+def bad_kwargs():
+    """A typo in the DataLoader settings the factory returns."""
+    return Fine(), {"batch_size": 4, "num_wrokers": 2}

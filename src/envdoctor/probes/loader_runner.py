@@ -769,7 +769,12 @@ class SmokeTest:
         if self.tracked is not None:
             self.tracked.reset()
         data = dataset if dataset is not None else (self.tracked if self.tracked is not None else self.dataset)
-        loader = self._loader(nw, data, timeout, persistent=persistent, pin=pin, kwargs=kwargs)
+        try:
+            loader = self._loader(nw, data, timeout, persistent=persistent, pin=pin, kwargs=kwargs)
+        except (TypeError, ValueError) as exc:
+            self.watchdog.disarm()
+            raise FactoryProblem(f"DataLoader rejects the settings it was given: {type(exc).__name__}: "
+                                 f"{exc}") from None
         stamps: list[tuple[float, int]] = []
         epoch_marks: list[tuple[float, int]] = []  # (start time, index of its first stamp)
         first_batch = None

@@ -68,3 +68,26 @@ def test_stage_deadline_kills_the_whole_group(tmp_path: Path, monkeypatch: pytes
     with pytest.raises(ProcessLookupError):
         os.killpg(outcome.pid, 0)
     assert not Path(f"/proc/{child}").exists() or "Z" in Path(f"/proc/{child}/stat").read_text().split()[2]
+
+
+def test_cpu_time_without_scheduler_statistics(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Kernels without schedstat: CPU time comes from /proc/<pid>/stat instead."""
+    import builtins
+
+    probes = str(Path(loader_run.RUNNER_PATH).parent)
+    monkeypatch.syspath_prepend(probes)
+    import loader_runner
+
+    real_open = builtins.open
+
+    def no_schedstat(path, *args, **kwargs):
+        if str(path).endswith("/schedstat"):
+            raise FileNotFoundError(path)
+        return real_open(path, *args, **kwargs)
+
+    start = time.process_time()
+    while time.process_time() - start < 0.2:
+        pass
+    monkeypatch.setattr(builtins, "open", no_schedstat)
+    run_s, wait_s = loader_runner._schedstat(os.getpid())
+    assert run_s >= 0.15 and wait_s == 0.0

@@ -127,13 +127,23 @@ _CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
 def _schedstat(pid) -> tuple[float, float] | None:
-    """(seconds on a CPU, seconds waiting for one) of a task, from /proc."""
-    path = f"/proc/{pid}/schedstat" if pid != "thread-self" else "/proc/thread-self/schedstat"
+    """(seconds on a CPU, seconds waiting for one) of a task, from /proc.
+
+    Kernels without scheduler statistics have no schedstat file; then the CPU
+    time comes from /proc/<pid>/stat and the wait for a CPU counts as zero.
+    """
     try:
-        with open(path) as fh:
+        with open(f"/proc/{pid}/schedstat") as fh:
             run_ns, wait_ns, _ = fh.read().split()
         return int(run_ns) / 1e9, int(wait_ns) / 1e9
     except (OSError, ValueError):
+        pass
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            fields = fh.read().rsplit(")", 1)[1].split()
+        # utime and stime are fields 14 and 15 of stat, 12 and 13 after the command name.
+        return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS, 0.0
+    except (OSError, ValueError, IndexError):
         return None
 
 

@@ -327,8 +327,9 @@ class SmokeTest:
         self.import_s = time.perf_counter() - start
         self.watchdog.disarm()
         self.torch = torch
+        cuda = bool(torch.cuda.is_available()) if self.plan.get("check_cuda", True) else False
         self.events.result("torch", {"version": torch.__version__, "import_s": round(self.import_s, 3),
-                                     "cuda_available": bool(torch.cuda.is_available()) if self.plan.get("check_cuda", True) else False})
+                                     "cuda_available": cuda})
         if self.plan.get("torch_probe"):
             try:
                 import torch_probe  # written by the torch-facts probe, beside this file
@@ -691,7 +692,8 @@ class SmokeTest:
             if reserve and self._persistence_cost() > reserve:
                 base_reserve = reserve = 0.0  # the check will not fit anyway: give its share to the sweep
             startup = self._startup_estimate(nw)
-            batch_est = self.per_sample_s * self.batch_size / max(1, min(nw, int(self.plan.get("usable_cpus") or 1)) or 1)
+            parallel = max(1, min(nw, int(self.plan.get("usable_cpus") or 1)))
+            batch_est = self.per_sample_s * self.batch_size / parallel
             points_left = len(queue) + 1 + (0 if fixed else EXTENSION_POINTS)
             room = self.left() - reserve
             if fixed:

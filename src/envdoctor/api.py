@@ -62,21 +62,51 @@ def preflight(
     batch size, collate_fn, sampler and worker settings. A short summary goes
     to stderr; `PreflightError` carrying the report is raised when a finding
     reaches `fail_on` ("error", "warning", "info" or "never").
+
+    Without a loader it checks the environment and profiles the built-in
+    synthetic dataset, so it works as a one-liner at the top of a script.
+
+    Where `os.fork` exists the smoke test runs in a forked child of this
+    process, in a session of its own that is killed with its workers when it
+    overstays `budget_s`: the loader's objects are used as they are, without
+    pickling, and its workers start the way the loader's own start method
+    starts them, so a dataset that spawn cannot pickle fails there as it would
+    in training (SPW003). Without fork (Windows) the dataset, sampler and
+    collate_fn cross into a fresh interpreter as a pickle.
     """
     from envdoctor.config import Config, validate
     from envdoctor.engine import run_check
 
+    if loader is not None and not hasattr(loader, "dataset"):
+        raise TypeError(f"preflight(loader=...) wants a torch.utils.data.DataLoader, not {type(loader).__name__}")
     config = validate(Config(
         budget=budget_s, step_time=step_time_s, select=tuple(select), ignore=tuple(ignore),
         fail_on=fail_on, loader_object=loader, no_loader=False,
     ))
     report = run_check(config)
     if not quiet:
-        from envdoctor.report.text import summary_line
-
-        print(f"envdoctor preflight: {summary_line(report)}", file=sys.stderr)
-        for finding in report.findings:
-            print(f"  {finding.severity.value:<7} {finding.rule} {finding.name}: {finding.message}", file=sys.stderr)
+        print(preflight_summary(report), file=sys.stderr)
     if report.exit_code(fail_on):
         raise PreflightError(report, fail_on)
     return report
+
+
+def preflight_summary(report: Report) -> str:
+    """The few lines preflight() prints: the counts, each finding, and the loader's verdict."""
+    from envdoctor.report.text import summary_line
+
+    lines = [f"envdoctor preflight: {summary_line(report)}"]
+    for finding in report.findings:
+        lines.append(f"  {finding.severity.value:<7} {finding.rule} {finding.name}: {finding.message}")
+    loader = report.loader
+    if loader:
+        rec = loader.get("recommendation")
+        rates = ", ".join(f"{r['num_workers']}:{r['samples_per_s']:,.0f}"
+                          for r in loader.get("runs") or [] if r.get("samples_per_s"))
+        verdict = f"bottleneck {loader.get('bottleneck')}"
+        if rec:
+            from envdoctor.report.loader_view import settings_line
+
+            verdict += f"; recommended {settings_line(rec)}"
+        lines.append(f"  loader: {verdict}" + (f" (samples/s by num_workers {rates})" if rates else ""))
+    return "\n".join(lines)

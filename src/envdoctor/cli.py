@@ -224,9 +224,19 @@ def _cmd_check(args: argparse.Namespace, default_format: str) -> int:
         if report is None:  # not rank 0: the fleet view is rank 0's to print
             return EXIT_OK
     else:
-        report = run_check(config)
+        report = _run_with_progress(config, run_check)
     emit(report, config.format, config.output, config.svg)
     return report.exit_code(config.fail_on)
+
+
+def _run_with_progress(config: Any, run_check: Any) -> Any:
+    """Run the checks; a text report bound for a terminal shows the loader stage live on stderr."""
+    if config.no_loader or config.format != "text" or not sys.stderr.isatty():
+        return run_check(config)
+    from envdoctor.loader.progress import showing_progress
+
+    with showing_progress(config.budget):
+        return run_check(config)
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:

@@ -1,13 +1,274 @@
-"""The live DataLoader smoke test (the loader stage of check/report)."""
+"""The live DataLoader smoke test: the `loader` section of the facts.
+
+`gather_loader` chooses what to measure — the user's DataLoader
+(`preflight(loader=...)`), a dataset factory (`--dataset MODULE:CALLABLE`),
+an image folder (`--data PATH`) or the built-in synthetic dataset — runs the
+measurements in the target interpreter under a hard time budget (`run`),
+and judges them (`diagnose`). The section it returns is the report's
+top-level `loader` object; the DL and SPW003 rules and the SYS rules'
+estimates of workers, batches and memory read it.
+"""
 from __future__ import annotations
 
+import os
+import pickle
+import sys
+import tempfile
 from typing import Any
 
-from envdoctor.facts import ProbeFailed
+from envdoctor.loader.diagnose import classify, knee, recommend
+from envdoctor.loader.progress import current_sink
+from envdoctor.loader.run import StageRun, run_stage
+
+#: Seconds of the budget kept back for starting the runner and tearing it down.
+STAGE_OVERHEAD_S = 0.7
 
 
 def gather_loader(facts: Any) -> dict[str, Any] | None:
     """The loader section: None when the stage is switched off (--no-loader)."""
-    if facts.config.no_loader:
+    config = facts.config
+    if config.no_loader:
         return None
-    raise ProbeFailed("loader", "the DataLoader smoke test is not part of this build yet")
+    system = facts.get("system") or {}
+    usable = (system.get("cpu") or {}).get("usable") or 1
+    available = (system.get("memory") or {}).get("effective_available")
+    source, objects, description = choose_source(config)
+    section = empty_section(description)
+    section["budget_s"] = config.budget
+    section["step_time_s"] = config.step_time
+    plan: dict[str, Any] = {
+        "budget_s": config.budget,
+        "budget_left_s": max(1.0, config.budget - STAGE_OVERHEAD_S),
+        "source": source,
+        "usable_cpus": usable,
+        "torch_probe": True,
+        "check_cuda": True,
+    }
+    if objects is None:
+        target = facts["target"]
+        interpreter = target.get("interpreter")
+        if not interpreter or target.get("interpreter_error"):
+            reason = target.get("interpreter_error") or "the environment has no Python interpreter"
+            section["skipped"].append({"what": "smoke test", "reason": reason})
+            return section
+        if source["kind"] == "invalid":
+            section["failure"] = {"kind": "factory", "message": source["error"], "index": None,
+                                  "num_workers": None, "where": "factory", "exception": None, "signal": None}
+            return section
+        if source["kind"] == "pickle" and source.get("error"):
+            section["skipped"].append({"what": "smoke test", "reason": source["error"]})
+            section["pickle"] = source["pickle"]
+            return section
+        outcome = run_stage(plan, interpreter=interpreter, budget_s=config.budget, cwd=os.getcwd(),
+                            available_bytes=available, progress=current_sink())
+        if source["kind"] == "pickle":
+            _unlink(source["path"])
+    else:
+        outcome = run_stage(plan, objects=objects, budget_s=config.budget, available_bytes=available,
+                            progress=current_sink())
+    assemble(section, outcome)
+    judge(section, usable, config.step_time)
+    return section
+
+
+def empty_section(description: str) -> dict[str, Any]:
+    return {"dataset": description, "runs": [], "bottleneck": None, "recommendation": None, "skipped": [],
+            "batch_bytes": None, "tensors_per_batch": None, "worker_rss_bytes": None, "current": None,
+            "failure": None}
+
+
+def choose_source(config: Any) -> tuple[dict[str, Any], dict[str, Any] | None, str]:
+    """What to measure: (source for the runner's plan, objects for a forked run, a description)."""
+    if config.loader_object is not None:
+        dataset, kwargs, description = describe_loader(config.loader_object)
+        if hasattr(os, "fork"):
+            return {"kind": "object"}, {"dataset": dataset, "kwargs": kwargs, "description": description}, description
+        return pickled_source(dataset, kwargs, description), None, description
+    if config.dataset:
+        module, sep, attr = config.dataset.partition(":")
+        if not (module and sep and attr):
+            return ({"kind": "invalid", "error": f"--dataset wants MODULE:CALLABLE (e.g. train:make_dataset), "
+                                                 f"not {config.dataset!r}"}, None, config.dataset)
+        return {"kind": "factory", "spec": config.dataset, "cwd": os.getcwd()}, None, config.dataset
+    if config.data:
+        path = os.path.abspath(config.data)
+        return {"kind": "folder", "path": path}, None, f"image folder {path}"
+    return {"kind": "synthetic"}, None, "synthetic images (built in)"
+
+
+def describe_loader(loader: Any) -> tuple[Any, dict[str, Any], str]:
+    """The dataset and the DataLoader settings of a live DataLoader, to re-create it in the runner."""
+    dataset = getattr(loader, "dataset", None)
+    if dataset is None:
+        raise TypeError(f"preflight(loader=...) wants a torch DataLoader, not {type(loader).__name__}")
+    kwargs: dict[str, Any] = {
+        "collate_fn": loader.collate_fn,
+        "num_workers": loader.num_workers,
+        "pin_memory": loader.pin_memory,
+        "timeout": loader.timeout,
+        "worker_init_fn": loader.worker_init_fn,
+        "persistent_workers": loader.persistent_workers,
+        "generator": getattr(loader, "generator", None),
+    }
+    if loader.num_workers:
+        kwargs["prefetch_factor"] = loader.prefetch_factor
+    if loader.multiprocessing_context is not None:
+        kwargs["multiprocessing_context"] = loader.multiprocessing_context
+    if loader.batch_size is not None:
+        # The default BatchSampler around the loader's sampler (random or sequential).
+        kwargs.update(batch_size=loader.batch_size, sampler=loader.sampler, drop_last=loader.drop_last)
+    elif loader.batch_sampler is not None:
+        kwargs["batch_sampler"] = loader.batch_sampler
+    else:
+        kwargs.update(batch_size=None, sampler=loader.sampler)
+    size = loader.batch_size if loader.batch_size is not None else getattr(loader.batch_sampler, "batch_size", None)
+    description = f"DataLoader({type(dataset).__name__}, batch_size={size}, num_workers={loader.num_workers})"
+    return dataset, kwargs, description
+
+
+def pickled_source(dataset: Any, kwargs: dict[str, Any], description: str) -> dict[str, Any]:
+    """Where fork is missing (Windows): the dataset crosses to the runner as a pickle."""
+    handle = tempfile.NamedTemporaryFile("wb", suffix=".pkl", prefix="envdoctor-loader-", delete=False)
+    try:
+        with handle:
+            pickle.dump({"dataset": dataset, "kwargs": kwargs, "description": description}, handle)
+    except Exception as exc:
+        _unlink(handle.name)
+        problems = []
+        for name, obj in (("dataset", dataset), *kwargs.items()):
+            try:
+                pickle.dumps(obj)
+            except Exception as part:
+                problems.append({"object": name, "type": type(obj).__qualname__,
+                                 "error": f"{type(part).__name__}: {part}"})
+        problems = problems or [{"object": "DataLoader", "type": type(dataset).__qualname__,
+                                 "error": f"{type(exc).__name__}: {exc}"}]
+        return {"kind": "pickle", "error": f"the DataLoader cannot be pickled to run the smoke test: {exc}",
+                "pickle": {"start_method": "spawn", "checked": True, "problems": problems}}
+    return {"kind": "pickle", "path": handle.name, "sys_path": [p or os.getcwd() for p in sys.path]}
+
+
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError:
+        pass
+
+
+def assemble(section: dict[str, Any], outcome: StageRun) -> None:
+    """Fill the section from the runner's events and from how the run ended."""
+    for event in outcome.events:
+        kind = event.get("ev")
+        if kind == "result":
+            _take_result(section, event.get("key"), event.get("value"))
+        elif kind == "failure":
+            section["failure"] = event.get("value")
+        elif kind in ("setup_error", "runner_error"):
+            section["skipped"].append({"what": "smoke test", "reason": event.get("message")})
+            if kind == "runner_error":
+                section["runner_error"] = event.get("traceback")
+    if section["failure"] is None:
+        section["failure"] = _failure_from_outcome(outcome, section)
+    section["runner"] = {"pid": outcome.pid, "returncode": outcome.returncode, "killed_for": outcome.killed_for,
+                         "wall_s": round(outcome.wall_s, 3), "peak_rss_bytes": outcome.peak_rss_bytes or None,
+                         "memory_cap_bytes": outcome.memory_cap_bytes, "shm_removed": outcome.shm_removed}
+    if section["failure"] is not None and outcome.log_tail.strip():
+        section["failure"]["log_tail"] = outcome.log_tail.strip().splitlines()[-12:]
+    rss = [r.get("worker_rss_bytes") for r in section["runs"] if r.get("worker_rss_bytes")]
+    section["worker_rss_bytes"] = max(rss) if rss else None
+    section["wall_s"] = round(outcome.wall_s, 3)
+
+
+def _take_result(section: dict[str, Any], key: str | None, value: Any) -> None:
+    if key == "dataset":
+        section["dataset"] = value.get("description") or section["dataset"]
+        section["length"] = value.get("length")
+        section["iterable"] = value.get("iterable")
+        section["start_method"] = value.get("start_method")
+        section["batch_size"] = value.get("batch_size")
+        section["current"] = value.get("current")
+    elif key == "batch":
+        section["batch_bytes"] = value.get("batch_bytes")
+        section["tensors_per_batch"] = value.get("tensors_per_batch")
+        section["non_tensor_types"] = value.get("non_tensor_types")
+        section["sample_types"] = value.get("sample_types")
+    elif key == "run":
+        section["runs"].append(value)
+    elif key == "skip":
+        section["skipped"].append(value)
+    elif key == "pin":
+        section["pin_memory"] = value
+    elif key in ("torch", "torch_probe", "getitem", "pickle", "persistent"):
+        section[key] = value
+
+
+def _failure_from_outcome(outcome: StageRun, section: dict[str, Any]) -> dict[str, Any] | None:
+    """A failure the runner could not report itself: killed by us, or died."""
+    phase = (outcome.last_phase or {}).get("name")
+    index = outcome.last_index if phase in ("getitem", "collate") else None
+    workers = (outcome.last_phase or {}).get("num_workers")
+    base = {"index": index, "num_workers": workers if phase == "run" else (0 if phase == "getitem" else None),
+            "where": "__getitem__" if phase in ("getitem", "run") else phase, "exception": None, "signal": None}
+    if outcome.killed_for == "memory":
+        from envdoctor.rules.system import human_bytes
+
+        return {**base, "kind": "memory",
+                "message": (f"the smoke test's processes grew to {human_bytes(outcome.peak_rss_bytes)}, above "
+                            f"the cap of {human_bytes(outcome.memory_cap_bytes)}"
+                            + (f", while fetching index {index}" if index is not None else "")
+                            + "; they were killed")}
+    if outcome.killed_for in ("phase", "budget"):
+        if phase == "import":
+            section["skipped"].append({"what": "smoke test", "reason": "importing torch did not finish within "
+                                       f"the {section.get('budget_s')} s budget"})
+            return None
+        if phase == "run" and outcome.killed_for == "budget":
+            section["skipped"].append({"what": f"num_workers={workers}",
+                                       "reason": "stopped at the end of the budget"})
+            return None
+        what = {"build": "the dataset factory", "getitem": f"__getitem__({index})" if index is not None
+                else "__getitem__", "collate": "collate_fn", "pickle": "pickling the dataset",
+                "run": f"the run with num_workers={workers}"}.get(phase or "", "the smoke test")
+        return {**base, "kind": "factory" if phase == "build" else "hung",
+                "message": f"{what} did not finish in time and was killed"}
+    if not outcome.finished:
+        sig = outcome.signal_name()
+        how = f"was killed by {sig}" if sig else f"exited with status {outcome.returncode}"
+        where = f" while fetching index {index}" if index is not None else (f" during {phase}" if phase else "")
+        return {**base, "kind": "crashed", "signal": sig,
+                "message": f"the process running the dataset {how}{where}"}
+    return None
+
+
+def judge(section: dict[str, Any], usable: int, step_time: float | None) -> None:
+    """Classify the bottleneck and recommend settings (in place)."""
+    from envdoctor.loader.diagnose import measured_runs
+
+    bottleneck, reason = classify(section, usable, step_time)
+    section["bottleneck"] = bottleneck
+    section["bottleneck_reason"] = reason
+    cuda = bool((section.get("torch") or {}).get("cuda_available"))
+    section["recommendation"] = recommend(section, bottleneck, cuda)
+    chosen = knee(measured_runs(section))
+    section["knee"] = chosen["num_workers"] if chosen else None
+    if step_time and section.get("batch_size"):
+        section["consumer_samples_per_s"] = round(section["batch_size"] / step_time, 2)
+
+
+__all__ = ["gather_loader"]
+
+
+def exhaustive_sweep(source: dict[str, Any], workers: list[int], point_s: float = 1.5, *,
+                     interpreter: str | None = None, cwd: str | None = None,
+                     budget_s: float | None = None) -> dict[str, Any]:
+    """Every worker count in `workers`, each timed for `point_s` seconds: the baseline the smoke test's
+    recommendation is judged against (tests and benchmarks/bench_loader.py)."""
+    import sys
+
+    budget = budget_s or (8.0 + len(workers) * (point_s + 3.0))
+    plan = {"budget_s": budget, "budget_left_s": budget, "source": source, "usable_cpus": max(workers),
+            "workers": list(workers), "point_s": point_s, "torch_probe": False, "check_cuda": False}
+    outcome = run_stage(plan, interpreter=interpreter or sys.executable, budget_s=budget, cwd=cwd or os.getcwd())
+    section = empty_section(source.get("spec") or source["kind"])
+    assemble(section, outcome)
+    return section

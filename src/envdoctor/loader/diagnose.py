@@ -1,0 +1,184 @@
+"""Judging the measured runs: which bottleneck, which settings, how much they gain.
+
+Pure functions of the loader section's measurements (no processes, no
+clocks), so the classification can be tested on recorded numbers as well as
+on live runs.
+
+The classes, in the order they are decided:
+
+- none: a step time is known and the recommended loader outruns the step;
+- startup: worker start-up takes over half the time of an epoch's loading;
+- ipc: workers do not beat num_workers=0 in steady state (moving each batch
+  between processes costs more than making it), unless one usable CPU is
+  the reason, which is cpu-saturated;
+- storage: workers help and `__getitem__` mostly waits (blocked on reads, the
+  network, sleeps) rather than computes, or raw reads outweigh decoding;
+- cpu-saturated: workers help until every usable CPU is busy;
+- getitem: workers help, the samples cost CPU and the CPUs are not all busy.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+#: A setting "reaches" the best throughput at this fraction of it.
+KNEE_FRACTION = 0.95
+#: Workers must beat num_workers=0 by this factor to count as a gain.
+WORKER_GAIN = 1.10
+#: Workers below this share of num_workers=0 lose to it outright.
+WORKER_LOSS = 0.9
+#: Start-up counts as the bottleneck above this share of an epoch's loading time.
+STARTUP_SHARE = 0.5
+#: Below this, start-up is too small to mention whatever its share.
+STARTUP_FLOOR_S = 0.25
+#: `__getitem__` that is blocked (not running, not waiting for a CPU) this much of its time waits on I/O.
+BLOCKED_SHARE = 0.5
+#: The CPUs count as all busy at this fraction of the usable CPUs.
+CPU_BUSY_SHARE = 0.8
+#: Workers computing or queued for a CPU this share of the time are not idle on IPC.
+WORKER_BUSY_SHARE = 0.6
+
+
+def _rate(run: dict[str, Any] | None) -> float | None:
+    return run.get("samples_per_s") if run else None
+
+
+def measured_runs(section: dict[str, Any]) -> list[dict[str, Any]]:
+    return sorted((r for r in section.get("runs") or [] if r.get("samples_per_s")),
+                  key=lambda r: r["num_workers"])
+
+
+def knee(runs: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The run with the fewest workers that reaches ~95% of the best throughput.
+
+    Workers that do not beat num_workers=0 by 10% are not worth their processes,
+    whatever the noise put first: then the knee is num_workers=0.
+    """
+    if not runs:
+        return None
+    zero = next((r for r in runs if r["num_workers"] == 0), None)
+    best = max(r["samples_per_s"] for r in runs)
+    if zero is not None and best < WORKER_GAIN * zero["samples_per_s"]:
+        return zero
+    return min((r for r in runs if r["samples_per_s"] >= KNEE_FRACTION * best), key=lambda r: r["num_workers"])
+
+
+def startup_cost(run: dict[str, Any], batch_size: int) -> float | None:
+    """Seconds the first batch took beyond what one batch costs in steady state."""
+    first, rate = run.get("first_batch_s"), run.get("samples_per_s")
+    if first is None or not rate:
+        return None
+    # Each of N workers makes a whole batch, so in steady state one batch takes N × batch / rate.
+    return max(0.0, first - batch_size * max(1, run["num_workers"]) / rate)
+
+
+def cpu_busy(run: dict[str, Any]) -> float:
+    """CPUs the run kept busy: the main process plus every worker, running or ready to run."""
+    workers = run["num_workers"] * ((run.get("worker_cpu") or 0) + (run.get("worker_runqueue") or 0))
+    return (run.get("main_cpu") or 0) + workers
+
+
+def classify(section: dict[str, Any], usable_cpus: int, step_time_s: float | None) -> tuple[str | None, str]:
+    """The bottleneck class and one sentence saying why."""
+    runs = measured_runs(section)
+    if section.get("failure") or not runs:
+        return None, "no run measured a throughput"
+    batch_size = int(section.get("batch_size") or 1)
+    chosen = knee(runs)
+    assert chosen is not None
+    rate = chosen["samples_per_s"]
+    if step_time_s:
+        consumer = batch_size / step_time_s
+        if rate >= consumer:
+            return "none", (f"the loader delivers {rate:.0f} samples/s with num_workers={chosen['num_workers']}, "
+                            f"more than the {consumer:.0f} samples/s a {step_time_s:g} s step consumes")
+    zero = next((r for r in runs if r["num_workers"] == 0), None)
+    workers = [r for r in runs if r["num_workers"] > 0]
+    if not workers:
+        return None, "no run with workers could be measured, so nothing tells the causes apart"
+    getitem = section.get("getitem") or {}
+    length = section.get("length")
+    if workers and chosen["num_workers"] > 0 and length:
+        startup = startup_cost(chosen, batch_size) or 0.0
+        epoch_load = length / rate
+        if startup >= STARTUP_FLOOR_S and startup >= STARTUP_SHARE * (startup + epoch_load):
+            return "startup", (f"starting {chosen['num_workers']} worker(s) takes {startup:.2f} s while loading "
+                               f"an epoch of {length} samples takes {epoch_load:.2f} s in steady state")
+    if zero and workers:
+        best_worker = max(workers, key=lambda r: r["samples_per_s"])
+        # One worker at best matches num_workers=0; only losing to it, or failing to beat it
+        # with several workers, says the handover costs more than the work.
+        conclusive = (best_worker["samples_per_s"] < WORKER_LOSS * zero["samples_per_s"]
+                      or any(r["num_workers"] >= 2 for r in workers))
+        if conclusive and best_worker["samples_per_s"] < WORKER_GAIN * zero["samples_per_s"]:
+            # IPC-bound workers sit idle (blocked on the queue) while the main process unpacks
+            # batches; workers that compute or queue for a CPU the whole time are short of CPUs.
+            computing = (getitem.get("cpu_fraction") or 0) >= 0.5
+            busy = max(((r.get("worker_cpu") or 0) + (r.get("worker_runqueue") or 0), r) for r in workers
+                       if r.get("worker_cpu") is not None) if any(r.get("worker_cpu") is not None
+                                                                  for r in workers) else (0.0, None)
+            if computing and (usable_cpus <= 1 or busy[0] >= WORKER_BUSY_SHARE):
+                waited = (busy[1] or {}).get("worker_runqueue") or 0
+                return "cpu-saturated", (
+                    "workers cannot beat num_workers=0: __getitem__ computes and "
+                    + ("there is a single usable CPU" if usable_cpus <= 1 else
+                       f"the workers were computing or waiting for a CPU {busy[0]:.0%} of the time "
+                       f"(waiting {waited:.0%}): the usable CPUs are taken, by the workers or by other "
+                       "processes"))
+            return "ipc", (f"the best worker setting (num_workers={best_worker['num_workers']}, "
+                           f"{best_worker['samples_per_s']:.0f} samples/s) does not beat num_workers=0 "
+                           f"({zero['samples_per_s']:.0f} samples/s): handing batches between processes "
+                           "costs more than making them")
+    blocked = getitem.get("blocked_fraction")
+    read_s, decode_s = getitem.get("read_s"), getitem.get("decode_s")
+    if (blocked is not None and blocked >= BLOCKED_SHARE) or (read_s is not None and decode_s is not None
+                                                              and read_s > decode_s):
+        detail = (f"raw reads take {read_s * 1e3:.2f} ms a sample against {decode_s * 1e3:.2f} ms of decoding"
+                  if read_s is not None and decode_s is not None and read_s > decode_s else
+                  f"__getitem__ is blocked (waiting on reads, the network or sleeps) {blocked:.0%} of its time")
+        return "storage", detail
+    busy = cpu_busy(chosen)
+    if chosen["num_workers"] >= usable_cpus or busy >= CPU_BUSY_SHARE * usable_cpus:
+        return "cpu-saturated", (f"with num_workers={chosen['num_workers']} the loader keeps {busy:.1f} of "
+                                 f"{usable_cpus} usable CPUs busy; more workers cannot add throughput")
+    per_sample = getitem.get("per_sample_s")
+    cost = f"{per_sample * 1e3:.2f} ms a sample" if per_sample else "its cost"
+    return "getitem", f"__getitem__ ({cost}) limits the loader and the CPUs are not all busy"
+
+
+def recommend(section: dict[str, Any], bottleneck: str | None, cuda: bool) -> dict[str, Any] | None:
+    """Settings for the knee of the curve, and their measured gain over the current ones."""
+    runs = measured_runs(section)
+    chosen = knee(runs)
+    if chosen is None or section.get("failure"):
+        return None
+    if not any(r["num_workers"] > 0 for r in runs):
+        return None  # no worker count was measured, so none can be recommended
+    nw = chosen["num_workers"]
+    pin = section.get("pin_memory") or {}
+    pinned, unpinned = pin.get("pinned_samples_per_s"), pin.get("unpinned_samples_per_s")
+    pin_memory = bool(cuda) and not (pinned and unpinned and pinned < 0.95 * unpinned)
+    current = section.get("current") or {}
+    current_run = next((r for r in runs if r["num_workers"] == current.get("num_workers", 0)), None)
+    recommendation: dict[str, Any] = {
+        "num_workers": nw,
+        "prefetch_factor": None if nw == 0 else (4 if bottleneck == "storage" else 2),
+        "persistent_workers": nw > 0,
+        "pin_memory": pin_memory,
+        "samples_per_s": chosen["samples_per_s"],
+        "best_samples_per_s": max(r["samples_per_s"] for r in runs),
+        "current_samples_per_s": _rate(current_run),
+        "gain": round(chosen["samples_per_s"] / current_run["samples_per_s"], 3) if current_run else None,
+    }
+    return recommendation
+
+
+def differs_from_current(recommendation: dict[str, Any], current: dict[str, Any]) -> list[str]:
+    """The settings the user would change, as `name=value` strings."""
+    changes = []
+    for key in ("num_workers", "prefetch_factor", "persistent_workers", "pin_memory"):
+        want, have = recommendation.get(key), current.get(key)
+        if key == "prefetch_factor" and (recommendation.get("num_workers") or 0) == 0:
+            continue
+        if want != have:
+            changes.append(f"{key}={want}")
+    return changes

@@ -1,0 +1,79 @@
+"""The live progress display of the loader stage: what runs now, what each run measured.
+
+The loader probe reports its runner's events to the sink installed here;
+the command line installs a rich display on standard error while a text
+report is being made for a terminal, and nothing is shown otherwise (JSON
+output, CI logs, preflight).
+"""
+from __future__ import annotations
+
+import contextlib
+import sys
+from typing import Any, Callable, Iterator
+
+ProgressSink = Callable[[dict[str, Any]], None]
+
+_sink: ProgressSink | None = None
+
+
+def current_sink() -> ProgressSink | None:
+    return _sink
+
+
+def describe(event: dict[str, Any]) -> str | None:
+    """One line for a runner event, or None when the event is not worth showing."""
+    kind = event.get("ev")
+    if kind == "phase":
+        name = event.get("name")
+        if name == "run":
+            label = event.get("label")
+            return f"timing num_workers={event.get('num_workers')}" + (f" ({label})" if label else "")
+        return {
+            "import": "importing torch in the target interpreter",
+            "build": "building the dataset",
+            "pickle": "checking that the dataset pickles",
+            "getitem": "timing __getitem__ in the main process",
+            "collate": "collating one batch",
+        }.get(name, str(name))
+    if kind == "result" and event.get("key") == "run":
+        run = event.get("value") or {}
+        rate = run.get("samples_per_s")
+        return f"num_workers={run.get('num_workers')}: " + (f"{rate:,.0f} samples/s" if rate else "no steady state")
+    if kind == "failure":
+        return "the dataset failed: " + str((event.get("value") or {}).get("message", ""))
+    return None
+
+
+@contextlib.contextmanager
+def showing_progress(budget_s: float, stream: Any = None) -> Iterator[None]:
+    """Show the loader stage on a rich progress bar (standard error) while the block runs."""
+    global _sink
+    from rich.console import Console
+    from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    console = Console(file=stream or sys.stderr)
+    if not console.is_terminal:
+        yield
+        return
+    progress = Progress(SpinnerColumn(), TextColumn("[bold]loader[/bold] {task.description}"), BarColumn(),
+                        TimeElapsedColumn(), console=console, transient=True)
+    task = progress.add_task("waiting", total=None, visible=False)
+    measured: list[str] = []
+
+    def sink(event: dict[str, Any]) -> None:
+        line = describe(event)
+        if line is None:
+            return
+        if event.get("ev") == "result":
+            measured.append(line)
+            progress.console.print(f"  [dim]loader[/dim] {line}")
+            return
+        progress.update(task, description=line, visible=True)
+
+    previous = _sink
+    _sink = sink
+    try:
+        with progress:
+            yield
+    finally:
+        _sink = previous

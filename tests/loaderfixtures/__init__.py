@@ -1,0 +1,62 @@
+"""Datasets for the loader tests (`--dataset loaderfixtures.<module>:<factory>`) and the helpers that run them.
+
+`suite` holds datasets with a known bottleneck, `hostile` datasets that
+raise, hang, crash or explode. The helpers run the real `envdoctor` command
+from this folder's parent, so the runner imports these modules the way it
+imports a user's `--dataset` module: from the working directory.
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from support import json_report, run_envdoctor
+
+TESTS_DIR = Path(__file__).resolve().parent.parent
+
+
+def shm_torch_segments() -> set[str]:
+    try:
+        return {name for name in os.listdir("/dev/shm") if name.startswith("torch_")}
+    except OSError:
+        return set()
+
+
+def loader_report(*args: str, env: dict[str, str] | None = None, prefix_cmd: tuple[str, ...] = ()
+                  ) -> tuple[dict[str, Any], float, Any]:
+    """Run `envdoctor loader ... --format json` from tests/; (validated report, wall seconds, process)."""
+    full_env = dict(os.environ)
+    full_env.update(env or {})
+    start = time.monotonic()
+    proc = run_envdoctor("loader", *args, "--format", "json", cwd=str(TESTS_DIR), env=full_env,
+                         prefix_cmd=prefix_cmd)
+    wall = time.monotonic() - start
+    assert proc.returncode in (0, 1), f"exit {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
+    return json_report(proc), wall, proc
+
+
+def assert_nothing_left(report: dict[str, Any], shm_before: set[str]) -> None:
+    """No process of the runner's group survives, and no torch segment was added to /dev/shm."""
+    pgid = report["loader"]["runner"]["pid"]
+    survivors = []
+    for proc in psutil.process_iter(["pid", "name"]):
+        try:
+            if os.getpgid(proc.pid) == pgid:
+                survivors.append(proc.info)
+        except (ProcessLookupError, PermissionError):
+            continue
+    assert survivors == [], f"processes of the runner's group survived: {survivors}"
+    assert psutil.Process().children(recursive=True) == []
+    assert shm_torch_segments() - shm_before == set()
+
+
+def dump(report: dict[str, Any]) -> str:
+    """The loader section for an assertion message."""
+    loader = dict(report.get("loader") or {})
+    loader.pop("torch_probe", None)
+    return json.dumps(loader, indent=1, default=str)[:4000]

@@ -1,0 +1,138 @@
+"""`envdoctor loader` end to end: the built-in synthetic dataset, an image folder, the curve in
+text, Markdown and SVG, the progress lines, and the stage's clear refusals."""
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import pytest
+
+from envdoctor.loader.progress import describe, showing_progress
+from envdoctor.report.loader_view import loader_markdown, loader_renderables
+from loaderfixtures import TESTS_DIR, assert_nothing_left, dump, loader_report, shm_torch_segments
+from support import findings, json_report, run_envdoctor
+
+
+@pytest.mark.slow
+def test_synthetic_default_measures_a_curve() -> None:
+    before = shm_torch_segments()
+    report, wall, _ = loader_report("--budget", "10")
+    loader = report["loader"]
+    assert_nothing_left(report, before)
+    assert wall < 15
+    assert loader["dataset"].startswith("synthetic")
+    assert loader["batch_size"] == 32
+    assert loader["batch_bytes"] == 32 * 3 * 64 * 64 * 4 + 32 * 8  # images and int64 labels
+    assert loader["tensors_per_batch"] == 2
+    assert loader["current"]["num_workers"] == 0
+    workers = [r["num_workers"] for r in loader["runs"]]
+    assert workers[:2] == [0, 1], dump(report)
+    for run in loader["runs"]:
+        assert run["samples_per_s"] > 0 and run["first_batch_s"] > 0
+        assert run["windows"] >= 1 and "spread" in run
+    assert loader["getitem"]["per_sample_s"] > 0
+    assert loader["getitem"]["cpu_fraction"] > 0.5  # a CPU-bound transform, not a sleep
+    assert "torch_probe" not in loader or isinstance(loader["torch_probe"], dict)
+    assert loader["bottleneck"] in ("getitem", "cpu-saturated", "ipc")
+    assert loader["recommendation"]["num_workers"] in workers
+    # The same section drawn as the curve, in Markdown and for rich.
+    markdown = loader_markdown(loader)
+    assert "| num_workers | samples/s |" in markdown
+    assert "◀ knee" in markdown and "**bottleneck**" in markdown
+    from rich.console import Console
+
+    console = Console(file=io.StringIO(), width=100, no_color=True)
+    for item in loader_renderables(loader):
+        console.print(item)
+    text = console.file.getvalue()
+    assert "DataLoader smoke test" in text and "█" in text and "recommended:" in text
+
+
+@pytest.mark.slow
+def test_text_report_and_svg_show_the_curve(tmp_path: Path) -> None:
+    svg = tmp_path / "loader.svg"
+    proc = run_envdoctor("loader", "--budget", "6", "--svg", str(svg), cwd=str(TESTS_DIR))
+    assert proc.returncode in (0, 1), proc.stderr
+    assert "DataLoader smoke test" in proc.stdout
+    assert "samples/s" in proc.stdout and "knee" in proc.stdout
+    picture = svg.read_text(encoding="utf-8")
+    assert picture.startswith("<svg") and "knee" in picture
+
+
+@pytest.mark.slow
+def test_image_folder_separates_reading_from_decoding(tmp_path: Path) -> None:
+    import numpy
+
+    for label in ("cats", "dogs"):
+        folder = tmp_path / label
+        folder.mkdir()
+        for k in range(40):
+            numpy.save(folder / f"{k}.npy", numpy.full((3, 32, 32), k, dtype=numpy.uint8))
+    (tmp_path / "notes.txt").write_text("not a sample")
+    report, _, _ = loader_report("--data", str(tmp_path), "--budget", "8")
+    loader = report["loader"]
+    assert "80 files" in loader["dataset"], dump(report)
+    assert loader["getitem"]["read_s"] > 0 and loader["getitem"]["decode_s"] > 0
+    assert loader["batch_bytes"] == 32 * 3 * 224 * 224 * 4 + 32 * 8
+    assert loader["runs"], dump(report)
+
+
+@pytest.mark.slow
+def test_empty_data_folder_is_a_clear_skip(tmp_path: Path) -> None:
+    report, _, proc = loader_report("--data", str(tmp_path), "--budget", "6")
+    assert report["loader"]["runs"] == []
+    assert any("holds no sample files" in s["reason"] for s in report["loader"]["skipped"])
+    assert "Traceback" not in proc.stderr
+
+
+def test_malformed_dataset_spec_is_a_finding_not_a_traceback() -> None:
+    report, _, proc = loader_report("--dataset", "no_colon_here", "--budget", "5")
+    (hit,) = findings(report, "DL006")
+    assert hit["evidence"]["kind"] == "factory"
+    assert "MODULE:CALLABLE" in hit["message"]
+    assert "Traceback" not in proc.stderr
+    assert report["loader"]["runs"] == []
+
+
+def test_no_interpreter_skips_the_stage(tmp_path: Path) -> None:
+    proc = run_envdoctor("report", "--prefix", str(tmp_path), "--select", "DL", "--budget", "5")
+    report = json_report(proc)
+    loader = report["loader"]
+    assert loader["runs"] == [] and loader["recommendation"] is None
+    assert loader["skipped"][0]["what"] == "smoke test"
+    assert "no Python interpreter" in loader["skipped"][0]["reason"]
+
+
+def test_no_loader_means_no_section() -> None:
+    proc = run_envdoctor("report", "--no-loader", "--select", "DL", "SPW003")
+    report = json_report(proc)
+    assert report["loader"] is None
+    assert report["findings"] == []
+
+
+def test_progress_lines() -> None:
+    assert describe({"ev": "phase", "name": "run", "num_workers": 4}) == "timing num_workers=4"
+    assert describe({"ev": "phase", "name": "getitem"}) == "timing __getitem__ in the main process"
+    line = describe({"ev": "result", "key": "run", "value": {"num_workers": 2, "samples_per_s": 1234.5}})
+    assert line == "num_workers=2: 1,234 samples/s"
+    assert describe({"ev": "index", "i": 3}) is None
+    # Not a terminal: nothing is drawn and no sink stays installed.
+    from envdoctor.loader.progress import current_sink
+
+    with showing_progress(5.0, stream=io.StringIO()):
+        assert current_sink() is None
+
+
+@pytest.mark.slow
+def test_target_without_torch_skips_with_a_reason(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    venv = tmp_path / "env"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    proc = run_envdoctor("report", "--prefix", str(venv), "--select", "DL", "--budget", "8")
+    report = json_report(proc)
+    loader = report["loader"]
+    assert loader["runs"] == [] and loader["failure"] is None
+    assert any("torch cannot be imported" in s["reason"] for s in loader["skipped"]), loader["skipped"]
+    assert report["findings"] == []

@@ -1,0 +1,261 @@
+"""DL001–DL006 and SPW003 on recorded smoke-test sections: each fires on its state, stays quiet otherwise.
+
+The sections have the exact shape `envdoctor.loader.gather_loader` emits
+(runs, getitem, current, failure …); the classification is run on them the
+way the loader stage runs it, so these tests pin the judgement, and the live
+tests (test_loader_suite.py, test_loader_hostile.py) pin the measuring.
+"""
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+from envdoctor.config import Config
+from envdoctor.engine import run_check
+from envdoctor.facts import Facts
+from envdoctor.loader import judge
+from envdoctor.loader.diagnose import classify, knee, recommend
+
+SYSTEM = {"cpu": {"count": 2, "affinity": 2, "usable": 2, "quota_cpus": None, "cgroup_version": 2},
+          "memory": {"effective_available": 16 * 1024**3, "cgroup_limit": None},
+          "limits": {"nofile": {"soft": 65536, "hard": 65536}},
+          "shm": {"path": "/dev/shm", "total": 8 * 1024**3, "free": 8 * 1024**3}}
+
+
+def run(nw: int, rate: float, first: float = 0.05, **extra: Any) -> dict[str, Any]:
+    return {"num_workers": nw, "samples_per_s": rate, "first_batch_s": first, "spread": 0.05, **extra}
+
+
+def section(runs: list[dict[str, Any]], *, getitem: dict[str, Any] | None = None, length: int = 100000,
+            batch_size: int = 16, current: dict[str, Any] | None = None, **extra: Any) -> dict[str, Any]:
+    data = {
+        "dataset": "fixture", "runs": runs, "bottleneck": None, "recommendation": None, "skipped": [],
+        "batch_bytes": 4096, "tensors_per_batch": 2, "worker_rss_bytes": 200 * 1024**2,
+        "current": current or {"num_workers": 0, "prefetch_factor": None, "persistent_workers": False,
+                               "pin_memory": False, "batch_size": batch_size},
+        "failure": None, "length": length, "batch_size": batch_size, "start_method": "fork",
+        "getitem": getitem or {"per_sample_s": 0.003, "cpu_fraction": 0.97, "blocked_fraction": 0.01},
+        "torch": {"cuda_available": False},
+    }
+    data.update(extra)
+    return data
+
+
+def judged(data: dict[str, Any], step_time: float | None = None, usable: int = 2) -> dict[str, Any]:
+    data = copy.deepcopy(data)
+    judge(data, usable, step_time)
+    return data
+
+
+def findings_of(data: dict[str, Any], rule: str, step_time: float | None = None) -> list[Any]:
+    config = Config(select=(rule,), step_time=step_time)
+    facts = Facts.from_dict({"loader": data, "system": SYSTEM}, config)
+    report = run_check(config, facts=facts)
+    assert not report.errors, report.errors
+    return report.by_rule(rule)
+
+
+CPU_BOUND = section([run(0, 330, 0.05), run(1, 320, 0.1, worker_cpu=0.97, worker_runqueue=0.02),
+                     run(2, 610, 0.1, worker_cpu=0.95, worker_runqueue=0.04, main_cpu=0.05)])
+REMOTE = section([run(0, 66, 0.12), run(1, 66, 0.2, worker_cpu=0.02), run(2, 131, 0.2, worker_cpu=0.02),
+                  run(4, 262, 0.2, worker_cpu=0.02, worker_blocked=0.97),
+                  run(8, 515, 0.25, worker_cpu=0.03, worker_blocked=0.96)],
+                 getitem={"per_sample_s": 0.0151, "cpu_fraction": 0.01, "blocked_fraction": 0.99}, batch_size=8)
+TINY = section([run(0, 52000, 0.001), run(1, 4100, 0.05, worker_cpu=0.08, worker_runqueue=0.09),
+                run(2, 6900, 0.06, worker_cpu=0.05, worker_runqueue=0.04), run(4, 7100, 0.08)],
+               getitem={"per_sample_s": 2e-6, "cpu_fraction": 1.0, "blocked_fraction": 0.0}, batch_size=1,
+               current={"num_workers": 4, "prefetch_factor": 2, "persistent_workers": False,
+                        "pin_memory": False, "batch_size": 1})
+STARTUP = section([run(0, 480, 0.02), run(1, 470, 1.05), run(2, 930, 1.06), run(4, 1800, 1.1)],
+                  getitem={"per_sample_s": 0.0021, "cpu_fraction": 0.02, "blocked_fraction": 0.97},
+                  length=96, batch_size=8,
+                  current={"num_workers": 2, "prefetch_factor": 2, "persistent_workers": False,
+                           "pin_memory": False, "batch_size": 8},
+                  persistent={"num_workers": 4, "measured": True, "saving_s": 0.98,
+                              "epoch2_first_batch_s": {"false": 1.1, "true": 0.12}})
+
+
+#: A CPU-bound loader on CPUs other processes hold: workers compute or queue, and still lose to 0.
+CONTENDED = section([run(0, 523, 0.06), run(1, 500, 0.12, worker_cpu=0.93, worker_runqueue=0.05),
+                     run(2, 436, 0.22, worker_cpu=0.5, worker_runqueue=0.48)])
+
+
+@pytest.mark.parametrize("data, expected", [
+    (CPU_BOUND, "cpu-saturated"), (REMOTE, "storage"), (TINY, "ipc"), (STARTUP, "startup"),
+    (CONTENDED, "cpu-saturated")])
+def test_classification_of_recorded_sweeps(data: dict[str, Any], expected: str) -> None:
+    bottleneck, reason = classify(data, 2, None)
+    assert bottleneck == expected, reason
+
+
+def test_one_worker_matching_none_is_not_called_ipc() -> None:
+    # Under spawn the budget may allow only num_workers=1, which at best equals 0: inconclusive,
+    # so the blocked __getitem__ decides.
+    data = section([run(0, 65, 0.12), run(1, 65, 3.0, worker_cpu=0.02, worker_blocked=0.97)],
+                   getitem={"per_sample_s": 0.015, "cpu_fraction": 0.01, "blocked_fraction": 0.98})
+    assert classify(data, 2, None)[0] == "storage"
+
+
+def test_getitem_class_when_cpus_are_left_over() -> None:
+    data = section([run(0, 300), run(1, 290, worker_cpu=0.9), run(2, 580, worker_cpu=0.9),
+                    run(4, 1150, worker_cpu=0.9, main_cpu=0.1), run(8, 1160, worker_cpu=0.45)])
+    assert classify(data, 16, None)[0] == "getitem"
+
+
+def test_step_time_makes_a_fast_loader_no_bottleneck() -> None:
+    bottleneck, reason = classify(CPU_BOUND, 2, 0.1)  # 16 samples / 0.1 s = 160 samples/s needed
+    assert bottleneck == "none"
+    assert "160 samples/s" in reason
+
+
+def test_knee_is_the_fewest_workers_within_95_percent() -> None:
+    assert knee(REMOTE["runs"])["num_workers"] == 8
+    flat = [run(0, 100), run(1, 180), run(2, 300), run(4, 310), run(8, 312)]
+    assert knee(flat)["num_workers"] == 2
+    # Workers within 10% of none are not worth their processes, whatever the noise put first.
+    assert knee([run(0, 400), run(1, 390), run(2, 425)])["num_workers"] == 0
+
+
+def test_recommendation_and_gain_over_current() -> None:
+    data = judged(REMOTE)
+    rec = data["recommendation"]
+    assert rec == {**rec, "num_workers": 8, "prefetch_factor": 4, "persistent_workers": True, "pin_memory": False}
+    assert rec["gain"] == pytest.approx(515 / 66, rel=1e-3)
+    cuda = recommend(data, "storage", cuda=True)
+    assert cuda["pin_memory"] is True
+
+
+def test_no_recommendation_without_a_worker_run() -> None:
+    data = judged(section([run(0, 95)]))
+    assert data["recommendation"] is None
+    assert data["bottleneck"] is None
+
+
+def test_dl001_fires_when_the_loader_cannot_feed_the_step() -> None:
+    data = judged(REMOTE, step_time=0.02)  # 8 / 0.02 = 400 samples/s wanted, current 66
+    (hit,) = findings_of(data, "DL001", step_time=0.02)
+    assert hit.evidence["current_samples_per_s"] == 66
+    assert hit.evidence["consumer_samples_per_s"] == 400
+    assert hit.evidence["best_samples_per_s"] == 515
+    assert "num_workers=8" in hit.fix
+
+
+def test_dl001_quiet_when_current_settings_keep_up() -> None:
+    data = judged(REMOTE, step_time=1.0)
+    assert findings_of(data, "DL001", step_time=1.0) == []
+    assert findings_of(judged(REMOTE), "DL001") == []  # no step time, nothing to compare with
+
+
+def test_dl002_fires_for_ipc_bound() -> None:
+    (hit,) = findings_of(judged(TINY), "DL002")
+    assert hit.evidence["num_workers_0_samples_per_s"] == 52000
+    assert hit.evidence["best_worker_setting"] == 4
+    assert hit.evidence["best_worker_samples_per_s"] == 7100
+    assert "num_workers=0" in hit.fix
+
+
+def test_dl002_quiet_when_workers_help() -> None:
+    assert findings_of(judged(REMOTE), "DL002") == []
+
+
+def test_dl003_fires_for_storage_and_cpu() -> None:
+    (hit,) = findings_of(judged(REMOTE), "DL003")
+    assert hit.evidence["bottleneck"] == "storage"
+    assert hit.evidence["blocked_fraction"] == 0.99
+    assert hit.evidence["recommended_num_workers"] == 8
+    (hit,) = findings_of(judged(CPU_BOUND), "DL003")
+    assert hit.evidence["bottleneck"] == "cpu-saturated"
+    assert hit.evidence["curve"] == {"0": 330, "1": 320, "2": 610}
+
+
+def test_dl001_to_dl004_do_not_judge_the_built_in_synthetic_dataset() -> None:
+    """The synthetic workload measures the machine; its __getitem__ is ours, not the user's code."""
+    for data, rule in ((CPU_BOUND, "DL003"), (REMOTE, "DL003"), (TINY, "DL002"), (STARTUP, "DL004")):
+        synthetic = judged({**copy.deepcopy(data), "source": {"kind": "synthetic"}})
+        assert findings_of(synthetic, rule) == [], rule
+        assert findings_of(judged({**copy.deepcopy(data), "source": {"kind": "factory"}}), rule), rule
+    slow = judged({**copy.deepcopy(CPU_BOUND), "source": {"kind": "synthetic"}}, step_time=0.001)
+    assert findings_of(slow, "DL001", step_time=0.001) == []
+    (settings,) = findings_of(judged({**copy.deepcopy(REMOTE), "source": {"kind": "synthetic"}}), "DL005")
+    assert "built-in synthetic dataset" in settings.message
+
+
+def test_dl003_quiet_for_ipc() -> None:
+    assert findings_of(judged(TINY), "DL003") == []
+
+
+def test_dl004_fires_when_startup_dominates() -> None:
+    (hit,) = findings_of(judged(STARTUP), "DL004")
+    assert hit.evidence["num_workers"] == 4
+    assert hit.evidence["startup_s"] == pytest.approx(1.1 - 8 * 4 / 1800, abs=1e-3)
+    assert hit.evidence["startup_share"] > 0.5
+    assert hit.evidence["epoch_saving_s"] == 0.98
+    assert hit.evidence["saving_measured"] is True
+    assert "persistent_workers=True" in hit.fix
+
+
+def test_dl004_quiet_with_persistent_workers_or_cheap_startup() -> None:
+    persistent = copy.deepcopy(STARTUP)
+    persistent["current"]["persistent_workers"] = True
+    assert findings_of(judged(persistent), "DL004") == []
+    assert findings_of(judged(REMOTE), "DL004") == []
+
+
+def test_dl005_gives_settings_and_gain() -> None:
+    (hit,) = findings_of(judged(REMOTE), "DL005")
+    assert hit.evidence["recommendation"] == {"num_workers": 8, "prefetch_factor": 4,
+                                              "persistent_workers": True, "pin_memory": False}
+    assert hit.evidence["gain"] == pytest.approx(7.803, abs=1e-3)
+    assert hit.fix == ("DataLoader(dataset, batch_size=8, num_workers=8, prefetch_factor=4, "
+                       "persistent_workers=True, pin_memory=False)")
+
+
+def test_dl005_quiet_when_settings_already_match() -> None:
+    data = copy.deepcopy(REMOTE)
+    data["current"] = {"num_workers": 8, "prefetch_factor": 4, "persistent_workers": True,
+                       "pin_memory": False, "batch_size": 8}
+    assert findings_of(judged(data), "DL005") == []
+
+
+def test_dl006_names_kind_and_index() -> None:
+    data = judged(section([], failure={"kind": "raised", "index": 7, "num_workers": 0, "where": "__getitem__",
+                                       "exception": "ValueError", "signal": None,
+                                       "message": "ValueError: corrupt record 7"}))
+    (hit,) = findings_of(data, "DL006")
+    assert hit.evidence["kind"] == "raised"
+    assert hit.evidence["index"] == 7
+    assert hit.evidence["exception"] == "ValueError"
+    assert "at index 7 in the main process" in hit.message
+    assert "dataset[7]" in hit.fix
+
+
+def test_dl006_quiet_without_failure_and_for_pickling() -> None:
+    assert findings_of(judged(REMOTE), "DL006") == []
+    pickled = section([run(0, 90)], failure={"kind": "pickle", "message": "Can't pickle", "index": None})
+    assert findings_of(judged(pickled), "DL006") == []
+
+
+def test_spw003_fires_under_spawn() -> None:
+    problems = [{"object": "collate_fn", "type": "function",
+                 "error": "AttributeError: Can't get local object 'make.<locals>.<lambda>'"}]
+    data = judged(section([run(0, 90)], start_method="spawn",
+                          pickle={"start_method": "spawn", "checked": True, "problems": problems}))
+    (hit,) = findings_of(data, "SPW003")
+    assert hit.severity.value == "error"
+    assert hit.evidence["start_method"] == "spawn"
+    assert hit.evidence["problems"] == problems
+
+
+def test_spw003_quiet_when_everything_pickles() -> None:
+    data = judged(section([run(0, 90)], pickle={"start_method": "spawn", "checked": True, "problems": []}))
+    assert findings_of(data, "SPW003") == []
+
+
+def test_rules_quiet_without_loader_section() -> None:
+    for rule in ("DL001", "DL002", "DL003", "DL004", "DL005", "DL006", "SPW003"):
+        config = Config(select=(rule,), no_loader=True, step_time=0.1)
+        facts = Facts.from_dict({"system": SYSTEM}, config)
+        report = run_check(config, facts=facts)
+        assert report.findings == [] and report.errors == []

@@ -1,0 +1,93 @@
+"""The supervision of the loader runner: sizes, the memory cap, and what is cleaned from /dev/shm."""
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from envdoctor.loader import run as loader_run
+
+
+def test_parse_size() -> None:
+    assert loader_run.parse_size("2G") == 2 * 1024**3
+    assert loader_run.parse_size("512M") == 512 * 1024**2
+    assert loader_run.parse_size("1.5GiB") == int(1.5 * 1024**3)
+    assert loader_run.parse_size("1048576") == 1048576
+
+
+def test_memory_cap(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv(loader_run.MEMORY_CAP_ENV, raising=False)
+    assert loader_run.memory_cap(16 * 1024**3) == 8 * 1024**3
+    assert loader_run.memory_cap(512 * 1024**2) == loader_run.MIN_MEMORY_CAP
+    assert loader_run.memory_cap(None) is None
+    monkeypatch.setenv(loader_run.MEMORY_CAP_ENV, "3G")
+    assert loader_run.memory_cap(16 * 1024**3) == 3 * 1024**3
+
+
+@pytest.mark.skipif(not os.path.isdir("/dev/shm"), reason="needs /dev/shm")
+def test_clean_shm_removes_only_the_groups_segments() -> None:
+    ours = Path("/dev/shm") / "torch_999991_123_0"
+    theirs = Path("/dev/shm") / "torch_999992_456_0"
+    before = loader_run._shm_names()
+    try:
+        ours.write_bytes(b"x")
+        theirs.write_bytes(b"x")
+        removed = loader_run._clean_shm(before, {999991})
+        assert removed == [ours.name]
+        assert not ours.exists() and theirs.exists()
+    finally:
+        for path in (ours, theirs):
+            if path.exists():
+                path.unlink()
+
+
+def test_stage_deadline_kills_the_whole_group(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A runner that ignores its plan and hangs (with a child of its own) is killed at the deadline."""
+    fake = tmp_path / "fake_runner.py"
+    fake.write_text(
+        "import json, os, subprocess, sys, time\n"
+        "plan = json.load(open(sys.argv[1]))\n"
+        "fd = plan['event_fd']\n"
+        "os.write(fd, (json.dumps({'ev': 'phase', 'name': 'getitem', 'limit_s': 30}) + '\\n').encode())\n"
+        "os.write(fd, (json.dumps({'ev': 'index', 'i': 3}) + '\\n').encode())\n"
+        "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"
+        "open(plan['pidfile'], 'w').write(str(child.pid))\n"
+        "time.sleep(60)\n")
+    pidfile = tmp_path / "child.pid"
+    monkeypatch.setattr(loader_run, "RUNNER_PATH", fake)
+    start = time.monotonic()
+    outcome = loader_run.run_stage({"pidfile": str(pidfile)}, interpreter=sys.executable, budget_s=1.0)
+    elapsed = time.monotonic() - start
+    assert outcome.killed_for == "budget"
+    assert outcome.last_index == 3 and outcome.last_phase["name"] == "getitem"
+    assert elapsed < 1.0 + loader_run.STAGE_GRACE_S + 3
+    child = int(pidfile.read_text())
+    with pytest.raises(ProcessLookupError):
+        os.killpg(outcome.pid, 0)
+    assert not Path(f"/proc/{child}").exists() or "Z" in Path(f"/proc/{child}/stat").read_text().split()[2]
+
+
+def test_cpu_time_without_scheduler_statistics(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Kernels without schedstat: CPU time comes from /proc/<pid>/stat instead."""
+    import builtins
+
+    probes = str(Path(loader_run.RUNNER_PATH).parent)
+    monkeypatch.syspath_prepend(probes)
+    import loader_runner
+
+    real_open = builtins.open
+
+    def no_schedstat(path, *args, **kwargs):
+        if str(path).endswith("/schedstat"):
+            raise FileNotFoundError(path)
+        return real_open(path, *args, **kwargs)
+
+    start = time.process_time()
+    while time.process_time() - start < 0.2:
+        pass
+    monkeypatch.setattr(builtins, "open", no_schedstat)
+    run_s, wait_s = loader_runner._schedstat(os.getpid())
+    assert run_s >= 0.15 and wait_s == 0.0

@@ -1,0 +1,148 @@
+"""envdoctor.preflight(): the smoke test on the caller's own DataLoader, in a forked child of the caller.
+
+The datasets here are defined in this test module, as they would be in a training script; fork
+carries them to the smoke test as they are, without pickling.
+"""
+from __future__ import annotations
+
+import time
+
+import psutil
+import pytest
+import torch
+from torch.utils.data import DataLoader, Dataset, default_collate
+
+import envdoctor
+from envdoctor.api import preflight_summary
+
+
+class Waits(Dataset):
+    """5 ms of waiting a sample: workers help a lot."""
+
+    def __len__(self) -> int:
+        return 100_000
+
+    def __getitem__(self, index: int):
+        time.sleep(0.005)
+        return torch.full((4,), float(index)), index
+
+
+class RaisesAt5(Dataset):
+    def __len__(self) -> int:
+        return 1000
+
+    def __getitem__(self, index: int):
+        if index == 5:
+            raise KeyError(f"no record {index}")
+        return torch.zeros(2)
+
+
+class HangsAt2(Dataset):
+    def __len__(self) -> int:
+        return 1000
+
+    def __getitem__(self, index: int):
+        if index == 2:
+            time.sleep(3600)
+        return torch.zeros(2)
+
+
+def _no_children() -> None:
+    assert psutil.Process().children(recursive=True) == []
+
+
+def test_preflight_profiles_the_loaders_own_settings(capfd: pytest.CaptureFixture[str]) -> None:
+    loader = DataLoader(Waits(), batch_size=8, num_workers=1)
+    report = envdoctor.preflight(loader=loader, budget_s=8, step_time_s=0.002, select=["DL"], fail_on="error")
+    section = report.loader
+    assert section["current"] == {**section["current"], "num_workers": 1, "batch_size": 8,
+                                  "persistent_workers": False}
+    assert section["dataset"] == "DataLoader(Waits, batch_size=8, num_workers=1)"
+    assert [r["num_workers"] for r in section["runs"]][:2] == [0, 1]
+    assert section["bottleneck"] == "storage"
+    (dl001,) = report.by_rule("DL001")  # 8 samples every 2 ms: more than any worker count delivers
+    assert dl001.evidence["consumer_samples_per_s"] == 4000
+    assert dl001.evidence["current_num_workers"] == 1
+    (dl005,) = report.by_rule("DL005")
+    assert dl005.evidence["recommendation"]["num_workers"] > 1
+    err = capfd.readouterr().err
+    assert "envdoctor preflight:" in err and "loader: bottleneck storage" in err
+    _no_children()
+
+
+def test_preflight_raises_with_the_report_for_unpicklable_spawn_loader() -> None:
+    loader = DataLoader(Waits(), batch_size=4, num_workers=2, multiprocessing_context="spawn",
+                        collate_fn=lambda batch: default_collate(batch))
+    with pytest.raises(envdoctor.PreflightError) as caught:
+        envdoctor.preflight(loader=loader, budget_s=8, select=["DL", "SPW003"], quiet=True)
+    (hit,) = caught.value.report.by_rule("SPW003")
+    assert hit.evidence["start_method"] == "spawn"
+    assert hit.evidence["problems"][0]["object"] == "collate_fn"
+    assert "SPW003" in str(caught.value)
+    _no_children()
+
+
+def test_preflight_names_the_failing_index() -> None:
+    loader = DataLoader(RaisesAt5(), batch_size=4)
+    with pytest.raises(envdoctor.PreflightError) as caught:
+        envdoctor.preflight(loader=loader, budget_s=6, select=["DL"], quiet=True)
+    (hit,) = caught.value.report.by_rule("DL006")
+    assert hit.evidence["kind"] == "raised" and hit.evidence["index"] == 5
+    assert hit.evidence["exception"] == "KeyError"
+    _no_children()
+
+
+def test_preflight_hang_is_bounded() -> None:
+    loader = DataLoader(HangsAt2(), batch_size=4)
+    start = time.monotonic()
+    with pytest.raises(envdoctor.PreflightError) as caught:
+        envdoctor.preflight(loader=loader, budget_s=6, select=["DL"], quiet=True)
+    assert time.monotonic() - start < 6 + 5
+    (hit,) = caught.value.report.by_rule("DL006")
+    assert hit.evidence["kind"] == "hung" and hit.evidence["index"] == 2
+    _no_children()
+
+
+def test_preflight_fail_on_never_returns_the_report() -> None:
+    loader = DataLoader(RaisesAt5(), batch_size=4)
+    report = envdoctor.preflight(loader=loader, budget_s=6, select=["DL"], fail_on="never", quiet=True)
+    assert report.by_rule("DL006")
+    assert "DL006" in preflight_summary(report)
+
+
+@pytest.mark.slow
+def test_preflight_without_a_loader_measures_the_synthetic_dataset() -> None:
+    report = envdoctor.preflight(budget_s=6, select=["DL"], fail_on="never", quiet=True)
+    assert report.loader["dataset"].startswith("synthetic")
+    assert report.loader["runs"]
+    _no_children()
+
+
+def test_preflight_rejects_what_is_not_a_loader() -> None:
+    with pytest.raises(TypeError, match="DataLoader"):
+        envdoctor.preflight(loader=[1, 2, 3], quiet=True)
+
+
+@pytest.mark.slow
+def test_without_fork_the_loader_crosses_as_a_pickle(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Windows has no fork: the dataset, sampler and collate_fn go to a fresh interpreter pickled."""
+    import os
+
+    monkeypatch.delattr(os, "fork")
+    loader = DataLoader(Waits(), batch_size=8, num_workers=1)
+    report = envdoctor.preflight(loader=loader, budget_s=10, select=["DL"], fail_on="never", quiet=True)
+    assert report.loader["dataset"] == "DataLoader(Waits, batch_size=8, num_workers=1)"
+    assert report.loader["runs"] and report.loader["runs"][0]["num_workers"] == 0
+    assert report.loader["current"]["num_workers"] == 1
+
+
+def test_without_fork_an_unpicklable_loader_is_spw003(monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    monkeypatch.delattr(os, "fork")
+    loader = DataLoader(Waits(), batch_size=8, collate_fn=lambda batch: default_collate(batch))
+    with pytest.raises(envdoctor.PreflightError) as caught:
+        envdoctor.preflight(loader=loader, budget_s=5, select=["DL", "SPW003"], quiet=True)
+    (hit,) = caught.value.report.by_rule("SPW003")
+    assert [p["object"] for p in hit.evidence["problems"]] == ["collate_fn"]
+    assert caught.value.report.loader["skipped"][0]["what"] == "smoke test"

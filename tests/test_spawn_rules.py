@@ -156,6 +156,37 @@ def test_an_unguarded_function_called_from_both_places_fires_once_for_the_unguar
     assert [(f.location.line, f.evidence["module_level_statement"]["line"]) for f in found] == [(3, 5)]
 
 
+
+def test_nothing_after_sys_exit_or_a_raise_runs_but_what_comes_before_it_does(tmp_path):
+    # Checked under spawn by hand: `sys.exit(0)` before the loop runs clean; the
+    # loop reached through `sys.exit(main())` outside the guard dies bootstrapping.
+    quiet = write(tmp_path, "quiet.py", (
+        "import sys\n"
+        "from torch.utils.data import DataLoader\n"
+        "loader = DataLoader(range(4), num_workers=2)\n"
+        "def fail():\n"
+        "    raise SystemExit('unsupported')\n"
+        "    for b in loader:\n"
+        "        pass\n"
+        "if '--version' in sys.argv:\n"
+        "    fail()\n"
+        "sys.exit(0)\n"
+        "for b in loader:\n"
+        "    pass\n"))
+    assert check_scripts(quiet, select=("SPW001",)).by_rule("SPW001") == []
+    loud = write(tmp_path, "loud.py", (
+        "import sys\n"
+        "from torch.utils.data import DataLoader\n"
+        "def main():\n"
+        "    for b in DataLoader(range(4), num_workers=2):\n"
+        "        pass\n"
+        "    return 0\n"
+        "sys.exit(main())\n"))
+    [finding] = check_scripts(loud, select=("SPW001",)).by_rule("SPW001")
+    assert (finding.location.line, finding.evidence["module_level_statement"]) == (
+        4, {"line": 7, "code": "sys.exit(main())"})
+
+
 # -- SPW002 ---------------------------------------------------------------------
 
 def test_spw002_without_scripts_reports_the_targets_default_only_when_it_is_not_fork():
@@ -398,6 +429,8 @@ def test_a_50000_line_generated_file_is_analysed_completely(tmp_path):
     ('__name__ in ("__main__",)', True), ('__name__ not in ["__main__"]', False),
     ('__name__ == "__main__" and not DEBUG', True), ('__name__ == "__main__" or FORCE', None),
     ('__name__ == "__mp_main__"', None), ('name == "__main__"', None), ('not __name__ != "__main__"', None),
+    # Spawned workers import the script as __mp_main__: a test that admits it guards nothing.
+    ('__name__ in ("__main__", "__mp_main__")', None), ("__name__ in {'__mp_main__', '__main__'}", None),
 ])
 def test_guard_forms(test, polarity):
     import ast

@@ -75,6 +75,8 @@ CUDA_INIT_CALLS = frozenset(f"torch.cuda.{n}" for n in (
 TENSOR_FACTORIES = frozenset(f"torch.{n}" for n in (
     "zeros", "ones", "empty", "full", "rand", "randn", "randint", "arange", "tensor", "as_tensor",
     "zeros_like", "ones_like", "randn_like", "rand_like", "eye", "linspace"))
+#: Calls after which nothing in the same block runs.
+EXITS = frozenset({"sys.exit", "os._exit", "os.abort", "builtins.exit", "builtins.quit"})
 TYPE_CHECKING_NAMES = frozenset({"typing.TYPE_CHECKING", "typing_extensions.TYPE_CHECKING"})
 #: Names that star-imports of these modules are known to bring in.
 STAR_EXPORTS = {
@@ -454,22 +456,29 @@ class ScriptAnalysis:
         except RecursionError:  # a file nested deeper than the interpreter allows
             self.truncated = True
 
-    def exec_block(self, body: Iterable[ast.stmt], frame: Frame) -> None:
+    def exec_block(self, body: Iterable[ast.stmt], frame: Frame) -> bool:
+        """Walk a block; True when it always ends early (return, raise, sys.exit …).
+
+        What follows such a statement in the same block never runs, so it is
+        not walked: a loop after `sys.exit()` or after `return` starts nothing.
+        """
         for stmt in body:
             try:
-                self.exec_stmt(stmt, frame)
+                if self.exec_stmt(stmt, frame):
+                    return True
             except RecursionError:  # an expression nested deeper than we follow: skip it
                 self.truncated = True
+        return False
 
-    def exec_stmt(self, stmt: ast.stmt, frame: Frame) -> None:
+    def exec_stmt(self, stmt: ast.stmt, frame: Frame) -> bool:
         method = getattr(self, f"stmt_{type(stmt).__name__}", None)
         if method is not None:
-            method(stmt, frame)
-            return
+            return bool(method(stmt, frame))
         # Anything else (raise, assert, del, …): its expressions run, in order.
         for child in ast.iter_child_nodes(stmt):
             if isinstance(child, ast.expr):
                 self.eval(child, frame)
+        return isinstance(stmt, (ast.Raise, ast.Break, ast.Continue))
 
     def stmt_Import(self, stmt: ast.Import, frame: Frame) -> None:
         for alias in stmt.names:
@@ -533,11 +542,22 @@ class ScriptAnalysis:
         if isinstance(stmt.target, ast.Name):
             self.bind(stmt.target, Unknown(node=stmt.target), frame)
 
-    def stmt_Expr(self, stmt: ast.Expr, frame: Frame) -> None:
+    def stmt_Expr(self, stmt: ast.Expr, frame: Frame) -> bool:
         self.eval(stmt.value, frame)
+        # `sys.exit(main())` runs main() first, then nothing after it runs.
+        call = stmt.value
+        if isinstance(call, ast.Call) and isinstance(call.func, (ast.Name, ast.Attribute)):
+            func = self.eval(call.func, frame)  # a name or attribute: evaluating it again is harmless
+            if isinstance(func, QualName) and func.name in EXITS:
+                return True
+            if (isinstance(func, Unknown) and isinstance(call.func, ast.Name)
+                    and call.func.id in ("exit", "quit")):
+                return True
+        return False
 
-    def stmt_Return(self, stmt: ast.Return, frame: Frame) -> None:
+    def stmt_Return(self, stmt: ast.Return, frame: Frame) -> bool:
         frame.returns.append(self.eval(stmt.value, frame) if stmt.value is not None else Const(None))
+        return True
 
     def stmt_Global(self, stmt: ast.Global, frame: Frame) -> None:
         frame.declared_global.update(stmt.names)
@@ -550,23 +570,29 @@ class ScriptAnalysis:
             self.guard_lines.append(stmt.lineno)
             main_body, other = (stmt.body, stmt.orelse) if guard else (stmt.orelse, stmt.body)
             self.exec_block(other, frame)
-            saved = frame.guarded
-            frame.guarded = True
-            self.exec_block(main_body, frame)
-            frame.guarded = saved
-            return
+            self.exec_guarded(main_body, frame)
+            # What follows still runs in the main process and in every worker: even where
+            # the workers' branch ends (`if __name__ != "__main__": sys.exit()`), the
+            # workers then die at import, so what follows is still reported.
+            return False
         constant = self.static_truth(stmt.test, frame)
         if constant is None:
             self.eval(stmt.test, frame)
         if constant is True:
-            self.exec_block(stmt.body, frame)
-            return
+            return self.exec_block(stmt.body, frame)
         if constant is False:
-            self.exec_block(stmt.orelse, frame)
-            return
-        self.exec_branches([stmt.body, stmt.orelse], frame)
+            return self.exec_block(stmt.orelse, frame)
+        return self.exec_branches([stmt.body, stmt.orelse], frame)
 
-    def exec_branches(self, branches: list[list[ast.stmt]], frame: Frame) -> None:
+    def exec_guarded(self, body: list[ast.stmt], frame: Frame) -> None:
+        saved = frame.guarded
+        frame.guarded = True
+        try:
+            self.exec_block(body, frame)
+        finally:
+            frame.guarded = saved
+
+    def exec_branches(self, branches: list[list[ast.stmt]], frame: Frame) -> bool:
         """Run alternative branches from the same start and merge what they bound.
 
         Only the names the branches can bind are saved and merged, so an `if`
@@ -577,14 +603,19 @@ class ScriptAnalysis:
         missing = object()
         before = {name: scope.get(name, missing) for name in names}
         results = []
+        ended = []
         for body in branches:
             for name, value in before.items():
                 if value is missing:
                     scope.pop(name, None)
                 else:
                     scope[name] = value
-            self.exec_block(body, frame)
+            ended.append(self.exec_block(body, frame))
             results.append({name: scope.get(name, missing) for name in names})
+        if all(ended):
+            return True
+        # A branch that ended early (return, raise) passes nothing on to what follows.
+        results = [r for r, end in zip(results, ended) if not end]
         for name in names:
             values = [r[name] for r in results if r[name] is not missing]
             if not values:
@@ -594,6 +625,7 @@ class ScriptAnalysis:
             for value in values[1:]:
                 merged = _join(merged, value)
             scope[name] = merged
+        return False
 
     def static_truth(self, test: ast.expr, frame: Frame) -> bool | None:
         """True/False for tests known before running (`if TYPE_CHECKING`, `if False`)."""
@@ -603,6 +635,9 @@ class ScriptAnalysis:
             value = self.eval(test, frame)
             if isinstance(value, QualName) and value.name in TYPE_CHECKING_NAMES:
                 return False
+            # `DEBUG = False` … `if DEBUG:`: a name bound to a literal at this point of the walk.
+            if isinstance(value, Const) and isinstance(value.value, (bool, int, float, str, type(None))):
+                return bool(value.value)
             if isinstance(test, ast.Name) and test.id == "TYPE_CHECKING" and isinstance(value, Unknown):
                 return False
         if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
@@ -630,16 +665,20 @@ class ScriptAnalysis:
     stmt_AsyncFor = stmt_For
 
     def stmt_While(self, stmt: ast.While, frame: Frame) -> None:
-        self.eval(stmt.test, frame)
-        self.exec_block(stmt.body, frame)
-        self.exec_block(stmt.orelse, frame)
+        constant = self.static_truth(stmt.test, frame)
+        if constant is None:
+            self.eval(stmt.test, frame)
+        if constant is not False:  # `while False:` never runs its body
+            self.exec_block(stmt.body, frame)
+        if constant is not True:  # `while True:` leaves only through break: its else never runs
+            self.exec_block(stmt.orelse, frame)
 
-    def stmt_With(self, stmt: ast.With | ast.AsyncWith, frame: Frame) -> None:
+    def stmt_With(self, stmt: ast.With | ast.AsyncWith, frame: Frame) -> bool:
         for item in stmt.items:
             value = self.eval(item.context_expr, frame)
             if item.optional_vars is not None:
                 self.bind(item.optional_vars, value, frame, stmt.lineno)
-        self.exec_block(stmt.body, frame)
+        return self.exec_block(stmt.body, frame)
 
     stmt_AsyncWith = stmt_With
 
@@ -658,6 +697,15 @@ class ScriptAnalysis:
 
     def stmt_Match(self, stmt: ast.Match, frame: Frame) -> None:
         self.eval(stmt.subject, frame)
+        if isinstance(stmt.subject, ast.Name) and stmt.subject.id == "__name__":
+            # `match __name__: case "__main__":` is the guard written as a match.
+            main_cases = [case for case in stmt.cases if case.guard is None and _matches_only_main(case.pattern)]
+            if main_cases:
+                self.guard_lines.append(stmt.lineno)
+                for case in main_cases:
+                    self.exec_guarded(case.body, frame)
+                self.exec_branches([case.body for case in stmt.cases if case not in main_cases] + [[]], frame)
+                return
         self.exec_branches([case.body for case in stmt.cases] + [[]], frame)
 
     # -- expressions --------------------------------------------------------
@@ -1090,9 +1138,7 @@ class ScriptAnalysis:
 
     def call_function(self, func: Function, node: ast.AST, frame: Frame, positional: list[Value],
                       keywords: dict[str, Value], self_value: Value | None) -> Value:
-        if isinstance(func.node, ast.Lambda):
-            return Unknown("lambda")
-        name = func.node.name
+        name = "<lambda>" if isinstance(func.node, ast.Lambda) else func.node.name
         scope = self.bind_parameters(func, positional, keywords, self_value)
         call_site = (name, getattr(node, "lineno", 1), self.code(getattr(node, "lineno", 1)))
         if isinstance(func.node, ast.AsyncFunctionDef) or self.is_generator(func.node):
@@ -1123,7 +1169,10 @@ class ScriptAnalysis:
                       self_class=func.owner, self_value=self_value, enclosing=func.closure)
         self.stack.append(node)
         try:
-            self.exec_block(node.body, inner)
+            if isinstance(node, ast.Lambda):
+                inner.returns.append(self.eval(node.body, inner))
+            else:
+                self.exec_block(node.body, inner)
         finally:
             self.stack.pop()
         returns = inner.returns
@@ -1302,7 +1351,10 @@ def guard_polarity(test: ast.expr) -> bool | None:
         if isinstance(n, ast.Constant):
             return n.value == "__main__"
         if isinstance(n, (ast.Tuple, ast.List, ast.Set)):
-            return any(isinstance(e, ast.Constant) and e.value == "__main__" for e in n.elts)
+            # `__name__ in ("__main__", "__mp_main__")` is true in spawned workers too
+            # (they import the script as __mp_main__): that is no guard.
+            names = {e.value for e in n.elts if isinstance(e, ast.Constant)}
+            return "__main__" in names and "__mp_main__" not in names
         return False
 
     if isinstance(op, (ast.In, ast.NotIn)):
@@ -1315,6 +1367,17 @@ def guard_polarity(test: ast.expr) -> bool | None:
         if isinstance(op, (ast.NotEq, ast.IsNot)):
             return False
     return None
+
+
+def _matches_only_main(pattern: ast.pattern) -> bool:
+    """A case pattern that matches "__main__" and not "__mp_main__" (what spawned workers see)."""
+    if isinstance(pattern, ast.MatchValue):
+        return isinstance(pattern.value, ast.Constant) and pattern.value.value == "__main__"
+    if isinstance(pattern, ast.MatchOr):
+        return (any(_matches_only_main(p) for p in pattern.patterns)
+                and not any(isinstance(p, ast.MatchValue) and isinstance(p.value, ast.Constant)
+                            and p.value.value == "__mp_main__" for p in pattern.patterns))
+    return False
 
 
 def analyse_source(tree: ast.Module, text: str) -> dict[str, Any]:

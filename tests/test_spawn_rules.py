@@ -187,6 +187,18 @@ def test_nothing_after_sys_exit_or_a_raise_runs_but_what_comes_before_it_does(tm
         4, {"line": 7, "code": "sys.exit(main())"})
 
 
+
+def test_the_column_counts_characters_not_utf8_bytes(tmp_path):
+    # ast's col_offset counts UTF-8 bytes; editors, the text report and SARIF count characters.
+    line = "étiquettes = 'données'; premier = next(iter(loader))"
+    path = write(tmp_path, "accents.py", (
+        "from torch.utils.data import DataLoader\n"
+        "loader = DataLoader(range(4), num_workers=2)\n"
+        f"{line}\n"))
+    [finding] = check_scripts(path, select=("SPW001",)).by_rule("SPW001")
+    assert (finding.location.line, finding.location.column) == (3, line.index("iter(loader)") + 1)
+
+
 # -- SPW002 ---------------------------------------------------------------------
 
 def test_spw002_without_scripts_reports_the_targets_default_only_when_it_is_not_fork():

@@ -375,11 +375,20 @@ class ScriptAnalysis:
             return self.lines[line - 1].strip()[:200]
         return ""
 
+    def column(self, line: int, col_offset: int) -> int:
+        """The 1-based character column of a node: ast counts UTF-8 bytes, editors and SARIF characters."""
+        if 1 <= line <= len(self.lines):
+            text = self.lines[line - 1]
+            if not text.isascii():
+                return len(text.encode("utf-8")[:col_offset].decode("utf-8", "replace")) + 1
+        return col_offset + 1
+
     def source(self, node: ast.AST) -> str:
         return _unparse(node)
 
     def record(self, kind: str, node: ast.AST, frame: Frame, **extra: Any) -> None:
-        line, column = getattr(node, "lineno", 1), getattr(node, "col_offset", 0) + 1
+        line = getattr(node, "lineno", 1)
+        column = self.column(line, getattr(node, "col_offset", 0))
         key = (kind, line, column, frame.guarded)
         if key in self._seen:
             return
@@ -945,7 +954,7 @@ class ScriptAnalysis:
     def expr_Call(self, node: ast.Call, frame: Frame) -> Value:
         func = self.eval(node.func, frame)
         positional, keywords, open_ = self.call_args(node, frame)
-        site = Site(node.lineno, node.col_offset + 1)
+        site = Site(node.lineno, self.column(node.lineno, node.col_offset))
         if isinstance(func, QualName):
             return self.call_qualified(func.name, node, frame, positional, keywords, open_, site)
         if isinstance(func, Function):

@@ -415,6 +415,38 @@ def test_dsk004_fires_on_fixture_slow_numbers_and_not_on_fast_ones() -> None:
     assert run_rule("DSK004", fast) == []
 
 
+def test_dsk004_does_not_call_small_files_slow_to_stream() -> None:
+    # Measured on this machine's virtio disk: 1500 files of 2000 bytes. The sequential
+    # pass opened 1500 files for 3 MB (6.7 MiB/s: the cost of opening files, not of
+    # streaming); the random pass read the same files at 13149 a second; the same disk
+    # streams a 64 MiB file at ~350 MiB/s. The many files are DSK003's finding, not slow reads.
+    small = {"path": "/tmp/dsk/small", "exists": True, "mount": {"fstype": "ext4"},
+             "sample": {"median_bytes": 2000},
+             "read_probe": {"sequential": {"bytes": 3000000, "files": 1500, "seconds": 0.4268, "mib_per_s": 6.7},
+                            "random": {"bytes": 3000000, "reads": 1500, "seconds": 0.1141, "mib_per_s": 25.08,
+                                       "reads_per_s": 13149.0},
+                            "seconds": 0.55, "bytes_read": 6000000, "cache_bypass": "o_direct",
+                            "timed_out": False, "max_seconds": 2.0}}
+    assert run_rule("DSK004", small) == []
+    # The same small files read slowly one by one are still slow reads.
+    slow = json.loads(json.dumps(small))
+    slow["read_probe"]["random"].update(reads=60, seconds=0.5, reads_per_s=120.0, mib_per_s=0.23)
+    [hit] = run_rule("DSK004", slow)
+    assert "random reads manage 120 a second" in hit.message and "sequential" not in hit.message
+    # Large files streamed slowly are judged by their sequential rate.
+    streamed = json.loads(json.dumps(small))
+    streamed["read_probe"]["sequential"].update(bytes=32 * 1024**2, files=2, seconds=1.0, mib_per_s=32.0)
+    [hit] = run_rule("DSK004", streamed)
+    assert "sequential reads give 32 MiB/s (below 100)" in hit.message
+
+
+def test_sequential_pass_counts_the_files_it_read(tmp_path: Path) -> None:
+    for i in range(5):
+        (tmp_path / f"{i}.bin").write_bytes(os.urandom(3000))
+    result = read_probe(sample_files(str(tmp_path))["_files"], max_bytes=10**6, max_seconds=2.0)
+    assert result["sequential"]["files"] == 5 and result["sequential"]["bytes"] == 15000
+
+
 def test_dsk004_judges_against_the_needed_rate() -> None:
     storage = {"path": "/d", "exists": True, "mount": {"fstype": "ext4"}, "sample": {"median_bytes": 100 * 1024},
                "read_probe": {"sequential": {"bytes": 8 * 1024**2, "mib_per_s": 500.0},

@@ -26,6 +26,9 @@ SLOW_RANDOM_READS_S = 200.0
 MIN_JUDGED_BYTES = 4 * 1024**2
 MIN_JUDGED_READS = 20
 MIN_JUDGED_SECONDS = 0.25
+#: The sequential rate is a streaming rate only when the files it read average at least
+#: this much; over small files it measures opening files, which the random pass judges.
+MIN_STREAMED_BYTES_PER_FILE = 1024**2
 
 
 def _storage(facts: Facts) -> dict[str, Any] | None:
@@ -171,8 +174,10 @@ def find_slow_reads(facts: Facts) -> Iterator[Hit]:
     needed = _needed_rate(facts, storage)
     if probe.get("timed_out"):
         reasons.append(f"the read probe did not finish within {probe.get('max_seconds'):g} s")
+    streamed = (sequential.get("bytes", 0) / sequential["files"]) if sequential.get("files") else None
     judge_sequential = sequential.get("mib_per_s") is not None and (
-        sequential.get("bytes", 0) >= MIN_JUDGED_BYTES or sequential.get("seconds", 0) >= MIN_JUDGED_SECONDS)
+        sequential.get("bytes", 0) >= MIN_JUDGED_BYTES or sequential.get("seconds", 0) >= MIN_JUDGED_SECONDS) and (
+        streamed is None or streamed >= MIN_STREAMED_BYTES_PER_FILE)
     judge_random = random_pass.get("reads_per_s") is not None and (
         random_pass.get("reads", 0) >= MIN_JUDGED_READS or random_pass.get("seconds", 0) >= MIN_JUDGED_SECONDS)
     if needed and judge_random:

@@ -125,6 +125,16 @@ def test_missing_data_path_is_a_fact(tmp_path: Path) -> None:
     assert run_rule("DSK004", section) == []
 
 
+@pytest.mark.parametrize("command", [("check", "--no-loader", "--select", "DSK"), ("loader", "--budget", "5")])
+def test_a_missing_data_path_is_a_usage_error_not_a_clean_report(tmp_path: Path, command) -> None:
+    # Before: `envdoctor check --data /typo` printed "0 errors, 0 warnings" and exited 0.
+    proc = run_envdoctor(*command, "--data", str(tmp_path / "typo"))
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert proc.stderr.strip() == (f"envdoctor: error: the data path {tmp_path / 'typo'} does not exist "
+                                   "(--data, or `data` in pyproject.toml)")
+    assert "0 errors" not in proc.stdout
+
+
 @pytest.fixture
 def mounted(tmp_path: Path):
     """Mount things for one test and always unmount them."""

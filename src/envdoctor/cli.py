@@ -217,6 +217,10 @@ def _cmd_check(args: argparse.Namespace, default_format: str) -> int:
     if args.command == "loader":
         config = config.with_overrides(select=config.select or ("DL", "SPW003"), no_loader=False)
     check_writable(config.output)
+    if config.data and not os.path.exists(config.data):
+        # Checked before anything runs: a mistyped data path would otherwise end in
+        # "0 errors" (no storage to judge, no files to read) and the run would die on it.
+        raise UsageError(f"the data path {config.data} does not exist (--data, or `data` in pyproject.toml)")
     if config.distributed:
         from envdoctor.fleet.distributed import run_distributed
 

@@ -182,6 +182,32 @@ def test_pkg008_reverse_abi() -> None:
     assert hits[0].fix.startswith('pip install "numpy>=2"')
 
 
+def test_pkg008_abi_version_message_means_an_old_extension_on_a_new_numpy() -> None:
+    # numpy/_core/include/numpy/__multiarray_api.h raises this when the extension's ABI
+    # (NPY_VERSION) is below the running numpy's: a NumPy 1.x build under NumPy 2.
+    text = ("RuntimeError: module compiled against ABI version 0x1000009 but this version of numpy is 0x2000000\n"
+            "ImportError: numpy._core.multiarray failed to import")
+    hits = run("PKG008", torch_with(import_output=text, import_warnings=[], numpy_version="2.1.3"), system())
+    assert hits[0].evidence["kind"] == "numpy1-extension-on-numpy2"
+    assert "numpy<2" in hits[0].fix and "numpy>=2" not in hits[0].fix
+
+
+def test_pkg008_numpy2_header_messages() -> None:
+    # The NumPy 2 headers word the failure "numpy._core.multiarray failed to import".
+    hits = run("PKG008", torch_with(import_output="ImportError: numpy._core.multiarray failed to import",
+                                    import_warnings=[], numpy_version="2.0.2"), system())
+    assert hits[0].evidence["kind"] == "numpy-import-failed"
+    newer = ("RuntimeError: module was compiled against NumPy C-API version 0x14 (NumPy 2.3) but the running NumPy "
+             "has C-API version 0x12. Check the section C-API incompatibility at the Troubleshooting ImportError")
+    [hit] = run("PKG008", torch_with(import_output=newer, import_warnings=[], numpy_version="2.0.2"), system())
+    assert hit.evidence["kind"] == "extension-newer-than-numpy"
+    assert hit.fix.startswith('pip install "numpy>=2.3"')
+    # NumPy 1.x headers, built against a later 1.x: NumPy 2 would not run it either.
+    older = "RuntimeError: module compiled against API version 0x10 but this version of numpy is 0xe"
+    [hit] = run("PKG008", torch_with(import_output=older, import_warnings=[], numpy_version="1.21.6"), system())
+    assert hit.fix.startswith('pip install --upgrade "numpy<2"')
+
+
 def test_pkg008_and_pkg010_quiet_on_the_real_capture() -> None:
     for rule in ("PKG008", "PKG010"):
         assert run(rule, copy.deepcopy(CAPTURE), system()) == []

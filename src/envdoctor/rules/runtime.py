@@ -17,14 +17,26 @@ from envdoctor.model import Severity
 from envdoctor.rules import Hit
 from envdoctor.rules.system import BASE_NOFILE, loader_plan
 
-#: Messages numpy and torch print when an extension meets a NumPy of the other ABI.
+#: Messages numpy and torch print when an extension meets a NumPy of the other ABI, as
+#: numpy's own headers (numpy/_core/include/numpy/__multiarray_api.h, _import_array)
+#: and numpy/core/_multiarray_umath.py word them. Which way round is read from the
+#: message: "module compiled against ABI version 0x1000009 but this version of numpy is
+#: 0x2000000" is raised when the extension's ABI is the OLDER one (NPY_VERSION <
+#: PyArray_GetNDArrayCVersion()); "API version X but this version of numpy is Y" (NumPy
+#: 1.x headers) and "compiled against NumPy C-API version X (NumPy V) but the running
+#: NumPy has C-API version Y" (NumPy 2 headers) when the extension is the NEWER one.
 NUMPY_ABI_PATTERNS = (
     ("numpy1-extension-on-numpy2", re.compile(r"compiled using NumPy 1\.x cannot be run in\s+NumPy [\d.]+")),
     ("numpy1-extension-on-numpy2", re.compile(r"_ARRAY_API not found")),
-    ("numpy2-extension-on-numpy1", re.compile(r"numpy\.dtype size changed, may indicate binary incompatibility")),
-    ("numpy2-extension-on-numpy1", re.compile(r"module compiled against (?:ABI|API) version 0x[0-9a-f]+ but this "
+    ("numpy1-extension-on-numpy2", re.compile(r"module compiled against ABI version 0x[0-9a-f]+ but this "
                                               r"version of numpy is 0x[0-9a-f]+")),
-    ("numpy-import-failed", re.compile(r"numpy\.core\.multiarray failed to import")),
+    ("numpy2-extension-on-numpy1", re.compile(r"numpy\.dtype size changed, may indicate binary incompatibility")),
+    ("extension-newer-than-numpy", re.compile(r"module compiled against API version 0x[0-9a-f]+ but this "
+                                              r"version of numpy is 0x[0-9a-f]+")),
+    ("extension-newer-than-numpy", re.compile(r"module was compiled against NumPy C-API version 0x[0-9a-f]+ "
+                                              r"\(NumPy (?P<built_for>[\d.]+)\) but the running NumPy has C-API "
+                                              r"version 0x[0-9a-f]+")),
+    ("numpy-import-failed", re.compile(r"numpy\._?core\.multiarray failed to import")),
 )
 _SITE_FRAME = re.compile(r'File "([^"]*[/\\](?:site|dist)-packages[/\\]([^/\\"]+))')
 
@@ -180,7 +192,17 @@ def find_numpy_abi_mismatch(facts: Facts) -> Iterator[Hit]:
         upgrade = f"{installer} --upgrade {culprit}" if culprit else "upgrade the extension to a NumPy 2 build"
         fix = f'{upgrade} (a build for NumPy 2), or {installer} "numpy<2"'
         summary = f"an extension compiled for NumPy 1.x is imported under NumPy {numpy_version}"
-    elif kind == "numpy2-extension-on-numpy1":
+    elif kind == "extension-newer-than-numpy" and match.groupdict().get("built_for"):
+        built_for = match.group("built_for")
+        fix = (f'{installer} "numpy>={built_for}"'
+               + (f", or a {culprit} built for NumPy {numpy_version}" if culprit else ""))
+        summary = f"an extension compiled for NumPy {built_for} is imported under the older NumPy {numpy_version}"
+    elif kind == "extension-newer-than-numpy" and str(numpy_version or "").startswith("1."):
+        # NumPy 1.x headers: built against a later 1.x, which a NumPy 2 would not run either.
+        fix = (f'{installer} --upgrade "numpy<2"'
+               + (f", or a {culprit} built for NumPy {numpy_version}" if culprit else ""))
+        summary = f"an extension compiled for a newer NumPy 1.x is imported under NumPy {numpy_version}"
+    elif kind in ("numpy2-extension-on-numpy1", "extension-newer-than-numpy"):
         fix = f'{installer} "numpy>=2"' + (f", or a {culprit} built for NumPy {numpy_version}" if culprit else "")
         summary = f"an extension compiled for a newer NumPy is imported under NumPy {numpy_version}"
     else:

@@ -194,6 +194,16 @@ def test_driver_table_is_data() -> None:
     assert best_wheel_cuda("11.4", "470.256.02") is None
 
 
+
+def test_driver_table_uses_the_ga_rows_of_nvidias_table() -> None:
+    # NVIDIA's "CUDA Toolkit and Corresponding Driver Versions": CUDA 11.0.2 GA >= 450.51.05 / >= 451.48
+    # (450.36.06 / 451.22 is the 11.0.1 RC row), CUDA 11.5 GA >= 495.29.05 / >= 496.04 (496.13 is Update 1).
+    assert driver_needs("11.0")["toolkit_driver"] == "450.51.05"
+    assert driver_needs("11.0", "windows")["toolkit_driver"] == "451.48"
+    assert driver_needs("11.5", "windows")["toolkit_driver"] == "496.04"
+    assert driver_needs("12.4") == {"cuda": "12.4", "family_minimum": "525.60.13", "toolkit_driver": "550.54.14"}
+    assert driver_needs("13.0", "windows") == {"cuda": "13.0", "family_minimum": "580.88", "toolkit_driver": "580.88"}
+
 # --- GPU003 ------------------------------------------------------------------------------------
 
 

@@ -301,6 +301,23 @@ def test_spw004_syntax_error_with_position_and_no_traceback():
     assert "py_compile" in finding.fix
 
 
+def test_spw004_newer_syntax_than_envdoctors_python_is_not_called_a_syntax_error(tmp_path):
+    # PEP 695 generics parse on Python 3.12+ only. Seen on torch's own
+    # torch/testing/_internal/py312_intrinsics.py with envdoctor on 3.11.
+    path = write(tmp_path, "generic.py", "def first[T](items: list[T]) -> T:\n    return items[0]\n")
+    if sys.version_info >= (3, 12):
+        pytest.skip("this interpreter parses PEP 695")
+    newer = dict(LINUX_314)
+    [finding] = run_on(newer, path, select=("SPW004",)).by_rule("SPW004")
+    assert finding.evidence["parser_python"] == "{}.{}".format(*sys.version_info[:2])
+    assert finding.evidence["target_python"] == "3.14.0"
+    assert "cannot be parsed" not in finding.message and "whose grammar may allow it" in finding.message
+    assert "Python 3.14.0" in finding.fix
+    # Same file, a target no newer than envdoctor's Python: a real syntax error there.
+    [same] = run_on(LINUX_311, path, select=("SPW004",)).by_rule("SPW004")
+    assert "cannot be parsed: SyntaxError" in same.message
+
+
 def test_spw004_undecodable_bytes_name_the_byte_and_its_position():
     [finding] = check_scripts(fixture("latin1_undeclared.py"), select=("SPW004",)).by_rule("SPW004")
     assert finding.evidence["error"] == ("byte 0xe9 at line 4, column 13 is not valid utf-8 and the file "

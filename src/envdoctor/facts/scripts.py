@@ -15,6 +15,7 @@ from __future__ import annotations
 import ast
 import io
 import os
+import sys
 import tokenize
 from pathlib import Path
 from typing import Any, Iterator
@@ -94,9 +95,11 @@ def analyse_script(path: str) -> dict[str, Any]:
     try:
         tree = ast.parse(text, filename=path)
     except SyntaxError as exc:
+        # The grammar is envdoctor's own interpreter's: the rule compares it with the target's.
         info.update({"status": "unparsable", "error": f"SyntaxError: {exc.msg}",
                      "line": max(exc.lineno or 1, 1), "column": max(exc.offset or 1, 1),
-                     "code": (exc.text or "").strip()[:200]})
+                     "code": (exc.text or "").strip()[:200],
+                     "parser_python": "{}.{}".format(*sys.version_info[:2])})
         return info
     except (ValueError, RecursionError, MemoryError) as exc:  # null bytes; absurd nesting
         info.update({"status": "unparsable", "error": f"{type(exc).__name__}: {exc}", "line": 1, "column": 1})

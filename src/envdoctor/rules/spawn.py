@@ -63,6 +63,12 @@ def default_start_method(python: str | None, platform: str | None) -> tuple[str 
     return None, f"the platform is not one envdoctor knows; {where}"
 
 
+def _newer(python: str | None, than: str | None) -> bool:
+    """Is Python `python` (X.Y...) a newer minor version than `than`?"""
+    a, b = _version_tuple(python), _version_tuple(than)
+    return a is not None and b is not None and a > b
+
+
 def _version_tuple(python: str | None) -> tuple[int, int] | None:
     try:
         major, minor = str(python).split(".")[:2]
@@ -270,6 +276,7 @@ def _cost_fix(method: str, persistent: bool) -> str:
 
 def find_unparsable_script(facts: Facts) -> Iterator[Hit]:
     """SPW004: a script given to check that cannot be read, decoded or parsed."""
+    target_python, _ = _target(facts)
     for script in _files(facts):
         status = script.get("status")
         if status == "ok":
@@ -286,12 +293,25 @@ def find_unparsable_script(facts: Facts) -> Iterator[Hit]:
             fix = (f"Save {path} as UTF-8 (e.g. `iconv -f latin1 -t utf-8 {path} -o {path}.utf8`), or declare "
                    "its real encoding on the first or second line: `# -*- coding: latin-1 -*-`.")
             location = Location(path, line or 1, column or 1)
+        elif _newer(target_python, script.get("parser_python")):
+            # envdoctor's interpreter is older than the target's: newer syntax (`def f[T]()`,
+            # `type X = ...`, `except*`) is no error for the interpreter that runs the script.
+            message = (f"{path}:{line}:{column}: envdoctor's Python {script['parser_python']} cannot parse it "
+                       f"({error}), but the target runs Python {target_python}, whose grammar may allow it; "
+                       "the spawn guard of this file was not checked, the other scripts still are.")
+            fix = (f"Run envdoctor with an interpreter at least as new as the target's (Python {target_python}), "
+                   f"e.g. install it into the target environment; "
+                   f"`python{'.'.join(str(target_python).split('.')[:2])} -m py_compile {path}` "
+                   "tells whether the file really has a syntax error.")
+            location = Location(path, line or 1, column or 1)
         else:
             message = (f"{path}:{line}:{column}: cannot be parsed: {error}; the spawn guard of this file "
                        "was not checked, the other scripts still are.")
             fix = f"Fix the syntax error at line {line}; `python -m py_compile {path}` shows it."
             location = Location(path, line or 1, column or 1)
         evidence = {"path": path, "status": status, "error": error}
+        if script.get("parser_python"):
+            evidence.update(parser_python=script["parser_python"], target_python=target_python)
         for key in ("line", "column", "code", "encoding"):
             if script.get(key) is not None:
                 evidence[key] = script[key]

@@ -188,6 +188,28 @@ def test_nothing_after_sys_exit_or_a_raise_runs_but_what_comes_before_it_does(tm
 
 
 
+def test_a_flag_changed_inside_a_loop_is_not_read_as_a_constant(tmp_path):
+    # `if DEBUG:` with DEBUG = False at module level never runs; but a loop walks its body
+    # once, and `first` is False from the second pass on: the loader below it does start.
+    path = write(tmp_path, "first_pass.py", (
+        "from torch.utils.data import DataLoader\n"
+        "loader = DataLoader(range(4), num_workers=2)\n"
+        "first = True\n"
+        "for epoch in range(3):\n"
+        "    if first:\n"
+        "        first = False\n"
+        "        continue\n"
+        "    for batch in loader:\n"
+        "        pass\n"
+        "done = False\n"
+        "while not done:\n"
+        "    done = True\n"
+        "else:\n"
+        "    warm = next(iter(loader))\n"))
+    found = check_scripts(path, select=("SPW001",)).by_rule("SPW001")
+    assert [f.location.line for f in found] == [8, 14]
+
+
 def test_the_column_counts_characters_not_utf8_bytes(tmp_path):
     # ast's col_offset counts UTF-8 bytes; editors, the text report and SARIF count characters.
     line = "étiquettes = 'données'; premier = next(iter(loader))"

@@ -340,6 +340,8 @@ class Frame:
     #: Enclosing function scopes, innermost first: what a nested function reads.
     enclosing: list[dict[str, Value]] = field(default_factory=list)
     class_body: bool = False
+    #: Loops around the statement being walked: a name's value there may change on a later pass.
+    loop_depth: int = 0
 
     def closure(self, module_scope: dict[str, Value]) -> list[dict[str, Value]]:
         """The scopes a function defined here can see (not the module's, not a class body's)."""
@@ -645,7 +647,10 @@ class ScriptAnalysis:
             if isinstance(value, QualName) and value.name in TYPE_CHECKING_NAMES:
                 return False
             # `DEBUG = False` … `if DEBUG:`: a name bound to a literal at this point of the walk.
-            if isinstance(value, Const) and isinstance(value.value, (bool, int, float, str, type(None))):
+            # Not inside a loop, which walks its body once: `first = True` … `if first: …
+            # first = False; continue` holds another value on the next pass.
+            if (frame.loop_depth == 0 and isinstance(value, Const)
+                    and isinstance(value.value, (bool, int, float, str, type(None)))):
                 return bool(value.value)
             if isinstance(test, ast.Name) and test.id == "TYPE_CHECKING" and isinstance(value, Unknown):
                 return False
@@ -664,21 +669,33 @@ class ScriptAnalysis:
                 # `for loader in (train_loader, val_loader):` — follow each one.
                 for item in iterable.items:
                     self.bind(stmt.target, item, frame, stmt.lineno)
-                    self.exec_block(stmt.body, frame)
+                    self.exec_loop_body(stmt.body, frame)
                 self.exec_block(stmt.orelse, frame)
                 return
         self.bind(stmt.target, element, frame, stmt.lineno)
-        self.exec_block(stmt.body, frame)
+        self.exec_loop_body(stmt.body, frame)
         self.exec_block(stmt.orelse, frame)
+
+    def exec_loop_body(self, body: list[ast.stmt], frame: Frame) -> None:
+        frame.loop_depth += 1
+        try:
+            self.exec_block(body, frame)
+        finally:
+            frame.loop_depth -= 1
 
     stmt_AsyncFor = stmt_For
 
     def stmt_While(self, stmt: ast.While, frame: Frame) -> None:
-        constant = self.static_truth(stmt.test, frame)
+        # The test is read as inside the loop: its names change between passes.
+        frame.loop_depth += 1
+        try:
+            constant = self.static_truth(stmt.test, frame)
+        finally:
+            frame.loop_depth -= 1
         if constant is None:
             self.eval(stmt.test, frame)
         if constant is not False:  # `while False:` never runs its body
-            self.exec_block(stmt.body, frame)
+            self.exec_loop_body(stmt.body, frame)
         if constant is not True:  # `while True:` leaves only through break: its else never runs
             self.exec_block(stmt.orelse, frame)
 
@@ -847,7 +864,7 @@ class ScriptAnalysis:
                       frame: Frame) -> Value:
         inner = Frame(scope=dict(frame.scope), guarded=frame.guarded, via=frame.via, function=frame.function,
                       declared_global=frame.declared_global, self_class=frame.self_class,
-                      enclosing=frame.enclosing)
+                      enclosing=frame.enclosing, loop_depth=frame.loop_depth + 1)
         for i, generator in enumerate(node.generators):
             # The first iterable is evaluated (and iter() called on it) right away,
             # even for a generator expression.

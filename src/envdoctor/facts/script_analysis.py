@@ -279,6 +279,13 @@ class Deferred(Value):
 
 
 @dataclass(eq=False)
+class GuardFlag(Value):
+    """The value of `__name__ == "__main__"` kept in a name: `IS_MAIN = __name__ == "__main__"`."""
+
+    polarity: bool
+
+
+@dataclass(eq=False)
 class SuperObj(Value):
     instance: Value
     cls: ClassInfo | None
@@ -286,7 +293,7 @@ class SuperObj(Value):
 
 def _is_plain(value: Value, depth: int = 0) -> bool:
     """Values that cannot start anything: binding them inside a function changes no memo."""
-    if isinstance(value, (Unknown, Const, QualName, Function, ClassInfo)):
+    if isinstance(value, (Unknown, Const, QualName, Function, ClassInfo, GuardFlag)):
         return True
     if depth < 2 and isinstance(value, Seq):
         return all(_is_plain(v, depth + 1) for v in value.items[:16]) and len(value.items) <= 16
@@ -573,8 +580,22 @@ class ScriptAnalysis:
     def stmt_Global(self, stmt: ast.Global, frame: Frame) -> None:
         frame.declared_global.update(stmt.names)
 
+    def guard_of(self, test: ast.expr, frame: Frame) -> bool | None:
+        """guard_polarity, seen through `not` and through a name holding the comparison."""
+        polarity = guard_polarity(test)
+        if polarity is not None:
+            return polarity
+        if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+            inner = self.guard_of(test.operand, frame)
+            return None if inner is None else not inner
+        if isinstance(test, ast.Name):
+            value = self.lookup(test.id, frame)
+            if isinstance(value, GuardFlag):
+                return value.polarity
+        return None
+
     def stmt_If(self, stmt: ast.If, frame: Frame) -> None:
-        guard = guard_polarity(stmt.test)
+        guard = self.guard_of(stmt.test, frame)
         if guard is not None:
             # `if __name__ == "__main__":` runs its body only in the main process;
             # its else (and the body of the `!=` form) runs in every worker too.
@@ -852,6 +873,9 @@ class ScriptAnalysis:
         return value
 
     def expr_Compare(self, node: ast.Compare, frame: Frame) -> Value:
+        polarity = guard_polarity(node)
+        if polarity is not None:
+            return GuardFlag(polarity)
         self.eval(node.left, frame)
         for op, right in zip(node.ops, node.comparators):
             value = self.eval(right, frame)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import sys
 from pathlib import Path
 from typing import Any
@@ -204,6 +205,7 @@ def test_driver_table_uses_the_ga_rows_of_nvidias_table() -> None:
     assert driver_needs("12.4") == {"cuda": "12.4", "family_minimum": "525.60.13", "toolkit_driver": "550.54.14"}
     assert driver_needs("13.0", "windows") == {"cuda": "13.0", "family_minimum": "580.88", "toolkit_driver": "580.88"}
 
+
 # --- GPU003 ------------------------------------------------------------------------------------
 
 
@@ -224,3 +226,52 @@ def test_gpu003_ignores_our_own_process_and_idle_gpus() -> None:
     gpu["devices"][0]["processes"] = [{"pid": gpu["own_pid"], "name": "python", "used_memory": 500_000_000,
                                        "kinds": ["compute"]}]
     assert hits("GPU003", facts_for(gpu, cuda_section())) == []
+
+
+def test_gpu003_other_ranks_of_our_own_job_are_not_other_jobs() -> None:
+    # preflight() on rank 0 under torchrun: ranks 1-3 hold GPUs 1-3. Before, GPU003 told
+    # the user to "wait for or stop the other jobs" (its own ranks) and to use no GPU.
+    gpu = copy.deepcopy(gpu_fixture("h100_idle"))
+    gpu["devices"] = [copy.deepcopy(gpu["devices"][0]) for _ in range(4)]
+    ranks = [gpu["own_pid"], 5101, 5102, 5103]
+    for index, (device, pid) in enumerate(zip(gpu["devices"], ranks)):
+        device["index"] = index
+        device["memory_used"] = device["memory_total"] // 2
+        device["utilization_gpu"] = 90
+        device["processes"] = [{"pid": pid, "name": "python", "used_memory": 40 * 1024**3, "kinds": ["compute"]}]
+    gpu["job_pids"] = [5101, 5102, 5103]
+    assert hits("GPU003", facts_for(gpu, cuda_section())) == []
+    # Another job's process on GPU 3 is still reported, and only that GPU.
+    gpu["devices"][3]["processes"].append({"pid": 7777, "name": "other", "used_memory": 10**9, "kinds": ["compute"]})
+    [found] = hits("GPU003", facts_for(gpu, cuda_section()))
+    assert [b["index"] for b in found.evidence["busy_gpus"]] == [3]
+    assert [p["pid"] for p in found.evidence["busy_gpus"][0]["processes"]] == [7777]
+    assert {p["pid"] for p in found.evidence["same_job_processes"]} == {5101, 5102, 5103}
+
+
+_RANK = """
+import json, os, sys, time
+from envdoctor.facts.gpu import job_pids
+time.sleep(0.5)  # both ranks alive while each looks
+print(json.dumps({"pid": os.getpid(), "job": job_pids()}))
+"""
+
+
+@pytest.mark.parametrize("launcher_env", [{"LOCAL_RANK": "0"}, {}])
+def test_job_pids_are_the_sibling_ranks_only_under_a_launcher(launcher_env) -> None:
+    import subprocess
+
+    env = {k: v for k, v in os.environ.items() if k not in ("TORCHELASTIC_RUN_ID", "LOCAL_RANK",
+                                                               "SLURM_STEP_ID", "OMPI_COMM_WORLD_LOCAL_RANK")}
+    env.update(launcher_env)
+    # A launcher: one parent starting two ranks, as torchrun does.
+    launcher = ("import subprocess, sys\n"
+                f"procs = [subprocess.Popen([sys.executable, '-c', {_RANK!r}]) for _ in range(2)]\n"
+                "sys.exit(max(p.wait() for p in procs))\n")
+    proc = subprocess.run([sys.executable, "-c", launcher], capture_output=True, text=True, env=env, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    first, second = (json.loads(line) for line in proc.stdout.splitlines())
+    if launcher_env:
+        assert first["pid"] in second["job"] and second["pid"] in first["job"]
+    else:
+        assert first["pid"] not in second["job"] and second["pid"] not in first["job"]

@@ -147,9 +147,37 @@ def read_nvml() -> dict[str, Any]:
             pass
 
 
+#: Set by launchers (torchrun, Slurm's srun, Open MPI) in every process of one job.
+LAUNCHER_ENV = ("TORCHELASTIC_RUN_ID", "LOCAL_RANK", "SLURM_STEP_ID", "OMPI_COMM_WORLD_LOCAL_RANK")
+
+
+def job_pids(environ: Any = None) -> list[int]:
+    """The other processes of this training job: siblings under the launcher, and our own children.
+
+    Under torchrun or srun every rank is a child of one launcher process and holds its
+    own GPU: those are the job, not other jobs holding the GPUs. Siblings count only
+    when a launcher's variables are set, since a shell's other children may be anything.
+    """
+    environ = os.environ if environ is None else environ
+    try:
+        import psutil
+
+        me = psutil.Process()
+        pids = {child.pid for child in me.children(recursive=True)}
+        parent = me.parent()
+        if parent is not None and parent.pid > 1 and any(name in environ for name in LAUNCHER_ENV):
+            pids |= {sibling.pid for sibling in parent.children(recursive=True)}
+    except Exception:  # psutil missing, or processes gone while we looked
+        return []
+    pids.discard(os.getpid())
+    return sorted(pids)
+
+
 def gather_gpu(facts: Any) -> dict[str, Any]:
     """The gpu section: NVML's view, and the NVIDIA GPUs on the PCI bus."""
     section = read_nvml()
+    if section.get("available"):
+        section["job_pids"] = job_pids()
     section.setdefault("device_count", 0)
     section.setdefault("devices", [])
     section["pci_gpus"] = pci_nvidia_gpus()

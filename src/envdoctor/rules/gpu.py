@@ -200,10 +200,17 @@ def find_busy_gpus(facts: Facts) -> Iterator[Hit]:
     gpu = facts["gpu"]
     if not gpu or not gpu.get("available"):
         return
-    own = gpu.get("own_pid")
+    # Our own process and the rest of our job (the other ranks under torchrun or srun)
+    # are not "other jobs".
+    ours = {gpu.get("own_pid"), *(gpu.get("job_pids") or [])}
     busy = []
+    same_job = []
     for device in gpu.get("devices") or []:
-        others = [p for p in device.get("processes") or [] if p.get("pid") != own]
+        others = [p for p in device.get("processes") or [] if p.get("pid") not in ours]
+        same_job += [{"index": device.get("index"), "pid": p.get("pid"), "name": p.get("name")}
+                     for p in device.get("processes") or [] if p.get("pid") in ours - {gpu.get("own_pid")}]
+        if not others and any(p.get("pid") in ours for p in device.get("processes") or []):
+            continue  # what this GPU holds is our job's
         total, used = device.get("memory_total"), device.get("memory_used")
         share = (used / total) if total and used is not None else None
         util = device.get("utilization_gpu")
@@ -229,7 +236,7 @@ def find_busy_gpus(facts: Facts) -> Iterator[Hit]:
            "wait for or stop the other jobs (`nvidia-smi` lists them); every GPU here is in use")
     yield Hit(
         message="other processes already hold GPU memory or compute: " + "; ".join(parts),
-        evidence={"busy_gpus": busy, "free_gpus": free},
+        evidence={"busy_gpus": busy, "free_gpus": free, "same_job_processes": same_job},
         fix=fix,
     )
 

@@ -250,15 +250,25 @@ def test_gpu003_other_ranks_of_our_own_job_are_not_other_jobs() -> None:
 
 
 _RANK = """
-import json, os, sys, time
+import json, os, pathlib, sys, time
 from envdoctor.facts.gpu import job_pids
-time.sleep(0.5)  # both ranks alive while each looks
-print(json.dumps({"pid": os.getpid(), "job": job_pids()}))
+barrier = pathlib.Path(sys.argv[1])
+
+def wait(stage):
+    (barrier / f"{stage}-{os.getpid()}").touch()
+    deadline = time.monotonic() + 30
+    while len(list(barrier.glob(stage + "-*"))) < 2 and time.monotonic() < deadline:
+        time.sleep(0.02)
+
+wait("ready")  # both ranks alive while each looks
+job = job_pids()
+wait("done")
+print(json.dumps({"pid": os.getpid(), "job": job}))
 """
 
 
 @pytest.mark.parametrize("launcher_env", [{"LOCAL_RANK": "0"}, {}])
-def test_job_pids_are_the_sibling_ranks_only_under_a_launcher(launcher_env) -> None:
+def test_job_pids_are_the_sibling_ranks_only_under_a_launcher(launcher_env, tmp_path: Path) -> None:
     import subprocess
 
     env = {k: v for k, v in os.environ.items() if k not in ("TORCHELASTIC_RUN_ID", "LOCAL_RANK",
@@ -266,7 +276,7 @@ def test_job_pids_are_the_sibling_ranks_only_under_a_launcher(launcher_env) -> N
     env.update(launcher_env)
     # A launcher: one parent starting two ranks, as torchrun does.
     launcher = ("import subprocess, sys\n"
-                f"procs = [subprocess.Popen([sys.executable, '-c', {_RANK!r}]) for _ in range(2)]\n"
+                f"procs = [subprocess.Popen([sys.executable, '-c', {_RANK!r}, {str(tmp_path)!r}]) for _ in range(2)]\n"
                 "sys.exit(max(p.wait() for p in procs))\n")
     proc = subprocess.run([sys.executable, "-c", launcher], capture_output=True, text=True, env=env, timeout=60)
     assert proc.returncode == 0, proc.stderr

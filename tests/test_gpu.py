@@ -262,8 +262,8 @@ def wait(stage):
 
 wait("ready")  # both ranks alive while each looks
 job = job_pids()
+(barrier / f"result-{os.getpid()}.json").write_text(json.dumps({"pid": os.getpid(), "job": job}))
 wait("done")
-print(json.dumps({"pid": os.getpid(), "job": job}))
 """
 
 
@@ -280,7 +280,8 @@ def test_job_pids_are_the_sibling_ranks_only_under_a_launcher(launcher_env, tmp_
                 "sys.exit(max(p.wait() for p in procs))\n")
     proc = subprocess.run([sys.executable, "-c", launcher], capture_output=True, text=True, env=env, timeout=60)
     assert proc.returncode == 0, proc.stderr
-    first, second = (json.loads(line) for line in proc.stdout.splitlines())
+    # Each rank writes its own file: two ranks printing to one pipe interleave their lines.
+    first, second = (json.loads(path.read_text()) for path in sorted(tmp_path.glob("result-*.json")))
     if launcher_env:
         assert first["pid"] in second["job"] and second["pid"] in first["job"]
     else:

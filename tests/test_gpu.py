@@ -176,6 +176,21 @@ def test_gpu002_fires_for_cuda12_build_on_cuda11_driver() -> None:
     assert "upgrade the driver to 550.54.14" in found[0].fix
 
 
+def test_gpu002_does_not_say_cuda_will_not_start_when_the_probe_saw_it_start() -> None:
+    # NGC containers on older hosts: driver 470 (CUDA 11.4) plus cuda-compat, and torch cu124
+    # initialises CUDA. The import probe saw it work, so "CUDA will not initialise" is false.
+    found = hits("GPU002", facts_for(gpu_fixture("v100_old_driver"), cuda_section("12.4", available=True)))
+    assert all("will not initialise" not in f.message for f in found)
+    [warning] = found
+    assert warning.severity == Severity.WARNING and warning.evidence["cuda_initialised"]
+    assert "forward-compatibility package" in warning.message
+    # Without the probe's word, the table decides: an error.
+    unprobed = cuda_section("12.4", available=True)
+    unprobed["probe"] = {"ran": False}
+    [error] = hits("GPU002", facts_for(gpu_fixture("v100_old_driver"), unprobed))
+    assert error.severity is None and "will not initialise" in error.message
+
+
 def test_gpu002_warns_under_minor_version_compatibility() -> None:
     found = hits("GPU002", facts_for(gpu_fixture("a100_busy"), cuda_section("12.4")))
     assert len(found) == 1 and found[0].severity == Severity.WARNING

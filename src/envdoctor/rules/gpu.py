@@ -174,6 +174,15 @@ def find_old_driver(facts: Facts) -> Iterator[Hit]:
         too_old = True
     cuda = best_wheel_cuda(driver_cuda, driver, os_key)
     target_kind = (facts.get("target") or {}).get("kind")
+    probe = torch.get("probe") or {}
+    initialised = bool(probe.get("ran") and (probe.get("cuda") or {}).get("available"))
+    if too_old and initialised:
+        # The import probe saw CUDA start: a CUDA forward-compatibility package (cuda-compat,
+        # as NGC containers on older hosts use) supplies a newer libcuda than the kernel
+        # driver NVML reports. "CUDA will not initialise" would be false; the table's
+        # caveat for this gap is the minor-version one below.
+        too_old = False
+        evidence["cuda_initialised"] = True
     if too_old:
         yield Hit(
             message=(f"torch {torch.get('version')} is built for CUDA {torch['cuda_build']}, which needs NVIDIA driver "
@@ -187,8 +196,13 @@ def find_old_driver(facts: Facts) -> Iterator[Hit]:
     if needs["toolkit_driver"] and driver and version_tuple(driver) < version_tuple(needs["toolkit_driver"]):
         yield Hit(
             message=(f"driver {driver} is older than the {needs['toolkit_driver']} that CUDA {needs['cuda']} ships "
-                     f"with: torch runs through CUDA minor-version compatibility, but kernels that need PTX JIT "
-                     "compilation (new GPU architectures, some extensions) fail with 'unsupported toolchain'"),
+                     + ("with; CUDA did initialise in the import probe, so a CUDA forward-compatibility package "
+                        "(cuda-compat) supplies a newer libcuda than the kernel driver: it runs only on data-centre "
+                        "GPUs, and"
+                        if evidence.get("cuda_initialised") else
+                        "with: torch runs through CUDA minor-version compatibility, but")
+                     + " kernels that need PTX JIT compilation (new GPU architectures, some extensions) fail with "
+                     "'unsupported toolchain'"),
             evidence=evidence,
             fix=(f"upgrade the driver to {needs['toolkit_driver']} or newer, or use the torch build for CUDA {cuda}: "
                  f"{install_commands(torch, cuda, target_kind)}"),

@@ -97,6 +97,9 @@ def test_sys005_fires_for_inherited_blas_threads() -> None:
     assert evidence["num_workers"] == 8 and evidence["threads_per_worker"] == 8
     assert evidence["total_threads"] == 64 and evidence["usable_cpus"] == 8
     assert "OMP_NUM_THREADS=1" in hits[0].fix
+    # The fix must work under spawn/forkserver too: a lambda worker_init_fn cannot be pickled
+    # there (checked: DataLoader(..., worker_init_fn=lambda _: ...) under spawn raises PicklingError).
+    assert "lambda _:" not in hits[0].fix and "worker_init_fn=limit_threads" in hits[0].fix
     # Only a BLAS pool is inherited: it runs only when the dataset calls BLAS, so information.
     assert hits[0].severity is Severity.INFO and "calls BLAS" in hits[0].message
 

@@ -153,9 +153,10 @@ def find_thread_oversubscription(facts: Facts) -> Iterator[Hit]:
         evidence={"num_workers": workers, "threads_per_worker": per_worker, "total_threads": total,
                   "usable_cpus": usable, "intra_op_threads": probe.get("intra_op_threads"),
                   "OMP_NUM_THREADS": None, "libraries": libraries},
-        fix=("export OMP_NUM_THREADS=1 (and MKL_NUM_THREADS=1, OPENBLAS_NUM_THREADS=1) for the workers, e.g. "
-             "DataLoader(..., worker_init_fn=lambda _: threadpoolctl.threadpool_limits(1)); keep "
-             f"torch.set_num_threads({usable}) in the main process"),
+        fix=("export OMP_NUM_THREADS=1 (and MKL_NUM_THREADS=1, OPENBLAS_NUM_THREADS=1) for the workers, or "
+             "limit the pools in each worker with a module-level function (a lambda cannot be pickled for "
+             "spawn or forkserver workers): `def limit_threads(_): threadpoolctl.threadpool_limits(1)` and "
+             f"DataLoader(..., worker_init_fn=limit_threads); keep torch.set_num_threads({usable}) in the main process"),
         severity=Severity.INFO if only_blas else None,
     )
 

@@ -136,3 +136,11 @@ def test_fail_on_levels(fail_on: str, code: int) -> None:
                          prefix_cmd=["taskset", "-c", "0"])
     assert findings(json_report(proc), "SYS003")
     assert proc.returncode == code
+
+
+def test_the_api_refuses_a_missing_data_path_too(tmp_path: Path) -> None:
+    import envdoctor
+    from envdoctor.config import ConfigError
+
+    with pytest.raises(ConfigError, match="does not exist"):
+        envdoctor.check(no_loader=True, data=str(tmp_path / "typo"))

@@ -211,16 +211,13 @@ def explain_text(rule: str) -> str:
 
 
 def _cmd_check(args: argparse.Namespace, default_format: str) -> int:
-    from envdoctor.engine import run_check
+    from envdoctor.engine import check_inputs, run_check
 
     config = _config_from_args(args, default_format)
     if args.command == "loader":
         config = config.with_overrides(select=config.select or ("DL", "SPW003"), no_loader=False)
     check_writable(config.output)
-    if config.data and not os.path.exists(config.data):
-        # Checked before anything runs: a mistyped data path would otherwise end in
-        # "0 errors" (no storage to judge, no files to read) and the run would die on it.
-        raise UsageError(f"the data path {config.data} does not exist (--data, or `data` in pyproject.toml)")
+    check_inputs(config)
     if config.distributed:
         from envdoctor.fleet.distributed import run_distributed
 

@@ -120,6 +120,19 @@ def assemble_report(facts: Facts, findings: list[Finding], errors: list[dict[str
     )
 
 
+def check_inputs(config: Config) -> None:
+    """Refuse, before anything runs, what the user gave that does not exist."""
+    import os
+
+    from envdoctor.facts.target import resolve_prefix
+
+    resolve_prefix(config.prefix, config.env_name)
+    if config.data and not os.path.exists(config.data):
+        # A mistyped data path would otherwise end in "0 errors" (no storage to
+        # judge, no files to read) and the training run would die on it.
+        raise ConfigError(f"the data path {config.data} does not exist (--data, or `data` in pyproject.toml)")
+
+
 def run_check(config: Config, catalog: Catalog | None = None, facts: Facts | None = None) -> Report:
     """Run every selected rule against one snapshot of facts and build the Report."""
     catalog = catalog or load_catalog()
@@ -127,9 +140,9 @@ def run_check(config: Config, catalog: Catalog | None = None, facts: Facts | Non
     overrides = check_severity_overrides(catalog, config.severity)
     facts = facts or Facts(config)
     # The target is resolved first so a wrong --prefix is one clear error, not N skipped rules.
-    from envdoctor.facts.target import TargetError, resolve_prefix
+    from envdoctor.facts.target import TargetError
 
-    resolve_prefix(config.prefix, config.env_name)
+    check_inputs(config)
     try:
         facts["target"]
     except ProbeFailed as exc:

@@ -70,13 +70,16 @@ def install_commands(torch: dict[str, Any], cuda: str | None, target_kind: str |
                 "(https://www.nvidia.com/drivers)")
     tag = "cu" + cuda.replace(".", "")
     version = _plain_version(torch.get("version") or torch.get("dist_version"))
-    pin = f"torch=={version}" if version else "torch"
-    pip = f"pip install --force-reinstall {pin} --index-url {WHEEL_INDEX}/{tag}"
-    conda_pin = f'"pytorch={version}=cuda*"' if version else '"pytorch=*=cuda*"'
-    conda = f'conda install -c conda-forge {conda_pin} "cuda-version={cuda}"'
+    # No version pin: PyTorch builds each release for a few CUDA versions only, so
+    # "this torch for that CUDA" may not exist, and a fix that cannot resolve is no fix.
+    # Unpinned, the index (or conda-forge with cuda-version) gives the newest build that does.
+    pip = f"pip install --force-reinstall torch --index-url {WHEEL_INDEX}/{tag}"
+    conda = f'conda install -c conda-forge "pytorch=*=cuda*" "cuda-version={cuda}"'
+    keep = (f"; to stay on torch {version}, first check that {WHEEL_INDEX}/{tag}/torch/ lists it, and move "
+            "torchvision/torchaudio to the same index" if version else "")
     if torch.get("installer") == "conda" or (target_kind in ("conda", "pixi") and torch.get("installer") != "pip"):
-        return f"{conda}   (or with pip: {pip})"
-    return f"{pip}   (in a conda env: {conda})"
+        return f"{conda}   (or with pip: {pip}){keep}"
+    return f"{pip}   (in a conda env: {conda}){keep}"
 
 
 def _device_names(gpu: dict[str, Any]) -> list[str]:

@@ -13,15 +13,22 @@ the file and the reason; everything else is still read.
 """
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
 import re
+import stat
 from pathlib import Path
 from typing import Any, Iterable
 
 #: How many missing/changed paths a record keeps as evidence (the counts are exact).
 KEEP_PATHS = 20
+
+#: The most a metadata file (conda-meta record, RECORD, INSTALLER ...) is read in full.
+MAX_FILE_BYTES = 64 << 20
+#: METADATA larger than this is read only up to the end of its headers.
+MAX_METADATA_BYTES = 16 << 20
 
 _NORMALIZE = re.compile(r"[-_.]+")
 _DIST_DIR = re.compile(r"(?:^|/)([^/]+)\.(dist-info|egg-info)(?:/|$)")
@@ -38,6 +45,45 @@ def dist_name_from_dir(dirname: str) -> tuple[str, str | None]:
     name, sep, rest = stem.partition("-")
     version = rest.split("-py", 1)[0] if sep else None
     return name, version or None
+
+
+# ---------------------------------------------------------------- reading files
+
+
+_FILE_KINDS = ((stat.S_ISREG, "a file"), (stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"),
+               (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"))
+
+
+def read_bytes(path: str, limit: int = MAX_FILE_BYTES, head: bool = False) -> bytes:
+    """The bytes of a regular file, never blocking and never more than `limit`.
+
+    Opened with O_NONBLOCK and judged by fstat of that very descriptor: a FIFO
+    or device where a metadata file should be would otherwise block the whole
+    run (nobody writes to it), and a symlink swapped in between a stat and the
+    open cannot get past. A file over `limit` raises, or with `head` gives its
+    first `limit` bytes.
+    """
+    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0))
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            kind = next((text for test, text in _FILE_KINDS if test(info.st_mode)), "not a regular file")
+            raise OSError(errno.EINVAL, f"is {kind}, not a regular file")
+        if info.st_size > limit and not head:
+            raise OSError(errno.EFBIG, f"is {info.st_size} bytes, more than the {limit} read")
+        chunks, left = [], min(info.st_size, limit) if head else limit + 1
+        while left > 0:
+            chunk = os.read(fd, min(left, 1 << 20))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+        data = b"".join(chunks)
+        if len(data) > limit and not head:  # grew while it was read
+            raise OSError(errno.EFBIG, f"is more than the {limit} bytes read")
+        return data
+    finally:
+        os.close(fd)
 
 
 # ---------------------------------------------------------------- conda-meta
@@ -68,11 +114,18 @@ def _type_problem(data: Any) -> str | None:
 def _sha256(path: str) -> str | None:
     digest = hashlib.sha256()
     try:
-        with open(path, "rb") as fh:
-            for block in iter(lambda: fh.read(1 << 20), b""):
-                digest.update(block)
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0))
     except OSError:
         return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):  # a FIFO in place of a file would block the read
+            return None
+        for block in iter(lambda: os.read(fd, 1 << 20), b""):
+            digest.update(block)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
     return digest.hexdigest()
 
 
@@ -171,18 +224,26 @@ def read_conda_meta(prefix: Path, deep: bool) -> tuple[dict[str, Any], list[dict
     meta_dir = prefix / "conda-meta"
     unreadable: list[dict[str, Any]] = []
     if not meta_dir.is_dir():
+        if os.path.lexists(meta_dir):
+            # Something is there but it is no folder (a file, a dangling or looping link):
+            # conda itself cannot use this prefix, which is not the same as "not conda".
+            try:
+                os.stat(meta_dir)
+                reason = "is not a directory"
+            except OSError as exc:
+                reason = exc.strerror or str(exc)
+            unreadable.append({"path": str(meta_dir), "kind": "conda-meta-dir", "reason": reason})
         return {"present": False, "records": []}, unreadable
     records = []
     try:
         names = sorted(n for n in os.listdir(meta_dir) if n.endswith(".json"))
     except OSError as exc:
-        unreadable.append({"path": str(meta_dir), "kind": "conda-meta", "reason": exc.strerror or str(exc)})
+        unreadable.append({"path": str(meta_dir), "kind": "conda-meta-dir", "reason": exc.strerror or str(exc)})
         names = []
     for filename in names:
         path = os.path.join(meta_dir, filename)
         try:
-            with open(path, "rb") as fh:
-                data = json.loads(fh.read().decode("utf-8"))
+            data = json.loads(read_bytes(path).decode("utf-8"))
         except (OSError, UnicodeDecodeError, ValueError) as exc:
             reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
             unreadable.append({"path": path, "kind": "conda-meta", "reason": f"not valid JSON: {reason}"
@@ -280,8 +341,7 @@ def _import_names(folder: str, has_top_level: bool, record_text: str | None) -> 
 
 def _read_text(path: str) -> str | None:
     try:
-        with open(path, encoding="utf-8", errors="replace") as fh:
-            return fh.read()
+        return read_bytes(path).decode("utf-8", errors="replace")
     except OSError:
         return None
 
@@ -297,6 +357,13 @@ def read_distribution(folder: Path | str) -> tuple[dict[str, Any] | None, dict[s
         is_dir = True
     except NotADirectoryError:
         present, is_dir = set(), False
+        if not is_egg:  # only an egg-info may be a single file (distutils wrote those)
+            try:
+                mode = os.stat(folder).st_mode
+                kind = next((text for test, text in _FILE_KINDS if test(mode)), "a file")
+            except OSError as exc:
+                kind = exc.strerror or str(exc)
+            return None, {**bad, "reason": f"the dist-info is {kind}, not a directory"}
     except OSError as exc:
         return None, {**bad, "reason": exc.strerror or str(exc)}
     meta_name = "PKG-INFO" if is_egg else "METADATA"
@@ -304,10 +371,18 @@ def read_distribution(folder: Path | str) -> tuple[dict[str, Any] | None, dict[s
     if is_dir and meta_name not in present:
         return None, {**bad, "reason": f"{meta_name} is missing"}
     try:
-        with open(meta_file, "rb") as fh:
-            raw = fh.read()
+        raw = read_bytes(meta_file, MAX_METADATA_BYTES + 1, head=True)
+        whole = len(raw) <= MAX_METADATA_BYTES
     except OSError as exc:
-        return None, {**bad, "reason": f"{meta_name}: {exc.strerror or exc}"}
+        why = exc.strerror or str(exc)
+        label = meta_name if is_dir else "the egg-info file"
+        return None, {**bad, "reason": f"{label} {why}" if why.startswith("is ") else f"{label}: {why}"}
+    if not whole:
+        # A long description body (a README of many MiB) is no reason to hold it all: the headers decide.
+        ends = [i for i in (raw.find(b"\n\n"), raw.find(b"\r\n\r\n")) if i >= 0]
+        if not ends:
+            return None, {**bad, "reason": f"{meta_name} headers do not end within its first {MAX_METADATA_BYTES} bytes"}
+        raw = raw[:min(ends)]
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:

@@ -8,13 +8,34 @@ the source of truth.
 """
 from __future__ import annotations
 
+import os
 import shlex
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 
-def _q(text: str) -> str:
-    return shlex.quote(text)
+def shell_quote(text: str) -> str:
+    """`text` as one shell word, also when it holds a file name that is not UTF-8.
+
+    Such a name arrives with lone surrogates (surrogateescape); plain quoting
+    would print characters no terminal can paste back. Those words are
+    written in bash's `$'...'` form with the exact bytes as `\\xNN`.
+    """
+    if not any("\ud800" <= ch <= "\udfff" for ch in text):
+        return shlex.quote(text)
+    out = []
+    for byte in os.fsencode(text):
+        char = chr(byte)
+        if char in "\\'":
+            out.append("\\" + char)
+        elif 0x20 <= byte < 0x7F:
+            out.append(char)
+        else:
+            out.append("\\x%02x" % byte)
+    return "$'" + "".join(out) + "'"
+
+
+_q = shell_quote
 
 
 def pixi_manifest(prefix: str) -> tuple[str, str] | None:

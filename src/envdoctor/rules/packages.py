@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import fnmatch
 import os
+import re
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Iterator
@@ -25,7 +26,7 @@ from envdoctor.facts import Facts
 from envdoctor.facts.packages import conda_distribution, dist_name_from_dir, normalize
 from envdoctor.rules import Hit
 from envdoctor.rules.channels import channel_name
-from envdoctor.rules.install_commands import conda, conda_reinstall, pip
+from envdoctor.rules.install_commands import conda, conda_reinstall, pip, shell_quote
 
 #: Where an environment's own distributions live (PKG002 looks only here).
 OWN_LOCATIONS = ("env",)
@@ -190,9 +191,7 @@ def _labels(dists: list[dict[str, Any]]) -> list[str]:
 
 
 def _shell_path(path: str) -> str:
-    import shlex
-
-    return shlex.quote(path)
+    return shell_quote(path)
 
 
 # ---------------------------------------------------------------- PKG003
@@ -599,6 +598,8 @@ def find_spec_drift(facts: Facts) -> Iterator[Hit]:
 
 # ---------------------------------------------------------------- PKG009
 
+_PROJECT_NAME = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?$")
+
 
 def find_unreadable_metadata(facts: Facts) -> Iterator[Hit]:
     packages = facts["packages"]
@@ -618,15 +619,23 @@ def find_unreadable_metadata(facts: Facts) -> Iterator[Hit]:
             owner = problem.get("conda_record")
             if owner:
                 fix = conda(packages, "install", "--force-reinstall", f"{owner}={version}" if version else owner)
+            elif not _PROJECT_NAME.match(name):  # not a name pip could install (a file name that is not UTF-8)
+                fix = f"rm -rf {_shell_path(path)}   # then reinstall the package it belonged to"
             else:
                 fix = (f"rm -rf {_shell_path(path)} && "
                        + pip(packages, "install", "--force-reinstall", "--no-deps",
                              f"{name}=={version}" if version else name))
+        elif problem["kind"] == "conda-meta-dir":
+            package = None
+            fix = (f"ls -ld {_shell_path(path)}   # conda-meta must be a folder of package records: "
+                   f"restore it, or recreate the environment at {packages.get('prefix')}")
         else:
             package = None
             fix = f"check the permissions of {path}"
         yield Hit(
-            message=f"cannot read {problem['kind']} metadata {path}: {problem['reason']} (the rest was still checked)",
+            message=(f"cannot read the conda-meta folder {path}: {problem['reason']} (nothing conda recorded "
+                     "could be checked; the rest was)" if problem["kind"] == "conda-meta-dir" else
+                     f"cannot read {problem['kind']} metadata {path}: {problem['reason']} (the rest was still checked)"),
             evidence={"path": path, "kind": problem["kind"], "reason": problem["reason"], "package": package,
                       "conda_record": problem.get("conda_record")},
             fix=fix,

@@ -91,7 +91,7 @@ def test_huge_metadata_is_read_to_its_headers_only(tmp_path: Path) -> None:
     site.mkdir(parents=True)
     body = b"x" * (20 << 20)
     dist_info(site, "bigreadme-1.0.dist-info",
-              {"METADATA": metadata("bigreadme", "Requires-Dist: absent-dep") + b"\n" + body + b"\xff\n"})
+              {"METADATA": metadata("bigreadme", "Requires-Dist: absent-dep") + b"\n" + body + b"\n"})
     dist_info(site, "bighead-1.0.dist-info", {"METADATA": metadata("bighead") + b"Summary: " + body + b"\n"})
     rep, _ = report(prefix, tmp_path)
     assert [d["name"] for d in rep["facts"]["packages"]["distributions"]] == ["bigreadme"]

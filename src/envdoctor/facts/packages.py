@@ -411,6 +411,9 @@ def read_distribution(folder: Path | str) -> tuple[dict[str, Any] | None, dict[s
                                   "editable": bool((loaded.get("dir_info") or {}).get("editable"))}
             except ValueError:
                 pass
+    editable_paths = None
+    if direct_url and direct_url["editable"] and "RECORD" in present:
+        editable_paths = _editable_paths(os.path.dirname(folder), _read_text(os.path.join(folder, "RECORD")) or "")
     return {
         "name": name,
         "key": normalize(name),
@@ -420,7 +423,43 @@ def read_distribution(folder: Path | str) -> tuple[dict[str, Any] | None, dict[s
         "requires": requires,
         "import_names": _import_names(folder, "top_level.txt" in present, record_text if not is_egg else None),
         **({"direct_url": direct_url} if direct_url else {}),
+        **({"editable_paths": editable_paths} if editable_paths else {}),
     }, None
+
+
+_FINDER_MAPPING = re.compile(r"^MAPPING\s*(?::[^=\n]*)?=\s*(\{.*?\})\s*$", re.M | re.S)
+
+
+def _editable_paths(site_dir: str, record_text: str) -> list[str]:
+    """Where an editable install's code really is: the folders its `.pth` files add to
+    sys.path, and the package paths a setuptools editable finder maps names to.
+
+    That code is the environment's own even though it lies outside the prefix,
+    so the same folder met earlier on sys.path (the project as working
+    directory, or on PYTHONPATH) is no shadow of it.
+    """
+    import ast
+
+    paths = set()
+    for line in record_text.splitlines():
+        rel = line.split(",", 1)[0].strip().strip('"')
+        if "/" in rel or not rel.endswith((".pth", ".py")):
+            continue
+        text = _read_text(os.path.join(site_dir, rel)) or ""
+        if rel.endswith(".pth"):
+            for entry in text.splitlines():
+                entry = entry.strip()
+                if entry and not entry.startswith(("#", "import ", "import\t")):
+                    paths.add(os.path.realpath(os.path.join(site_dir, entry)))
+        elif rel.startswith("__editable__") and rel.endswith("_finder.py"):
+            match = _FINDER_MAPPING.search(text)
+            try:
+                mapping = ast.literal_eval(match.group(1)) if match else {}
+            except (ValueError, SyntaxError):
+                mapping = {}
+            if isinstance(mapping, dict):
+                paths.update(os.path.realpath(v) for v in mapping.values() if isinstance(v, str))
+    return sorted(paths)
 
 
 def _module_names(directory: str) -> list[str]:

@@ -430,7 +430,8 @@ def find_shadowed_packages(facts: Facts) -> Iterator[Hit]:
         if dist["location"] not in OWN_LOCATIONS:
             continue
         for name in dist.get("import_names") or []:
-            shadow = next((d for d in outside if d["order"] < dist["order"] and name in d["modules"]), None)
+            shadow = next((d for d in outside if d["order"] < dist["order"] and name in d["modules"]
+                           and not _is_editable_source(dist, d["path"], name)), None)
             if shadow is None or (dist["key"], shadow["path"]) in reported:
                 continue
             reported.add((dist["key"], shadow["path"]))
@@ -458,6 +459,21 @@ def find_shadowed_packages(facts: Facts) -> Iterator[Hit]:
                           "shadow_version": copy["version"] if copy else None, "env_path": dist["path"]},
                 fix=fix,
             )
+
+
+def _is_editable_source(dist: dict[str, Any], directory: str, name: str) -> bool:
+    """Is `directory`/`name` the very code an editable install of `dist` points at?
+
+    `pip install -e .` in a project, then training started from that project
+    (or with its src/ on PYTHONPATH), finds the same files twice on sys.path:
+    that is one copy, not a shadow.
+    """
+    paths = dist.get("editable_paths")
+    if not paths:
+        return False
+    real = os.path.realpath(directory)
+    return real in paths or any(os.path.realpath(os.path.join(directory, n)) in paths
+                                for n in (name, name + ".py"))
 
 
 # ---------------------------------------------------------------- PKG007

@@ -129,3 +129,22 @@ def test_non_utf8_file_names_and_garbage_record(tmp_path: Path) -> None:
     assert os.fsencode(names["okname"]["path"]).endswith(b"ok\xe9-1.0.dist-info")
     stdout_rep, _ = report(prefix, tmp_path)  # and on standard output, whatever the locale's error handler
     assert findings(stdout_rep, "PKG009")[0]["evidence"]["path"] == hit["evidence"]["path"]
+
+
+def test_one_site_dir_reached_through_a_symlink_is_read_once(tmp_path: Path) -> None:
+    # Fedora/RHEL Pythons (platlibdir lib64) put venv/lib64/... and venv/lib/... on sys.path, and
+    # venv makes lib64 -> lib: one folder, two entries. Here a .pth adds the second entry.
+    import subprocess
+    import sys
+
+    venv = tmp_path / "venv"
+    subprocess.run([getattr(sys, "_base_executable", sys.executable), "-m", "venv", "--without-pip", str(venv)],
+                   check=True, timeout=120)
+    [site] = venv.glob("lib/python3*/site-packages")
+    if not (venv / "lib64").exists():
+        (venv / "lib64").symlink_to("lib")
+    (site / "zz-lib64.pth").write_text(str(venv / "lib64" / site.relative_to(venv / "lib")) + "\n")
+    dist_info(site, "solo-1.0.dist-info", {"METADATA": metadata("solo")})
+    rep, _ = report(venv, tmp_path)
+    assert findings(rep, "PKG002") == []
+    assert [d["path"] for d in rep["facts"]["packages"]["distributions"]] == [str(site / "solo-1.0.dist-info")]

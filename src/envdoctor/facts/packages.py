@@ -532,9 +532,12 @@ def site_dirs_of(target: dict[str, Any]) -> list[dict[str, Any]]:
     dirs = []
     for index, entry in enumerate(entries):
         norm = os.path.normpath(entry)
-        if norm in seen or not os.path.isdir(norm):
+        # One folder reached twice (Fedora's venv has lib64 -> lib, and both on sys.path)
+        # is read once: counted twice, every package in it would look installed twice.
+        real = os.path.realpath(norm)
+        if real in seen or not os.path.isdir(norm):
             continue
-        seen.add(norm)
+        seen.add(real)
         location = classify_path(norm, index, target)
         dirs.append({"path": norm, "location": location, "order": len(dirs)})
     return dirs

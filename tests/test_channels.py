@@ -92,3 +92,13 @@ def test_one_blas_with_its_openmp_is_quiet() -> None:
     facts = facts_with(record("mkl", "2023.2.0", "conda-forge"), record("intel-openmp", "2023.2.0", "conda-forge"),
                        record("libblas", "3.9.0", "conda-forge", build="20_linux64_mkl"))
     assert list(find_mixed_blas(facts)) == []
+
+
+def test_mixed_blas_on_defaults_switches_the_blas_selector_it_has() -> None:
+    # defaults selects its BLAS with `blas` (build "mkl"/"openblas"), not conda-forge's libblas.
+    [hit] = find_mixed_blas(facts_with(record("blas", "1.0", "pkgs/main", build="openblas"),
+                                       record("openblas", "0.3.21", "pkgs/main"),
+                                       record("mkl", "2023.1.0", "pkgs/main")))
+    assert hit.evidence["libblas_selects"] == "openblas"
+    assert hit.fix == (f"conda install -p {PREFIX} 'blas=*=*openblas' && conda remove -p {PREFIX} mkl"
+                       "   # one BLAS (openblas) for every package")

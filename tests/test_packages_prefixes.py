@@ -192,6 +192,19 @@ def test_mkl_beside_openblas_chn003(conda_world: World, tmp_path: Path) -> None:
     assert only(report, "CHN003")["fix"].startswith(f"conda install -p {prefix} 'libblas=*=*mkl' && conda remove -p {prefix} libopenblas")
 
 
+def test_mixed_blas_keeps_the_implementation_other_packages_link_chn003(conda_world: World, tmp_path: Path) -> None:
+    # Removing libopenblas would make conda remove sparselib with it: mkl is the one to go.
+    prefix = conda_world.scenario("mixed-blas-linked", lambda p: conda_world.make_prefix(
+        p, BASE + ["mkl >=1", "libopenblas >=0", "sparselib >=1"]))
+    report = report_for(prefix, tmp_path)
+    assert rule_ids(report) == ["CHN003"]
+    hit = only(report, "CHN003")
+    assert hit["evidence"]["keep"] == "openblas"
+    assert hit["evidence"]["needed_by"] == {"openblas": ["sparselib"]}
+    assert hit["fix"] == (f"conda install -p {prefix} 'libblas=*=*openblas' && conda remove -p {prefix} mkl"
+                          "   # one BLAS (openblas) for every package")
+
+
 def _replace(path: Path, data: bytes) -> None:
     # Prefix files are hard links into the package cache: never write through them.
     path.unlink()

@@ -268,6 +268,9 @@ def read_conda_meta(prefix: Path, deep: bool) -> tuple[dict[str, Any], list[dict
             "dist_names": sorted(set(owned.values())),
             "distribution": distribution,
             "distribution_from": source,
+            # Names only: what `conda remove` would take along with a package (CHN003's fix).
+            "depends": sorted({d.split()[0] for d in (data.get("depends") if isinstance(data.get("depends"), list) else ())
+                               if isinstance(d, str) and d.split()}),
             "_dist_dirs": sorted(owned),  # dropped once gather_packages has mapped owners
         }
         record.update(check_record_files(str(prefix), data, deep))

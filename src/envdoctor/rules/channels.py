@@ -144,10 +144,15 @@ def _matches(record: dict[str, Any], pattern: str) -> bool:
     return record["build"].endswith(suffix) or record["build"].split("_")[0].endswith(suffix)
 
 
+#: Packages that only select a BLAS (their build says which): switched by installing the selector.
+BLAS_SELECTORS = ("libblas", "blas", "libcblas", "liblapack", "liblapacke")
+
+
 def find_mixed_blas(facts: Facts) -> Iterator[Hit]:
     implementations = load_data("channels")["blas"]
     names = {p.partition("=")[0] for patterns in implementations.values() for p in patterns}
-    records = [r for r in conda_records(facts) if r["name"] in names]
+    every = conda_records(facts)
+    records = [r for r in every if r["name"] in names]
     found: dict[str, list[dict[str, Any]]] = {}
     for impl, patterns in implementations.items():
         hits = [r for r in records if any(_matches(r, p) for p in patterns)]
@@ -160,20 +165,36 @@ def find_mixed_blas(facts: Facts) -> Iterator[Hit]:
     selected = None
     if libblas is not None:
         selected = next((impl for impl, hits in found.items() if libblas in hits), None)
+    # `conda remove X` also removes every package that depends on X: an implementation
+    # another package (scipy, pytorch …) links directly is the one to keep, not to remove.
+    own = {impl: {r["name"] for r in hits} - set(BLAS_SELECTORS) for impl, hits in found.items()}
+    blas_names = set().union(*own.values()) | set(BLAS_SELECTORS)
+    needed_by = {impl: sorted({r["name"] for r in every if r["name"] not in blas_names
+                               and own[impl] & set(r.get("depends") or ())}) for impl in found}
     keep = selected or ("mkl" if "mkl" in found else sorted(found)[0])
-    others = sorted({r["name"] for impl, hits in found.items() if impl != keep for r in hits
-                     if r["name"] not in ("libblas", "blas", "libcblas", "liblapack")})
+    needed = [impl for impl in found if needed_by[impl]]
+    if len(needed) == 1 and not needed_by[keep]:
+        keep = needed[0]
+    others = sorted({name for impl in found if impl != keep for name in own[impl]})
+    held = {name: sorted({r["name"] for r in every if r["name"] not in blas_names and name in (r.get("depends") or ())})
+            for name in others}
+    removable = [name for name in others if not held[name]]
     packages = facts["packages"]
+    selector = libblas["name"] if libblas else "libblas"
+    fix = conda(packages, "install", f"{selector}=*=*{keep}")
+    if removable:
+        fix += " && " + conda(packages, "remove", *removable)
+    stays = "; ".join(f"{name} stays: {', '.join(held[name])} depend on it" for name in others if held[name])
+    fix += f"   # one BLAS ({keep}) for every package" + (f" ({stays}; rebuild those against {keep})" if stays else "")
     yield Hit(
         message=(f"{len(found)} BLAS implementations are installed ({', '.join(sorted(found))}): "
                  "numpy, scipy and torch may each load a different one, with two OpenMP runtimes "
                  "fighting over the threads"),
         evidence={"implementations": {impl: [_label(r) for r in hits] for impl, hits in sorted(found.items())},
                   "libblas": f"{libblas['name']} {libblas['version']} {libblas['build']}" if libblas else None,
-                  "libblas_selects": selected, "keep": keep},
-        fix=(conda(packages, "install", f"libblas=*=*{keep}")
-             + (" && " + conda(packages, "remove", *others) if others else "")
-             + f"   # one BLAS ({keep}) for every package"),
+                  "libblas_selects": selected, "keep": keep,
+                  "needed_by": {impl: deps for impl, deps in sorted(needed_by.items()) if deps}},
+        fix=fix,
     )
 
 

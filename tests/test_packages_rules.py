@@ -202,3 +202,19 @@ def test_pixi_kind_from_the_folder_layout(tmp_path: Path) -> None:
     plain = tmp_path / "envs" / "train"
     (plain / "conda-meta").mkdir(parents=True)
     assert detect_kind(plain) == "conda"
+
+
+def test_broken_requirement_fix_installs_what_was_asked_for() -> None:
+    # A direct URL is not the index's package of that name; extras are part of the requirement.
+    dists = [dist("trainer", "1.0", requires=("urlpkg @ https://example.com/urlpkg-1.0.tar.gz",
+                                             "Beta.Pkg[fast,io]>=0.5"))]
+    hits = {h.evidence["dependency"]: h for h in find_broken_requirements(facts_of(dists, kind="venv"))}
+    assert hits["urlpkg"].fix == f"{PREFIX}/bin/python3 -m pip install 'urlpkg @ https://example.com/urlpkg-1.0.tar.gz'"
+    assert hits["Beta.Pkg"].fix == f"{PREFIX}/bin/python3 -m pip install 'Beta.Pkg[fast,io]>=0.5'"
+
+
+def test_missing_dependency_of_a_conda_package_is_installed_under_its_conda_name() -> None:
+    dists = [dist("lightning", "2.4.0", requires=("torch>=2.1",), installer="conda", conda_record="lightning")]
+    [hit] = find_broken_requirements(facts_of(dists, [record("lightning", "2.4.0", ("lightning",))]))
+    assert hit.evidence["problem"] == "missing"
+    assert hit.fix == f"conda install -p {PREFIX} 'pytorch>=2.1'"

@@ -255,14 +255,16 @@ def find_broken_requirements(facts: Facts) -> Iterator[Hit]:
             else:
                 problem = "missing"
                 message = f"{dist['name']} {dist['version']} requires {req.name}{req.specifier}, which is not installed"
-            spec = f"{req.name}{req.specifier}"
-            conda_name = conda_names.get(dep_key)
+            # pip must get what was asked for: a direct URL is not the index's package of that name.
+            wanted = (f"{req.name}{'[' + ','.join(sorted(req.extras)) + ']' if req.extras else ''}"
+                      + (f" @ {req.url}" if req.url else str(req.specifier)))
+            conda_name = conda_names.get(dep_key) or _conda_name_for(dep_key)
             owned_by_conda = (installed is not None and installed.get("conda_record")) or \
                 (installed is None and dist.get("conda_record"))
             if owned_by_conda and packages.get("conda", {}).get("present"):
                 fix = conda(packages, "install", f"{conda_name or req.name}{_conda_specifier(req.specifier)}")
             else:
-                fix = pip(packages, "install", spec)
+                fix = pip(packages, "install", wanted)
             yield Hit(
                 message=message,
                 evidence={"package": dist["name"], "version": dist["version"], "requirement": str(req),
@@ -270,6 +272,14 @@ def find_broken_requirements(facts: Facts) -> Iterator[Hit]:
                           "problem": problem},
                 fix=fix,
             )
+
+
+def _conda_name_for(dist_key: str) -> str | None:
+    """The conda package that provides a distribution not installed yet (torch -> pytorch), from the table."""
+    for conda_name, dist_name in load_data("conda_names")["conda_to_dist"].items():
+        if dist_name and normalize(dist_name) == dist_key:
+            return conda_name
+    return None
 
 
 def _conda_specifier(specifier: Any) -> str:

@@ -1,4 +1,6 @@
-"""PKG006 and editable installs: the project's own source is no shadow of itself.
+"""PKG006 on real import paths: editable installs, and the working directory under the console script.
+
+Editable installs: the project's own source is no shadow of itself.
 
 `pip install -e .` and then training started from the project folder (or
 with its src/ on PYTHONPATH) puts the same files on sys.path twice. The
@@ -130,3 +132,25 @@ def test_src_layout_on_pythonpath_and_as_working_directory_is_no_shadow(tmp_path
     assert dist["editable_paths"] == [os.path.realpath(project / "src")]
     hits, _ = pkg006(venv, tmp_path, cwd=project / "src")
     assert hits == []
+
+
+def test_console_script_checks_the_working_directory_like_python_m(tmp_path: Path) -> None:
+    # `envdoctor check` in the training env, run from a folder holding a package named like an
+    # installed one: sys.path[0] of the console script is its bin folder, but `python train.py`
+    # from here imports the folder's copy. packaging is a dependency of envdoctor: always installed.
+    script = tmp_path / "bin" / "envdoctor"
+    script.parent.mkdir()
+    script.write_text(f"#!{sys.executable}\nimport sys\nfrom envdoctor.cli import main\nsys.exit(main())\n")
+    script.chmod(0o755)
+    workdir = tmp_path / "project"
+    (workdir / "packaging").mkdir(parents=True)
+    (workdir / "packaging" / "__init__.py").write_text("")
+    env = {**os.environ, "PYTHONUSERBASE": str(tmp_path / "no-user-base"), "NO_COLOR": "1"}
+    proc = subprocess.run([str(script), "report", "--json", "--no-loader", "--select", "PKG006"],
+                          capture_output=True, text=True, env=env, cwd=str(workdir), timeout=240)
+    assert proc.returncode in (0, 1) and "Traceback" not in proc.stderr, proc.stderr
+    report = json_report(proc)
+    assert report["target"]["sys_path"][0] == str(workdir)
+    hits = [h for h in findings(report, "PKG006") if h["evidence"]["import_name"] == "packaging"]
+    assert [(h["evidence"]["shadow_location"], h["evidence"]["shadow_path"]) for h in hits] == \
+        [("cwd", str(workdir / "packaging"))]

@@ -148,3 +148,23 @@ def test_one_site_dir_reached_through_a_symlink_is_read_once(tmp_path: Path) -> 
     rep, _ = report(venv, tmp_path)
     assert findings(rep, "PKG002") == []
     assert [d["path"] for d in rep["facts"]["packages"]["distributions"]] == [str(site / "solo-1.0.dist-info")]
+
+
+def test_fifo_metadata_of_torch_does_not_block_the_torch_facts(tmp_path: Path) -> None:
+    # The torch section reads torch's dist-info on its own (no import): it must not block either.
+    import subprocess
+    import sys
+
+    venv = tmp_path / "venv"
+    subprocess.run([getattr(sys, "_base_executable", sys.executable), "-m", "venv", "--without-pip", str(venv)],
+                   check=True, timeout=120)
+    [site] = venv.glob("lib/python3*/site-packages")
+    (site / "torch").mkdir()
+    (site / "torch" / "version.py").write_text('__version__ = "2.5.1"\ncuda = None\n')
+    os.mkfifo(dist_info(site, "torch-2.5.1.dist-info", {}) / "METADATA")
+    env = {**os.environ, "PYTHONUSERBASE": str(tmp_path / "no-user-base")}
+    proc = run_envdoctor("report", "--json", "--no-loader", "--prefix", str(venv), env=env, timeout=60)
+    assert proc.returncode in (0, 1) and "Traceback" not in proc.stderr, proc.stderr
+    rep = json_report(proc)
+    assert rep["facts"]["torch"]["version"] == "2.5.1" and rep["facts"]["torch"]["installer"] is None
+    assert [f["evidence"]["reason"] for f in findings(rep, "PKG009")] == ["METADATA is a FIFO, not a regular file"]

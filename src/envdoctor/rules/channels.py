@@ -43,6 +43,9 @@ def channel_name(record: dict[str, Any]) -> str | None:
     parts = [p for p in parsed.path.split("/") if p]
     if parts and parts[-1] in SUBDIRS:
         parts = parts[:-1]
+    # A label is part of the channel: conda-forge/label/rc, not "rc".
+    if len(parts) >= 3 and parts[-2] == "label":
+        return "/".join(parts[-3:])
     if not parts:
         return parsed.netloc
     if parts[0] == "pkgs" and len(parts) >= 2:
@@ -53,6 +56,7 @@ def channel_name(record: dict[str, Any]) -> str | None:
 def channel_family(name: str | None) -> str | None:
     if not name:
         return None
+    name = name.split("/label/")[0]  # conda-forge/label/rc builds are conda-forge's
     for family, members in load_data("channels")["families"].items():
         if name in members:
             return family

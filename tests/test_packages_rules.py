@@ -218,3 +218,10 @@ def test_missing_dependency_of_a_conda_package_is_installed_under_its_conda_name
     [hit] = find_broken_requirements(facts_of(dists, [record("lightning", "2.4.0", ("lightning",))]))
     assert hit.evidence["problem"] == "missing"
     assert hit.fix == f"conda install -p {PREFIX} 'pytorch>=2.1'"
+
+
+def test_without_an_interpreter_pip_fixes_name_the_prefix_python_not_the_path_one() -> None:
+    facts = facts_of([dist("trainer", "1.0", requires=("absent-dep",))], kind="conda")
+    facts["packages"]["interpreter"] = None
+    [hit] = find_broken_requirements(facts)
+    assert hit.fix == f"{PREFIX}/bin/python -m pip install absent-dep"

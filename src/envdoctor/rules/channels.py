@@ -14,7 +14,7 @@ from urllib.parse import urlparse
 from envdoctor.catalog import load_data
 from envdoctor.facts import Facts
 from envdoctor.rules import Hit
-from envdoctor.rules.install_commands import conda
+from envdoctor.rules.install_commands import conda, pip
 
 #: Platform subdirs that end a channel URL and are not part of the channel's name.
 SUBDIRS = {"noarch", "linux-64", "linux-aarch64", "linux-ppc64le", "linux-s390x", "linux-32",
@@ -134,7 +134,7 @@ def find_retired_pytorch_channel(facts: Facts) -> Iterator[Hit]:
                       "last_release": data["last_release"] if channel in retired else None},
             fix=(conda(packages, "remove", *names) + " && "
                  + conda(packages, "install", "--override-channels", "-c", "conda-forge", *installable)
-                 + f"   # or pip: {packages.get('interpreter') or 'python'} -m pip install torch"),
+                 + f"   # or pip: {pip(packages, 'install', 'torch')}"),
         )
 
 

@@ -48,7 +48,9 @@ def pixi_manifest(prefix: str) -> tuple[str, str] | None:
 
 def pip(env: Mapping[str, Any], *args: str) -> str:
     """`<target python> -m pip ARGS`: pip of the inspected interpreter, never another one."""
-    python = env.get("interpreter") or "python"
+    # Without an interpreter in the prefix, a bare `python` would be whichever one PATH finds, and
+    # pip would change that environment: name the prefix's own (absent) one, which fails instead.
+    python = env.get("interpreter") or (os.path.join(env["prefix"], "bin", "python") if env.get("prefix") else "python")
     return " ".join([_q(python), "-m", "pip", *(_q(a) for a in args)])
 
 

@@ -134,7 +134,8 @@ def test_src_layout_on_pythonpath_and_as_working_directory_is_no_shadow(tmp_path
     assert hits == []
 
 
-def test_console_script_checks_the_working_directory_like_python_m(tmp_path: Path) -> None:
+@pytest.mark.parametrize("shadow", ["packaging", "packaging.py"])
+def test_console_script_checks_the_working_directory_like_python_m(tmp_path: Path, shadow: str) -> None:
     # `envdoctor check` in the training env, run from a folder holding a package named like an
     # installed one: sys.path[0] of the console script is its bin folder, but `python train.py`
     # from here imports the folder's copy. packaging is a dependency of envdoctor: always installed.
@@ -143,8 +144,12 @@ def test_console_script_checks_the_working_directory_like_python_m(tmp_path: Pat
     script.write_text(f"#!{sys.executable}\nimport sys\nfrom envdoctor.cli import main\nsys.exit(main())\n")
     script.chmod(0o755)
     workdir = tmp_path / "project"
-    (workdir / "packaging").mkdir(parents=True)
-    (workdir / "packaging" / "__init__.py").write_text("")
+    workdir.mkdir()
+    if shadow.endswith(".py"):
+        (workdir / shadow).write_text("")
+    else:
+        (workdir / shadow).mkdir()
+        (workdir / shadow / "__init__.py").write_text("")
     env = {**os.environ, "PYTHONUSERBASE": str(tmp_path / "no-user-base"), "NO_COLOR": "1"}
     proc = subprocess.run([str(script), "report", "--json", "--no-loader", "--select", "PKG006"],
                           capture_output=True, text=True, env=env, cwd=str(workdir), timeout=240)
@@ -153,4 +158,4 @@ def test_console_script_checks_the_working_directory_like_python_m(tmp_path: Pat
     assert report["target"]["sys_path"][0] == str(workdir)
     hits = [h for h in findings(report, "PKG006") if h["evidence"]["import_name"] == "packaging"]
     assert [(h["evidence"]["shadow_location"], h["evidence"]["shadow_path"]) for h in hits] == \
-        [("cwd", str(workdir / "packaging"))]
+        [("cwd", str(workdir / shadow))]  # the file that hides it, for the fix to rename

@@ -465,17 +465,19 @@ def _editable_paths(site_dir: str, record_text: str) -> list[str]:
     return sorted(paths)
 
 
-def _module_names(directory: str) -> list[str]:
-    """Importable top-level names in a non-environment directory (regular packages and modules).
+def _module_files(directory: str) -> dict[str, str]:
+    """Importable top-level names in a non-environment directory, each with the entry that provides it.
 
     A folder without `__init__.py` is only a namespace package, which never
     wins over a regular package later on the path, so it is not counted.
+    Where several entries give one name, the one Python imports wins (a
+    package before a module).
     """
-    names = set()
+    found: dict[str, str] = {}
     try:
-        entries = list(os.scandir(directory))
+        entries = sorted(os.scandir(directory), key=lambda e: e.name)
     except OSError:
-        return []
+        return {}
     for entry in entries:
         name = entry.name
         if name.startswith(".") or name == "__pycache__":
@@ -483,14 +485,14 @@ def _module_names(directory: str) -> list[str]:
         try:
             if entry.is_dir():
                 if os.path.exists(os.path.join(entry.path, "__init__.py")):
-                    names.add(name)
+                    found[name] = name  # a regular package beats a module of the same name
             elif name.endswith(".py"):
-                names.add(name[:-3])
+                found.setdefault(name[:-3], name)
             elif name.endswith((".so", ".pyd")):
-                names.add(name.split(".", 1)[0])
+                found.setdefault(name.split(".", 1)[0], name)
         except OSError:
             continue
-    return sorted(names)
+    return dict(sorted(found.items()))
 
 
 def _inside(path: str, folder: str | None) -> bool:
@@ -588,7 +590,9 @@ def gather_packages(facts: Any) -> dict[str, Any]:
                 dist["conda_record"] = owner
             distributions.append(dist)
         if site_dir["location"] in ("user", "pythonpath", "cwd", "other"):
-            site_dir["modules"] = _module_names(site_dir["path"])
+            files = _module_files(site_dir["path"])
+            site_dir["modules"] = sorted(files)
+            site_dir["module_files"] = files
     for problem in unreadable:
         owner = owners.get(os.path.normpath(problem["path"]))
         if owner:

@@ -448,7 +448,7 @@ def find_shadowed_packages(facts: Facts) -> Iterator[Hit]:
             copy = dists_in.get((shadow["path"], dist["key"]))
             where = {"user": "the user site", "pythonpath": "a PYTHONPATH entry",
                      "cwd": "the working directory", "other": "a directory earlier on sys.path"}[shadow["location"]]
-            shadow_path = os.path.join(shadow["path"], name)
+            shadow_path = os.path.join(shadow["path"], (shadow.get("module_files") or {}).get(name, name))
             if shadow["location"] == "user" and copy is not None:
                 fix = (f"{pip(packages, 'uninstall', '-y', copy['name'])}   # removes the user-site copy first; "
                        f"or export PYTHONNOUSERSITE=1 to ignore {shadow['path']}")

@@ -96,6 +96,31 @@ def test_healthy_prefix_has_no_package_or_channel_finding(healthy: Path, tmp_pat
     assert dists["numpy"]["conda_record"] == "numpy"
 
 
+def test_healthy_prefix_spelled_through_a_symlink_from_its_own_python(healthy: Path, tmp_path: Path) -> None:
+    """envdoctor inside the env, --prefix spelled through a link (/home -> /gpfs/home on clusters).
+
+    The interpreter's sys.path keeps the link, the prefix is resolved: conda's own dist-infos must
+    still be recognised as conda's, or every conda package reads as reinstalled by pip (PKG001).
+    """
+    import envdoctor
+    import packaging
+
+    link = tmp_path / "link"
+    link.symlink_to(healthy)
+    # The env's python runs envdoctor itself: its code and its one dependency come on PYTHONPATH.
+    path = os.pathsep.join(dict.fromkeys(str(Path(m.__file__).parent.parent) for m in (envdoctor, packaging)))
+    env = clean_env(tmp_path, PYTHONPATH=path)
+    proc = subprocess.run([str(link / "bin" / "python"), "-m", "envdoctor", "report", "--json", "--no-loader",
+                           "--select", "PKG001", "PKG002", "PKG005", "--prefix", str(link)],
+                          capture_output=True, text=True, env=env, timeout=240)
+    assert proc.returncode in (0, 1) and "Traceback" not in proc.stderr, proc.stderr
+    report = json_report(proc)
+    assert report["target"]["is_current"] is True
+    assert report["findings"] == []
+    dists = {d["key"]: d for d in report["facts"]["packages"]["distributions"] if d["location"] == "env"}
+    assert dists["numpy"]["conda_record"] == "numpy" and dists["torch"]["conda_record"] == "pytorch"
+
+
 def test_pip_over_conda_is_pkg001_with_both_versions(pip_over_conda: Path, tmp_path: Path) -> None:
     report = report_for(pip_over_conda, tmp_path)
     assert rule_ids(report) == ["PKG001"]

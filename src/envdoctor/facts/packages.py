@@ -570,10 +570,12 @@ def gather_packages(facts: Any) -> dict[str, Any]:
     target = facts["target"]
     prefix = Path(target["prefix"])
     conda, unreadable = read_conda_meta(prefix, bool(facts.config.deep))
+    # Keyed by real path: the prefix may be spelled through a symlink (--prefix /home/u/... where
+    # /home is a link) while the interpreter's sys.path spells it the other way, or the reverse.
     owners: dict[str, str] = {}
     for record in conda["records"]:
         for folder in record.pop("_dist_dirs"):
-            owners[os.path.normpath(os.path.join(str(prefix), folder))] = record["name"]
+            owners[os.path.realpath(os.path.join(str(prefix), folder))] = record["name"]
     site_dirs = site_dirs_of(target)
     distributions = []
     for site_dir in site_dirs:
@@ -585,7 +587,7 @@ def gather_packages(facts: Any) -> dict[str, Any]:
             dist["site_dir"] = site_dir["path"]
             dist["location"] = site_dir["location"]
             dist["order"] = site_dir["order"]
-            owner = owners.get(os.path.normpath(dist["path"]))
+            owner = owners.get(os.path.realpath(dist["path"]))
             if owner:
                 dist["conda_record"] = owner
             distributions.append(dist)
@@ -594,7 +596,7 @@ def gather_packages(facts: Any) -> dict[str, Any]:
             site_dir["modules"] = sorted(files)
             site_dir["module_files"] = files
     for problem in unreadable:
-        owner = owners.get(os.path.normpath(problem["path"]))
+        owner = owners.get(os.path.realpath(problem["path"]))
         if owner:
             problem["conda_record"] = owner
     return {

@@ -225,3 +225,20 @@ def test_without_an_interpreter_pip_fixes_name_the_prefix_python_not_the_path_on
     facts["packages"]["interpreter"] = None
     [hit] = find_broken_requirements(facts)
     assert hit.fix == f"{PREFIX}/bin/python -m pip install absent-dep"
+
+
+def test_hash_pinned_requirements_are_still_pins(tmp_path: Path) -> None:
+    # pip-compile --generate-hashes output: every pin carries --hash options, often on continuation lines.
+    from envdoctor.facts.spec import parse_requirements
+
+    path = tmp_path / "requirements.txt"
+    path.write_text("# generated\nnumpy==2.1.3 \\\n    --hash=sha256:aaaa \\\n    --hash=sha256:bbbb\n"
+                    "torch==2.5.1 --hash=sha256:cccc\n")
+    parsed = parse_requirements(path)
+    assert [(p["spec"], p["line"]) for p in parsed["pip"]] == [("numpy==2.1.3", 2), ("torch==2.5.1", 5)]
+    assert parsed["skipped"] == []
+    spec = {"path": str(path), "format": "requirements", **parsed}
+    hits = list(find_spec_drift(facts_of([dist("numpy", "1.26.4"), dist("torch", "2.5.1")], spec=spec, kind="venv")))
+    assert [(h.evidence["package"], h.evidence["problem"], h.evidence["line"]) for h in hits] == \
+        [("numpy", "version", 2)]
+    assert hits[0].fix == f"{PREFIX}/bin/python3 -m pip install numpy==2.1.3"

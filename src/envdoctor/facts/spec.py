@@ -142,16 +142,26 @@ def _add_conda(result: dict[str, Any], item: str, number: int) -> None:
         result["conda"].append({**parsed, "line": number})
 
 
+#: Options pip allows after a requirement on its line; they do not change what is pinned.
+_PER_REQUIREMENT_OPTION = re.compile(r"(?<=\s)--(?:hash|config-settings|global-option|install-option)(?:=|\s+)\S+")
+
+
 def parse_requirements(path: Path, depth: int = 0) -> dict[str, Any]:
     result: dict[str, Any] = {"name": None, "channels": [], "conda": [], "pip": [], "skipped": []}
     text = _read(path)
     pending = ""
+    start = 0
     for number, raw in enumerate(text.splitlines(), 1):
+        if not pending:
+            start = number  # a requirement continued over lines is reported at its first line
         line = _strip_comment(pending + raw).strip()
         pending = ""
         if line.endswith("\\"):
             pending = line[:-1] + " "
             continue
+        # pip-compile --generate-hashes writes `pkg==1.0 --hash=sha256:…`: the pin is still a pin.
+        line = _PER_REQUIREMENT_OPTION.sub("", line).strip()
+        number = start
         if not line:
             continue
         if line.startswith(("-r ", "--requirement")):

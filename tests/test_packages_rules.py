@@ -242,3 +242,21 @@ def test_hash_pinned_requirements_are_still_pins(tmp_path: Path) -> None:
     assert [(h.evidence["package"], h.evidence["problem"], h.evidence["line"]) for h in hits] == \
         [("numpy", "version", 2)]
     assert hits[0].fix == f"{PREFIX}/bin/python3 -m pip install numpy==2.1.3"
+
+
+def test_environment_yml_pip_section_follows_its_requirements_include(tmp_path: Path) -> None:
+    # `conda env create` hands `-r requirements.txt` in the pip section to pip, relative to the file.
+    from envdoctor.facts.spec import parse_environment_yml
+
+    (tmp_path / "requirements.txt").write_text("urllib3==2.2.1\n")
+    path = tmp_path / "environment.yml"
+    path.write_text("name: train\ndependencies:\n  - pip\n  - pip:\n    - -r requirements.txt\n    - requests>=2\n")
+    parsed = parse_environment_yml(path.read_text(), path)
+    assert parsed["skipped"] == []
+    assert [(p["spec"], p["line"], p.get("file")) for p in parsed["pip"]] == \
+        [("urllib3==2.2.1", 1, str(tmp_path / "requirements.txt")), ("requests>=2", 6, None)]
+    spec = {"path": str(path), "format": "environment.yml", **parsed}
+    dists = [dist("urllib3", "1.26.18"), dist("requests", "2.31.0"), dist("pip", "24.0")]
+    [hit] = find_spec_drift(facts_of(dists, spec=spec, kind="venv"))
+    assert hit.message == "requirements.txt asks for urllib3==2.2.1 but urllib3 1.26.18 is installed"
+    assert (hit.evidence["file"], hit.evidence["line"]) == (str(tmp_path / "requirements.txt"), 1)

@@ -595,7 +595,9 @@ def compare_spec(spec: dict[str, Any], packages: dict[str, Any]) -> Iterator[dic
             except Exception:
                 continue
         dist = visible.get(normalize(req.name))
-        evidence = {**base, "package": req.name, "wanted": entry["spec"],
+        # A requirement pulled in by `-r other.txt` is reported where it is written.
+        source = os.path.basename(entry.get("file") or spec["path"])
+        evidence = {**base, "file": entry.get("file") or spec["path"], "package": req.name, "wanted": entry["spec"],
                     "installed_version": dist["version"] if dist else None, "source": "pip",
                     "line": entry.get("line")}
         fix = pip(packages, "install", str(req).split(";")[0].strip())

@@ -260,3 +260,14 @@ def test_environment_yml_pip_section_follows_its_requirements_include(tmp_path: 
     [hit] = find_spec_drift(facts_of(dists, spec=spec, kind="venv"))
     assert hit.message == "requirements.txt asks for urllib3==2.2.1 but urllib3 1.26.18 is installed"
     assert (hit.evidence["file"], hit.evidence["line"]) == (str(tmp_path / "requirements.txt"), 1)
+
+
+def test_a_wrapper_wheel_and_the_build_it_requires_are_no_clash() -> None:
+    # tensorflow 2.15 on Windows is a thin wheel requiring tensorflow-intel, which holds the code.
+    windows = {**current_markers(), "platform_system": "Windows", "sys_platform": "win32", "os_name": "nt"}
+    linux = {**current_markers(), "platform_system": "Linux", "sys_platform": "linux", "os_name": "posix"}
+    dists = [dist("tensorflow", "2.15.0", requires=('tensorflow-intel==2.15.0; platform_system == "Windows"',)),
+             dist("tensorflow-intel", "2.15.0")]
+    assert list(find_conflicting_distributions(facts_of(dists, markers=windows, kind="venv"))) == []
+    [hit] = find_conflicting_distributions(facts_of(dists, markers=linux, kind="venv"))
+    assert hit.evidence["clash"] == "tensorflow"

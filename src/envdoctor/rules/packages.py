@@ -317,13 +317,44 @@ def _clash_members(clash: dict[str, Any], visible: dict[str, dict[str, Any]]) ->
     return members
 
 
+def _required_by_another(members: list[dict[str, Any]], markers: dict[str, str] | None) -> set[str]:
+    """Members another member depends on (for the target): a wrapper and its build, not two builds.
+
+    On Windows `tensorflow` 2.11-2.15 is a thin wheel that requires `tensorflow-intel`,
+    which holds the code: both installed is the normal state, and removing one breaks it.
+    """
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    keys = {d["key"] for d in members}
+    required = set()
+    for dist in members:
+        for text in dist.get("requires") or []:
+            try:
+                req = Requirement(text)
+            except InvalidRequirement:
+                continue
+            dep = normalize(req.name)
+            if dep not in keys or dep == dist["key"]:
+                continue
+            if req.marker is not None:
+                try:
+                    if not markers or not req.marker.evaluate({**markers, "extra": ""}):
+                        continue
+                except Exception:
+                    continue
+            required.add(dep)
+    return required
+
+
 def distribution_clashes(packages: dict[str, Any]) -> Iterator[tuple[dict[str, Any], list[dict[str, Any]]]]:
     """Each known clash (rules/conflicts.toml) with two or more of its members installed."""
     visible = visible_distributions(packages)
     for clash in load_data("conflicts").get("clash", []):
         members = _clash_members(clash, visible)
         if len(members) >= 2:
-            yield clash, members
+            wrapped = _required_by_another(members, packages.get("markers"))
+            if len([d for d in members if d["key"] not in wrapped]) >= 2:
+                yield clash, members
 
 
 def _remove(packages: dict[str, Any], dists: list[dict[str, Any]]) -> str:

@@ -57,11 +57,15 @@ def test_fifos_where_metadata_should_be_do_not_block(tmp_path: Path) -> None:
     os.mkfifo(meta / "fifo-1.0-0.json")
     (meta / "folder-1.0-0.json").mkdir()
     os.symlink("loop-1.0-0.json", meta / "loop-1.0-0.json")
+    (meta / "deep-1.0-0.json").write_text("[" * 100000 + "]" * 100000)  # beyond the JSON parser's recursion
+    dist_info(site, "deepurl-1.0.dist-info", {"METADATA": metadata("deepurl"),
+                                              "direct_url.json": b"[" * 100000 + b"]" * 100000})
 
     rep, _ = report(prefix, tmp_path)
     by_name = pkg009_by_name(rep)
     assert set(by_name) == {"fifometa-1.0.dist-info", "fifofolder-1.0.dist-info", "fifo-1.0-0.json",
-                            "folder-1.0-0.json", "loop-1.0-0.json"}
+                            "folder-1.0-0.json", "loop-1.0-0.json", "deep-1.0-0.json"}
+    assert by_name["deep-1.0-0.json"]["evidence"]["reason"].startswith("not valid JSON: maximum recursion depth")
     assert by_name["fifometa-1.0.dist-info"]["evidence"]["reason"] == "METADATA is a FIFO, not a regular file"
     assert by_name["fifofolder-1.0.dist-info"]["evidence"]["reason"] == "the dist-info is a FIFO, not a directory"
     assert by_name["fifo-1.0-0.json"]["evidence"]["reason"] == "is a FIFO, not a regular file"
@@ -70,6 +74,7 @@ def test_fifos_where_metadata_should_be_do_not_block(tmp_path: Path) -> None:
     # The rest is still read: the distribution beside the FIFOs, and its broken requirement.
     names = {d["name"]: d for d in rep["facts"]["packages"]["distributions"]}
     assert names["fifoside"]["installer"] is None and names["fifoside"]["import_names"] == []
+    assert "direct_url" not in names["deepurl"]
     assert [f["evidence"]["dependency"] for f in findings(rep, "PKG003")] == ["absent-dep"]
 
 

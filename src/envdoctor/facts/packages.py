@@ -244,7 +244,9 @@ def read_conda_meta(prefix: Path, deep: bool) -> tuple[dict[str, Any], list[dict
         path = os.path.join(meta_dir, filename)
         try:
             data = json.loads(read_bytes(path).decode("utf-8"))
-        except (OSError, UnicodeDecodeError, ValueError) as exc:
+        except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
+            # RecursionError: arrays nested thousands deep (garbage, or a hostile file) must not
+            # take every PKG and CHN rule down with them.
             reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
             unreadable.append({"path": path, "kind": "conda-meta", "reason": f"not valid JSON: {reason}"
                                if not isinstance(exc, OSError) else reason})
@@ -412,7 +414,7 @@ def read_distribution(folder: Path | str) -> tuple[dict[str, Any] | None, dict[s
                 if isinstance(loaded, dict):
                     direct_url = {"url": loaded.get("url"),
                                   "editable": bool((loaded.get("dir_info") or {}).get("editable"))}
-            except ValueError:
+            except (ValueError, RecursionError):
                 pass
     editable_paths = None
     if direct_url and direct_url["editable"] and "RECORD" in present:

@@ -173,3 +173,23 @@ def test_fifo_metadata_of_torch_does_not_block_the_torch_facts(tmp_path: Path) -
     rep = json_report(proc)
     assert rep["facts"]["torch"]["version"] == "2.5.1" and rep["facts"]["torch"]["installer"] is None
     assert [f["evidence"]["reason"] for f in findings(rep, "PKG009")] == ["METADATA is a FIFO, not a regular file"]
+
+
+def test_nul_bytes_in_recorded_paths(tmp_path: Path) -> None:
+    # JSON may spell a NUL (\u0000); no file name can hold one, and os.stat raises ValueError on it.
+    prefix = tmp_path / "env"
+    site = prefix / SITE
+    site.mkdir(parents=True)
+    (prefix / "conda-meta").mkdir()
+    (prefix / "conda-meta" / "nul-1.0-0.json").write_text(json.dumps(
+        {"name": "nul", "version": "1.0", "build": "0", "files": ["lib/a\u0000b.so"],
+         "paths_data": {"paths": [{"_path": "lib/a\u0000b.so", "path_type": "hardlink", "size_in_bytes": 3}]}}))
+    edit = dist_info(site, "edit-1.0.dist-info", {
+        "METADATA": metadata("edit"), "direct_url.json": b'{"url": "file:///src", "dir_info": {"editable": true}}',
+        "RECORD": b"__editable__.edit-1.0.pth,,\nbad\x00name.pth,,\nedit-1.0.dist-info/METADATA,,\n"})
+    (site / "__editable__.edit-1.0.pth").write_bytes(b"/src/a\x00b\n/src/ok\n")
+    rep, _ = report(prefix, tmp_path)
+    (hit,) = findings(rep, "PKG009")
+    assert hit["evidence"]["reason"] == "a recorded path holds a NUL byte ('lib/a\\x00b.so')"
+    [dist] = [d for d in rep["facts"]["packages"]["distributions"] if d["path"] == str(edit)]
+    assert dist["editable_paths"] == [os.path.realpath("/src/ok")]

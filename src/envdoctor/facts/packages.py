@@ -63,7 +63,10 @@ def read_bytes(path: str, limit: int = MAX_FILE_BYTES, head: bool = False) -> by
     open cannot get past. A file over `limit` raises, or with `head` gives its
     first `limit` bytes.
     """
-    fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0))
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0))
+    except ValueError as exc:  # a NUL byte in a name taken from a file's contents
+        raise OSError(errno.EINVAL, str(exc)) from None
     try:
         info = os.fstat(fd)
         if not stat.S_ISREG(info.st_mode):
@@ -108,6 +111,11 @@ def _type_problem(data: Any) -> str | None:
         paths = paths_data.get("paths") if isinstance(paths_data, dict) else None
         if not isinstance(paths, list) or not all(isinstance(p, dict) and isinstance(p.get("_path"), str) for p in paths):
             return "field 'paths_data' has no list of paths"
+        files = [*(files or ()), *(p["_path"] for p in paths)]
+    # No file name holds a NUL byte: such a path is corruption (and os.stat would raise on it).
+    bad = next((f for f in files or () if "\x00" in f), None)
+    if bad is not None:
+        return f"a recorded path holds a NUL byte ({bad[:60]!r})"
     return None
 
 
@@ -115,7 +123,7 @@ def _sha256(path: str) -> str | None:
     digest = hashlib.sha256()
     try:
         fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0))
-    except OSError:
+    except (OSError, ValueError):
         return None
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):  # a FIFO in place of a file would block the read
@@ -164,7 +172,7 @@ def check_record_files(prefix: str, record: dict[str, Any], deep: bool) -> dict[
             continue
         try:
             st = os.stat(full)
-        except OSError:
+        except (OSError, ValueError):
             missing.append(rel)
             continue
         placeholder = entry.get("prefix_placeholder")
@@ -448,13 +456,13 @@ def _editable_paths(site_dir: str, record_text: str) -> list[str]:
     paths = set()
     for line in record_text.splitlines():
         rel = line.split(",", 1)[0].strip().strip('"')
-        if "/" in rel or not rel.endswith((".pth", ".py")):
+        if "/" in rel or "\x00" in rel or not rel.endswith((".pth", ".py")):
             continue
         text = _read_text(os.path.join(site_dir, rel)) or ""
         if rel.endswith(".pth"):
             for entry in text.splitlines():
                 entry = entry.strip()
-                if entry and not entry.startswith(("#", "import ", "import\t")):
+                if entry and not entry.startswith(("#", "import ", "import\t")) and "\x00" not in entry:
                     paths.add(os.path.realpath(os.path.join(site_dir, entry)))
         elif rel.startswith("__editable__") and rel.endswith("_finder.py"):
             match = _FINDER_MAPPING.search(text)
@@ -463,7 +471,7 @@ def _editable_paths(site_dir: str, record_text: str) -> list[str]:
             except (ValueError, SyntaxError):
                 mapping = {}
             if isinstance(mapping, dict):
-                paths.update(os.path.realpath(v) for v in mapping.values() if isinstance(v, str))
+                paths.update(os.path.realpath(v) for v in mapping.values() if isinstance(v, str) and "\x00" not in v)
     return sorted(paths)
 
 

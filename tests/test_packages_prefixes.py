@@ -134,6 +134,18 @@ def test_pip_over_conda_is_pkg001_with_both_versions(pip_over_conda: Path, tmp_p
                           f"conda install -p {pip_over_conda} --force-reinstall numpy=1.26.4")
 
 
+def test_own_site_packages_on_pythonpath_is_still_the_environment(pip_over_conda: Path, tmp_path: Path) -> None:
+    # `export PYTHONPATH=$CONDA_PREFIX/lib/python3.X/site-packages`, common in job scripts: the env's
+    # own packages are not "copies outside the environment", and pip over conda is still PKG001.
+    own = str(pip_over_conda / SITE)
+    env = clean_env(tmp_path, PYTHONPATH=os.pathsep.join(p for p in (own, os.environ.get("PYTHONPATH")) if p))
+    report = report_for(pip_over_conda, tmp_path, env=env)
+    sites = {d["path"]: d["location"] for d in report["facts"]["packages"]["site_dirs"]}
+    assert sites[own] == "env"
+    assert rule_ids(report) == ["PKG001"]
+    assert only(report, "PKG001")["evidence"]["installed_version"] == "2.1.3"
+
+
 def test_ignore_installed_leaves_two_dist_infos_pkg002(ignore_installed: Path, tmp_path: Path) -> None:
     report = report_for(ignore_installed, tmp_path)
     assert rule_ids(report) == ["PKG002"]

@@ -521,6 +521,12 @@ def classify_path(entry: str, index: int, target: dict[str, Any]) -> str:
     if entry.endswith(".zip") or any(os.path.normpath(entry) == os.path.normpath(s) for s in stdlib) \
             or os.path.basename(entry) == "lib-dynload":
         return "stdlib"
+    # The environment's own site-packages is "env" however it got on the path: job scripts often
+    # `export PYTHONPATH=$CONDA_PREFIX/lib/python3.X/site-packages`, which must not turn the env's
+    # own packages into "copies outside the environment" and switch every env check off.
+    own_sites = {os.path.realpath(p) for p in [*(target.get("site_packages") or []), target.get("purelib")] if p}
+    if os.path.realpath(entry) in own_sites and (_inside(entry, prefix) or _inside(os.path.realpath(entry), real_prefix)):
+        return "env"
     if target.get("user_site") and os.path.normpath(entry) == os.path.normpath(target["user_site"]):
         return "user"
     if any(os.path.normpath(entry) == os.path.normpath(p) for p in target.get("pythonpath") or []):

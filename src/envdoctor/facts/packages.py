@@ -74,7 +74,8 @@ def read_bytes(path: str, limit: int = MAX_FILE_BYTES, head: bool = False) -> by
             raise OSError(errno.EINVAL, f"is {kind}, not a regular file")
         if info.st_size > limit and not head:
             raise OSError(errno.EFBIG, f"is {info.st_size} bytes, more than the {limit} read")
-        chunks, left = [], min(info.st_size, limit) if head else limit + 1
+        # Read to the end rather than to st_size: some file systems report 0 for files with content.
+        chunks, left = [], limit if head else limit + 1
         while left > 0:
             chunk = os.read(fd, min(left, 1 << 20))
             if not chunk:

@@ -134,8 +134,8 @@ def test_src_layout_on_pythonpath_and_as_working_directory_is_no_shadow(tmp_path
     assert hits == []
 
 
-@pytest.mark.parametrize("shadow", ["packaging", "packaging.py"])
-def test_console_script_checks_the_working_directory_like_python_m(tmp_path: Path, shadow: str) -> None:
+@pytest.mark.parametrize("shadow, linked", [("packaging", False), ("packaging.py", False), ("packaging", True)])
+def test_console_script_checks_the_working_directory_like_python_m(tmp_path: Path, shadow: str, linked: bool) -> None:
     # `envdoctor check` in the training env, run from a folder holding a package named like an
     # installed one: sys.path[0] of the console script is its bin folder, but `python train.py`
     # from here imports the folder's copy. packaging is a dependency of envdoctor: always installed.
@@ -143,6 +143,10 @@ def test_console_script_checks_the_working_directory_like_python_m(tmp_path: Pat
     script.parent.mkdir()
     script.write_text(f"#!{sys.executable}\nimport sys\nfrom envdoctor.cli import main\nsys.exit(main())\n")
     script.chmod(0o755)
+    if linked:  # /usr/local/bin/envdoctor -> venv/bin/envdoctor: Python takes the resolved folder
+        (tmp_path / "links").mkdir()
+        (tmp_path / "links" / "envdoctor").symlink_to(script)
+        script = tmp_path / "links" / "envdoctor"
     workdir = tmp_path / "project"
     workdir.mkdir()
     if shadow.endswith(".py"):

@@ -185,7 +185,9 @@ def _import_path_of_a_run_from_here() -> list[str]:
     """
     entries = [os.path.abspath(p) if p else os.getcwd() for p in sys.path]
     script = sys.argv[0] if sys.argv else ""
-    if entries and Path(script).name == "envdoctor" and os.path.abspath(os.path.dirname(script)) == entries[0]:
+    # Python resolves a symlinked script before taking its folder (/usr/local/bin/envdoctor -> venv/bin).
+    script_dirs = {os.path.abspath(os.path.dirname(script)), os.path.dirname(os.path.realpath(script))}
+    if entries and Path(script).name == "envdoctor" and entries[0] in script_dirs:
         entries[0] = os.getcwd()
     return entries
 

@@ -228,6 +228,13 @@ def conda_distribution(name: str, owned: dict[str, str]) -> tuple[str | None, st
     return None, None
 
 
+def _dependency_names(depends: Any) -> list[str]:
+    """`["numpy >=1.26", "libopenblas"]` -> ["libopenblas", "numpy"]; anything else -> []."""
+    if not isinstance(depends, list):
+        return []
+    return sorted({d.split()[0] for d in depends if isinstance(d, str) and d.split()})
+
+
 def read_conda_meta(prefix: Path, deep: bool) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """Every conda-meta record of `prefix`, and the ones that could not be read."""
     meta_dir = prefix / "conda-meta"
@@ -280,8 +287,7 @@ def read_conda_meta(prefix: Path, deep: bool) -> tuple[dict[str, Any], list[dict
             "distribution": distribution,
             "distribution_from": source,
             # Names only: what `conda remove` would take along with a package (CHN003's fix).
-            "depends": sorted({d.split()[0] for d in (data.get("depends") if isinstance(data.get("depends"), list) else ())
-                               if isinstance(d, str) and d.split()}),
+            "depends": _dependency_names(data.get("depends")),
             "_dist_dirs": sorted(owned),  # dropped once gather_packages has mapped owners
         }
         record.update(check_record_files(str(prefix), data, deep))
@@ -395,7 +401,8 @@ def read_distribution(folder: Path | str) -> tuple[dict[str, Any] | None, dict[s
         # A long description body (a README of many MiB) is no reason to hold it all: the headers decide.
         ends = [i for i in (raw.find(b"\n\n"), raw.find(b"\r\n\r\n")) if i >= 0]
         if not ends:
-            return None, {**bad, "reason": f"{meta_name} headers do not end within its first {MAX_METADATA_BYTES} bytes"}
+            return None, {**bad, "reason": (f"{meta_name} headers do not end within "
+                                            f"its first {MAX_METADATA_BYTES} bytes")}
         raw = raw[:min(ends)]
     try:
         text = raw.decode("utf-8")
@@ -526,7 +533,8 @@ def classify_path(entry: str, index: int, target: dict[str, Any]) -> str:
     # `export PYTHONPATH=$CONDA_PREFIX/lib/python3.X/site-packages`, which must not turn the env's
     # own packages into "copies outside the environment" and switch every env check off.
     own_sites = {os.path.realpath(p) for p in [*(target.get("site_packages") or []), target.get("purelib")] if p}
-    if os.path.realpath(entry) in own_sites and (_inside(entry, prefix) or _inside(os.path.realpath(entry), real_prefix)):
+    real_entry = os.path.realpath(entry)
+    if real_entry in own_sites and (_inside(entry, prefix) or _inside(real_entry, real_prefix)):
         return "env"
     if target.get("user_site") and os.path.normpath(entry) == os.path.normpath(target["user_site"]):
         return "user"

@@ -694,7 +694,8 @@ def find_unreadable_metadata(facts: Facts) -> Iterator[Hit]:
         yield Hit(
             message=(f"cannot read the conda-meta folder {path}: {problem['reason']} (nothing conda recorded "
                      "could be checked; the rest was)" if problem["kind"] == "conda-meta-dir" else
-                     f"cannot read {problem['kind']} metadata {path}: {problem['reason']} (the rest was still checked)"),
+                     f"cannot read {problem['kind']} metadata {path}: {problem['reason']} "
+                     "(the rest was still checked)"),
             evidence={"path": path, "kind": problem["kind"], "reason": problem["reason"], "package": package,
                       "conda_record": problem.get("conda_record")},
             fix=fix,

@@ -271,3 +271,14 @@ def test_a_wrapper_wheel_and_the_build_it_requires_are_no_clash() -> None:
     assert list(find_conflicting_distributions(facts_of(dists, markers=windows, kind="venv"))) == []
     [hit] = find_conflicting_distributions(facts_of(dists, markers=linux, kind="venv"))
     assert hit.evidence["clash"] == "tensorflow"
+
+
+def test_removing_conda_cuda_names_what_conda_removes_with_it() -> None:
+    cudatoolkit = {**record("cudatoolkit", "11.8.0"), "distribution": None}
+    cupy = {**record("cupy", "13.0.0", ("cupy",)), "distribution": "cupy", "depends": ["cudatoolkit", "python"]}
+    dists = [dist("torch", "2.5.1"), dist("nvidia-cudnn-cu12", "9.1.0.70", import_names=("nvidia",)),
+             dist("cupy", "13.0.0", installer="conda", conda_record="cupy")]
+    [hit] = find_conflicting_distributions(facts_of(dists, [cudatoolkit, cupy]))
+    assert hit.evidence["clash"] == "cuda"
+    assert hit.fix == (f"conda remove -p {PREFIX} cudatoolkit   # torch comes from pip and uses the nvidia wheels; "
+                       "conda also removes what depends on cudatoolkit: cupy")

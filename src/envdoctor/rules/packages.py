@@ -408,7 +408,10 @@ def find_conflicting_distributions(facts: Facts) -> Iterator[Hit]:
                 continue
             torch = visible_distributions(packages).get("torch")
             if entry["id"] == "cuda" and torch is not None and not torch.get("conda_record"):
-                fix = conda(packages, "remove", conda_name) + "   # torch comes from pip and uses the nvidia wheels"
+                # `conda remove` takes the packages that depend on it along: say which, before they go.
+                takes = sorted(r["name"] for r in records.values() if conda_name in (r.get("depends") or ()))
+                fix = conda(packages, "remove", conda_name) + "   # torch comes from pip and uses the nvidia wheels" \
+                    + (f"; conda also removes what depends on {conda_name}: {', '.join(takes)}" if takes else "")
             else:
                 fix = f"{pip(packages, 'uninstall', '-y', *(d['name'] for d in wheels))} && {conda_reinstall(packages, [record])}"
             yield Hit(

@@ -111,3 +111,10 @@ def test_a_label_channel_belongs_to_its_family() -> None:
     [hit] = find_mixed_channels(facts_with(record("python", "3.11.7", "pkgs/main"),
                                            record("numpy", "2.1.0", "https://conda.anaconda.org/conda-forge/label/rc")))
     assert hit.evidence["families"] == {"conda-forge": ["numpy 2.1.0"], "defaults": ["python 3.11.7"]}
+
+
+def test_retired_channel_fix_reinstalls_what_conda_remove_takes_along() -> None:
+    lightning = {**record("lightning", "2.4.0", "conda-forge"), "depends": ["python", "pytorch"]}
+    [hit] = find_retired_pytorch_channel(facts_with(record("pytorch", "2.5.1", "pytorch"), lightning))
+    assert hit.fix.startswith(f"conda remove -p {PREFIX} pytorch && conda install -p {PREFIX} --override-channels "
+                              "-c conda-forge pytorch lightning   # or pip:")

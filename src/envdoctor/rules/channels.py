@@ -126,6 +126,9 @@ def find_retired_pytorch_channel(facts: Facts) -> Iterator[Hit]:
                if channel in retired else
                f"the `{channel}` (defaults) builds of pytorch lag far behind and mix badly with conda-forge")
         installable = [n for n in names if n not in ("pytorch-mutex", "pytorch-cuda")]
+        # conda remove takes what depends on pytorch along (lightning, torchmetrics from conda …): reinstall them.
+        takes = sorted(r["name"] for r in records if r["name"] not in names
+                       and set(names) & set(r.get("depends") or ()))
         yield Hit(
             message=f"{record['name']} {record['version']} is installed from the {channel} channel: {why}",
             evidence={"package": record["name"], "version": record["version"], "channel": channel,
@@ -133,7 +136,7 @@ def find_retired_pytorch_channel(facts: Facts) -> Iterator[Hit]:
                       "companions": [{"package": r["name"], "version": r["version"]} for r in companions],
                       "last_release": data["last_release"] if channel in retired else None},
             fix=(conda(packages, "remove", *names) + " && "
-                 + conda(packages, "install", "--override-channels", "-c", "conda-forge", *installable)
+                 + conda(packages, "install", "--override-channels", "-c", "conda-forge", *installable, *takes)
                  + f"   # or pip: {pip(packages, 'install', 'torch')}"),
         )
 

@@ -239,6 +239,9 @@ def channel_packages() -> list[CondaPackage]:
         CondaPackage("mkl", "2023.1.0", build="h0", files={"lib/libmkl_rt.so.2": b"\x7fELF mkl\n"}),
         CondaPackage("libopenblas", "0.3.21", build="h0",
                      files={"lib/libopenblas.so.0": b"\x7fELF openblas\n"}),
+        # A compiled package linked straight to OpenBLAS: `conda remove libopenblas` would take it along.
+        CondaPackage("sparselib", "1.0", build="h0", files={"lib/libsparse.so.1": b"\x7fELF sparse\n"},
+                     depends=("libopenblas",)),
         CondaPackage("cudatoolkit", "11.8.0", build="h0", files={"lib/libcudart.so.11.0": b"\x7fELF cudart\n"}),
     ]
 

@@ -35,6 +35,9 @@ def facts_with(*records: dict[str, Any], kind: str = "conda") -> Facts:
     (None, "https://conda.anaconda.org/pytorch/linux-64/pytorch-2.5.1-py3.11_cuda12.4_0.tar.bz2", "pytorch"),
     ("file:///tmp/channel", None, "file:///tmp/channel"),
     (None, None, None),
+    ("https://conda.anaconda.org/conda-forge/label/rc/linux-64", None, "conda-forge/label/rc"),
+    ("conda-forge/label/rc", None, "conda-forge/label/rc"),
+    (None, "https://conda.anaconda.org/t/tk-123/conda-forge/noarch/x-1-0.conda", "conda-forge"),
 ])
 def test_channel_name_from_records(channel: str | None, url: str | None, expected: str | None) -> None:
     assert channel_name({"channel": channel, "url": url}) == expected
@@ -92,3 +95,26 @@ def test_one_blas_with_its_openmp_is_quiet() -> None:
     facts = facts_with(record("mkl", "2023.2.0", "conda-forge"), record("intel-openmp", "2023.2.0", "conda-forge"),
                        record("libblas", "3.9.0", "conda-forge", build="20_linux64_mkl"))
     assert list(find_mixed_blas(facts)) == []
+
+
+def test_mixed_blas_on_defaults_switches_the_blas_selector_it_has() -> None:
+    # defaults selects its BLAS with `blas` (build "mkl"/"openblas"), not conda-forge's libblas.
+    [hit] = find_mixed_blas(facts_with(record("blas", "1.0", "pkgs/main", build="openblas"),
+                                       record("openblas", "0.3.21", "pkgs/main"),
+                                       record("mkl", "2023.1.0", "pkgs/main")))
+    assert hit.evidence["libblas_selects"] == "openblas"
+    assert hit.fix == (f"conda install -p {PREFIX} 'blas=*=*openblas' && conda remove -p {PREFIX} mkl"
+                       "   # one BLAS (openblas) for every package")
+
+
+def test_a_label_channel_belongs_to_its_family() -> None:
+    [hit] = find_mixed_channels(facts_with(record("python", "3.11.7", "pkgs/main"),
+                                           record("numpy", "2.1.0", "https://conda.anaconda.org/conda-forge/label/rc")))
+    assert hit.evidence["families"] == {"conda-forge": ["numpy 2.1.0"], "defaults": ["python 3.11.7"]}
+
+
+def test_retired_channel_fix_reinstalls_what_conda_remove_takes_along() -> None:
+    lightning = {**record("lightning", "2.4.0", "conda-forge"), "depends": ["python", "pytorch"]}
+    [hit] = find_retired_pytorch_channel(facts_with(record("pytorch", "2.5.1", "pytorch"), lightning))
+    assert hit.fix.startswith(f"conda remove -p {PREFIX} pytorch && conda install -p {PREFIX} --override-channels "
+                              "-c conda-forge pytorch lightning   # or pip:")

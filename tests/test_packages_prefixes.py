@@ -96,6 +96,31 @@ def test_healthy_prefix_has_no_package_or_channel_finding(healthy: Path, tmp_pat
     assert dists["numpy"]["conda_record"] == "numpy"
 
 
+def test_healthy_prefix_spelled_through_a_symlink_from_its_own_python(healthy: Path, tmp_path: Path) -> None:
+    """envdoctor inside the env, --prefix spelled through a link (/home -> /gpfs/home on clusters).
+
+    The interpreter's sys.path keeps the link, the prefix is resolved: conda's own dist-infos must
+    still be recognised as conda's, or every conda package reads as reinstalled by pip (PKG001).
+    """
+    import envdoctor
+    import packaging
+
+    link = tmp_path / "link"
+    link.symlink_to(healthy)
+    # The env's python runs envdoctor itself: its code and its one dependency come on PYTHONPATH.
+    path = os.pathsep.join(dict.fromkeys(str(Path(m.__file__).parent.parent) for m in (envdoctor, packaging)))
+    env = clean_env(tmp_path, PYTHONPATH=path)
+    proc = subprocess.run([str(link / "bin" / "python"), "-m", "envdoctor", "report", "--json", "--no-loader",
+                           "--select", "PKG001", "PKG002", "PKG005", "--prefix", str(link)],
+                          capture_output=True, text=True, env=env, timeout=240)
+    assert proc.returncode in (0, 1) and "Traceback" not in proc.stderr, proc.stderr
+    report = json_report(proc)
+    assert report["target"]["is_current"] is True
+    assert report["findings"] == []
+    dists = {d["key"]: d for d in report["facts"]["packages"]["distributions"] if d["location"] == "env"}
+    assert dists["numpy"]["conda_record"] == "numpy" and dists["torch"]["conda_record"] == "pytorch"
+
+
 def test_pip_over_conda_is_pkg001_with_both_versions(pip_over_conda: Path, tmp_path: Path) -> None:
     report = report_for(pip_over_conda, tmp_path)
     assert rule_ids(report) == ["PKG001"]
@@ -107,6 +132,18 @@ def test_pip_over_conda_is_pkg001_with_both_versions(pip_over_conda: Path, tmp_p
     assert hit["severity"] == "error"
     assert hit["fix"] == (f"{pip_over_conda}/bin/python3 -m pip uninstall -y numpy && "
                           f"conda install -p {pip_over_conda} --force-reinstall numpy=1.26.4")
+
+
+def test_own_site_packages_on_pythonpath_is_still_the_environment(pip_over_conda: Path, tmp_path: Path) -> None:
+    # `export PYTHONPATH=$CONDA_PREFIX/lib/python3.X/site-packages`, common in job scripts: the env's
+    # own packages are not "copies outside the environment", and pip over conda is still PKG001.
+    own = str(pip_over_conda / SITE)
+    env = clean_env(tmp_path, PYTHONPATH=os.pathsep.join(p for p in (own, os.environ.get("PYTHONPATH")) if p))
+    report = report_for(pip_over_conda, tmp_path, env=env)
+    sites = {d["path"]: d["location"] for d in report["facts"]["packages"]["site_dirs"]}
+    assert sites[own] == "env"
+    assert rule_ids(report) == ["PKG001"]
+    assert only(report, "PKG001")["evidence"]["installed_version"] == "2.1.3"
 
 
 def test_ignore_installed_leaves_two_dist_infos_pkg002(ignore_installed: Path, tmp_path: Path) -> None:
@@ -190,6 +227,19 @@ def test_mkl_beside_openblas_chn003(conda_world: World, tmp_path: Path) -> None:
     assert ev["implementations"] == {"mkl": ["mkl 2023.1.0"], "openblas": ["libopenblas 0.3.21"]}
     assert ev["keep"] == "mkl"
     assert only(report, "CHN003")["fix"].startswith(f"conda install -p {prefix} 'libblas=*=*mkl' && conda remove -p {prefix} libopenblas")
+
+
+def test_mixed_blas_keeps_the_implementation_other_packages_link_chn003(conda_world: World, tmp_path: Path) -> None:
+    # Removing libopenblas would make conda remove sparselib with it: mkl is the one to go.
+    prefix = conda_world.scenario("mixed-blas-linked", lambda p: conda_world.make_prefix(
+        p, BASE + ["mkl >=1", "libopenblas >=0", "sparselib >=1"]))
+    report = report_for(prefix, tmp_path)
+    assert rule_ids(report) == ["CHN003"]
+    hit = only(report, "CHN003")
+    assert hit["evidence"]["keep"] == "openblas"
+    assert hit["evidence"]["needed_by"] == {"openblas": ["sparselib"]}
+    assert hit["fix"] == (f"conda install -p {prefix} 'libblas=*=*openblas' && conda remove -p {prefix} mkl"
+                          "   # one BLAS (openblas) for every package")
 
 
 def _replace(path: Path, data: bytes) -> None:

@@ -202,3 +202,83 @@ def test_pixi_kind_from_the_folder_layout(tmp_path: Path) -> None:
     plain = tmp_path / "envs" / "train"
     (plain / "conda-meta").mkdir(parents=True)
     assert detect_kind(plain) == "conda"
+
+
+def test_broken_requirement_fix_installs_what_was_asked_for() -> None:
+    # A direct URL is not the index's package of that name; extras are part of the requirement.
+    dists = [dist("trainer", "1.0", requires=("urlpkg @ https://example.com/urlpkg-1.0.tar.gz",
+                                             "Beta.Pkg[fast,io]>=0.5"))]
+    hits = {h.evidence["dependency"]: h for h in find_broken_requirements(facts_of(dists, kind="venv"))}
+    assert hits["urlpkg"].fix == f"{PREFIX}/bin/python3 -m pip install 'urlpkg @ https://example.com/urlpkg-1.0.tar.gz'"
+    assert hits["Beta.Pkg"].fix == f"{PREFIX}/bin/python3 -m pip install 'Beta.Pkg[fast,io]>=0.5'"
+
+
+def test_missing_dependency_of_a_conda_package_is_installed_under_its_conda_name() -> None:
+    dists = [dist("lightning", "2.4.0", requires=("torch>=2.1",), installer="conda", conda_record="lightning")]
+    [hit] = find_broken_requirements(facts_of(dists, [record("lightning", "2.4.0", ("lightning",))]))
+    assert hit.evidence["problem"] == "missing"
+    assert hit.fix == f"conda install -p {PREFIX} 'pytorch>=2.1'"
+
+
+def test_without_an_interpreter_pip_fixes_name_the_prefix_python_not_the_path_one() -> None:
+    facts = facts_of([dist("trainer", "1.0", requires=("absent-dep",))], kind="conda")
+    facts["packages"]["interpreter"] = None
+    [hit] = find_broken_requirements(facts)
+    assert hit.fix == f"{PREFIX}/bin/python -m pip install absent-dep"
+
+
+def test_hash_pinned_requirements_are_still_pins(tmp_path: Path) -> None:
+    # pip-compile --generate-hashes output: every pin carries --hash options, often on continuation lines.
+    from envdoctor.facts.spec import parse_requirements
+
+    path = tmp_path / "requirements.txt"
+    path.write_text("# generated\nnumpy==2.1.3 \\\n    --hash=sha256:aaaa \\\n    --hash=sha256:bbbb\n"
+                    "torch==2.5.1 --hash=sha256:cccc\n")
+    parsed = parse_requirements(path)
+    assert [(p["spec"], p["line"]) for p in parsed["pip"]] == [("numpy==2.1.3", 2), ("torch==2.5.1", 5)]
+    assert parsed["skipped"] == []
+    spec = {"path": str(path), "format": "requirements", **parsed}
+    hits = list(find_spec_drift(facts_of([dist("numpy", "1.26.4"), dist("torch", "2.5.1")], spec=spec, kind="venv")))
+    assert [(h.evidence["package"], h.evidence["problem"], h.evidence["line"]) for h in hits] == \
+        [("numpy", "version", 2)]
+    assert hits[0].fix == f"{PREFIX}/bin/python3 -m pip install numpy==2.1.3"
+
+
+def test_environment_yml_pip_section_follows_its_requirements_include(tmp_path: Path) -> None:
+    # `conda env create` hands `-r requirements.txt` in the pip section to pip, relative to the file.
+    from envdoctor.facts.spec import parse_environment_yml
+
+    (tmp_path / "requirements.txt").write_text("urllib3==2.2.1\n")
+    path = tmp_path / "environment.yml"
+    path.write_text("name: train\ndependencies:\n  - pip\n  - pip:\n    - -r requirements.txt\n    - requests>=2\n")
+    parsed = parse_environment_yml(path.read_text(), path)
+    assert parsed["skipped"] == []
+    assert [(p["spec"], p["line"], p.get("file")) for p in parsed["pip"]] == \
+        [("urllib3==2.2.1", 1, str(tmp_path / "requirements.txt")), ("requests>=2", 6, None)]
+    spec = {"path": str(path), "format": "environment.yml", **parsed}
+    dists = [dist("urllib3", "1.26.18"), dist("requests", "2.31.0"), dist("pip", "24.0")]
+    [hit] = find_spec_drift(facts_of(dists, spec=spec, kind="venv"))
+    assert hit.message == "requirements.txt asks for urllib3==2.2.1 but urllib3 1.26.18 is installed"
+    assert (hit.evidence["file"], hit.evidence["line"]) == (str(tmp_path / "requirements.txt"), 1)
+
+
+def test_a_wrapper_wheel_and_the_build_it_requires_are_no_clash() -> None:
+    # tensorflow 2.15 on Windows is a thin wheel requiring tensorflow-intel, which holds the code.
+    windows = {**current_markers(), "platform_system": "Windows", "sys_platform": "win32", "os_name": "nt"}
+    linux = {**current_markers(), "platform_system": "Linux", "sys_platform": "linux", "os_name": "posix"}
+    dists = [dist("tensorflow", "2.15.0", requires=('tensorflow-intel==2.15.0; platform_system == "Windows"',)),
+             dist("tensorflow-intel", "2.15.0")]
+    assert list(find_conflicting_distributions(facts_of(dists, markers=windows, kind="venv"))) == []
+    [hit] = find_conflicting_distributions(facts_of(dists, markers=linux, kind="venv"))
+    assert hit.evidence["clash"] == "tensorflow"
+
+
+def test_removing_conda_cuda_names_what_conda_removes_with_it() -> None:
+    cudatoolkit = {**record("cudatoolkit", "11.8.0"), "distribution": None}
+    cupy = {**record("cupy", "13.0.0", ("cupy",)), "distribution": "cupy", "depends": ["cudatoolkit", "python"]}
+    dists = [dist("torch", "2.5.1"), dist("nvidia-cudnn-cu12", "9.1.0.70", import_names=("nvidia",)),
+             dist("cupy", "13.0.0", installer="conda", conda_record="cupy")]
+    [hit] = find_conflicting_distributions(facts_of(dists, [cudatoolkit, cupy]))
+    assert hit.evidence["clash"] == "cuda"
+    assert hit.fix == (f"conda remove -p {PREFIX} cudatoolkit   # torch comes from pip and uses the nvidia wheels; "
+                       "conda also removes what depends on cudatoolkit: cupy")

@@ -122,7 +122,8 @@ def _open_output(path: str | None) -> Any:
     if path is None:
         return None
     try:
-        return open(path, "w", encoding="utf-8")
+        # A file name that is not UTF-8 must not stop the report being written.
+        return open(path, "w", encoding="utf-8", errors="backslashreplace")
     except OSError as exc:
         raise UsageError(f"cannot write the report to {path}: {exc.strerror or exc}") from None
 

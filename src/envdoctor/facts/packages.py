@@ -13,15 +13,22 @@ the file and the reason; everything else is still read.
 """
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
 import re
+import stat
 from pathlib import Path
 from typing import Any, Iterable
 
 #: How many missing/changed paths a record keeps as evidence (the counts are exact).
 KEEP_PATHS = 20
+
+#: The most a metadata file (conda-meta record, RECORD, INSTALLER ...) is read in full.
+MAX_FILE_BYTES = 64 << 20
+#: METADATA larger than this is read only up to the end of its headers.
+MAX_METADATA_BYTES = 16 << 20
 
 _NORMALIZE = re.compile(r"[-_.]+")
 _DIST_DIR = re.compile(r"(?:^|/)([^/]+)\.(dist-info|egg-info)(?:/|$)")
@@ -38,6 +45,49 @@ def dist_name_from_dir(dirname: str) -> tuple[str, str | None]:
     name, sep, rest = stem.partition("-")
     version = rest.split("-py", 1)[0] if sep else None
     return name, version or None
+
+
+# ---------------------------------------------------------------- reading files
+
+
+_FILE_KINDS = ((stat.S_ISREG, "a file"), (stat.S_ISDIR, "a directory"), (stat.S_ISFIFO, "a FIFO"),
+               (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"))
+
+
+def read_bytes(path: str, limit: int = MAX_FILE_BYTES, head: bool = False) -> bytes:
+    """The bytes of a regular file, never blocking and never more than `limit`.
+
+    Opened with O_NONBLOCK and judged by fstat of that very descriptor: a FIFO
+    or device where a metadata file should be would otherwise block the whole
+    run (nobody writes to it), and a symlink swapped in between a stat and the
+    open cannot get past. A file over `limit` raises, or with `head` gives its
+    first `limit` bytes.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0))
+    except ValueError as exc:  # a NUL byte in a name taken from a file's contents
+        raise OSError(errno.EINVAL, str(exc)) from None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            kind = next((text for test, text in _FILE_KINDS if test(info.st_mode)), "not a regular file")
+            raise OSError(errno.EINVAL, f"is {kind}, not a regular file")
+        if info.st_size > limit and not head:
+            raise OSError(errno.EFBIG, f"is {info.st_size} bytes, more than the {limit} read")
+        # Read to the end rather than to st_size: some file systems report 0 for files with content.
+        chunks, left = [], limit if head else limit + 1
+        while left > 0:
+            chunk = os.read(fd, min(left, 1 << 20))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+        data = b"".join(chunks)
+        if len(data) > limit and not head:  # grew while it was read
+            raise OSError(errno.EFBIG, f"is more than the {limit} bytes read")
+        return data
+    finally:
+        os.close(fd)
 
 
 # ---------------------------------------------------------------- conda-meta
@@ -62,17 +112,29 @@ def _type_problem(data: Any) -> str | None:
         paths = paths_data.get("paths") if isinstance(paths_data, dict) else None
         if not isinstance(paths, list) or not all(isinstance(p, dict) and isinstance(p.get("_path"), str) for p in paths):
             return "field 'paths_data' has no list of paths"
+        files = [*(files or ()), *(p["_path"] for p in paths)]
+    # No file name holds a NUL byte: such a path is corruption (and os.stat would raise on it).
+    bad = next((f for f in files or () if "\x00" in f), None)
+    if bad is not None:
+        return f"a recorded path holds a NUL byte ({bad[:60]!r})"
     return None
 
 
 def _sha256(path: str) -> str | None:
     digest = hashlib.sha256()
     try:
-        with open(path, "rb") as fh:
-            for block in iter(lambda: fh.read(1 << 20), b""):
-                digest.update(block)
+        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0))
+    except (OSError, ValueError):
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):  # a FIFO in place of a file would block the read
+            return None
+        for block in iter(lambda: os.read(fd, 1 << 20), b""):
+            digest.update(block)
     except OSError:
         return None
+    finally:
+        os.close(fd)
     return digest.hexdigest()
 
 
@@ -111,7 +173,7 @@ def check_record_files(prefix: str, record: dict[str, Any], deep: bool) -> dict[
             continue
         try:
             st = os.stat(full)
-        except OSError:
+        except (OSError, ValueError):
             missing.append(rel)
             continue
         placeholder = entry.get("prefix_placeholder")
@@ -166,24 +228,41 @@ def conda_distribution(name: str, owned: dict[str, str]) -> tuple[str | None, st
     return None, None
 
 
+def _dependency_names(depends: Any) -> list[str]:
+    """`["numpy >=1.26", "libopenblas"]` -> ["libopenblas", "numpy"]; anything else -> []."""
+    if not isinstance(depends, list):
+        return []
+    return sorted({d.split()[0] for d in depends if isinstance(d, str) and d.split()})
+
+
 def read_conda_meta(prefix: Path, deep: bool) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """Every conda-meta record of `prefix`, and the ones that could not be read."""
     meta_dir = prefix / "conda-meta"
     unreadable: list[dict[str, Any]] = []
     if not meta_dir.is_dir():
+        if os.path.lexists(meta_dir):
+            # Something is there but it is no folder (a file, a dangling or looping link):
+            # conda itself cannot use this prefix, which is not the same as "not conda".
+            try:
+                os.stat(meta_dir)
+                reason = "is not a directory"
+            except OSError as exc:
+                reason = exc.strerror or str(exc)
+            unreadable.append({"path": str(meta_dir), "kind": "conda-meta-dir", "reason": reason})
         return {"present": False, "records": []}, unreadable
     records = []
     try:
         names = sorted(n for n in os.listdir(meta_dir) if n.endswith(".json"))
     except OSError as exc:
-        unreadable.append({"path": str(meta_dir), "kind": "conda-meta", "reason": exc.strerror or str(exc)})
+        unreadable.append({"path": str(meta_dir), "kind": "conda-meta-dir", "reason": exc.strerror or str(exc)})
         names = []
     for filename in names:
         path = os.path.join(meta_dir, filename)
         try:
-            with open(path, "rb") as fh:
-                data = json.loads(fh.read().decode("utf-8"))
-        except (OSError, UnicodeDecodeError, ValueError) as exc:
+            data = json.loads(read_bytes(path).decode("utf-8"))
+        except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
+            # RecursionError: arrays nested thousands deep (garbage, or a hostile file) must not
+            # take every PKG and CHN rule down with them.
             reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
             unreadable.append({"path": path, "kind": "conda-meta", "reason": f"not valid JSON: {reason}"
                                if not isinstance(exc, OSError) else reason})
@@ -207,6 +286,8 @@ def read_conda_meta(prefix: Path, deep: bool) -> tuple[dict[str, Any], list[dict
             "dist_names": sorted(set(owned.values())),
             "distribution": distribution,
             "distribution_from": source,
+            # Names only: what `conda remove` would take along with a package (CHN003's fix).
+            "depends": _dependency_names(data.get("depends")),
             "_dist_dirs": sorted(owned),  # dropped once gather_packages has mapped owners
         }
         record.update(check_record_files(str(prefix), data, deep))
@@ -280,8 +361,7 @@ def _import_names(folder: str, has_top_level: bool, record_text: str | None) -> 
 
 def _read_text(path: str) -> str | None:
     try:
-        with open(path, encoding="utf-8", errors="replace") as fh:
-            return fh.read()
+        return read_bytes(path).decode("utf-8", errors="replace")
     except OSError:
         return None
 
@@ -297,6 +377,13 @@ def read_distribution(folder: Path | str) -> tuple[dict[str, Any] | None, dict[s
         is_dir = True
     except NotADirectoryError:
         present, is_dir = set(), False
+        if not is_egg:  # only an egg-info may be a single file (distutils wrote those)
+            try:
+                mode = os.stat(folder).st_mode
+                kind = next((text for test, text in _FILE_KINDS if test(mode)), "a file")
+            except OSError as exc:
+                kind = exc.strerror or str(exc)
+            return None, {**bad, "reason": f"the dist-info is {kind}, not a directory"}
     except OSError as exc:
         return None, {**bad, "reason": exc.strerror or str(exc)}
     meta_name = "PKG-INFO" if is_egg else "METADATA"
@@ -304,10 +391,19 @@ def read_distribution(folder: Path | str) -> tuple[dict[str, Any] | None, dict[s
     if is_dir and meta_name not in present:
         return None, {**bad, "reason": f"{meta_name} is missing"}
     try:
-        with open(meta_file, "rb") as fh:
-            raw = fh.read()
+        raw = read_bytes(meta_file, MAX_METADATA_BYTES + 1, head=True)
+        whole = len(raw) <= MAX_METADATA_BYTES
     except OSError as exc:
-        return None, {**bad, "reason": f"{meta_name}: {exc.strerror or exc}"}
+        why = exc.strerror or str(exc)
+        label = meta_name if is_dir else "the egg-info file"
+        return None, {**bad, "reason": f"{label} {why}" if why.startswith("is ") else f"{label}: {why}"}
+    if not whole:
+        # A long description body (a README of many MiB) is no reason to hold it all: the headers decide.
+        ends = [i for i in (raw.find(b"\n\n"), raw.find(b"\r\n\r\n")) if i >= 0]
+        if not ends:
+            return None, {**bad, "reason": (f"{meta_name} headers do not end within "
+                                            f"its first {MAX_METADATA_BYTES} bytes")}
+        raw = raw[:min(ends)]
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -334,8 +430,11 @@ def read_distribution(folder: Path | str) -> tuple[dict[str, Any] | None, dict[s
                 if isinstance(loaded, dict):
                     direct_url = {"url": loaded.get("url"),
                                   "editable": bool((loaded.get("dir_info") or {}).get("editable"))}
-            except ValueError:
+            except (ValueError, RecursionError):
                 pass
+    editable_paths = None
+    if direct_url and direct_url["editable"] and "RECORD" in present:
+        editable_paths = _editable_paths(os.path.dirname(folder), _read_text(os.path.join(folder, "RECORD")) or "")
     return {
         "name": name,
         "key": normalize(name),
@@ -345,20 +444,58 @@ def read_distribution(folder: Path | str) -> tuple[dict[str, Any] | None, dict[s
         "requires": requires,
         "import_names": _import_names(folder, "top_level.txt" in present, record_text if not is_egg else None),
         **({"direct_url": direct_url} if direct_url else {}),
+        **({"editable_paths": editable_paths} if editable_paths else {}),
     }, None
 
 
-def _module_names(directory: str) -> list[str]:
-    """Importable top-level names in a non-environment directory (regular packages and modules).
+_FINDER_MAPPING = re.compile(r"^MAPPING\s*(?::[^=\n]*)?=\s*(\{.*?\})\s*$", re.M | re.S)
+
+
+def _editable_paths(site_dir: str, record_text: str) -> list[str]:
+    """Where an editable install's code really is: the folders its `.pth` files add to
+    sys.path, and the package paths a setuptools editable finder maps names to.
+
+    That code is the environment's own even though it lies outside the prefix,
+    so the same folder met earlier on sys.path (the project as working
+    directory, or on PYTHONPATH) is no shadow of it.
+    """
+    import ast
+
+    paths = set()
+    for line in record_text.splitlines():
+        rel = line.split(",", 1)[0].strip().strip('"')
+        if "/" in rel or "\x00" in rel or not rel.endswith((".pth", ".py")):
+            continue
+        text = _read_text(os.path.join(site_dir, rel)) or ""
+        if rel.endswith(".pth"):
+            for entry in text.splitlines():
+                entry = entry.strip()
+                if entry and not entry.startswith(("#", "import ", "import\t")) and "\x00" not in entry:
+                    paths.add(os.path.realpath(os.path.join(site_dir, entry)))
+        elif rel.startswith("__editable__") and rel.endswith("_finder.py"):
+            match = _FINDER_MAPPING.search(text)
+            try:
+                mapping = ast.literal_eval(match.group(1)) if match else {}
+            except (ValueError, SyntaxError):
+                mapping = {}
+            if isinstance(mapping, dict):
+                paths.update(os.path.realpath(v) for v in mapping.values() if isinstance(v, str) and "\x00" not in v)
+    return sorted(paths)
+
+
+def _module_files(directory: str) -> dict[str, str]:
+    """Importable top-level names in a non-environment directory, each with the entry that provides it.
 
     A folder without `__init__.py` is only a namespace package, which never
     wins over a regular package later on the path, so it is not counted.
+    Where several entries give one name, the one Python imports wins (a
+    package before a module).
     """
-    names = set()
+    found: dict[str, str] = {}
     try:
-        entries = list(os.scandir(directory))
+        entries = sorted(os.scandir(directory), key=lambda e: e.name)
     except OSError:
-        return []
+        return {}
     for entry in entries:
         name = entry.name
         if name.startswith(".") or name == "__pycache__":
@@ -366,14 +503,14 @@ def _module_names(directory: str) -> list[str]:
         try:
             if entry.is_dir():
                 if os.path.exists(os.path.join(entry.path, "__init__.py")):
-                    names.add(name)
+                    found[name] = name  # a regular package beats a module of the same name
             elif name.endswith(".py"):
-                names.add(name[:-3])
+                found.setdefault(name[:-3], name)
             elif name.endswith((".so", ".pyd")):
-                names.add(name.split(".", 1)[0])
+                found.setdefault(name.split(".", 1)[0], name)
         except OSError:
             continue
-    return sorted(names)
+    return dict(sorted(found.items()))
 
 
 def _inside(path: str, folder: str | None) -> bool:
@@ -392,6 +529,13 @@ def classify_path(entry: str, index: int, target: dict[str, Any]) -> str:
     if entry.endswith(".zip") or any(os.path.normpath(entry) == os.path.normpath(s) for s in stdlib) \
             or os.path.basename(entry) == "lib-dynload":
         return "stdlib"
+    # The environment's own site-packages is "env" however it got on the path: job scripts often
+    # `export PYTHONPATH=$CONDA_PREFIX/lib/python3.X/site-packages`, which must not turn the env's
+    # own packages into "copies outside the environment" and switch every env check off.
+    own_sites = {os.path.realpath(p) for p in [*(target.get("site_packages") or []), target.get("purelib")] if p}
+    real_entry = os.path.realpath(entry)
+    if real_entry in own_sites and (_inside(entry, prefix) or _inside(real_entry, real_prefix)):
+        return "env"
     if target.get("user_site") and os.path.normpath(entry) == os.path.normpath(target["user_site"]):
         return "user"
     if any(os.path.normpath(entry) == os.path.normpath(p) for p in target.get("pythonpath") or []):
@@ -418,9 +562,12 @@ def site_dirs_of(target: dict[str, Any]) -> list[dict[str, Any]]:
     dirs = []
     for index, entry in enumerate(entries):
         norm = os.path.normpath(entry)
-        if norm in seen or not os.path.isdir(norm):
+        # One folder reached twice (Fedora's venv has lib64 -> lib, and both on sys.path)
+        # is read once: counted twice, every package in it would look installed twice.
+        real = os.path.realpath(norm)
+        if real in seen or not os.path.isdir(norm):
             continue
-        seen.add(norm)
+        seen.add(real)
         location = classify_path(norm, index, target)
         dirs.append({"path": norm, "location": location, "order": len(dirs)})
     return dirs
@@ -448,10 +595,12 @@ def gather_packages(facts: Any) -> dict[str, Any]:
     target = facts["target"]
     prefix = Path(target["prefix"])
     conda, unreadable = read_conda_meta(prefix, bool(facts.config.deep))
+    # Keyed by real path: the prefix may be spelled through a symlink (--prefix /home/u/... where
+    # /home is a link) while the interpreter's sys.path spells it the other way, or the reverse.
     owners: dict[str, str] = {}
     for record in conda["records"]:
         for folder in record.pop("_dist_dirs"):
-            owners[os.path.normpath(os.path.join(str(prefix), folder))] = record["name"]
+            owners[os.path.realpath(os.path.join(str(prefix), folder))] = record["name"]
     site_dirs = site_dirs_of(target)
     distributions = []
     for site_dir in site_dirs:
@@ -463,14 +612,16 @@ def gather_packages(facts: Any) -> dict[str, Any]:
             dist["site_dir"] = site_dir["path"]
             dist["location"] = site_dir["location"]
             dist["order"] = site_dir["order"]
-            owner = owners.get(os.path.normpath(dist["path"]))
+            owner = owners.get(os.path.realpath(dist["path"]))
             if owner:
                 dist["conda_record"] = owner
             distributions.append(dist)
         if site_dir["location"] in ("user", "pythonpath", "cwd", "other"):
-            site_dir["modules"] = _module_names(site_dir["path"])
+            files = _module_files(site_dir["path"])
+            site_dir["modules"] = sorted(files)
+            site_dir["module_files"] = files
     for problem in unreadable:
-        owner = owners.get(os.path.normpath(problem["path"]))
+        owner = owners.get(os.path.realpath(problem["path"]))
         if owner:
             problem["conda_record"] = owner
     return {

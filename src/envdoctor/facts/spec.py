@@ -73,8 +73,12 @@ def _flow_list(text: str) -> list[str]:
     return [_unquote(item) for item in inner.split(",") if item.strip()]
 
 
-def parse_environment_yml(text: str) -> dict[str, Any]:
-    """name, channels, conda and pip dependencies of an environment.yml (block or flow lists)."""
+def parse_environment_yml(text: str, path: Path | None = None) -> dict[str, Any]:
+    """name, channels, conda and pip dependencies of an environment.yml (block or flow lists).
+
+    A `-r requirements.txt` in the pip section is followed (relative to the
+    file's folder, as `conda env create` passes it to pip) when `path` is known.
+    """
     result: dict[str, Any] = {"name": None, "channels": [], "conda": [], "pip": [], "skipped": []}
     section = None
     in_pip = False
@@ -103,7 +107,10 @@ def parse_environment_yml(text: str) -> dict[str, Any]:
             continue
         item = _unquote(stripped[1:].strip())
         if in_pip and indent > pip_indent:
-            _add_pip(result, item, number)
+            if path is not None and _is_include(item):
+                _include(result, item, number, path.parent, 0)
+            else:
+                _add_pip(result, item, number)
             continue
         in_pip = False
         if section == "channels":
@@ -142,34 +149,53 @@ def _add_conda(result: dict[str, Any], item: str, number: int) -> None:
         result["conda"].append({**parsed, "line": number})
 
 
+#: Options pip allows after a requirement on its line; they do not change what is pinned.
+_PER_REQUIREMENT_OPTION = re.compile(r"(?<=\s)--(?:hash|config-settings|global-option|install-option)(?:=|\s+)\S+")
+
+
 def parse_requirements(path: Path, depth: int = 0) -> dict[str, Any]:
     result: dict[str, Any] = {"name": None, "channels": [], "conda": [], "pip": [], "skipped": []}
     text = _read(path)
     pending = ""
+    start = 0
     for number, raw in enumerate(text.splitlines(), 1):
+        if not pending:
+            start = number  # a requirement continued over lines is reported at its first line
         line = _strip_comment(pending + raw).strip()
         pending = ""
         if line.endswith("\\"):
             pending = line[:-1] + " "
             continue
+        # pip-compile --generate-hashes writes `pkg==1.0 --hash=sha256:…`: the pin is still a pin.
+        line = _PER_REQUIREMENT_OPTION.sub("", line).strip()
+        number = start
         if not line:
             continue
-        if line.startswith(("-r ", "--requirement")):
-            target = line.split(None, 1)[1] if " " in line else line.partition("=")[2]
-            include = (path.parent / target.strip()).resolve()
-            if depth >= MAX_INCLUDE_DEPTH:
-                result["skipped"].append({"line": number, "text": line, "reason": "includes nested too deep"})
-                continue
-            try:
-                nested = parse_requirements(include, depth + 1)
-            except SpecError as exc:
-                result["skipped"].append({"line": number, "text": line, "reason": str(exc)})
-                continue
-            result["pip"] += nested["pip"]
-            result["skipped"] += nested["skipped"]
+        if _is_include(line):
+            _include(result, line, number, path.parent, depth)
             continue
         _add_pip(result, line, number, file=str(path))
     return result
+
+
+def _is_include(line: str) -> bool:
+    return line.startswith(("-r ", "-r\t", "--requirement"))
+
+
+def _include(result: dict[str, Any], line: str, number: int, folder: Path, depth: int) -> None:
+    """A `-r FILE` line: FILE's requirements (relative to `folder`) join `result`."""
+    target = line.split(None, 1)[1] if " " in line or "\t" in line else line.partition("=")[2]
+    include = (folder / target.strip()).resolve()
+    if depth >= MAX_INCLUDE_DEPTH:
+        result["skipped"].append({"line": number, "text": line, "reason": "includes nested too deep"})
+        return
+    try:
+        nested = parse_requirements(include, depth + 1)
+    except SpecError as exc:
+        result["skipped"].append({"line": number, "text": line, "reason": str(exc)})
+        return
+    result["pip"] += nested["pip"]
+    result["skipped"] += nested["skipped"]
 
 
 def _read(path: Path) -> str:
@@ -197,7 +223,7 @@ def gather_spec(facts: Any) -> dict[str, Any] | None:
     path = Path(against).expanduser()
     text = _read(path)
     if is_environment_file(path, text):
-        parsed = parse_environment_yml(text)
+        parsed = parse_environment_yml(text, path)
         fmt = "environment.yml"
     else:
         parsed = parse_requirements(path)

@@ -174,6 +174,24 @@ def resolve_prefix(prefix: str | None, env_name: str | None) -> Path:
     return Path(sys.prefix)
 
 
+def _import_path_of_a_run_from_here() -> list[str]:
+    """sys.path as a training run started in this directory would have it.
+
+    Run as the `envdoctor` console script, sys.path[0] is that script's bin
+    folder; `python train.py` or `python -m` from the same place would have
+    the working directory there instead, and that is where a folder named
+    like an installed package hides it (PKG006). Under `python -m envdoctor`
+    and preflight() sys.path[0] is already the caller's.
+    """
+    entries = [os.path.abspath(p) if p else os.getcwd() for p in sys.path]
+    script = sys.argv[0] if sys.argv else ""
+    # Python resolves a symlinked script before taking its folder (/usr/local/bin/envdoctor -> venv/bin).
+    script_dirs = {os.path.abspath(os.path.dirname(script)), os.path.dirname(os.path.realpath(script))}
+    if entries and Path(script).name == "envdoctor" and entries[0] in script_dirs:
+        entries[0] = os.getcwd()
+    return entries
+
+
 def _current_self_report() -> dict[str, Any]:
     try:
         site_packages = site.getsitepackages()
@@ -187,7 +205,7 @@ def _current_self_report() -> dict[str, Any]:
         "executable": sys.executable,
         "sys_prefix": sys.prefix,
         "base_prefix": sys.base_prefix,
-        "sys_path": [os.path.abspath(p) if p else os.getcwd() for p in sys.path],
+        "sys_path": _import_path_of_a_run_from_here(),
         "site_packages": site_packages,
         "purelib": sysconfig.get_paths().get("purelib"),
         "user_site": site.getusersitepackages(),

@@ -72,9 +72,12 @@ def _site_dirs(target: dict[str, Any]) -> list[Path]:
 
 
 def _metadata(dist_info: Path) -> dict[str, Any]:
+    from envdoctor.facts.packages import read_bytes
+
     text = ""
     try:
-        text = (dist_info / "METADATA").read_text(encoding="utf-8", errors="replace")
+        # Never a plain open(): a FIFO named METADATA would block the whole run.
+        text = read_bytes(str(dist_info / "METADATA")).decode("utf-8", errors="replace")
     except OSError:
         pass
     fields: dict[str, Any] = {"requires": []}
@@ -85,7 +88,7 @@ def _metadata(dist_info: Path) -> dict[str, Any]:
         elif key == "Requires-Dist":
             fields["requires"].append(value.strip())
     try:
-        fields["installer"] = (dist_info / "INSTALLER").read_text().strip() or None
+        fields["installer"] = read_bytes(str(dist_info / "INSTALLER")).decode("utf-8", errors="replace").strip() or None
     except OSError:
         fields["installer"] = None
     return fields

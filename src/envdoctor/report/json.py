@@ -6,6 +6,7 @@ ships in the wheel and the tests validate every report against it.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -24,8 +25,22 @@ def _default(value: Any) -> Any:
     return str(value)
 
 
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def escape_surrogates(text: str) -> str:
+    """JSON text with lone surrogates written as `\\udcXX` escapes.
+
+    A file name that is not UTF-8 reaches Python as lone surrogates
+    (surrogateescape), which no UTF-8 writer accepts. They can only stand
+    inside JSON strings, so escaping them keeps the JSON valid and the path
+    exact: `json.loads` gives the same str back, and `os.fsencode` the bytes.
+    """
+    return _LONE_SURROGATE.sub(lambda m: "\\u%04x" % ord(m.group()), text)
+
+
 def render(report: Report) -> str:
-    return json.dumps(report.to_dict(), indent=2, default=_default, ensure_ascii=False) + "\n"
+    return escape_surrogates(json.dumps(report.to_dict(), indent=2, default=_default, ensure_ascii=False)) + "\n"
 
 
 def load_schema() -> dict[str, Any]:

@@ -160,4 +160,6 @@ def to_sarif(report: Report, root: Path | None = None) -> dict[str, Any]:
 
 def render(report: Report) -> str:
     """The report as a SARIF 2.1.0 document (JSON text)."""
-    return json.dumps(to_sarif(report), indent=2, default=str, ensure_ascii=False) + "\n"
+    from envdoctor.report.json import escape_surrogates
+
+    return escape_surrogates(json.dumps(to_sarif(report), indent=2, default=str, ensure_ascii=False)) + "\n"

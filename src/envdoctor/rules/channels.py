@@ -14,7 +14,7 @@ from urllib.parse import urlparse
 from envdoctor.catalog import load_data
 from envdoctor.facts import Facts
 from envdoctor.rules import Hit
-from envdoctor.rules.install_commands import conda
+from envdoctor.rules.install_commands import conda, pip
 
 #: Platform subdirs that end a channel URL and are not part of the channel's name.
 SUBDIRS = {"noarch", "linux-64", "linux-aarch64", "linux-ppc64le", "linux-s390x", "linux-32",
@@ -43,6 +43,9 @@ def channel_name(record: dict[str, Any]) -> str | None:
     parts = [p for p in parsed.path.split("/") if p]
     if parts and parts[-1] in SUBDIRS:
         parts = parts[:-1]
+    # A label is part of the channel: conda-forge/label/rc, not "rc".
+    if len(parts) >= 3 and parts[-2] == "label":
+        return "/".join(parts[-3:])
     if not parts:
         return parsed.netloc
     if parts[0] == "pkgs" and len(parts) >= 2:
@@ -53,6 +56,7 @@ def channel_name(record: dict[str, Any]) -> str | None:
 def channel_family(name: str | None) -> str | None:
     if not name:
         return None
+    name = name.split("/label/")[0]  # conda-forge/label/rc builds are conda-forge's
     for family, members in load_data("channels")["families"].items():
         if name in members:
             return family
@@ -122,6 +126,9 @@ def find_retired_pytorch_channel(facts: Facts) -> Iterator[Hit]:
                if channel in retired else
                f"the `{channel}` (defaults) builds of pytorch lag far behind and mix badly with conda-forge")
         installable = [n for n in names if n not in ("pytorch-mutex", "pytorch-cuda")]
+        # conda remove takes what depends on pytorch along (lightning, torchmetrics from conda …): reinstall them.
+        takes = sorted(r["name"] for r in records if r["name"] not in names
+                       and set(names) & set(r.get("depends") or ()))
         yield Hit(
             message=f"{record['name']} {record['version']} is installed from the {channel} channel: {why}",
             evidence={"package": record["name"], "version": record["version"], "channel": channel,
@@ -129,8 +136,8 @@ def find_retired_pytorch_channel(facts: Facts) -> Iterator[Hit]:
                       "companions": [{"package": r["name"], "version": r["version"]} for r in companions],
                       "last_release": data["last_release"] if channel in retired else None},
             fix=(conda(packages, "remove", *names) + " && "
-                 + conda(packages, "install", "--override-channels", "-c", "conda-forge", *installable)
-                 + f"   # or pip: {packages.get('interpreter') or 'python'} -m pip install torch"),
+                 + conda(packages, "install", "--override-channels", "-c", "conda-forge", *installable, *takes)
+                 + f"   # or pip: {pip(packages, 'install', 'torch')}"),
         )
 
 
@@ -144,10 +151,15 @@ def _matches(record: dict[str, Any], pattern: str) -> bool:
     return record["build"].endswith(suffix) or record["build"].split("_")[0].endswith(suffix)
 
 
+#: Packages that only select a BLAS (their build says which): switched by installing the selector.
+BLAS_SELECTORS = ("libblas", "blas", "libcblas", "liblapack", "liblapacke")
+
+
 def find_mixed_blas(facts: Facts) -> Iterator[Hit]:
     implementations = load_data("channels")["blas"]
     names = {p.partition("=")[0] for patterns in implementations.values() for p in patterns}
-    records = [r for r in conda_records(facts) if r["name"] in names]
+    every = conda_records(facts)
+    records = [r for r in every if r["name"] in names]
     found: dict[str, list[dict[str, Any]]] = {}
     for impl, patterns in implementations.items():
         hits = [r for r in records if any(_matches(r, p) for p in patterns)]
@@ -160,20 +172,36 @@ def find_mixed_blas(facts: Facts) -> Iterator[Hit]:
     selected = None
     if libblas is not None:
         selected = next((impl for impl, hits in found.items() if libblas in hits), None)
+    # `conda remove X` also removes every package that depends on X: an implementation
+    # another package (scipy, pytorch …) links directly is the one to keep, not to remove.
+    own = {impl: {r["name"] for r in hits} - set(BLAS_SELECTORS) for impl, hits in found.items()}
+    blas_names = set().union(*own.values()) | set(BLAS_SELECTORS)
+    needed_by = {impl: sorted({r["name"] for r in every if r["name"] not in blas_names
+                               and own[impl] & set(r.get("depends") or ())}) for impl in found}
     keep = selected or ("mkl" if "mkl" in found else sorted(found)[0])
-    others = sorted({r["name"] for impl, hits in found.items() if impl != keep for r in hits
-                     if r["name"] not in ("libblas", "blas", "libcblas", "liblapack")})
+    needed = [impl for impl in found if needed_by[impl]]
+    if len(needed) == 1 and not needed_by[keep]:
+        keep = needed[0]
+    others = sorted({name for impl in found if impl != keep for name in own[impl]})
+    held = {name: sorted({r["name"] for r in every if r["name"] not in blas_names and name in (r.get("depends") or ())})
+            for name in others}
+    removable = [name for name in others if not held[name]]
     packages = facts["packages"]
+    selector = libblas["name"] if libblas else "libblas"
+    fix = conda(packages, "install", f"{selector}=*=*{keep}")
+    if removable:
+        fix += " && " + conda(packages, "remove", *removable)
+    stays = "; ".join(f"{name} stays: {', '.join(held[name])} depend on it" for name in others if held[name])
+    fix += f"   # one BLAS ({keep}) for every package" + (f" ({stays}; rebuild those against {keep})" if stays else "")
     yield Hit(
         message=(f"{len(found)} BLAS implementations are installed ({', '.join(sorted(found))}): "
                  "numpy, scipy and torch may each load a different one, with two OpenMP runtimes "
                  "fighting over the threads"),
         evidence={"implementations": {impl: [_label(r) for r in hits] for impl, hits in sorted(found.items())},
                   "libblas": f"{libblas['name']} {libblas['version']} {libblas['build']}" if libblas else None,
-                  "libblas_selects": selected, "keep": keep},
-        fix=(conda(packages, "install", f"libblas=*=*{keep}")
-             + (" && " + conda(packages, "remove", *others) if others else "")
-             + f"   # one BLAS ({keep}) for every package"),
+                  "libblas_selects": selected, "keep": keep,
+                  "needed_by": {impl: deps for impl, deps in sorted(needed_by.items()) if deps}},
+        fix=fix,
     )
 
 

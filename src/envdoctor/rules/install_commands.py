@@ -8,13 +8,34 @@ the source of truth.
 """
 from __future__ import annotations
 
+import os
 import shlex
 from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 
-def _q(text: str) -> str:
-    return shlex.quote(text)
+def shell_quote(text: str) -> str:
+    """`text` as one shell word, also when it holds a file name that is not UTF-8.
+
+    Such a name arrives with lone surrogates (surrogateescape); plain quoting
+    would print characters no terminal can paste back. Those words are
+    written in bash's `$'...'` form with the exact bytes as `\\xNN`.
+    """
+    if not any("\ud800" <= ch <= "\udfff" for ch in text):
+        return shlex.quote(text)
+    out = []
+    for byte in os.fsencode(text):
+        char = chr(byte)
+        if char in "\\'":
+            out.append("\\" + char)
+        elif 0x20 <= byte < 0x7F:
+            out.append(char)
+        else:
+            out.append("\\x%02x" % byte)
+    return "$'" + "".join(out) + "'"
+
+
+_q = shell_quote
 
 
 def pixi_manifest(prefix: str) -> tuple[str, str] | None:
@@ -27,7 +48,9 @@ def pixi_manifest(prefix: str) -> tuple[str, str] | None:
 
 def pip(env: Mapping[str, Any], *args: str) -> str:
     """`<target python> -m pip ARGS`: pip of the inspected interpreter, never another one."""
-    python = env.get("interpreter") or "python"
+    # Without an interpreter in the prefix, a bare `python` would be whichever one PATH finds, and
+    # pip would change that environment: name the prefix's own (absent) one, which fails instead.
+    python = env.get("interpreter") or (os.path.join(env["prefix"], "bin", "python") if env.get("prefix") else "python")
     return " ".join([_q(python), "-m", "pip", *(_q(a) for a in args)])
 
 

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import fnmatch
 import os
+import re
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, Iterator
@@ -25,7 +26,7 @@ from envdoctor.facts import Facts
 from envdoctor.facts.packages import conda_distribution, dist_name_from_dir, normalize
 from envdoctor.rules import Hit
 from envdoctor.rules.channels import channel_name
-from envdoctor.rules.install_commands import conda, conda_reinstall, pip
+from envdoctor.rules.install_commands import conda, conda_reinstall, pip, shell_quote
 
 #: Where an environment's own distributions live (PKG002 looks only here).
 OWN_LOCATIONS = ("env",)
@@ -190,9 +191,7 @@ def _labels(dists: list[dict[str, Any]]) -> list[str]:
 
 
 def _shell_path(path: str) -> str:
-    import shlex
-
-    return shlex.quote(path)
+    return shell_quote(path)
 
 
 # ---------------------------------------------------------------- PKG003
@@ -256,14 +255,16 @@ def find_broken_requirements(facts: Facts) -> Iterator[Hit]:
             else:
                 problem = "missing"
                 message = f"{dist['name']} {dist['version']} requires {req.name}{req.specifier}, which is not installed"
-            spec = f"{req.name}{req.specifier}"
-            conda_name = conda_names.get(dep_key)
+            # pip must get what was asked for: a direct URL is not the index's package of that name.
+            wanted = (f"{req.name}{'[' + ','.join(sorted(req.extras)) + ']' if req.extras else ''}"
+                      + (f" @ {req.url}" if req.url else str(req.specifier)))
+            conda_name = conda_names.get(dep_key) or _conda_name_for(dep_key)
             owned_by_conda = (installed is not None and installed.get("conda_record")) or \
                 (installed is None and dist.get("conda_record"))
             if owned_by_conda and packages.get("conda", {}).get("present"):
                 fix = conda(packages, "install", f"{conda_name or req.name}{_conda_specifier(req.specifier)}")
             else:
-                fix = pip(packages, "install", spec)
+                fix = pip(packages, "install", wanted)
             yield Hit(
                 message=message,
                 evidence={"package": dist["name"], "version": dist["version"], "requirement": str(req),
@@ -271,6 +272,14 @@ def find_broken_requirements(facts: Facts) -> Iterator[Hit]:
                           "problem": problem},
                 fix=fix,
             )
+
+
+def _conda_name_for(dist_key: str) -> str | None:
+    """The conda package that provides a distribution not installed yet (torch -> pytorch), from the table."""
+    for conda_name, dist_name in load_data("conda_names")["conda_to_dist"].items():
+        if dist_name and normalize(dist_name) == dist_key:
+            return conda_name
+    return None
 
 
 def _conda_specifier(specifier: Any) -> str:
@@ -308,13 +317,44 @@ def _clash_members(clash: dict[str, Any], visible: dict[str, dict[str, Any]]) ->
     return members
 
 
+def _required_by_another(members: list[dict[str, Any]], markers: dict[str, str] | None) -> set[str]:
+    """Members another member depends on (for the target): a wrapper and its build, not two builds.
+
+    On Windows `tensorflow` 2.11-2.15 is a thin wheel that requires `tensorflow-intel`,
+    which holds the code: both installed is the normal state, and removing one breaks it.
+    """
+    from packaging.requirements import InvalidRequirement, Requirement
+
+    keys = {d["key"] for d in members}
+    required = set()
+    for dist in members:
+        for text in dist.get("requires") or []:
+            try:
+                req = Requirement(text)
+            except InvalidRequirement:
+                continue
+            dep = normalize(req.name)
+            if dep not in keys or dep == dist["key"]:
+                continue
+            if req.marker is not None:
+                try:
+                    if not markers or not req.marker.evaluate({**markers, "extra": ""}):
+                        continue
+                except Exception:
+                    continue
+            required.add(dep)
+    return required
+
+
 def distribution_clashes(packages: dict[str, Any]) -> Iterator[tuple[dict[str, Any], list[dict[str, Any]]]]:
     """Each known clash (rules/conflicts.toml) with two or more of its members installed."""
     visible = visible_distributions(packages)
     for clash in load_data("conflicts").get("clash", []):
         members = _clash_members(clash, visible)
         if len(members) >= 2:
-            yield clash, members
+            wrapped = _required_by_another(members, packages.get("markers"))
+            if len([d for d in members if d["key"] not in wrapped]) >= 2:
+                yield clash, members
 
 
 def _remove(packages: dict[str, Any], dists: list[dict[str, Any]]) -> str:
@@ -368,7 +408,10 @@ def find_conflicting_distributions(facts: Facts) -> Iterator[Hit]:
                 continue
             torch = visible_distributions(packages).get("torch")
             if entry["id"] == "cuda" and torch is not None and not torch.get("conda_record"):
-                fix = conda(packages, "remove", conda_name) + "   # torch comes from pip and uses the nvidia wheels"
+                # `conda remove` takes the packages that depend on it along: say which, before they go.
+                takes = sorted(r["name"] for r in records.values() if conda_name in (r.get("depends") or ()))
+                fix = conda(packages, "remove", conda_name) + "   # torch comes from pip and uses the nvidia wheels" \
+                    + (f"; conda also removes what depends on {conda_name}: {', '.join(takes)}" if takes else "")
             else:
                 fix = f"{pip(packages, 'uninstall', '-y', *(d['name'] for d in wheels))} && {conda_reinstall(packages, [record])}"
             yield Hit(
@@ -431,14 +474,15 @@ def find_shadowed_packages(facts: Facts) -> Iterator[Hit]:
         if dist["location"] not in OWN_LOCATIONS:
             continue
         for name in dist.get("import_names") or []:
-            shadow = next((d for d in outside if d["order"] < dist["order"] and name in d["modules"]), None)
+            shadow = next((d for d in outside if d["order"] < dist["order"] and name in d["modules"]
+                           and not _is_editable_source(dist, d["path"], name)), None)
             if shadow is None or (dist["key"], shadow["path"]) in reported:
                 continue
             reported.add((dist["key"], shadow["path"]))
             copy = dists_in.get((shadow["path"], dist["key"]))
             where = {"user": "the user site", "pythonpath": "a PYTHONPATH entry",
                      "cwd": "the working directory", "other": "a directory earlier on sys.path"}[shadow["location"]]
-            shadow_path = os.path.join(shadow["path"], name)
+            shadow_path = os.path.join(shadow["path"], (shadow.get("module_files") or {}).get(name, name))
             if shadow["location"] == "user" and copy is not None:
                 fix = (f"{pip(packages, 'uninstall', '-y', copy['name'])}   # removes the user-site copy first; "
                        f"or export PYTHONNOUSERSITE=1 to ignore {shadow['path']}")
@@ -459,6 +503,21 @@ def find_shadowed_packages(facts: Facts) -> Iterator[Hit]:
                           "shadow_version": copy["version"] if copy else None, "env_path": dist["path"]},
                 fix=fix,
             )
+
+
+def _is_editable_source(dist: dict[str, Any], directory: str, name: str) -> bool:
+    """Is `directory`/`name` the very code an editable install of `dist` points at?
+
+    `pip install -e .` in a project, then training started from that project
+    (or with its src/ on PYTHONPATH), finds the same files twice on sys.path:
+    that is one copy, not a shadow.
+    """
+    paths = dist.get("editable_paths")
+    if not paths:
+        return False
+    real = os.path.realpath(directory)
+    return real in paths or any(os.path.realpath(os.path.join(directory, n)) in paths
+                                for n in (name, name + ".py"))
 
 
 # ---------------------------------------------------------------- PKG007
@@ -570,7 +629,9 @@ def compare_spec(spec: dict[str, Any], packages: dict[str, Any]) -> Iterator[dic
             except Exception:
                 continue
         dist = visible.get(normalize(req.name))
-        evidence = {**base, "package": req.name, "wanted": entry["spec"],
+        # A requirement pulled in by `-r other.txt` is reported where it is written.
+        source = os.path.basename(entry.get("file") or spec["path"])
+        evidence = {**base, "file": entry.get("file") or spec["path"], "package": req.name, "wanted": entry["spec"],
                     "installed_version": dist["version"] if dist else None, "source": "pip",
                     "line": entry.get("line")}
         fix = pip(packages, "install", str(req).split(";")[0].strip())
@@ -599,6 +660,8 @@ def find_spec_drift(facts: Facts) -> Iterator[Hit]:
 
 # ---------------------------------------------------------------- PKG009
 
+_PROJECT_NAME = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?$")
+
 
 def find_unreadable_metadata(facts: Facts) -> Iterator[Hit]:
     packages = facts["packages"]
@@ -618,15 +681,24 @@ def find_unreadable_metadata(facts: Facts) -> Iterator[Hit]:
             owner = problem.get("conda_record")
             if owner:
                 fix = conda(packages, "install", "--force-reinstall", f"{owner}={version}" if version else owner)
+            elif not _PROJECT_NAME.match(name):  # not a name pip could install (a file name that is not UTF-8)
+                fix = f"rm -rf {_shell_path(path)}   # then reinstall the package it belonged to"
             else:
                 fix = (f"rm -rf {_shell_path(path)} && "
                        + pip(packages, "install", "--force-reinstall", "--no-deps",
                              f"{name}=={version}" if version else name))
+        elif problem["kind"] == "conda-meta-dir":
+            package = None
+            fix = (f"ls -ld {_shell_path(path)}   # conda-meta must be a folder of package records: "
+                   f"restore it, or recreate the environment at {packages.get('prefix')}")
         else:
             package = None
             fix = f"check the permissions of {path}"
         yield Hit(
-            message=f"cannot read {problem['kind']} metadata {path}: {problem['reason']} (the rest was still checked)",
+            message=(f"cannot read the conda-meta folder {path}: {problem['reason']} (nothing conda recorded "
+                     "could be checked; the rest was)" if problem["kind"] == "conda-meta-dir" else
+                     f"cannot read {problem['kind']} metadata {path}: {problem['reason']} "
+                     "(the rest was still checked)"),
             evidence={"path": path, "kind": problem["kind"], "reason": problem["reason"], "package": package,
                       "conda_record": problem.get("conda_record")},
             fix=fix,

@@ -492,8 +492,11 @@ def find_shadowed_packages(facts: Facts) -> Iterator[Hit]:
             elif shadow["location"] == "cwd":
                 fix = f"start training from another directory, or rename {shadow_path} (it hides the installed {name})"
             else:
-                fix = f"rm -rf {_shell_path(shadow_path)}" + (f" {_shell_path(copy['path'])}" if copy else "") \
-                    + ("   # or export PYTHONNOUSERSITE=1" if shadow["location"] == "user" else "")
+                # Moved aside, not deleted: the stray copy may be someone's source, and a move undoes.
+                moves = [shadow_path] + ([copy["path"]] if copy else [])
+                fix = " && ".join(f"mv {_shell_path(p)} {_shell_path(p + '.disabled')}" for p in moves) \
+                    + f"   # it hides the installed {name}; delete it once training works" \
+                    + ("; or export PYTHONNOUSERSITE=1" if shadow["location"] == "user" else "")
             shown = f" {copy['version']}" if copy else ""
             yield Hit(
                 message=(f"`import {name}` loads the copy{shown} in {where} ({shadow['path']}), not the "

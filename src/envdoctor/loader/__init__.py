@@ -34,6 +34,8 @@ def gather_loader(facts: Any) -> dict[str, Any] | None:
     available = (system.get("memory") or {}).get("effective_available")
     source, objects, description = choose_source(config)
     section = empty_section(description)
+    # The rules tell the user's own data from the built-in synthetic dataset by this.
+    section["source"] = {"kind": source["kind"]}
     section["budget_s"] = config.budget
     section["step_time_s"] = config.step_time
     plan: dict[str, Any] = {
@@ -270,5 +272,6 @@ def exhaustive_sweep(source: dict[str, Any], workers: list[int], point_s: float 
             "workers": list(workers), "point_s": point_s, "torch_probe": False, "check_cuda": False}
     outcome = run_stage(plan, interpreter=interpreter or sys.executable, budget_s=budget, cwd=cwd or os.getcwd())
     section = empty_section(source.get("spec") or source["kind"])
+    section["source"] = {"kind": source["kind"]}
     assemble(section, outcome)
     return section

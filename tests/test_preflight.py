@@ -146,3 +146,30 @@ def test_without_fork_an_unpicklable_loader_is_spw003(monkeypatch: pytest.Monkey
     (hit,) = caught.value.report.by_rule("SPW003")
     assert [p["object"] for p in hit.evidence["problems"]] == ["collate_fn"]
     assert caught.value.report.loader["skipped"][0]["what"] == "smoke test"
+
+
+@pytest.mark.slow
+def test_spawn_workers_starting_slowly_are_not_a_hang() -> None:
+    """`python train.py` under set_start_method("spawn"): each worker imports torch before its first
+    batch, seconds on a busy machine. That is start-up (DL004's business), never a DL006 hang that
+    stops the training run."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parent / "loaderfixtures" / "spawn_train.py"
+    proc = subprocess.run([sys.executable, "-B", str(script), "12"], capture_output=True, text=True,
+                          timeout=120, env={**os.environ, "NO_COLOR": "1"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    outcome = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert outcome["start_method"] == "spawn"
+    assert outcome["failure"] is None, outcome
+    assert "raised" not in outcome and [f for f in outcome["findings"] if f["rule"] == "DL006"] == [], outcome
+    assert outcome["runs"][0]["num_workers"] == 0
+    # The user's 4 workers were either measured or honestly skipped for start-up, not called stuck.
+    measured = [r for r in outcome["runs"] if r["num_workers"] > 0]
+    slow = [s for s in outcome["skipped"] if "had not delivered a first batch" in s["reason"]]
+    assert measured or slow, outcome
+    assert outcome["seconds"] < 12 + 8

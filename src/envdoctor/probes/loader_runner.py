@@ -712,7 +712,12 @@ class SmokeTest:
                                                       f"about {need:.1f} s needed)"})
                 done.add(nw)
                 continue
-            run = self.measure(nw, slice_s, startup, batch_est)
+            try:
+                run = self.measure(nw, slice_s, startup, batch_est)
+            except SlowStart as slow:
+                self.events.result("skip", {"what": f"num_workers={nw}", "reason": str(slow)})
+                done.add(nw)
+                continue
             done.add(nw)
             self.runs.append(run)
             self.events.result("run", run)
@@ -774,11 +779,15 @@ class SmokeTest:
         is timed on its own (the persistent_workers comparison).
         """
         torch = self.torch
-        timeout = min(max(3.0, 10 * batch_est + 2 * startup), max(1.0, self.left() - 0.5))
+        # A batch that does not come within `timeout` once the workers deliver is a hang. The first
+        # batch of an epoch may take the rest of the budget: starting workers (under spawn each one
+        # imports torch and unpickles the dataset) is slow, not stuck, and estimates of it are rough.
+        timeout = round(min(max(3.0, 10 * batch_est + 2 * startup), max(1.0, self.left() - 0.5)), 2)
+        first_timeout = round(max(timeout, self.left() - 0.5), 2)
         if epochs_wanted:
-            limit = epochs_wanted * (startup + epoch_est) + timeout + 2.0
+            limit = epochs_wanted * (startup + epoch_est) + first_timeout + 2.0
         else:
-            limit = startup + slice_s + timeout + 2.0
+            limit = slice_s + timeout + first_timeout + 2.0
             persistent = nw > 0
         self.guarded(limit, f"the run with num_workers={nw}", "run", num_workers=nw, slice_s=round(slice_s, 3),
                      label=label)
@@ -787,7 +796,7 @@ class SmokeTest:
             self.tracked.reset()
         data = dataset if dataset is not None else (self.tracked if self.tracked is not None else self.dataset)
         try:
-            loader = self._loader(nw, data, timeout, persistent=persistent, pin=pin, kwargs=kwargs)
+            loader = self._loader(nw, data, first_timeout, persistent=persistent, pin=pin, kwargs=kwargs)
         except (TypeError, ValueError) as exc:
             self.watchdog.disarm()
             raise FactoryProblem(f"DataLoader rejects the settings it was given: {type(exc).__name__}: "
@@ -798,13 +807,16 @@ class SmokeTest:
         window = None
         iterator = None
         warmup = max(1, nw) - 1
-        start = time.perf_counter()
-        hard_end = start + startup + slice_s + timeout if not epochs_wanted else math.inf
+        start = self._run_started = time.perf_counter()
+        hard_end = math.inf  # set when the first batch arrives: the steady slice, then the hang limit
+        epoch_started = False
         try:
             done = False
             while not done:
                 epoch_marks.append((time.perf_counter(), len(stamps)))
                 iterator = iter(loader)
+                _set_timeout(iterator, first_timeout)
+                epoch_started = False
                 finished_epoch = False
                 while True:
                     try:
@@ -814,9 +826,14 @@ class SmokeTest:
                         break
                     now = time.perf_counter()
                     stamps.append((now, samples_in(batch, torch, self.batch_size) if self.auto_collation else 1))
+                    if not epoch_started:
+                        epoch_started = True
+                        _set_timeout(iterator, timeout)
                     if first_batch is None:
                         first_batch = now - start
                         window = CpuWindow(_worker_pids(iterator))
+                        if not epochs_wanted:
+                            hard_end = now + slice_s + timeout
                     # Three rounds of every worker's batch past the warm-up, and the slice's time.
                     if not epochs_wanted and len(stamps) > warmup + max(4, 3 * nw) \
                             and now - stamps[warmup][0] >= slice_s:
@@ -837,7 +854,10 @@ class SmokeTest:
         except DatasetFailure:
             raise
         except Exception as exc:
-            raise self._worker_failure(exc, nw, iterator) from None
+            failure = self._worker_failure(exc, nw, iterator, delivered=epoch_started)
+            if isinstance(failure, SlowStart):
+                _abandon_workers(iterator)
+            raise failure from None
         finally:
             self.watchdog.disarm()
         _shutdown(iterator)
@@ -859,7 +879,7 @@ class SmokeTest:
                                           for e, m in zip(epochs, epoch_marks)]
         return run
 
-    def _worker_failure(self, exc: BaseException, nw: int, iterator) -> DatasetFailure:
+    def _worker_failure(self, exc: BaseException, nw: int, iterator, delivered: bool = True) -> Exception:
         text = str(exc)
         failed = self.tracked.failures() if self.tracked is not None else {}
         busy = self.tracked.in_progress() if self.tracked is not None else {}
@@ -882,6 +902,10 @@ class SmokeTest:
                                   signal_name="SIGBUS" if "Bus error" in text else None)
         if isinstance(exc, RuntimeError) and "timed out after" in text:
             index = next(iter(busy.values()), None)
+            if not delivered and not busy and not failed:
+                # No worker had begun a __getitem__ when the budget ran out: the workers were still
+                # starting (importing, unpickling the dataset), which is no failure of the dataset.
+                return SlowStart(nw, time.perf_counter() - self._run_started)
             return DatasetFailure("hung", f"no batch arrived within the DataLoader timeout ({_first_line(exc)})"
                                   + (f"; index {index} was still being fetched" if index is not None else ""),
                                   index=index, num_workers=nw)
@@ -957,9 +981,13 @@ class SmokeTest:
             kwargs["batch_size"] = self.batch_size
         results = {}
         for persistent in (False, True):
-            run = self.measure(nw, 0.0, startup, self.per_sample_s * self.batch_size, epochs_wanted=2,
-                               epoch_est=epoch_est, persistent=persistent, dataset=subset, kwargs=kwargs,
-                               label=f"persistent_workers={persistent}")
+            try:
+                run = self.measure(nw, 0.0, startup, self.per_sample_s * self.batch_size, epochs_wanted=2,
+                                   epoch_est=epoch_est, persistent=persistent, dataset=subset, kwargs=kwargs,
+                                   label=f"persistent_workers={persistent}")
+            except SlowStart as slow:
+                self.events.result("skip", {"what": "persistent_workers", "reason": str(slow)})
+                return
             results[persistent] = run
         off, on = results[False], results[True]
         second_off = (off.get("epoch_first_batch_s") or [None, None])[-1]
@@ -999,9 +1027,22 @@ class SmokeTest:
             # The same loader ran unpinned: what failed here is pinning (the CUDA side), not the dataset.
             self.events.result("skip", {"what": "pin_memory", "reason": f"pinning failed: {failure}"})
             return
+        except SlowStart as slow:
+            self.events.result("skip", {"what": "pin_memory", "reason": str(slow)})
+            return
         self.events.result("pin", {"num_workers": nw, "unpinned_samples_per_s": best_run["samples_per_s"],
                                    "pinned_samples_per_s": run.get("samples_per_s"),
                                    "pinned_first_batch_s": run.get("first_batch_s")})
+
+
+class SlowStart(Exception):
+    """Workers that delivered no batch, and had not begun a `__getitem__`, before the budget ran out."""
+
+    def __init__(self, num_workers: int, waited_s: float) -> None:
+        super().__init__(f"the {num_workers} worker(s) had not delivered a first batch after {waited_s:.1f} s, "
+                         "when the budget ran out; none had begun a __getitem__ (still starting: importing "
+                         "modules and unpickling the dataset under spawn or forkserver)")
+        self.num_workers = num_workers
 
 
 class SetupProblem(Exception):
@@ -1032,6 +1073,22 @@ def _original_error(text: str) -> str | None:
 def _looks_like_pickling(exc: BaseException) -> bool:
     text = f"{type(exc).__name__}: {exc}".lower()
     return isinstance(exc, pickle.PicklingError) or "pickle" in text or "can't get local object" in text
+
+
+def _set_timeout(iterator, seconds: float) -> None:
+    """Change how long a worker iterator waits for its next batch (a DataLoader has one timeout for all)."""
+    if getattr(iterator, "_timeout", 0):
+        iterator._timeout = seconds
+
+
+def _abandon_workers(iterator) -> None:
+    """Kill workers that are still starting: a graceful shutdown waits seconds for each."""
+    for worker in getattr(iterator, "_workers", None) or []:
+        try:
+            worker.kill()
+            worker.join(timeout=1.0)
+        except Exception:
+            pass
 
 
 def _shutdown(iterator) -> None:

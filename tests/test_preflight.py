@@ -152,7 +152,7 @@ def test_without_fork_an_unpicklable_loader_is_spw003(monkeypatch: pytest.Monkey
 def test_spawn_workers_starting_slowly_are_not_a_hang() -> None:
     """`python train.py` under set_start_method("spawn"): each worker imports torch before its first
     batch, seconds on a busy machine. That is start-up (DL004's business), never a DL006 hang that
-    stops the training run."""
+    stops the training run. No named semaphore of its queues may stay in /dev/shm."""
     import json
     import os
     import subprocess
@@ -160,6 +160,7 @@ def test_spawn_workers_starting_slowly_are_not_a_hang() -> None:
     from pathlib import Path
 
     script = Path(__file__).resolve().parent / "loaderfixtures" / "spawn_train.py"
+    before = _semaphores()
     proc = subprocess.run([sys.executable, "-B", str(script), "12"], capture_output=True, text=True,
                           timeout=120, env={**os.environ, "NO_COLOR": "1"})
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -173,3 +174,10 @@ def test_spawn_workers_starting_slowly_are_not_a_hang() -> None:
     slow = [s for s in outcome["skipped"] if "had not delivered a first batch" in s["reason"]]
     assert measured or slow, outcome
     assert outcome["seconds"] < 12 + 8
+    assert _semaphores() - before == set()
+
+
+def _semaphores() -> set[str]:
+    import os
+
+    return {name for name in os.listdir("/dev/shm") if name.startswith("sem.mp-")}

@@ -116,6 +116,7 @@ class Watchdog:
                     continue
                 what = self.what
             self.events.emit("failure", value=self.describe(what))
+            release_semaphores()
             self.events.emit("done", reason="watchdog")
             os._exit(0)
 
@@ -1081,6 +1082,27 @@ def _set_timeout(iterator, seconds: float) -> None:
         iterator._timeout = seconds
 
 
+def release_semaphores() -> None:
+    """Unlink the named semaphores this process created, before it ends without running finalizers.
+
+    Under spawn and forkserver every DataLoader queue holds named semaphores
+    (/dev/shm/sem.mp-*) that multiprocessing unlinks only when the objects are
+    collected or the interpreter exits normally; the runner ends with os._exit,
+    so it unlinks them itself. Unlinking a name leaves the semaphores working
+    for processes that still use them.
+    """
+    from multiprocessing import synchronize, util
+
+    cleanup = getattr(synchronize.SemLock, "_cleanup", None)
+    registry = getattr(util, "_finalizer_registry", {})
+    for finalizer in list(registry.values()):
+        if cleanup is not None and getattr(finalizer, "_callback", None) is cleanup:
+            try:
+                finalizer()  # skips, by itself, the semaphores of the process this one was forked from
+            except Exception:
+                pass
+
+
 def _abandon_workers(iterator) -> None:
     """Kill workers that are still starting: a graceful shutdown waits seconds for each."""
     for worker in getattr(iterator, "_workers", None) or []:
@@ -1121,6 +1143,10 @@ def run_plan(plan: dict, events: Events, dataset=None, loader_kwargs=None, descr
     except BaseException as exc:  # the runner's own bug: report it, do not hang
         events.emit("runner_error", message=f"{type(exc).__name__}: {exc}",
                     traceback=traceback.format_exc(limit=8))
+    try:
+        release_semaphores()
+    except Exception:
+        pass
     events.emit("done")
 
 

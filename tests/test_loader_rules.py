@@ -259,3 +259,68 @@ def test_rules_quiet_without_loader_section() -> None:
         facts = Facts.from_dict({"system": SYSTEM}, config)
         report = run_check(config, facts=facts)
         assert report.findings == [] and report.errors == []
+
+
+#: Recorded live (a pure-Python CPU-bound dataset, DataLoader(num_workers=8), 2 usable CPUs shared with
+#: other jobs): the 8 computing workers happened to measure twice the rate of 2. Contention cannot be
+#: staged on demand, so the measurement is kept as it came.
+PAST_CPUS = section([run(0, 401.8, 0.0406, main_cpu=0.98),
+                     run(8, 752.86, 0.5363, worker_cpu=0.231, worker_runqueue=0.721, worker_blocked=0.048,
+                         main_cpu=0.056),
+                     run(1, 391.15, 0.0855, worker_cpu=0.95, worker_runqueue=0.051, worker_blocked=0.0,
+                         main_cpu=0.033),
+                     run(2, 376.66, 0.1666, worker_cpu=0.479, worker_runqueue=0.516, worker_blocked=0.005,
+                         main_cpu=0.03)],
+                    getitem={"per_sample_s": 0.00247, "cpu_fraction": 0.992, "blocked_fraction": 0.0},
+                    current={"num_workers": 8, "prefetch_factor": 2, "persistent_workers": False,
+                             "pin_memory": False, "batch_size": 16})
+#: Recorded live under `taskset -c 0` beside a busy loop: one usable CPU, taken half by another process.
+ONE_CPU_TAKEN = section([run(0, 205.37, 0.073, main_cpu=0.497),
+                         run(8, 187.15, 1.27, worker_cpu=0.059, worker_runqueue=0.927, worker_blocked=0.015,
+                             main_cpu=0.014),
+                         run(1, 199.81, 0.15, worker_cpu=0.477, worker_runqueue=0.549, worker_blocked=0.0,
+                             main_cpu=0.031)],
+                        getitem={"per_sample_s": 0.00454, "cpu_fraction": 0.542, "blocked_fraction": 0.0},
+                        current={"num_workers": 8, "prefetch_factor": 2, "persistent_workers": False,
+                                 "pin_memory": False, "batch_size": 16})
+
+
+def test_computing_workers_past_the_cpus_are_never_recommended() -> None:
+    data = judged(PAST_CPUS, usable=2)
+    rec = data["recommendation"]
+    assert rec["num_workers"] <= 2, rec
+    assert rec["left_out"] == [{"num_workers": 8, "samples_per_s": 752.86, "worker_runqueue": 0.721}]
+    assert rec["best_samples_per_s"] == 401.8
+    assert data["bottleneck"] == "cpu-saturated", data["bottleneck_reason"]
+    assert "num_workers=2 waiting 52%" in data["bottleneck_reason"]
+    (hit,) = findings_of(data, "DL005")
+    assert hit.evidence["recommendation"]["num_workers"] <= 2
+    assert hit.evidence["left_out"][0]["num_workers"] == 8 and hit.evidence["usable_cpus"] == 2
+    assert "num_workers=8 (753 samples/s) left out" in hit.message
+    # Waiting workers (storage) past the CPUs still gain honestly and stay eligible.
+    assert judged(REMOTE)["recommendation"]["num_workers"] == 8
+
+
+def test_workers_that_waited_for_a_taken_cpu_are_not_called_getitem() -> None:
+    data = judged(ONE_CPU_TAKEN, usable=1)
+    assert data["bottleneck"] == "cpu-saturated", data["bottleneck_reason"]
+    assert "waited for a CPU 55%" in data["bottleneck_reason"]
+    assert data["recommendation"]["num_workers"] <= 1
+    (hit,) = findings_of(data, "DL003")
+    assert hit.evidence["bottleneck"] == "cpu-saturated"
+    assert "rises with workers" not in hit.message
+
+
+def test_one_worker_that_merely_matches_none_on_idle_cpus_is_no_diagnosis() -> None:
+    data = judged(section([run(0, 400, main_cpu=0.98), run(1, 395, worker_cpu=0.97, worker_runqueue=0.02,
+                                                             worker_blocked=0.01)]), usable=4)
+    assert data["bottleneck"] is None
+    assert "nothing tells the causes apart" in data["bottleneck_reason"]
+    for rule in ("DL002", "DL003"):
+        assert findings_of(data, rule) == [], rule
+
+
+def test_equally_busy_worker_runs_do_not_crash_the_classification() -> None:
+    data = section([run(0, 500), run(1, 400, worker_cpu=0.97, worker_runqueue=0.03),
+                    run(2, 420, worker_cpu=0.97, worker_runqueue=0.03)])
+    assert classify(data, 2, None)[0] == "cpu-saturated"

@@ -246,12 +246,13 @@ def judge(section: dict[str, Any], usable: int, step_time: float | None) -> None
     """Classify the bottleneck and recommend settings (in place)."""
     from envdoctor.loader.diagnose import measured_runs
 
+    section["usable_cpus"] = usable
     bottleneck, reason = classify(section, usable, step_time)
     section["bottleneck"] = bottleneck
     section["bottleneck_reason"] = reason
     cuda = bool((section.get("torch") or {}).get("cuda_available"))
-    section["recommendation"] = recommend(section, bottleneck, cuda)
-    chosen = knee(measured_runs(section))
+    section["recommendation"] = recommend(section, bottleneck, cuda, usable)
+    chosen = knee(measured_runs(section), usable)
     section["knee"] = chosen["num_workers"] if chosen else None
     if step_time and section.get("batch_size"):
         section["consumer_samples_per_s"] = round(section["batch_size"] / step_time, 2)

@@ -13,8 +13,13 @@ The classes, in the order they are decided:
   the reason, which is cpu-saturated;
 - storage: workers help and `__getitem__` mostly waits (blocked on reads, the
   network, sleeps) rather than computes, or raw reads outweigh decoding;
-- cpu-saturated: workers help until every usable CPU is busy;
-- getitem: workers help, the samples cost CPU and the CPUs are not all busy.
+- cpu-saturated: workers help until every usable CPU is busy, or workers
+  that do not help waited for a CPU;
+- getitem: workers help, the samples cost CPU and the CPUs are not all busy;
+- None when nothing measured tells the causes apart (one worker that merely
+  matches num_workers=0, and no more measured).
+
+Computing workers past the usable CPUs never count as a gain (computes_past_cpus).
 """
 from __future__ import annotations
 
@@ -36,6 +41,8 @@ BLOCKED_SHARE = 0.5
 CPU_BUSY_SHARE = 0.8
 #: Workers computing or queued for a CPU this share of the time are not idle on IPC.
 WORKER_BUSY_SHARE = 0.6
+#: Workers queued for a CPU this share of the time find the CPUs taken.
+CPU_WAIT_SHARE = 0.25
 
 
 def _rate(run: dict[str, Any] | None) -> float | None:
@@ -47,12 +54,34 @@ def measured_runs(section: dict[str, Any]) -> list[dict[str, Any]]:
                   key=lambda r: r["num_workers"])
 
 
-def knee(runs: list[dict[str, Any]]) -> dict[str, Any] | None:
+def computes_past_cpus(run: dict[str, Any], usable_cpus: int | None) -> bool:
+    """More workers than usable CPUs, and workers that compute rather than wait.
+
+    Such a run can only beat the usable CPUs' worth of workers by taking CPU
+    time from other processes (the training process among them), or by noise:
+    it is never a setting to recommend. Workers that mostly wait (reads, the
+    network) gain past the CPUs honestly. Unknown worker accounting counts as
+    waiting, so nothing is excluded on no evidence.
+    """
+    if not usable_cpus or run["num_workers"] <= usable_cpus:
+        return False
+    blocked = run.get("worker_blocked")
+    return blocked is not None and blocked < BLOCKED_SHARE
+
+
+def eligible_runs(runs: list[dict[str, Any]], usable_cpus: int | None) -> list[dict[str, Any]]:
+    """The runs a recommendation may be drawn from (see computes_past_cpus)."""
+    return [r for r in runs if not computes_past_cpus(r, usable_cpus)]
+
+
+def knee(runs: list[dict[str, Any]], usable_cpus: int | None = None) -> dict[str, Any] | None:
     """The run with the fewest workers that reaches ~95% of the best throughput.
 
     Workers that do not beat num_workers=0 by 10% are not worth their processes,
-    whatever the noise put first: then the knee is num_workers=0.
+    whatever the noise put first: then the knee is num_workers=0. With the
+    usable CPUs known, computing workers past them are left out (computes_past_cpus).
     """
+    runs = eligible_runs(runs, usable_cpus)
     if not runs:
         return None
     zero = next((r for r in runs if r["num_workers"] == 0), None)
@@ -71,6 +100,11 @@ def startup_cost(run: dict[str, Any], batch_size: int) -> float | None:
     return max(0.0, first - batch_size * max(1, run["num_workers"]) / rate)
 
 
+def _worker_busy(run: dict[str, Any]) -> float:
+    """Share of the time a worker computed or waited for a CPU."""
+    return (run.get("worker_cpu") or 0) + (run.get("worker_runqueue") or 0)
+
+
 def cpu_busy(run: dict[str, Any]) -> float:
     """CPUs the run kept busy: the main process plus every worker, running or ready to run."""
     workers = run["num_workers"] * ((run.get("worker_cpu") or 0) + (run.get("worker_runqueue") or 0))
@@ -83,7 +117,7 @@ def classify(section: dict[str, Any], usable_cpus: int, step_time_s: float | Non
     if section.get("failure") or not runs:
         return None, "no run measured a throughput"
     batch_size = int(section.get("batch_size") or 1)
-    chosen = knee(runs)
+    chosen = knee(runs, usable_cpus)
     assert chosen is not None
     rate = chosen["samples_per_s"]
     if step_time_s:
@@ -92,7 +126,7 @@ def classify(section: dict[str, Any], usable_cpus: int, step_time_s: float | Non
             return "none", (f"the loader delivers {rate:.0f} samples/s with num_workers={chosen['num_workers']}, "
                             f"more than the {consumer:.0f} samples/s a {step_time_s:g} s step consumes")
     zero = next((r for r in runs if r["num_workers"] == 0), None)
-    workers = [r for r in runs if r["num_workers"] > 0]
+    workers = [r for r in eligible_runs(runs, usable_cpus) if r["num_workers"] > 0]
     if not workers:
         return None, "no run with workers could be measured, so nothing tells the causes apart"
     getitem = section.get("getitem") or {}
@@ -113,17 +147,17 @@ def classify(section: dict[str, Any], usable_cpus: int, step_time_s: float | Non
             # IPC-bound workers sit idle (blocked on the queue) while the main process unpacks
             # batches; workers that compute or queue for a CPU the whole time are short of CPUs.
             computing = (getitem.get("cpu_fraction") or 0) >= 0.5
-            busy = max(((r.get("worker_cpu") or 0) + (r.get("worker_runqueue") or 0), r) for r in workers
-                       if r.get("worker_cpu") is not None) if any(r.get("worker_cpu") is not None
-                                                                  for r in workers) else (0.0, None)
-            if computing and (usable_cpus <= 1 or busy[0] >= WORKER_BUSY_SHARE):
-                waited = (busy[1] or {}).get("worker_runqueue") or 0
+            accounted = [r for r in workers if r.get("worker_cpu") is not None]
+            busy = max((_worker_busy(r) for r in accounted), default=0.0)
+            if computing and (usable_cpus <= 1 or busy >= WORKER_BUSY_SHARE):
+                queued = max(accounted, key=lambda r: r.get("worker_runqueue") or 0, default={})
+                waited = queued.get("worker_runqueue") or 0
                 return "cpu-saturated", (
                     "workers cannot beat num_workers=0: __getitem__ computes and "
                     + ("there is a single usable CPU" if usable_cpus <= 1 else
-                       f"the workers were computing or waiting for a CPU {busy[0]:.0%} of the time "
-                       f"(waiting {waited:.0%}): the usable CPUs are taken, by the workers or by other "
-                       "processes"))
+                       f"the workers were computing or waiting for a CPU {busy:.0%} of the time"
+                       + (f" (with num_workers={queued['num_workers']} waiting {waited:.0%})" if waited else "")
+                       + ": the usable CPUs are taken, by the workers or by other processes"))
             return "ipc", (f"the best worker setting (num_workers={best_worker['num_workers']}, "
                            f"{best_worker['samples_per_s']:.0f} samples/s) does not beat num_workers=0 "
                            f"({zero['samples_per_s']:.0f} samples/s): handing batches between processes "
@@ -138,21 +172,41 @@ def classify(section: dict[str, Any], usable_cpus: int, step_time_s: float | Non
         return "storage", detail
     busy = cpu_busy(chosen)
     if chosen["num_workers"] >= usable_cpus or busy >= CPU_BUSY_SHARE * usable_cpus:
-        return "cpu-saturated", (f"with num_workers={chosen['num_workers']} the loader keeps {busy:.1f} of "
-                                 f"{usable_cpus} usable CPUs busy; more workers cannot add throughput")
+        # Busy counts workers waiting for a CPU (demand); the CPUs they use are what the text shows.
+        used = (chosen.get("main_cpu") or 0) + chosen["num_workers"] * (chosen.get("worker_cpu") or 0)
+        waiting = chosen.get("worker_runqueue") or 0
+        return "cpu-saturated", (f"with num_workers={chosen['num_workers']} the loader uses {used:.1f} of "
+                                 f"{usable_cpus} usable CPUs"
+                                 + (f" and its workers wait for a CPU {waiting:.0%} of the time" if waiting else "")
+                                 + "; more workers cannot add throughput")
+    best_worker = max(workers, key=lambda r: r["samples_per_s"])
+    if zero and best_worker["samples_per_s"] < WORKER_GAIN * zero["samples_per_s"]:
+        # Workers did not help, yet too few were measured to call it IPC: a worker that waited for a
+        # CPU says other processes hold the CPUs; otherwise nothing measured tells the causes apart.
+        queued = max(workers, key=lambda r: r.get("worker_runqueue") or 0)
+        if (queued.get("worker_runqueue") or 0) >= CPU_WAIT_SHARE:
+            return "cpu-saturated", (
+                f"workers do not beat num_workers=0, and with num_workers={queued['num_workers']} they waited "
+                f"for a CPU {queued['worker_runqueue']:.0%} of the time: the {usable_cpus} usable CPU(s) are "
+                "taken, by the loader or by other processes")
+        return None, (f"num_workers={best_worker['num_workers']} ({best_worker['samples_per_s']:.0f} samples/s) "
+                      f"does not beat num_workers=0 ({zero['samples_per_s']:.0f} samples/s), and no more workers "
+                      "were measured: nothing tells the causes apart")
     per_sample = getitem.get("per_sample_s")
     cost = f"{per_sample * 1e3:.2f} ms a sample" if per_sample else "its cost"
     return "getitem", f"__getitem__ ({cost}) limits the loader and the CPUs are not all busy"
 
 
-def recommend(section: dict[str, Any], bottleneck: str | None, cuda: bool) -> dict[str, Any] | None:
+def recommend(section: dict[str, Any], bottleneck: str | None, cuda: bool,
+              usable_cpus: int | None = None) -> dict[str, Any] | None:
     """Settings for the knee of the curve, and their measured gain over the current ones."""
     runs = measured_runs(section)
-    chosen = knee(runs)
+    chosen = knee(runs, usable_cpus)
     if chosen is None or section.get("failure"):
         return None
     if not any(r["num_workers"] > 0 for r in runs):
         return None  # no worker count was measured, so none can be recommended
+    eligible = eligible_runs(runs, usable_cpus)
     nw = chosen["num_workers"]
     pin = section.get("pin_memory") or {}
     pinned, unpinned = pin.get("pinned_samples_per_s"), pin.get("unpinned_samples_per_s")
@@ -165,7 +219,11 @@ def recommend(section: dict[str, Any], bottleneck: str | None, cuda: bool) -> di
         "persistent_workers": nw > 0,
         "pin_memory": pin_memory,
         "samples_per_s": chosen["samples_per_s"],
-        "best_samples_per_s": max(r["samples_per_s"] for r in runs),
+        "best_samples_per_s": max(r["samples_per_s"] for r in eligible),
+        # Measured, but computing workers past the usable CPUs: never recommended (computes_past_cpus).
+        "left_out": [{"num_workers": r["num_workers"], "samples_per_s": r["samples_per_s"],
+                      "worker_runqueue": r.get("worker_runqueue")}
+                     for r in runs if computes_past_cpus(r, usable_cpus)],
         "current_samples_per_s": _rate(current_run),
         "gain": round(chosen["samples_per_s"] / current_run["samples_per_s"], 3) if current_run else None,
     }

@@ -164,7 +164,7 @@ def find_slow_worker_startup(facts: Facts) -> Iterator[Hit]:
     if current.get("persistent_workers"):
         return
     runs = measured_runs(section)
-    chosen = knee(runs)
+    chosen = knee(runs, section.get("usable_cpus"))
     if chosen is None or chosen["num_workers"] == 0:
         workers = [r for r in runs if r["num_workers"] > 0]
         if section.get("bottleneck") != "startup" or not workers:
@@ -210,9 +210,17 @@ def find_loader_settings(facts: Facts) -> Iterator[Hit]:
     gain_text = (f", {gain:.2f}× the {_rate(rec.get('current_samples_per_s'))} of your settings"
                  if gain else "")
     synthetic = (section.get("source") or {}).get("kind") == "synthetic"
+    left_out = rec.get("left_out") or []
+    past_cpus = ""
+    if left_out:
+        counts = ", ".join(f"num_workers={r['num_workers']} ({_rate(r['samples_per_s'])})" for r in left_out)
+        past_cpus = (f"; {counts} left out: its workers compute and outnumber the "
+                     f"{section.get('usable_cpus')} usable CPUs, so what it measured above them is noise or "
+                     "CPU time taken from other processes, the training process among them")
     yield Hit(
         message=(f"recommended: {', '.join(changes)} — measured {_rate(rec.get('samples_per_s'))}{gain_text} "
                  f"(the smallest num_workers within 95% of the best, {_rate(rec.get('best_samples_per_s'))})"
+                 + past_cpus
                  + (" on the built-in synthetic dataset, which shows how this machine scales workers; "
                     "pass --dataset or --data to measure your own" if synthetic else "")),
         evidence={"recommendation": {k: rec[k] for k in ("num_workers", "prefetch_factor",
@@ -220,7 +228,8 @@ def find_loader_settings(facts: Facts) -> Iterator[Hit]:
                   "current": {k: current.get(k) for k in ("num_workers", "prefetch_factor",
                                                           "persistent_workers", "pin_memory")},
                   "samples_per_s": rec.get("samples_per_s"), "current_samples_per_s": rec.get("current_samples_per_s"),
-                  "gain": gain, "bottleneck": section.get("bottleneck"), "curve": _curve(section)},
+                  "gain": gain, "bottleneck": section.get("bottleneck"), "curve": _curve(section),
+                  **({"left_out": left_out, "usable_cpus": section.get("usable_cpus")} if left_out else {})},
         fix=_settings_text(rec, current.get("batch_size")),
     )
 

@@ -70,6 +70,27 @@ def test_preflight_profiles_the_loaders_own_settings(capfd: pytest.CaptureFixtur
     _no_children()
 
 
+def test_with_a_step_time_the_fewest_workers_that_keep_up_are_recommended() -> None:
+    """8 samples every 20 ms: 400 samples/s. Four 5 ms workers deliver ~750, enough with headroom;
+    eight deliver more, which the step cannot use (processes and memory for nothing)."""
+    loader = DataLoader(Waits(), batch_size=8, num_workers=1)
+    report = envdoctor.preflight(loader=loader, budget_s=10, step_time_s=0.02, select=["DL"], fail_on="never",
+                                 quiet=True)
+    section = report.loader
+    rates = {r["num_workers"]: r["samples_per_s"] for r in section["runs"] if r.get("samples_per_s")}
+    rec = section["recommendation"]
+    assert rec["basis"] == "step" and rec["consumer_samples_per_s"] == 400, (rec, rates)
+    assert rates[rec["num_workers"]] >= 1.25 * 400, (rec, rates)
+    assert all(rate < 1.25 * 400 for n, rate in rates.items() if 0 < n < rec["num_workers"]), (rec, rates)
+    assert rec["num_workers"] < max(rates), (rec, rates)  # the knee had more workers
+    (dl001,) = report.by_rule("DL001")  # one worker (~190 samples/s) cannot feed it
+    assert f"num_workers={rec['num_workers']}" in dl001.fix
+    (dl005,) = report.by_rule("DL005")
+    assert dl005.evidence["basis"] == "step"
+    assert "step consumes" in dl005.message
+    _no_children()
+
+
 def test_preflight_raises_with_the_report_for_unpicklable_spawn_loader() -> None:
     loader = DataLoader(Waits(), batch_size=4, num_workers=2, multiprocessing_context="spawn",
                         collate_fn=lambda batch: default_collate(batch))

@@ -251,7 +251,7 @@ def judge(section: dict[str, Any], usable: int, step_time: float | None) -> None
     section["bottleneck"] = bottleneck
     section["bottleneck_reason"] = reason
     cuda = bool((section.get("torch") or {}).get("cuda_available"))
-    section["recommendation"] = recommend(section, bottleneck, cuda, usable)
+    section["recommendation"] = recommend(section, bottleneck, cuda, usable, step_time)
     chosen = knee(measured_runs(section), usable)
     section["knee"] = chosen["num_workers"] if chosen else None
     if step_time and section.get("batch_size"):

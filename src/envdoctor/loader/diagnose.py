@@ -43,6 +43,8 @@ CPU_BUSY_SHARE = 0.8
 WORKER_BUSY_SHARE = 0.6
 #: Workers queued for a CPU this share of the time find the CPUs taken.
 CPU_WAIT_SHARE = 0.25
+#: With a step time, a setting must deliver this multiple of what the step consumes (jitter, epoch starts).
+STEP_HEADROOM = 1.25
 
 
 def _rate(run: dict[str, Any] | None) -> float | None:
@@ -197,9 +199,22 @@ def classify(section: dict[str, Any], usable_cpus: int, step_time_s: float | Non
     return "getitem", f"__getitem__ ({cost}) limits the loader and the CPUs are not all busy"
 
 
+def enough_for_step(runs: list[dict[str, Any]], chosen: dict[str, Any], consumer: float) -> dict[str, Any] | None:
+    """The fewest workers that outrun the training step with headroom, when that is fewer than the knee.
+
+    Throughput beyond what the step consumes buys nothing but processes and memory. Stays with
+    workers when the knee has them: num_workers=0 loads in the training process, between steps.
+    """
+    floor = 1 if chosen["num_workers"] > 0 else 0
+    fits = [r for r in runs if floor <= r["num_workers"] < chosen["num_workers"]
+            and r["samples_per_s"] >= STEP_HEADROOM * consumer]
+    return min(fits, key=lambda r: r["num_workers"]) if fits else None
+
+
 def recommend(section: dict[str, Any], bottleneck: str | None, cuda: bool,
-              usable_cpus: int | None = None) -> dict[str, Any] | None:
-    """Settings for the knee of the curve, and their measured gain over the current ones."""
+              usable_cpus: int | None = None, step_time_s: float | None = None) -> dict[str, Any] | None:
+    """Settings for the knee of the curve (or, with a step time, the fewest workers that outrun the
+    step), and their measured gain over the current ones."""
     runs = measured_runs(section)
     chosen = knee(runs, usable_cpus)
     if chosen is None or section.get("failure"):
@@ -207,6 +222,13 @@ def recommend(section: dict[str, Any], bottleneck: str | None, cuda: bool,
     if not any(r["num_workers"] > 0 for r in runs):
         return None  # no worker count was measured, so none can be recommended
     eligible = eligible_runs(runs, usable_cpus)
+    basis = "knee"
+    consumer = None
+    if step_time_s and section.get("batch_size"):
+        consumer = int(section["batch_size"]) / step_time_s
+        fewer = enough_for_step(eligible, chosen, consumer)
+        if fewer is not None:
+            chosen, basis = fewer, "step"
     nw = chosen["num_workers"]
     pin = section.get("pin_memory") or {}
     pinned, unpinned = pin.get("pinned_samples_per_s"), pin.get("unpinned_samples_per_s")
@@ -226,6 +248,9 @@ def recommend(section: dict[str, Any], bottleneck: str | None, cuda: bool,
                      for r in runs if computes_past_cpus(r, usable_cpus)],
         "current_samples_per_s": _rate(current_run),
         "gain": round(chosen["samples_per_s"] / current_run["samples_per_s"], 3) if current_run else None,
+        # "knee": the fewest workers within 95% of the best; "step": the fewest that outrun the step.
+        "basis": basis,
+        "consumer_samples_per_s": round(consumer, 2) if consumer else None,
     }
     return recommendation
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any, Iterator
 
 from envdoctor.facts import Facts
-from envdoctor.loader.diagnose import differs_from_current, knee, measured_runs, startup_cost
+from envdoctor.loader.diagnose import STEP_HEADROOM, differs_from_current, knee, measured_runs, startup_cost
 from envdoctor.model import Severity
 from envdoctor.rules import Hit
 
@@ -217,9 +217,15 @@ def find_loader_settings(facts: Facts) -> Iterator[Hit]:
         past_cpus = (f"; {counts} left out: its workers compute and outnumber the "
                      f"{section.get('usable_cpus')} usable CPUs, so what it measured above them is noise or "
                      "CPU time taken from other processes, the training process among them")
+    if rec.get("basis") == "step":
+        why = (f"the fewest workers that deliver {STEP_HEADROOM:g}× the {_rate(rec.get('consumer_samples_per_s'))} "
+               f"a {section.get('step_time_s') or facts.config.step_time:g} s step consumes; more only add "
+               "processes and memory")
+    else:
+        why = f"the smallest num_workers within 95% of the best, {_rate(rec.get('best_samples_per_s'))}"
     yield Hit(
         message=(f"recommended: {', '.join(changes)} — measured {_rate(rec.get('samples_per_s'))}{gain_text} "
-                 f"(the smallest num_workers within 95% of the best, {_rate(rec.get('best_samples_per_s'))})"
+                 f"({why})"
                  + past_cpus
                  + (" on the built-in synthetic dataset, which shows how this machine scales workers; "
                     "pass --dataset or --data to measure your own" if synthetic else "")),
@@ -229,6 +235,7 @@ def find_loader_settings(facts: Facts) -> Iterator[Hit]:
                                                           "persistent_workers", "pin_memory")},
                   "samples_per_s": rec.get("samples_per_s"), "current_samples_per_s": rec.get("current_samples_per_s"),
                   "gain": gain, "bottleneck": section.get("bottleneck"), "curve": _curve(section),
+                  "basis": rec.get("basis", "knee"),
                   **({"left_out": left_out, "usable_cpus": section.get("usable_cpus")} if left_out else {})},
         fix=_settings_text(rec, current.get("batch_size")),
     )

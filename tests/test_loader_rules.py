@@ -156,6 +156,18 @@ def test_dl002_fires_for_ipc_bound() -> None:
     assert "num_workers=0" in hit.fix
 
 
+def test_dl002_is_information_when_the_loader_already_uses_no_workers() -> None:
+    """Workers losing to num_workers=0 is a warning for a loader that has workers; at 0 nothing is wrong."""
+    at_zero = copy.deepcopy(TINY)
+    at_zero["current"] = {**at_zero["current"], "num_workers": 0, "prefetch_factor": None}
+    (hit,) = findings_of(judged(at_zero), "DL002")
+    assert hit.severity.value == "info"
+    assert hit.evidence["best_worker_setting"] == 4
+    assert "already the better setting" in hit.message and hit.fix.startswith("keep num_workers=0")
+    (hit,) = findings_of(judged(TINY), "DL002")
+    assert hit.severity.value == "warning" and hit.fix.startswith("use num_workers=0")
+
+
 def test_dl002_quiet_when_workers_help() -> None:
     assert findings_of(judged(REMOTE), "DL002") == []
 

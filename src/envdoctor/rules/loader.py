@@ -98,17 +98,22 @@ def find_workers_no_gain(facts: Facts) -> Iterator[Hit]:
         return
     best = max(workers, key=lambda r: r["samples_per_s"])
     getitem = section.get("getitem") or {}
+    # Already at num_workers=0 nothing is wrong: worth knowing before adding workers, not a warning.
+    already = (section.get("current") or {}).get("num_workers", 0) == 0
     yield Hit(
         message=(f"workers do not help: num_workers=0 delivers {_rate(zero['samples_per_s'])}, the best worker "
                  f"setting (num_workers={best['num_workers']}) {_rate(best['samples_per_s'])}; each batch costs "
-                 "more to move between processes than to make"),
+                 "more to move between processes than to make"
+                 + ("; your num_workers=0 is already the better setting" if already else "")),
         evidence={"num_workers_0_samples_per_s": zero["samples_per_s"],
                   "best_worker_setting": best["num_workers"], "best_worker_samples_per_s": best["samples_per_s"],
                   "getitem_s": getitem.get("per_sample_s"), "batch_size": section.get("batch_size"),
                   "batch_bytes": section.get("batch_bytes"), "curve": _curve(section)},
-        fix=("use num_workers=0, or give each worker more to do per handover: a larger batch_size, or a "
+        fix=(("keep num_workers=0" if already else "use num_workers=0")
+             + ", or give each worker more to do per handover: a larger batch_size, or a "
              "batched __getitems__ / a sampler that yields whole batches of indices so one transfer carries "
              "many samples"),
+        severity=Severity.INFO if already else None,
     )
 
 

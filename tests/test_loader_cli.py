@@ -73,12 +73,43 @@ def test_image_folder_separates_reading_from_decoding(tmp_path: Path) -> None:
         for k in range(40):
             numpy.save(folder / f"{k}.npy", numpy.full((3, 32, 32), k, dtype=numpy.uint8))
     (tmp_path / "notes.txt").write_text("not a sample")
+    # Eight PNGs too: decoded by Pillow where the environment has it; otherwise only read, and said so.
+    for k in range(8):
+        _write_png(tmp_path / "dogs" / f"{k}.png", side=64)
     report, _, _ = loader_report("--data", str(tmp_path), "--budget", "8")
     loader = report["loader"]
-    assert "80 files" in loader["dataset"], dump(report)
+    assert "88 files" in loader["dataset"], dump(report)
     assert loader["getitem"]["read_s"] > 0 and loader["getitem"]["decode_s"] > 0
     assert loader["batch_bytes"] == 32 * 3 * 224 * 224 * 4 + 32 * 8
     assert loader["runs"], dump(report)
+    decoding = loader["decoding"]
+    assert decoding["images"] == 8
+    if decoding["decoder"] == "bytes":
+        assert decoding["undecoded_images"] == 8
+        assert any(s["what"] == "decoding" and "not decoded" in s["reason"] for s in loader["skipped"])
+        # Reading alone says nothing of the per-sample work the user's pipeline does: no DL002/DL003.
+        assert [f for f in report["findings"] if f["rule"] in ("DL002", "DL003")] == [], dump(report)
+        for hit in findings(report, "DL005"):
+            assert "not decoded" in hit["message"]
+    else:
+        assert decoding["undecoded_images"] == 0
+        assert not any(s["what"] == "decoding" for s in loader["skipped"])
+
+
+def _write_png(path: Path, side: int) -> None:
+    """A real RGB PNG written with zlib alone (the tests need no Pillow)."""
+    import random
+    import struct
+    import zlib
+
+    rng = random.Random(side)
+    raw = b"".join(b"\x00" + bytes(rng.getrandbits(8) for _ in range(side * 3)) for _ in range(side))
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
+
+    path.write_bytes(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", side, side, 8, 2, 0, 0, 0))
+                     + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b""))
 
 
 @pytest.mark.slow

@@ -189,6 +189,15 @@ def _take_result(section: dict[str, Any], key: str | None, value: Any) -> None:
         section["start_method"] = value.get("start_method")
         section["batch_size"] = value.get("batch_size")
         section["current"] = value.get("current")
+        decoding = value.get("decoding")
+        if decoding:
+            section["decoding"] = decoding
+            if decoding.get("undecoded_images"):
+                section["skipped"].append({
+                    "what": "decoding",
+                    "reason": f"{decoding['undecoded_images']} image file(s) were read but not decoded: the "
+                              "environment has no Pillow, so the curve measures reading only (install pillow "
+                              "there, or pass --dataset with your own Dataset)"})
     elif key == "batch":
         section["batch_bytes"] = value.get("batch_bytes")
         section["tensors_per_batch"] = value.get("tensors_per_batch")

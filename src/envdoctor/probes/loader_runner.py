@@ -439,7 +439,8 @@ class SmokeTest:
         self.events.result("dataset", {"description": description, "length": length,
                                         "iterable": self.iterable, "type": type(dataset).__qualname__,
                                         "start_method": self.start_method, "current": self.current,
-                                        "batch_size": self.batch_size})
+                                        "batch_size": self.batch_size,
+                                        "decoding": getattr(dataset, "decoding", None)})
         self.cap = self._worker_cap()
         slots = max(self.cap, self.current["num_workers"], *(self.plan.get("workers") or [0])) + 1
         if not self.iterable:

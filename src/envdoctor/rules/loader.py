@@ -33,6 +33,18 @@ def _users_data(facts: Facts) -> dict[str, Any] | None:
     return section
 
 
+def _undecoded(section: dict[str, Any]) -> int:
+    """Image files of a --data folder that were read but not decoded (no Pillow in the environment)."""
+    return int((section.get("decoding") or {}).get("undecoded_images") or 0)
+
+
+def _users_sample_code(facts: Facts) -> dict[str, Any] | None:
+    """The section when its per-sample work is the user's: not when images went undecoded, since
+    reading alone says nothing of what decoding costs or how workers share it."""
+    section = _users_data(facts)
+    return section if section and not _undecoded(section) else None
+
+
 def _settings_text(rec: dict[str, Any], batch_size: Any = None) -> str:
     parts = [f"num_workers={rec['num_workers']}"]
     if rec["num_workers"]:
@@ -88,7 +100,7 @@ def find_slow_loader(facts: Facts) -> Iterator[Hit]:
 
 def find_workers_no_gain(facts: Facts) -> Iterator[Hit]:
     """DL002: workers do not beat num_workers=0 in steady state."""
-    section = _users_data(facts)
+    section = _users_sample_code(facts)
     if not section or section.get("bottleneck") != "ipc":
         return
     runs = measured_runs(section)
@@ -119,7 +131,7 @@ def find_workers_no_gain(facts: Facts) -> Iterator[Hit]:
 
 def find_slow_getitem(facts: Facts) -> Iterator[Hit]:
     """DL003: the time goes into __getitem__ (reading, decoding, transforms)."""
-    section = _users_data(facts)
+    section = _users_sample_code(facts)
     if not section or section.get("bottleneck") not in ("getitem", "storage", "cpu-saturated"):
         return
     getitem = section.get("getitem") or {}
@@ -233,7 +245,10 @@ def find_loader_settings(facts: Facts) -> Iterator[Hit]:
                  f"({why})"
                  + past_cpus
                  + (" on the built-in synthetic dataset, which shows how this machine scales workers; "
-                    "pass --dataset or --data to measure your own" if synthetic else "")),
+                    "pass --dataset or --data to measure your own" if synthetic else "")
+                 + (f" — measured on {_undecoded(section)} image file(s) read but not decoded (no Pillow in "
+                    "the environment), so it shows how reading scales, not your decoding pipeline; install "
+                    "pillow there or pass --dataset" if _undecoded(section) else "")),
         evidence={"recommendation": {k: rec[k] for k in ("num_workers", "prefetch_factor",
                                                            "persistent_workers", "pin_memory")},
                   "current": {k: current.get(k) for k in ("num_workers", "prefetch_factor",

@@ -145,7 +145,10 @@ def classify(section: dict[str, Any], usable_cpus: int, step_time_s: float | Non
         # with several workers, says the handover costs more than the work.
         conclusive = (best_worker["samples_per_s"] < WORKER_LOSS * zero["samples_per_s"]
                       or any(r["num_workers"] >= 2 for r in workers))
-        if conclusive and best_worker["samples_per_s"] < WORKER_GAIN * zero["samples_per_s"]:
+        # The loss must hold for the best worker setting's fastest window too: means of noisy runs
+        # (other processes taking the CPUs now and then) decide nothing.
+        best_window = best_worker.get("samples_per_s_max") or best_worker["samples_per_s"]
+        if conclusive and best_window < WORKER_GAIN * zero["samples_per_s"]:
             # IPC-bound workers sit idle (blocked on the queue) while the main process unpacks
             # batches; workers that compute or queue for a CPU the whole time are short of CPUs.
             computing = (getitem.get("cpu_fraction") or 0) >= 0.5

@@ -356,3 +356,30 @@ def test_a_noisy_loss_to_num_workers_0_is_not_called_ipc() -> None:
     for r in clear["runs"]:
         r.update(samples_per_s_min=0.9 * r["samples_per_s"], samples_per_s_max=1.1 * r["samples_per_s"])
     assert classify(clear, 2, None)[0] == "ipc"
+
+
+def test_waiting_workers_past_the_cpus_stay_eligible_on_busy_cpus() -> None:
+    """Recorded live (2 MiB samples behind a 10 ms wait, 2 CPUs shared with other jobs): eight workers
+    queued for a CPU 47% of the time, yet of the rest they computed 10% and waited 43%. Queueing
+    grows with the workers on busy CPUs; it does not make waiting workers computing ones."""
+    data = section([run(0, 54.32, 0.22, main_cpu=0.717),
+                    run(2, 155.26, 0.18, worker_cpu=0.187, worker_runqueue=0.015, worker_blocked=0.798),
+                    run(1, 75.21, 0.16, worker_cpu=0.214, worker_runqueue=0.024, worker_blocked=0.762),
+                    run(4, 296.07, 0.25, worker_cpu=0.166, worker_runqueue=0.064, worker_blocked=0.77),
+                    run(8, 357.35, 0.28, worker_cpu=0.1, worker_runqueue=0.469, worker_blocked=0.431)],
+                   getitem={"per_sample_s": 0.0157, "cpu_fraction": 0.115, "blocked_fraction": 0.615},
+                   batch_size=8)
+    rec = judged(data)["recommendation"]
+    assert rec["num_workers"] == 8 and rec["left_out"] == []
+
+
+def test_workers_queued_for_cpus_they_do_not_outnumber_are_not_called_getitem() -> None:
+    """Recorded live (the CPU-bound fixture on CPUs other jobs held): one worker measured 12% above
+    num_workers=0 by noise, two waited for a CPU 62% of the time. The CPUs are not free."""
+    data = section([run(0, 263.19, main_cpu=0.648),
+                    run(1, 295.32, worker_cpu=0.705, worker_runqueue=0.282, worker_blocked=0.014, main_cpu=0.026),
+                    run(2, 250.25, worker_cpu=0.362, worker_runqueue=0.621, worker_blocked=0.017, main_cpu=0.028)],
+                   getitem={"per_sample_s": 0.00406, "cpu_fraction": 0.619, "blocked_fraction": 0.0})
+    bottleneck, reason = classify(data, 2, None)
+    assert bottleneck == "cpu-saturated", reason
+    assert "with num_workers=2 (no more than the 2 usable CPU(s)) the workers waited for a CPU 62%" in reason

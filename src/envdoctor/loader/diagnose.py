@@ -67,8 +67,20 @@ def computes_past_cpus(run: dict[str, Any], usable_cpus: int | None) -> bool:
     """
     if not usable_cpus or run["num_workers"] <= usable_cpus:
         return False
-    blocked = run.get("worker_blocked")
-    return blocked is not None and blocked < BLOCKED_SHARE
+    share = computing_share(run)
+    return share is not None and share >= 1 - BLOCKED_SHARE
+
+
+def computing_share(run: dict[str, Any]) -> float | None:
+    """Of the time a worker was not queued for a CPU, the share it computed (the rest it waited).
+
+    Queueing is left out: on busy CPUs it grows with the number of workers and
+    says nothing of whether a worker, given a CPU, computes or waits.
+    """
+    cpu, blocked = run.get("worker_cpu"), run.get("worker_blocked")
+    if cpu is None or blocked is None or cpu + blocked <= 0:
+        return None
+    return cpu / (cpu + blocked)
 
 
 def eligible_runs(runs: list[dict[str, Any]], usable_cpus: int | None) -> list[dict[str, Any]]:
@@ -185,15 +197,20 @@ def classify(section: dict[str, Any], usable_cpus: int, step_time_s: float | Non
                                  + (f" and its workers wait for a CPU {waiting:.0%} of the time" if waiting else "")
                                  + "; more workers cannot add throughput")
     best_worker = max(workers, key=lambda r: r["samples_per_s"])
-    if zero and best_worker["samples_per_s"] < WORKER_GAIN * zero["samples_per_s"]:
-        # Workers did not help, yet too few were measured to call it IPC: a worker that waited for a
-        # CPU says other processes hold the CPUs; otherwise nothing measured tells the causes apart.
-        queued = max(workers, key=lambda r: r.get("worker_runqueue") or 0)
-        if (queued.get("worker_runqueue") or 0) >= CPU_WAIT_SHARE:
-            return "cpu-saturated", (
-                f"workers do not beat num_workers=0, and with num_workers={queued['num_workers']} they waited "
-                f"for a CPU {queued['worker_runqueue']:.0%} of the time: the {usable_cpus} usable CPU(s) are "
-                "taken, by the loader or by other processes")
+    no_gain = zero is not None and best_worker["samples_per_s"] < WORKER_GAIN * zero["samples_per_s"]
+    # Workers no more than the CPUs that still waited for one: the CPUs are taken (by the main
+    # process or by other processes), whatever the curve's noise says of the gain.
+    queued = [r for r in workers if r["num_workers"] <= usable_cpus
+              and (r.get("worker_runqueue") or 0) >= CPU_WAIT_SHARE]
+    if queued:
+        worst = max(queued, key=lambda r: r["worker_runqueue"])
+        return "cpu-saturated", (
+            ("workers do not beat num_workers=0, and " if no_gain else "")
+            + f"with num_workers={worst['num_workers']} (no more than the {usable_cpus} usable CPU(s)) the "
+            f"workers waited for a CPU {worst['worker_runqueue']:.0%} of the time: the CPUs are taken, by the "
+            "loader or by other processes")
+    if no_gain:
+        # Too few workers measured to call it IPC, and no sign of busy CPUs: nothing to go on.
         return None, (f"num_workers={best_worker['num_workers']} ({best_worker['samples_per_s']:.0f} samples/s) "
                       f"does not beat num_workers=0 ({zero['samples_per_s']:.0f} samples/s), and no more workers "
                       "were measured: nothing tells the causes apart")

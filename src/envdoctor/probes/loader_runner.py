@@ -752,7 +752,9 @@ class SmokeTest:
             return None
         prev = max(previous, key=lambda r: r["num_workers"])
         climbing = last["samples_per_s"] >= 1.15 * prev["samples_per_s"]
-        waiting = (last.get("worker_blocked") or 0) >= 0.5
+        # Waiting (blocked) rather than computing, of the time not spent queued for a busy CPU.
+        cpu, blocked = last.get("worker_cpu") or 0, last.get("worker_blocked") or 0
+        waiting = cpu + blocked > 0 and blocked / (cpu + blocked) >= 0.5
         nxt = last["num_workers"] * 2
         if climbing and waiting and nxt <= self.cap and nxt not in done:
             return nxt

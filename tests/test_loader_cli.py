@@ -43,6 +43,7 @@ def test_synthetic_default_measures_a_curve() -> None:
     markdown = loader_markdown(loader)
     assert "| num_workers | samples/s |" in markdown
     assert "◀ knee" in markdown and "**bottleneck**" in markdown
+    assert "- **`__getitem__`**:" in markdown  # not Markdown's bold "getitem"
     from rich.console import Console
 
     console = Console(file=io.StringIO(), width=100, no_color=True)

@@ -128,3 +128,13 @@ def test_cpu_time_without_scheduler_statistics(monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setattr(builtins, "open", no_schedstat)
     run_s, wait_s = loader_runner._schedstat(os.getpid())
     assert run_s >= 0.15 and wait_s == 0.0
+
+
+def test_no_plan_file_is_left_when_the_interpreter_cannot_start(tmp_path: Path) -> None:
+    import glob
+    import tempfile
+
+    before = set(glob.glob(os.path.join(tempfile.gettempdir(), "envdoctor-plan-*.json")))
+    with pytest.raises(OSError):
+        loader_run.run_stage({}, interpreter=str(tmp_path / "no-python"), budget_s=1.0)
+    assert set(glob.glob(os.path.join(tempfile.gettempdir(), "envdoctor-plan-*.json"))) - before == set()

@@ -67,6 +67,9 @@ def test_preflight_profiles_the_loaders_own_settings(capfd: pytest.CaptureFixtur
     assert dl005.evidence["recommendation"]["num_workers"] > 1
     err = capfd.readouterr().err
     assert "envdoctor preflight:" in err and "loader: bottleneck storage" in err
+    curve = err.split("(samples/s by num_workers ")[1].split(")")[0]
+    counts = [int(pair.split(":")[0]) for pair in curve.split(", ")]
+    assert counts == sorted(counts), curve
     _no_children()
 
 

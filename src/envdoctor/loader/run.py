@@ -182,15 +182,15 @@ def _start_script(plan: dict[str, Any], interpreter: str, write_fd: int, log: An
     from envdoctor.facts.torch import probe_environment
 
     plan_file = tempfile.NamedTemporaryFile("w", suffix=".json", prefix="envdoctor-plan-", delete=False)
+    plan["_plan_file"] = plan_file.name  # run_stage removes it, also when the interpreter cannot start
     with plan_file:
-        json.dump({**plan, "event_fd": write_fd}, plan_file)
+        json.dump({k: v for k, v in plan.items() if k != "_plan_file"} | {"event_fd": write_fd}, plan_file)
     proc = subprocess.Popen(
         [interpreter, "-B", str(RUNNER_PATH), plan_file.name],
         stdin=subprocess.DEVNULL, stdout=log, stderr=log, pass_fds=(write_fd,),
         # probe_environment(): quiet, plus the threadpoolctl the torch probe may borrow.
         start_new_session=True, env=probe_environment(), cwd=cwd,
     )
-    plan["_plan_file"] = plan_file.name
     # The Popen object is dropped: the child is reaped with waitpid below, like a forked one.
     proc.returncode = 0
     return proc.pid

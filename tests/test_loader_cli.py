@@ -172,3 +172,20 @@ def test_target_without_torch_skips_with_a_reason(tmp_path: Path) -> None:
     assert loader["runs"] == [] and loader["failure"] is None
     assert any("torch cannot be imported" in s["reason"] for s in loader["skipped"]), loader["skipped"]
     assert report["findings"] == []
+
+
+@pytest.mark.slow
+def test_spawn_workers_get_the_budget_that_is_left() -> None:
+    """Under spawn the start-up estimate scales the runner's own torch import and is rough: the user's
+    first worker count is tried with whatever budget is left (a too-slow start is a skip that says so),
+    not skipped up front with most of the budget unused; and the stage ends within its budget."""
+    before = shm_torch_segments()
+    report, wall, _ = loader_report("--dataset", "loaderfixtures.suite:remote_read_spawn", "--budget", "8")
+    loader = report["loader"]
+    assert_nothing_left(report, before)
+    assert wall < 8 + 5
+    assert loader["start_method"] == "spawn" and loader["failure"] is None, dump(report)
+    tried = [r for r in loader["runs"] if r["num_workers"] > 0] + [
+        s for s in loader["skipped"] if s["what"] == "num_workers=1" and "not enough of the budget" not in s["reason"]]
+    assert tried, dump(report)
+    assert findings(report, "DL006") == []

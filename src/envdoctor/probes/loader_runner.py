@@ -708,6 +708,13 @@ class SmokeTest:
             else:
                 slice_s = min(MAX_SLICE_S, max(MIN_SLICE_S, room / points_left - startup))
             need = startup + max(MIN_SLICE_S, 3 * batch_est) + 0.3
+            # Without one worker run nothing can be judged, and start-up estimates are rough (under
+            # spawn they scale the runner's own torch import): the first worker count gets whatever
+            # budget is left; workers that cannot start in it are skipped as such (SlowStart).
+            first_worker_run = nw > 0 and not any(r["num_workers"] > 0 for r in self.runs)
+            if first_worker_run:
+                room = self.left()
+                need = min(need, 1.0)
             if room < need and self.runs:
                 self.events.result("skip", {"what": f"num_workers={nw}",
                                             "reason": f"not enough of the budget left ({room:.1f} s, "
@@ -786,7 +793,8 @@ class SmokeTest:
         # A batch that does not come within `timeout` once the workers deliver is a hang. The first
         # batch of an epoch may take the rest of the budget: starting workers (under spawn each one
         # imports torch and unpickles the dataset) is slow, not stuck, and estimates of it are rough.
-        timeout = round(min(max(3.0, 10 * batch_est + 2 * startup), max(1.0, self.left() - 0.5)), 2)
+        hang_s = max(3.0, 10 * batch_est + 2 * startup)
+        timeout = round(min(hang_s, max(1.0, self.left() - 0.5)), 2)
         first_timeout = round(max(timeout, self.left() - 0.5), 2)
         if epochs_wanted:
             limit = epochs_wanted * (startup + epoch_est) + first_timeout + 2.0
@@ -832,7 +840,8 @@ class SmokeTest:
                     stamps.append((now, samples_in(batch, torch, self.batch_size) if self.auto_collation else 1))
                     if not epoch_started:
                         epoch_started = True
-                        _set_timeout(iterator, timeout)
+                        # Never past the budget: a wait cut short by it is told from a hang below.
+                        _set_timeout(iterator, round(min(timeout, max(0.5, self.left() - 0.5)), 2))
                     if first_batch is None:
                         first_batch = now - start
                         window = CpuWindow(_worker_pids(iterator))
@@ -858,7 +867,12 @@ class SmokeTest:
         except DatasetFailure:
             raise
         except Exception as exc:
-            failure = self._worker_failure(exc, nw, iterator, delivered=epoch_started)
+            waited = time.perf_counter() - (stamps[-1][0] if stamps else start)
+            if epoch_started and isinstance(exc, RuntimeError) and "timed out after" in str(exc) \
+                    and waited < hang_s - 0.05:
+                failure = BudgetEnd(nw, waited)  # the budget ran out before a wait could become a hang
+            else:
+                failure = self._worker_failure(exc, nw, iterator, delivered=epoch_started)
             if isinstance(failure, SlowStart):
                 _abandon_workers(iterator)
             raise failure from None
@@ -1046,6 +1060,15 @@ class SlowStart(Exception):
         super().__init__(f"the {num_workers} worker(s) had not delivered a first batch after {waited_s:.1f} s, "
                          "when the budget ran out; none had begun a __getitem__ (still starting: importing "
                          "modules and unpickling the dataset under spawn or forkserver)")
+        self.num_workers = num_workers
+
+
+class BudgetEnd(SlowStart):
+    """The budget ran out while the workers made a batch, before the wait was long enough to be a hang."""
+
+    def __init__(self, num_workers: int, waited_s: float) -> None:
+        Exception.__init__(self, f"stopped at the end of the budget after waiting {waited_s:.1f} s for a batch, "
+                                 "too short to call it a hang")
         self.num_workers = num_workers
 
 

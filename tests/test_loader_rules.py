@@ -383,3 +383,18 @@ def test_workers_queued_for_cpus_they_do_not_outnumber_are_not_called_getitem() 
     bottleneck, reason = classify(data, 2, None)
     assert bottleneck == "cpu-saturated", reason
     assert "with num_workers=2 (no more than the 2 usable CPU(s)) the workers waited for a CPU 62%" in reason
+
+
+def test_blocked_getitem_on_busy_cpus_is_still_storage() -> None:
+    """Recorded live (the 10 ms-wait fixture on CPUs other jobs held): __getitem__ computed 20% of the
+    time, was blocked 48% and queued for a CPU the rest; the curve climbs to 8 waiting workers."""
+    data = section([run(0, 86.7), run(2, 147.16, worker_cpu=0.218, worker_runqueue=0.013, worker_blocked=0.769),
+                    run(1, 78.95, worker_cpu=0.19, worker_runqueue=0.014, worker_blocked=0.796),
+                    run(4, 290.11, worker_cpu=0.163, worker_runqueue=0.06, worker_blocked=0.777),
+                    run(8, 499.73, worker_cpu=0.153, worker_runqueue=0.206, worker_blocked=0.641)],
+                   getitem={"per_sample_s": 0.016, "cpu_fraction": 0.197, "blocked_fraction": 0.478}, batch_size=8)
+    bottleneck, reason = classify(data, 2, None)
+    assert bottleneck == "storage", reason
+    # Without the probe's split, 8 waiting workers past 2 CPUs are not "cpu-saturated" either.
+    data["getitem"] = {"per_sample_s": 0.016}
+    assert classify(data, 2, None)[0] != "cpu-saturated"

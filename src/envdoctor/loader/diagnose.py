@@ -119,12 +119,6 @@ def _worker_busy(run: dict[str, Any]) -> float:
     return (run.get("worker_cpu") or 0) + (run.get("worker_runqueue") or 0)
 
 
-def cpu_busy(run: dict[str, Any]) -> float:
-    """CPUs the run kept busy: the main process plus every worker, running or ready to run."""
-    workers = run["num_workers"] * ((run.get("worker_cpu") or 0) + (run.get("worker_runqueue") or 0))
-    return (run.get("main_cpu") or 0) + workers
-
-
 def classify(section: dict[str, Any], usable_cpus: int, step_time_s: float | None) -> tuple[str | None, str]:
     """The bottleneck class and one sentence saying why."""
     runs = measured_runs(section)
@@ -181,16 +175,23 @@ def classify(section: dict[str, Any], usable_cpus: int, step_time_s: float | Non
                            "costs more than making them")
     blocked = getitem.get("blocked_fraction")
     read_s, decode_s = getitem.get("read_s"), getitem.get("decode_s")
-    if (blocked is not None and blocked >= BLOCKED_SHARE) or (read_s is not None and decode_s is not None
-                                                              and read_s > decode_s):
+    # Blocked against computing, leaving out time spent queued for a busy CPU (which dilutes both).
+    cpu_share = getitem.get("cpu_fraction")
+    waits = (blocked / (blocked + cpu_share) if blocked is not None and cpu_share is not None
+             and blocked + cpu_share > 0 else blocked)
+    if (waits is not None and waits >= BLOCKED_SHARE) or (read_s is not None and decode_s is not None
+                                                          and read_s > decode_s):
         detail = (f"raw reads take {read_s * 1e3:.2f} ms a sample against {decode_s * 1e3:.2f} ms of decoding"
                   if read_s is not None and decode_s is not None and read_s > decode_s else
-                  f"__getitem__ is blocked (waiting on reads, the network or sleeps) {blocked:.0%} of its time")
+                  f"__getitem__ is blocked (waiting on reads, the network or sleeps) {blocked:.0%} of its time"
+                  + (f" and computes {cpu_share:.0%}" if cpu_share is not None and waits != blocked else ""))
         return "storage", detail
-    busy = cpu_busy(chosen)
-    if chosen["num_workers"] >= usable_cpus or busy >= CPU_BUSY_SHARE * usable_cpus:
-        # Busy counts workers waiting for a CPU (demand); the CPUs they use are what the text shows.
-        used = (chosen.get("main_cpu") or 0) + chosen["num_workers"] * (chosen.get("worker_cpu") or 0)
+    # At or past the CPUs only workers that compute saturate them; waiting ones do not. CPUs used,
+    # not demanded: on CPUs other processes hold, queueing grows with every worker added.
+    share = computing_share(chosen)
+    at_cpus = chosen["num_workers"] >= usable_cpus and (share is None or share >= 1 - BLOCKED_SHARE)
+    used = (chosen.get("main_cpu") or 0) + chosen["num_workers"] * (chosen.get("worker_cpu") or 0)
+    if at_cpus or used >= CPU_BUSY_SHARE * usable_cpus:
         waiting = chosen.get("worker_runqueue") or 0
         return "cpu-saturated", (f"with num_workers={chosen['num_workers']} the loader uses {used:.1f} of "
                                  f"{usable_cpus} usable CPUs"

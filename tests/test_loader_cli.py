@@ -21,6 +21,10 @@ def test_synthetic_default_measures_a_curve() -> None:
     assert_nothing_left(report, before)
     assert wall < 15
     assert loader["dataset"].startswith("synthetic")
+    # The built-in dataset measures the machine: its __getitem__ is ours, so DL001-DL004 stay quiet.
+    assert loader["source"] == {"kind": "synthetic"}
+    judged = [f["rule"] for f in report["findings"] if f["rule"] in ("DL001", "DL002", "DL003", "DL004")]
+    assert judged == [], dump(report)
     assert loader["batch_size"] == 32
     assert loader["batch_bytes"] == 32 * 3 * 64 * 64 * 4 + 32 * 8  # images and int64 labels
     assert loader["tensors_per_batch"] == 2
@@ -39,6 +43,7 @@ def test_synthetic_default_measures_a_curve() -> None:
     markdown = loader_markdown(loader)
     assert "| num_workers | samples/s |" in markdown
     assert "◀ knee" in markdown and "**bottleneck**" in markdown
+    assert "- **`__getitem__`**:" in markdown  # not Markdown's bold "getitem"
     from rich.console import Console
 
     console = Console(file=io.StringIO(), width=100, no_color=True)
@@ -69,12 +74,43 @@ def test_image_folder_separates_reading_from_decoding(tmp_path: Path) -> None:
         for k in range(40):
             numpy.save(folder / f"{k}.npy", numpy.full((3, 32, 32), k, dtype=numpy.uint8))
     (tmp_path / "notes.txt").write_text("not a sample")
+    # Eight PNGs too: decoded by Pillow where the environment has it; otherwise only read, and said so.
+    for k in range(8):
+        _write_png(tmp_path / "dogs" / f"{k}.png", side=64)
     report, _, _ = loader_report("--data", str(tmp_path), "--budget", "8")
     loader = report["loader"]
-    assert "80 files" in loader["dataset"], dump(report)
+    assert "88 files" in loader["dataset"], dump(report)
     assert loader["getitem"]["read_s"] > 0 and loader["getitem"]["decode_s"] > 0
     assert loader["batch_bytes"] == 32 * 3 * 224 * 224 * 4 + 32 * 8
     assert loader["runs"], dump(report)
+    decoding = loader["decoding"]
+    assert decoding["images"] == 8
+    if decoding["decoder"] == "bytes":
+        assert decoding["undecoded_images"] == 8
+        assert any(s["what"] == "decoding" and "not decoded" in s["reason"] for s in loader["skipped"])
+        # Reading alone says nothing of the per-sample work the user's pipeline does: no DL002/DL003.
+        assert [f for f in report["findings"] if f["rule"] in ("DL002", "DL003")] == [], dump(report)
+        for hit in findings(report, "DL005"):
+            assert "not decoded" in hit["message"]
+    else:
+        assert decoding["undecoded_images"] == 0
+        assert not any(s["what"] == "decoding" for s in loader["skipped"])
+
+
+def _write_png(path: Path, side: int) -> None:
+    """A real RGB PNG written with zlib alone (the tests need no Pillow)."""
+    import random
+    import struct
+    import zlib
+
+    rng = random.Random(side)
+    raw = b"".join(b"\x00" + bytes(rng.getrandbits(8) for _ in range(side * 3)) for _ in range(side))
+
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data) & 0xFFFFFFFF)
+
+    path.write_bytes(b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", side, side, 8, 2, 0, 0, 0))
+                     + chunk(b"IDAT", zlib.compress(raw)) + chunk(b"IEND", b""))
 
 
 @pytest.mark.slow
@@ -136,3 +172,20 @@ def test_target_without_torch_skips_with_a_reason(tmp_path: Path) -> None:
     assert loader["runs"] == [] and loader["failure"] is None
     assert any("torch cannot be imported" in s["reason"] for s in loader["skipped"]), loader["skipped"]
     assert report["findings"] == []
+
+
+@pytest.mark.slow
+def test_spawn_workers_get_the_budget_that_is_left() -> None:
+    """Under spawn the start-up estimate scales the runner's own torch import and is rough: the user's
+    first worker count is tried with whatever budget is left (a too-slow start is a skip that says so),
+    not skipped up front with most of the budget unused; and the stage ends within its budget."""
+    before = shm_torch_segments()
+    report, wall, _ = loader_report("--dataset", "loaderfixtures.suite:remote_read_spawn", "--budget", "8")
+    loader = report["loader"]
+    assert_nothing_left(report, before)
+    assert wall < 8 + 5
+    assert loader["start_method"] == "spawn" and loader["failure"] is None, dump(report)
+    tried = [r for r in loader["runs"] if r["num_workers"] > 0] + [
+        s for s in loader["skipped"] if s["what"] == "num_workers=1" and "not enough of the budget" not in s["reason"]]
+    assert tried, dump(report)
+    assert findings(report, "DL006") == []

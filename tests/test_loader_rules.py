@@ -156,6 +156,18 @@ def test_dl002_fires_for_ipc_bound() -> None:
     assert "num_workers=0" in hit.fix
 
 
+def test_dl002_is_information_when_the_loader_already_uses_no_workers() -> None:
+    """Workers losing to num_workers=0 is a warning for a loader that has workers; at 0 nothing is wrong."""
+    at_zero = copy.deepcopy(TINY)
+    at_zero["current"] = {**at_zero["current"], "num_workers": 0, "prefetch_factor": None}
+    (hit,) = findings_of(judged(at_zero), "DL002")
+    assert hit.severity.value == "info"
+    assert hit.evidence["best_worker_setting"] == 4
+    assert "already the better setting" in hit.message and hit.fix.startswith("keep num_workers=0")
+    (hit,) = findings_of(judged(TINY), "DL002")
+    assert hit.severity.value == "warning" and hit.fix.startswith("use num_workers=0")
+
+
 def test_dl002_quiet_when_workers_help() -> None:
     assert findings_of(judged(REMOTE), "DL002") == []
 
@@ -259,3 +271,130 @@ def test_rules_quiet_without_loader_section() -> None:
         facts = Facts.from_dict({"system": SYSTEM}, config)
         report = run_check(config, facts=facts)
         assert report.findings == [] and report.errors == []
+
+
+#: Recorded live (a pure-Python CPU-bound dataset, DataLoader(num_workers=8), 2 usable CPUs shared with
+#: other jobs): the 8 computing workers happened to measure twice the rate of 2. Contention cannot be
+#: staged on demand, so the measurement is kept as it came.
+PAST_CPUS = section([run(0, 401.8, 0.0406, main_cpu=0.98),
+                     run(8, 752.86, 0.5363, worker_cpu=0.231, worker_runqueue=0.721, worker_blocked=0.048,
+                         main_cpu=0.056),
+                     run(1, 391.15, 0.0855, worker_cpu=0.95, worker_runqueue=0.051, worker_blocked=0.0,
+                         main_cpu=0.033),
+                     run(2, 376.66, 0.1666, worker_cpu=0.479, worker_runqueue=0.516, worker_blocked=0.005,
+                         main_cpu=0.03)],
+                    getitem={"per_sample_s": 0.00247, "cpu_fraction": 0.992, "blocked_fraction": 0.0},
+                    current={"num_workers": 8, "prefetch_factor": 2, "persistent_workers": False,
+                             "pin_memory": False, "batch_size": 16})
+#: Recorded live under `taskset -c 0` beside a busy loop: one usable CPU, taken half by another process.
+ONE_CPU_TAKEN = section([run(0, 205.37, 0.073, main_cpu=0.497),
+                         run(8, 187.15, 1.27, worker_cpu=0.059, worker_runqueue=0.927, worker_blocked=0.015,
+                             main_cpu=0.014),
+                         run(1, 199.81, 0.15, worker_cpu=0.477, worker_runqueue=0.549, worker_blocked=0.0,
+                             main_cpu=0.031)],
+                        getitem={"per_sample_s": 0.00454, "cpu_fraction": 0.542, "blocked_fraction": 0.0},
+                        current={"num_workers": 8, "prefetch_factor": 2, "persistent_workers": False,
+                                 "pin_memory": False, "batch_size": 16})
+
+
+def test_computing_workers_past_the_cpus_are_never_recommended() -> None:
+    data = judged(PAST_CPUS, usable=2)
+    rec = data["recommendation"]
+    assert rec["num_workers"] <= 2, rec
+    assert rec["left_out"] == [{"num_workers": 8, "samples_per_s": 752.86, "worker_runqueue": 0.721}]
+    assert rec["best_samples_per_s"] == 401.8
+    assert data["bottleneck"] == "cpu-saturated", data["bottleneck_reason"]
+    assert "num_workers=2 waiting 52%" in data["bottleneck_reason"]
+    (hit,) = findings_of(data, "DL005")
+    assert hit.evidence["recommendation"]["num_workers"] <= 2
+    assert hit.evidence["left_out"][0]["num_workers"] == 8 and hit.evidence["usable_cpus"] == 2
+    assert "num_workers=8 (753 samples/s) left out" in hit.message
+    # Waiting workers (storage) past the CPUs still gain honestly and stay eligible.
+    assert judged(REMOTE)["recommendation"]["num_workers"] == 8
+
+
+def test_workers_that_waited_for_a_taken_cpu_are_not_called_getitem() -> None:
+    data = judged(ONE_CPU_TAKEN, usable=1)
+    assert data["bottleneck"] == "cpu-saturated", data["bottleneck_reason"]
+    assert "waited for a CPU 55%" in data["bottleneck_reason"]
+    assert data["recommendation"]["num_workers"] <= 1
+    (hit,) = findings_of(data, "DL003")
+    assert hit.evidence["bottleneck"] == "cpu-saturated"
+    assert "rises with workers" not in hit.message
+
+
+def test_one_worker_that_merely_matches_none_on_idle_cpus_is_no_diagnosis() -> None:
+    data = judged(section([run(0, 400, main_cpu=0.98), run(1, 395, worker_cpu=0.97, worker_runqueue=0.02,
+                                                             worker_blocked=0.01)]), usable=4)
+    assert data["bottleneck"] is None
+    assert "nothing tells the causes apart" in data["bottleneck_reason"]
+    for rule in ("DL002", "DL003"):
+        assert findings_of(data, rule) == [], rule
+
+
+def test_equally_busy_worker_runs_do_not_crash_the_classification() -> None:
+    data = section([run(0, 500), run(1, 400, worker_cpu=0.97, worker_runqueue=0.03),
+                    run(2, 420, worker_cpu=0.97, worker_runqueue=0.03)])
+    assert classify(data, 2, None)[0] == "cpu-saturated"
+
+
+def test_a_noisy_loss_to_num_workers_0_is_not_called_ipc() -> None:
+    """Recorded live on a loaded machine: num_workers=0 swung from 218 to 2,139 samples/s between
+    windows and one worker's fastest window beat its mean. Means of such runs prove no IPC cost."""
+    data = section([run(0, 770.6, 1.27, samples_per_s_min=217.74, samples_per_s_max=2138.53, main_cpu=1.362),
+                    run(1, 839.36, 0.1, samples_per_s_min=797.6, samples_per_s_max=880.66, main_cpu=0.131,
+                        worker_cpu=0.911, worker_runqueue=0.001, worker_blocked=0.088),
+                    run(2, 644.55, 0.16, samples_per_s_min=547.19, samples_per_s_max=750.51, main_cpu=0.087,
+                        worker_cpu=0.415, worker_runqueue=0.507, worker_blocked=0.078)],
+                   getitem={"per_sample_s": 0.0316, "cpu_fraction": 0.493, "blocked_fraction": 0.0},
+                   batch_size=32)
+    judged_data = judged(data)
+    assert judged_data["bottleneck"] != "ipc", judged_data["bottleneck_reason"]
+    assert findings_of(judged_data, "DL002") == []
+    # A clear loss (every window of every worker setting below num_workers=0) is still IPC.
+    clear = copy.deepcopy(TINY)
+    for r in clear["runs"]:
+        r.update(samples_per_s_min=0.9 * r["samples_per_s"], samples_per_s_max=1.1 * r["samples_per_s"])
+    assert classify(clear, 2, None)[0] == "ipc"
+
+
+def test_waiting_workers_past_the_cpus_stay_eligible_on_busy_cpus() -> None:
+    """Recorded live (2 MiB samples behind a 10 ms wait, 2 CPUs shared with other jobs): eight workers
+    queued for a CPU 47% of the time, yet of the rest they computed 10% and waited 43%. Queueing
+    grows with the workers on busy CPUs; it does not make waiting workers computing ones."""
+    data = section([run(0, 54.32, 0.22, main_cpu=0.717),
+                    run(2, 155.26, 0.18, worker_cpu=0.187, worker_runqueue=0.015, worker_blocked=0.798),
+                    run(1, 75.21, 0.16, worker_cpu=0.214, worker_runqueue=0.024, worker_blocked=0.762),
+                    run(4, 296.07, 0.25, worker_cpu=0.166, worker_runqueue=0.064, worker_blocked=0.77),
+                    run(8, 357.35, 0.28, worker_cpu=0.1, worker_runqueue=0.469, worker_blocked=0.431)],
+                   getitem={"per_sample_s": 0.0157, "cpu_fraction": 0.115, "blocked_fraction": 0.615},
+                   batch_size=8)
+    rec = judged(data)["recommendation"]
+    assert rec["num_workers"] == 8 and rec["left_out"] == []
+
+
+def test_workers_queued_for_cpus_they_do_not_outnumber_are_not_called_getitem() -> None:
+    """Recorded live (the CPU-bound fixture on CPUs other jobs held): one worker measured 12% above
+    num_workers=0 by noise, two waited for a CPU 62% of the time. The CPUs are not free."""
+    data = section([run(0, 263.19, main_cpu=0.648),
+                    run(1, 295.32, worker_cpu=0.705, worker_runqueue=0.282, worker_blocked=0.014, main_cpu=0.026),
+                    run(2, 250.25, worker_cpu=0.362, worker_runqueue=0.621, worker_blocked=0.017, main_cpu=0.028)],
+                   getitem={"per_sample_s": 0.00406, "cpu_fraction": 0.619, "blocked_fraction": 0.0})
+    bottleneck, reason = classify(data, 2, None)
+    assert bottleneck == "cpu-saturated", reason
+    assert "with num_workers=2 (no more than the 2 usable CPU(s)) the workers waited for a CPU 62%" in reason
+
+
+def test_blocked_getitem_on_busy_cpus_is_still_storage() -> None:
+    """Recorded live (the 10 ms-wait fixture on CPUs other jobs held): __getitem__ computed 20% of the
+    time, was blocked 48% and queued for a CPU the rest; the curve climbs to 8 waiting workers."""
+    data = section([run(0, 86.7), run(2, 147.16, worker_cpu=0.218, worker_runqueue=0.013, worker_blocked=0.769),
+                    run(1, 78.95, worker_cpu=0.19, worker_runqueue=0.014, worker_blocked=0.796),
+                    run(4, 290.11, worker_cpu=0.163, worker_runqueue=0.06, worker_blocked=0.777),
+                    run(8, 499.73, worker_cpu=0.153, worker_runqueue=0.206, worker_blocked=0.641)],
+                   getitem={"per_sample_s": 0.016, "cpu_fraction": 0.197, "blocked_fraction": 0.478}, batch_size=8)
+    bottleneck, reason = classify(data, 2, None)
+    assert bottleneck == "storage", reason
+    # Without the probe's split, 8 waiting workers past 2 CPUs are not "cpu-saturated" either.
+    data["getitem"] = {"per_sample_s": 0.016}
+    assert classify(data, 2, None)[0] != "cpu-saturated"

@@ -70,6 +70,43 @@ def test_stage_deadline_kills_the_whole_group(tmp_path: Path, monkeypatch: pytes
     assert not Path(f"/proc/{child}").exists() or "Z" in Path(f"/proc/{child}/stat").read_text().split()[2]
 
 
+@pytest.mark.skipif(not os.path.isdir("/dev/shm"), reason="needs /dev/shm")
+def test_a_killed_group_leaves_no_named_semaphores(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Spawn-context queues and locks are named semaphores in /dev/shm that multiprocessing's resource
+    tracker (a child in the killed group) would have unlinked; killed, the supervisor must."""
+    fake = tmp_path / "fake_runner.py"
+    fake.write_text(
+        "import json, multiprocessing, sys, time\n"
+        "plan = json.load(open(sys.argv[1]))\n"
+        "lock = multiprocessing.get_context('spawn').Lock()\n"
+        "open(plan['namefile'], 'w').write(lock._semlock.name)\n"
+        "time.sleep(60)\n")
+    namefile = tmp_path / "name"
+    monkeypatch.setattr(loader_run, "RUNNER_PATH", fake)
+    outcome = loader_run.run_stage({"namefile": str(namefile)}, interpreter=sys.executable, budget_s=1.0)
+    assert outcome.killed_for == "budget"
+    name = "sem." + namefile.read_text().lstrip("/")
+    assert name in outcome.shm_removed
+    assert not (Path("/dev/shm") / name).exists()
+
+
+def test_runner_unlinks_its_semaphores_before_it_ends() -> None:
+    """The runner ends with os._exit, which runs no finalizer: it unlinks its named semaphores itself."""
+    import multiprocessing
+    import subprocess
+
+    probes = str(Path(loader_run.RUNNER_PATH).parent)
+    code = ("import multiprocessing, os, sys; sys.path.insert(0, sys.argv[1]); import loader_runner\n"
+            "lock = multiprocessing.get_context('spawn').Lock()\n"
+            "print(lock._semlock.name, flush=True)\n"
+            "loader_runner.release_semaphores(); os._exit(0)\n")
+    assert multiprocessing  # the child uses it; nothing here starts a process pool
+    proc = subprocess.run([sys.executable, "-c", code, probes], capture_output=True, text=True, timeout=60)
+    name = "sem." + proc.stdout.strip().lstrip("/")
+    assert proc.returncode == 0 and name != "sem.", proc.stderr
+    assert not (Path("/dev/shm") / name).exists()
+
+
 def test_cpu_time_without_scheduler_statistics(monkeypatch: pytest.MonkeyPatch) -> None:
     """Kernels without schedstat: CPU time comes from /proc/<pid>/stat instead."""
     import builtins
@@ -91,3 +128,13 @@ def test_cpu_time_without_scheduler_statistics(monkeypatch: pytest.MonkeyPatch) 
     monkeypatch.setattr(builtins, "open", no_schedstat)
     run_s, wait_s = loader_runner._schedstat(os.getpid())
     assert run_s >= 0.15 and wait_s == 0.0
+
+
+def test_no_plan_file_is_left_when_the_interpreter_cannot_start(tmp_path: Path) -> None:
+    import glob
+    import tempfile
+
+    before = set(glob.glob(os.path.join(tempfile.gettempdir(), "envdoctor-plan-*.json")))
+    with pytest.raises(OSError):
+        loader_run.run_stage({}, interpreter=str(tmp_path / "no-python"), budget_s=1.0)
+    assert set(glob.glob(os.path.join(tempfile.gettempdir(), "envdoctor-plan-*.json"))) - before == set()

@@ -67,6 +67,30 @@ def test_preflight_profiles_the_loaders_own_settings(capfd: pytest.CaptureFixtur
     assert dl005.evidence["recommendation"]["num_workers"] > 1
     err = capfd.readouterr().err
     assert "envdoctor preflight:" in err and "loader: bottleneck storage" in err
+    curve = err.split("(samples/s by num_workers ")[1].split(")")[0]
+    counts = [int(pair.split(":")[0]) for pair in curve.split(", ")]
+    assert counts == sorted(counts), curve
+    _no_children()
+
+
+def test_with_a_step_time_the_fewest_workers_that_keep_up_are_recommended() -> None:
+    """8 samples every 20 ms: 400 samples/s. Four 5 ms workers deliver ~750, enough with headroom;
+    eight deliver more, which the step cannot use (processes and memory for nothing)."""
+    loader = DataLoader(Waits(), batch_size=8, num_workers=1)
+    report = envdoctor.preflight(loader=loader, budget_s=10, step_time_s=0.02, select=["DL"], fail_on="never",
+                                 quiet=True)
+    section = report.loader
+    rates = {r["num_workers"]: r["samples_per_s"] for r in section["runs"] if r.get("samples_per_s")}
+    rec = section["recommendation"]
+    assert rec["basis"] == "step" and rec["consumer_samples_per_s"] == 400, (rec, rates)
+    assert rates[rec["num_workers"]] >= 1.25 * 400, (rec, rates)
+    assert all(rate < 1.25 * 400 for n, rate in rates.items() if 0 < n < rec["num_workers"]), (rec, rates)
+    assert rec["num_workers"] < max(rates), (rec, rates)  # the knee had more workers
+    (dl001,) = report.by_rule("DL001")  # one worker (~190 samples/s) cannot feed it
+    assert f"num_workers={rec['num_workers']}" in dl001.fix
+    (dl005,) = report.by_rule("DL005")
+    assert dl005.evidence["basis"] == "step"
+    assert "step consumes" in dl005.message
     _no_children()
 
 
@@ -146,3 +170,38 @@ def test_without_fork_an_unpicklable_loader_is_spw003(monkeypatch: pytest.Monkey
     (hit,) = caught.value.report.by_rule("SPW003")
     assert [p["object"] for p in hit.evidence["problems"]] == ["collate_fn"]
     assert caught.value.report.loader["skipped"][0]["what"] == "smoke test"
+
+
+@pytest.mark.slow
+def test_spawn_workers_starting_slowly_are_not_a_hang() -> None:
+    """`python train.py` under set_start_method("spawn"): each worker imports torch before its first
+    batch, seconds on a busy machine. That is start-up (DL004's business), never a DL006 hang that
+    stops the training run. No named semaphore of its queues may stay in /dev/shm."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parent / "loaderfixtures" / "spawn_train.py"
+    before = _semaphores()
+    proc = subprocess.run([sys.executable, "-B", str(script), "12"], capture_output=True, text=True,
+                          timeout=120, env={**os.environ, "NO_COLOR": "1"})
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    outcome = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert outcome["start_method"] == "spawn"
+    assert outcome["failure"] is None, outcome
+    assert "raised" not in outcome and [f for f in outcome["findings"] if f["rule"] == "DL006"] == [], outcome
+    assert outcome["runs"][0]["num_workers"] == 0
+    # The user's 4 workers were either measured or honestly skipped for start-up, not called stuck.
+    measured = [r for r in outcome["runs"] if r["num_workers"] > 0]
+    slow = [s for s in outcome["skipped"] if "had not delivered a first batch" in s["reason"]]
+    assert measured or slow, outcome
+    assert outcome["seconds"] < 12 + 8
+    assert _semaphores() - before == set()
+
+
+def _semaphores() -> set[str]:
+    import os
+
+    return {name for name in os.listdir("/dev/shm") if name.startswith("sem.mp-")}

@@ -102,7 +102,8 @@ def preflight_summary(report: Report) -> str:
     if loader:
         rec = loader.get("recommendation")
         rates = ", ".join(f"{r['num_workers']}:{r['samples_per_s']:,.0f}"
-                          for r in loader.get("runs") or [] if r.get("samples_per_s"))
+                          for r in sorted(loader.get("runs") or [], key=lambda r: r["num_workers"])
+                          if r.get("samples_per_s"))
         verdict = f"bottleneck {loader.get('bottleneck')}"
         if rec:
             from envdoctor.report.loader_view import settings_line

@@ -34,6 +34,8 @@ def gather_loader(facts: Any) -> dict[str, Any] | None:
     available = (system.get("memory") or {}).get("effective_available")
     source, objects, description = choose_source(config)
     section = empty_section(description)
+    # The rules tell the user's own data from the built-in synthetic dataset by this.
+    section["source"] = {"kind": source["kind"]}
     section["budget_s"] = config.budget
     section["step_time_s"] = config.step_time
     plan: dict[str, Any] = {
@@ -187,6 +189,15 @@ def _take_result(section: dict[str, Any], key: str | None, value: Any) -> None:
         section["start_method"] = value.get("start_method")
         section["batch_size"] = value.get("batch_size")
         section["current"] = value.get("current")
+        decoding = value.get("decoding")
+        if decoding:
+            section["decoding"] = decoding
+            if decoding.get("undecoded_images"):
+                section["skipped"].append({
+                    "what": "decoding",
+                    "reason": f"{decoding['undecoded_images']} image file(s) were read but not decoded: the "
+                              "environment has no Pillow, so the curve measures reading only (install pillow "
+                              "there, or pass --dataset with your own Dataset)"})
     elif key == "batch":
         section["batch_bytes"] = value.get("batch_bytes")
         section["tensors_per_batch"] = value.get("tensors_per_batch")
@@ -244,12 +255,13 @@ def judge(section: dict[str, Any], usable: int, step_time: float | None) -> None
     """Classify the bottleneck and recommend settings (in place)."""
     from envdoctor.loader.diagnose import measured_runs
 
+    section["usable_cpus"] = usable
     bottleneck, reason = classify(section, usable, step_time)
     section["bottleneck"] = bottleneck
     section["bottleneck_reason"] = reason
     cuda = bool((section.get("torch") or {}).get("cuda_available"))
-    section["recommendation"] = recommend(section, bottleneck, cuda)
-    chosen = knee(measured_runs(section))
+    section["recommendation"] = recommend(section, bottleneck, cuda, usable, step_time)
+    chosen = knee(measured_runs(section), usable)
     section["knee"] = chosen["num_workers"] if chosen else None
     if step_time and section.get("batch_size"):
         section["consumer_samples_per_s"] = round(section["batch_size"] / step_time, 2)
@@ -270,5 +282,6 @@ def exhaustive_sweep(source: dict[str, Any], workers: list[int], point_s: float 
             "workers": list(workers), "point_s": point_s, "torch_probe": False, "check_cuda": False}
     outcome = run_stage(plan, interpreter=interpreter or sys.executable, budget_s=budget, cwd=cwd or os.getcwd())
     section = empty_section(source.get("spec") or source["kind"])
+    section["source"] = {"kind": source["kind"]}
     assemble(section, outcome)
     return section

@@ -13,8 +13,13 @@ The classes, in the order they are decided:
   the reason, which is cpu-saturated;
 - storage: workers help and `__getitem__` mostly waits (blocked on reads, the
   network, sleeps) rather than computes, or raw reads outweigh decoding;
-- cpu-saturated: workers help until every usable CPU is busy;
-- getitem: workers help, the samples cost CPU and the CPUs are not all busy.
+- cpu-saturated: workers help until every usable CPU is busy, or workers
+  that do not help waited for a CPU;
+- getitem: workers help, the samples cost CPU and the CPUs are not all busy;
+- None when nothing measured tells the causes apart (one worker that merely
+  matches num_workers=0, and no more measured).
+
+Computing workers past the usable CPUs never count as a gain (computes_past_cpus).
 """
 from __future__ import annotations
 
@@ -36,6 +41,10 @@ BLOCKED_SHARE = 0.5
 CPU_BUSY_SHARE = 0.8
 #: Workers computing or queued for a CPU this share of the time are not idle on IPC.
 WORKER_BUSY_SHARE = 0.6
+#: Workers queued for a CPU this share of the time find the CPUs taken.
+CPU_WAIT_SHARE = 0.25
+#: With a step time, a setting must deliver this multiple of what the step consumes (jitter, epoch starts).
+STEP_HEADROOM = 1.25
 
 
 def _rate(run: dict[str, Any] | None) -> float | None:
@@ -47,12 +56,46 @@ def measured_runs(section: dict[str, Any]) -> list[dict[str, Any]]:
                   key=lambda r: r["num_workers"])
 
 
-def knee(runs: list[dict[str, Any]]) -> dict[str, Any] | None:
+def computes_past_cpus(run: dict[str, Any], usable_cpus: int | None) -> bool:
+    """More workers than usable CPUs, and workers that compute rather than wait.
+
+    Such a run can only beat the usable CPUs' worth of workers by taking CPU
+    time from other processes (the training process among them), or by noise:
+    it is never a setting to recommend. Workers that mostly wait (reads, the
+    network) gain past the CPUs honestly. Unknown worker accounting counts as
+    waiting, so nothing is excluded on no evidence.
+    """
+    if not usable_cpus or run["num_workers"] <= usable_cpus:
+        return False
+    share = computing_share(run)
+    return share is not None and share >= 1 - BLOCKED_SHARE
+
+
+def computing_share(run: dict[str, Any]) -> float | None:
+    """Of the time a worker was not queued for a CPU, the share it computed (the rest it waited).
+
+    Queueing is left out: on busy CPUs it grows with the number of workers and
+    says nothing of whether a worker, given a CPU, computes or waits.
+    """
+    cpu, blocked = run.get("worker_cpu"), run.get("worker_blocked")
+    if cpu is None or blocked is None or cpu + blocked <= 0:
+        return None
+    return cpu / (cpu + blocked)
+
+
+def eligible_runs(runs: list[dict[str, Any]], usable_cpus: int | None) -> list[dict[str, Any]]:
+    """The runs a recommendation may be drawn from (see computes_past_cpus)."""
+    return [r for r in runs if not computes_past_cpus(r, usable_cpus)]
+
+
+def knee(runs: list[dict[str, Any]], usable_cpus: int | None = None) -> dict[str, Any] | None:
     """The run with the fewest workers that reaches ~95% of the best throughput.
 
     Workers that do not beat num_workers=0 by 10% are not worth their processes,
-    whatever the noise put first: then the knee is num_workers=0.
+    whatever the noise put first: then the knee is num_workers=0. With the
+    usable CPUs known, computing workers past them are left out (computes_past_cpus).
     """
+    runs = eligible_runs(runs, usable_cpus)
     if not runs:
         return None
     zero = next((r for r in runs if r["num_workers"] == 0), None)
@@ -71,10 +114,9 @@ def startup_cost(run: dict[str, Any], batch_size: int) -> float | None:
     return max(0.0, first - batch_size * max(1, run["num_workers"]) / rate)
 
 
-def cpu_busy(run: dict[str, Any]) -> float:
-    """CPUs the run kept busy: the main process plus every worker, running or ready to run."""
-    workers = run["num_workers"] * ((run.get("worker_cpu") or 0) + (run.get("worker_runqueue") or 0))
-    return (run.get("main_cpu") or 0) + workers
+def _worker_busy(run: dict[str, Any]) -> float:
+    """Share of the time a worker computed or waited for a CPU."""
+    return (run.get("worker_cpu") or 0) + (run.get("worker_runqueue") or 0)
 
 
 def classify(section: dict[str, Any], usable_cpus: int, step_time_s: float | None) -> tuple[str | None, str]:
@@ -83,7 +125,7 @@ def classify(section: dict[str, Any], usable_cpus: int, step_time_s: float | Non
     if section.get("failure") or not runs:
         return None, "no run measured a throughput"
     batch_size = int(section.get("batch_size") or 1)
-    chosen = knee(runs)
+    chosen = knee(runs, usable_cpus)
     assert chosen is not None
     rate = chosen["samples_per_s"]
     if step_time_s:
@@ -92,7 +134,7 @@ def classify(section: dict[str, Any], usable_cpus: int, step_time_s: float | Non
             return "none", (f"the loader delivers {rate:.0f} samples/s with num_workers={chosen['num_workers']}, "
                             f"more than the {consumer:.0f} samples/s a {step_time_s:g} s step consumes")
     zero = next((r for r in runs if r["num_workers"] == 0), None)
-    workers = [r for r in runs if r["num_workers"] > 0]
+    workers = [r for r in eligible_runs(runs, usable_cpus) if r["num_workers"] > 0]
     if not workers:
         return None, "no run with workers could be measured, so nothing tells the causes apart"
     getitem = section.get("getitem") or {}
@@ -109,50 +151,105 @@ def classify(section: dict[str, Any], usable_cpus: int, step_time_s: float | Non
         # with several workers, says the handover costs more than the work.
         conclusive = (best_worker["samples_per_s"] < WORKER_LOSS * zero["samples_per_s"]
                       or any(r["num_workers"] >= 2 for r in workers))
-        if conclusive and best_worker["samples_per_s"] < WORKER_GAIN * zero["samples_per_s"]:
+        # The loss must hold for the best worker setting's fastest window too: means of noisy runs
+        # (other processes taking the CPUs now and then) decide nothing.
+        best_window = best_worker.get("samples_per_s_max") or best_worker["samples_per_s"]
+        if conclusive and best_window < WORKER_GAIN * zero["samples_per_s"]:
             # IPC-bound workers sit idle (blocked on the queue) while the main process unpacks
             # batches; workers that compute or queue for a CPU the whole time are short of CPUs.
             computing = (getitem.get("cpu_fraction") or 0) >= 0.5
-            busy = max(((r.get("worker_cpu") or 0) + (r.get("worker_runqueue") or 0), r) for r in workers
-                       if r.get("worker_cpu") is not None) if any(r.get("worker_cpu") is not None
-                                                                  for r in workers) else (0.0, None)
-            if computing and (usable_cpus <= 1 or busy[0] >= WORKER_BUSY_SHARE):
-                waited = (busy[1] or {}).get("worker_runqueue") or 0
+            accounted = [r for r in workers if r.get("worker_cpu") is not None]
+            busy = max((_worker_busy(r) for r in accounted), default=0.0)
+            if computing and (usable_cpus <= 1 or busy >= WORKER_BUSY_SHARE):
+                queued = max(accounted, key=lambda r: r.get("worker_runqueue") or 0, default={})
+                waited = queued.get("worker_runqueue") or 0
                 return "cpu-saturated", (
                     "workers cannot beat num_workers=0: __getitem__ computes and "
                     + ("there is a single usable CPU" if usable_cpus <= 1 else
-                       f"the workers were computing or waiting for a CPU {busy[0]:.0%} of the time "
-                       f"(waiting {waited:.0%}): the usable CPUs are taken, by the workers or by other "
-                       "processes"))
+                       f"the workers were computing or waiting for a CPU {busy:.0%} of the time"
+                       + (f" (with num_workers={queued['num_workers']} waiting {waited:.0%})" if waited else "")
+                       + ": the usable CPUs are taken, by the workers or by other processes"))
             return "ipc", (f"the best worker setting (num_workers={best_worker['num_workers']}, "
                            f"{best_worker['samples_per_s']:.0f} samples/s) does not beat num_workers=0 "
                            f"({zero['samples_per_s']:.0f} samples/s): handing batches between processes "
                            "costs more than making them")
     blocked = getitem.get("blocked_fraction")
     read_s, decode_s = getitem.get("read_s"), getitem.get("decode_s")
-    if (blocked is not None and blocked >= BLOCKED_SHARE) or (read_s is not None and decode_s is not None
-                                                              and read_s > decode_s):
+    # Blocked against computing, leaving out time spent queued for a busy CPU (which dilutes both).
+    cpu_share = getitem.get("cpu_fraction")
+    waits = (blocked / (blocked + cpu_share) if blocked is not None and cpu_share is not None
+             and blocked + cpu_share > 0 else blocked)
+    if (waits is not None and waits >= BLOCKED_SHARE) or (read_s is not None and decode_s is not None
+                                                          and read_s > decode_s):
         detail = (f"raw reads take {read_s * 1e3:.2f} ms a sample against {decode_s * 1e3:.2f} ms of decoding"
                   if read_s is not None and decode_s is not None and read_s > decode_s else
-                  f"__getitem__ is blocked (waiting on reads, the network or sleeps) {blocked:.0%} of its time")
+                  f"__getitem__ is blocked (waiting on reads, the network or sleeps) {blocked:.0%} of its time"
+                  + (f" and computes {cpu_share:.0%}" if cpu_share is not None and waits != blocked else ""))
         return "storage", detail
-    busy = cpu_busy(chosen)
-    if chosen["num_workers"] >= usable_cpus or busy >= CPU_BUSY_SHARE * usable_cpus:
-        return "cpu-saturated", (f"with num_workers={chosen['num_workers']} the loader keeps {busy:.1f} of "
-                                 f"{usable_cpus} usable CPUs busy; more workers cannot add throughput")
+    # At or past the CPUs only workers that compute saturate them; waiting ones do not. CPUs used,
+    # not demanded: on CPUs other processes hold, queueing grows with every worker added.
+    share = computing_share(chosen)
+    at_cpus = chosen["num_workers"] >= usable_cpus and (share is None or share >= 1 - BLOCKED_SHARE)
+    used = (chosen.get("main_cpu") or 0) + chosen["num_workers"] * (chosen.get("worker_cpu") or 0)
+    if at_cpus or used >= CPU_BUSY_SHARE * usable_cpus:
+        waiting = chosen.get("worker_runqueue") or 0
+        return "cpu-saturated", (f"with num_workers={chosen['num_workers']} the loader uses {used:.1f} of "
+                                 f"{usable_cpus} usable CPUs"
+                                 + (f" and its workers wait for a CPU {waiting:.0%} of the time" if waiting else "")
+                                 + "; more workers cannot add throughput")
+    best_worker = max(workers, key=lambda r: r["samples_per_s"])
+    no_gain = zero is not None and best_worker["samples_per_s"] < WORKER_GAIN * zero["samples_per_s"]
+    # Workers no more than the CPUs that still waited for one: the CPUs are taken (by the main
+    # process or by other processes), whatever the curve's noise says of the gain.
+    queued = [r for r in workers if r["num_workers"] <= usable_cpus
+              and (r.get("worker_runqueue") or 0) >= CPU_WAIT_SHARE]
+    if queued:
+        worst = max(queued, key=lambda r: r["worker_runqueue"])
+        return "cpu-saturated", (
+            ("workers do not beat num_workers=0, and " if no_gain else "")
+            + f"with num_workers={worst['num_workers']} (no more than the {usable_cpus} usable CPU(s)) the "
+            f"workers waited for a CPU {worst['worker_runqueue']:.0%} of the time: the CPUs are taken, by the "
+            "loader or by other processes")
+    if no_gain:
+        # Too few workers measured to call it IPC, and no sign of busy CPUs: nothing to go on.
+        return None, (f"num_workers={best_worker['num_workers']} ({best_worker['samples_per_s']:.0f} samples/s) "
+                      f"does not beat num_workers=0 ({zero['samples_per_s']:.0f} samples/s), and no more workers "
+                      "were measured: nothing tells the causes apart")
     per_sample = getitem.get("per_sample_s")
     cost = f"{per_sample * 1e3:.2f} ms a sample" if per_sample else "its cost"
     return "getitem", f"__getitem__ ({cost}) limits the loader and the CPUs are not all busy"
 
 
-def recommend(section: dict[str, Any], bottleneck: str | None, cuda: bool) -> dict[str, Any] | None:
-    """Settings for the knee of the curve, and their measured gain over the current ones."""
+def enough_for_step(runs: list[dict[str, Any]], chosen: dict[str, Any], consumer: float) -> dict[str, Any] | None:
+    """The fewest workers that outrun the training step with headroom, when that is fewer than the knee.
+
+    Throughput beyond what the step consumes buys nothing but processes and memory. Stays with
+    workers when the knee has them: num_workers=0 loads in the training process, between steps.
+    """
+    floor = 1 if chosen["num_workers"] > 0 else 0
+    fits = [r for r in runs if floor <= r["num_workers"] < chosen["num_workers"]
+            and r["samples_per_s"] >= STEP_HEADROOM * consumer]
+    return min(fits, key=lambda r: r["num_workers"]) if fits else None
+
+
+def recommend(section: dict[str, Any], bottleneck: str | None, cuda: bool,
+              usable_cpus: int | None = None, step_time_s: float | None = None) -> dict[str, Any] | None:
+    """Settings for the knee of the curve (or, with a step time, the fewest workers that outrun the
+    step), and their measured gain over the current ones."""
     runs = measured_runs(section)
-    chosen = knee(runs)
+    chosen = knee(runs, usable_cpus)
     if chosen is None or section.get("failure"):
         return None
     if not any(r["num_workers"] > 0 for r in runs):
         return None  # no worker count was measured, so none can be recommended
+    eligible = eligible_runs(runs, usable_cpus)
+    basis = "knee"
+    consumer = None
+    if step_time_s and section.get("batch_size"):
+        consumer = int(section["batch_size"]) / step_time_s
+        fewer = enough_for_step(eligible, chosen, consumer)
+        if fewer is not None:
+            chosen, basis = fewer, "step"
     nw = chosen["num_workers"]
     pin = section.get("pin_memory") or {}
     pinned, unpinned = pin.get("pinned_samples_per_s"), pin.get("unpinned_samples_per_s")
@@ -165,9 +262,16 @@ def recommend(section: dict[str, Any], bottleneck: str | None, cuda: bool) -> di
         "persistent_workers": nw > 0,
         "pin_memory": pin_memory,
         "samples_per_s": chosen["samples_per_s"],
-        "best_samples_per_s": max(r["samples_per_s"] for r in runs),
+        "best_samples_per_s": max(r["samples_per_s"] for r in eligible),
+        # Measured, but computing workers past the usable CPUs: never recommended (computes_past_cpus).
+        "left_out": [{"num_workers": r["num_workers"], "samples_per_s": r["samples_per_s"],
+                      "worker_runqueue": r.get("worker_runqueue")}
+                     for r in runs if computes_past_cpus(r, usable_cpus)],
         "current_samples_per_s": _rate(current_run),
         "gain": round(chosen["samples_per_s"] / current_run["samples_per_s"], 3) if current_run else None,
+        # "knee": the fewest workers within 95% of the best; "step": the fewest that outrun the step.
+        "basis": basis,
+        "consumer_samples_per_s": round(consumer, 2) if consumer else None,
     }
     return recommendation
 

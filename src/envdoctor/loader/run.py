@@ -11,7 +11,9 @@ process — and supervises it:
   process group is killed, workers included;
 - every event the runner wrote is kept, so a kill loses nothing measured;
 - afterwards no process of the group survives, and `/dev/shm/torch_<pid>_*`
-  segments that a killed process of the group left behind are removed.
+  segments that a killed process of the group left behind are removed, as are
+  the named semaphores (`/dev/shm/sem.mp-*`, which spawn and forkserver
+  queues use) that its processes held when they were killed.
 """
 from __future__ import annotations
 
@@ -63,6 +65,8 @@ class StageRun:
     shm_removed: list[str] = field(default_factory=list)
     #: Every pid seen in the group, to tell its /dev/shm segments from other processes'.
     pids: set[int] = field(default_factory=set)
+    #: Inodes of the named semaphores the group's processes had mapped when they were killed.
+    semaphores: set[int] = field(default_factory=set)
 
     @property
     def finished(self) -> bool:
@@ -129,6 +133,34 @@ def _group_rss(pid: int, seen: set[int]) -> int:
     return total
 
 
+def _mapped_semaphores(pids: set[int]) -> set[int]:
+    """Inodes of the /dev/shm semaphores these processes have mapped.
+
+    Inodes, not names: sem_open creates a semaphore under a temporary name,
+    maps it, then links it to its real name, so the mapping shows the
+    temporary name (deleted) while the file left in /dev/shm has the real one.
+    """
+    inodes: set[int] = set()
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/maps", encoding="utf-8", errors="replace") as fh:
+                for line in fh:
+                    if "/dev/shm/sem." in line:
+                        fields = line.split()
+                        if len(fields) >= 6 and fields[4].isdigit():
+                            inodes.add(int(fields[4]))
+        except OSError:
+            continue
+    return inodes
+
+
+def _kill(outcome: StageRun, pid: int) -> None:
+    """Kill the whole group, first noting the named semaphores it holds: killed, nobody unlinks them."""
+    _group_rss(pid, outcome.pids)
+    outcome.semaphores |= _mapped_semaphores(outcome.pids | {pid})
+    kill_group(pid)
+
+
 def _reap(pid: int, wait_s: float) -> int | None:
     """Wait up to wait_s for the child to end; its returncode (negative: a signal)."""
     end = time.monotonic() + wait_s
@@ -150,15 +182,15 @@ def _start_script(plan: dict[str, Any], interpreter: str, write_fd: int, log: An
     from envdoctor.facts.torch import probe_environment
 
     plan_file = tempfile.NamedTemporaryFile("w", suffix=".json", prefix="envdoctor-plan-", delete=False)
+    plan["_plan_file"] = plan_file.name  # run_stage removes it, also when the interpreter cannot start
     with plan_file:
-        json.dump({**plan, "event_fd": write_fd}, plan_file)
+        json.dump({k: v for k, v in plan.items() if k != "_plan_file"} | {"event_fd": write_fd}, plan_file)
     proc = subprocess.Popen(
         [interpreter, "-B", str(RUNNER_PATH), plan_file.name],
         stdin=subprocess.DEVNULL, stdout=log, stderr=log, pass_fds=(write_fd,),
         # probe_environment(): quiet, plus the threadpoolctl the torch probe may borrow.
         start_new_session=True, env=probe_environment(), cwd=cwd,
     )
-    plan["_plan_file"] = plan_file.name
     # The Popen object is dropped: the child is reaped with waitpid below, like a forked one.
     proc.returncode = 0
     return proc.pid
@@ -218,13 +250,13 @@ def run_stage(plan: dict[str, Any], *, interpreter: str | None = None, objects: 
         if write_fd >= 0:
             os.close(write_fd)
         if pid is not None:
-            kill_group(pid)
+            _kill(outcome, pid)
             code = _reap(pid, 5.0)
             if outcome.returncode is None:
                 outcome.returncode = code
             outcome.pids.add(pid)
             _wait_group_gone(pid)
-            outcome.shm_removed = _clean_shm(shm_before, outcome.pids)
+            outcome.shm_removed = _clean_shm(shm_before, outcome.pids, outcome.semaphores)
         os.close(read_fd)
         log.seek(0)
         outcome.log_tail = log.read()[-4000:]
@@ -277,7 +309,7 @@ def _follow(outcome: StageRun, pid: int, read_fd: int, hard_deadline: float,
         if closed:
             outcome.returncode = _reap(pid, 2.0)
             if outcome.returncode is None:  # it closed the pipe yet lives on: end it
-                kill_group(pid)
+                _kill(outcome, pid)
                 outcome.returncode = _reap(pid, 2.0)
             _drain(outcome, read_fd, pending, progress)
             return
@@ -292,11 +324,11 @@ def _follow(outcome: StageRun, pid: int, read_fd: int, hard_deadline: float,
                 return
         if now > hard_deadline:
             outcome.killed_for = "budget"
-            kill_group(pid)
+            _kill(outcome, pid)
             return
         if phase_deadline is not None and now > phase_deadline:
             outcome.killed_for = "phase"
-            kill_group(pid)
+            _kill(outcome, pid)
             return
         if now >= next_poll:
             # Also collects the group's pids, so its leftover /dev/shm segments can be told apart.
@@ -305,7 +337,7 @@ def _follow(outcome: StageRun, pid: int, read_fd: int, hard_deadline: float,
             outcome.peak_rss_bytes = max(outcome.peak_rss_bytes, rss)
             if outcome.memory_cap_bytes and rss > outcome.memory_cap_bytes:
                 outcome.killed_for = "memory"
-                kill_group(pid)
+                _kill(outcome, pid)
                 return
 
 
@@ -352,12 +384,20 @@ def _wait_group_gone(pgid: int, wait_s: float = 3.0) -> None:
         time.sleep(0.02)
 
 
-def _clean_shm(before: set[str], pids: set[int]) -> list[str]:
-    """Remove torch segments that processes of the killed group created and left."""
+def _inode(name: str) -> int | None:
+    try:
+        return os.stat(os.path.join(SHM_DIR, name)).st_ino
+    except OSError:
+        return None
+
+
+def _clean_shm(before: set[str], pids: set[int], semaphores: set[int] = frozenset()) -> list[str]:
+    """Remove torch segments that processes of the killed group created and left, and the named
+    semaphores (by inode) that appeared during the stage and that its processes held."""
     removed = []
     for name in sorted(_shm_names() - before):
         match = _SHM_NAME.match(name)
-        if match and int(match.group(1)) in pids:
+        if (match and int(match.group(1)) in pids) or (name.startswith("sem.") and _inode(name) in semaphores):
             try:
                 os.unlink(os.path.join(SHM_DIR, name))
                 removed.append(name)

@@ -116,6 +116,10 @@ class Watchdog:
                     continue
                 what = self.what
             self.events.emit("failure", value=self.describe(what))
+            try:
+                release_semaphores()
+            except Exception:
+                pass  # platforms without named semaphores; the exit below must happen regardless
             self.events.emit("done", reason="watchdog")
             os._exit(0)
 
@@ -438,7 +442,8 @@ class SmokeTest:
         self.events.result("dataset", {"description": description, "length": length,
                                         "iterable": self.iterable, "type": type(dataset).__qualname__,
                                         "start_method": self.start_method, "current": self.current,
-                                        "batch_size": self.batch_size})
+                                        "batch_size": self.batch_size,
+                                        "decoding": getattr(dataset, "decoding", None)})
         self.cap = self._worker_cap()
         slots = max(self.cap, self.current["num_workers"], *(self.plan.get("workers") or [0])) + 1
         if not self.iterable:
@@ -706,13 +711,25 @@ class SmokeTest:
             else:
                 slice_s = min(MAX_SLICE_S, max(MIN_SLICE_S, room / points_left - startup))
             need = startup + max(MIN_SLICE_S, 3 * batch_est) + 0.3
+            # Without one worker run nothing can be judged, and start-up estimates are rough (under
+            # spawn they scale the runner's own torch import): the first worker count gets whatever
+            # budget is left; workers that cannot start in it are skipped as such (SlowStart).
+            first_worker_run = nw > 0 and not any(r["num_workers"] > 0 for r in self.runs)
+            if first_worker_run:
+                room = self.left()
+                need = min(need, 1.0)
             if room < need and self.runs:
                 self.events.result("skip", {"what": f"num_workers={nw}",
                                             "reason": f"not enough of the budget left ({room:.1f} s, "
                                                       f"about {need:.1f} s needed)"})
                 done.add(nw)
                 continue
-            run = self.measure(nw, slice_s, startup, batch_est)
+            try:
+                run = self.measure(nw, slice_s, startup, batch_est)
+            except SlowStart as slow:
+                self.events.result("skip", {"what": f"num_workers={nw}", "reason": str(slow)})
+                done.add(nw)
+                continue
             done.add(nw)
             self.runs.append(run)
             self.events.result("run", run)
@@ -745,7 +762,9 @@ class SmokeTest:
             return None
         prev = max(previous, key=lambda r: r["num_workers"])
         climbing = last["samples_per_s"] >= 1.15 * prev["samples_per_s"]
-        waiting = (last.get("worker_blocked") or 0) >= 0.5
+        # Waiting (blocked) rather than computing, of the time not spent queued for a busy CPU.
+        cpu, blocked = last.get("worker_cpu") or 0, last.get("worker_blocked") or 0
+        waiting = cpu + blocked > 0 and blocked / (cpu + blocked) >= 0.5
         nxt = last["num_workers"] * 2
         if climbing and waiting and nxt <= self.cap and nxt not in done:
             return nxt
@@ -774,11 +793,16 @@ class SmokeTest:
         is timed on its own (the persistent_workers comparison).
         """
         torch = self.torch
-        timeout = min(max(3.0, 10 * batch_est + 2 * startup), max(1.0, self.left() - 0.5))
+        # A batch that does not come within `timeout` once the workers deliver is a hang. The first
+        # batch of an epoch may take the rest of the budget: starting workers (under spawn each one
+        # imports torch and unpickles the dataset) is slow, not stuck, and estimates of it are rough.
+        hang_s = max(3.0, 10 * batch_est + 2 * startup)
+        timeout = round(min(hang_s, max(1.0, self.left() - 0.5)), 2)
+        first_timeout = round(max(timeout, self.left() - 0.5), 2)
         if epochs_wanted:
-            limit = epochs_wanted * (startup + epoch_est) + timeout + 2.0
+            limit = epochs_wanted * (startup + epoch_est) + first_timeout + 2.0
         else:
-            limit = startup + slice_s + timeout + 2.0
+            limit = slice_s + timeout + first_timeout + 2.0
             persistent = nw > 0
         self.guarded(limit, f"the run with num_workers={nw}", "run", num_workers=nw, slice_s=round(slice_s, 3),
                      label=label)
@@ -787,7 +811,7 @@ class SmokeTest:
             self.tracked.reset()
         data = dataset if dataset is not None else (self.tracked if self.tracked is not None else self.dataset)
         try:
-            loader = self._loader(nw, data, timeout, persistent=persistent, pin=pin, kwargs=kwargs)
+            loader = self._loader(nw, data, first_timeout, persistent=persistent, pin=pin, kwargs=kwargs)
         except (TypeError, ValueError) as exc:
             self.watchdog.disarm()
             raise FactoryProblem(f"DataLoader rejects the settings it was given: {type(exc).__name__}: "
@@ -798,13 +822,16 @@ class SmokeTest:
         window = None
         iterator = None
         warmup = max(1, nw) - 1
-        start = time.perf_counter()
-        hard_end = start + startup + slice_s + timeout if not epochs_wanted else math.inf
+        start = self._run_started = time.perf_counter()
+        hard_end = math.inf  # set when the first batch arrives: the steady slice, then the hang limit
+        epoch_started = False
         try:
             done = False
             while not done:
                 epoch_marks.append((time.perf_counter(), len(stamps)))
                 iterator = iter(loader)
+                _set_timeout(iterator, first_timeout)
+                epoch_started = False
                 finished_epoch = False
                 while True:
                     try:
@@ -814,9 +841,15 @@ class SmokeTest:
                         break
                     now = time.perf_counter()
                     stamps.append((now, samples_in(batch, torch, self.batch_size) if self.auto_collation else 1))
+                    if not epoch_started:
+                        epoch_started = True
+                        # Never past the budget: a wait cut short by it is told from a hang below.
+                        _set_timeout(iterator, round(min(timeout, max(0.5, self.left() - 0.5)), 2))
                     if first_batch is None:
                         first_batch = now - start
                         window = CpuWindow(_worker_pids(iterator))
+                        if not epochs_wanted:
+                            hard_end = now + slice_s + timeout
                     # Three rounds of every worker's batch past the warm-up, and the slice's time.
                     if not epochs_wanted and len(stamps) > warmup + max(4, 3 * nw) \
                             and now - stamps[warmup][0] >= slice_s:
@@ -837,7 +870,15 @@ class SmokeTest:
         except DatasetFailure:
             raise
         except Exception as exc:
-            raise self._worker_failure(exc, nw, iterator) from None
+            waited = time.perf_counter() - (stamps[-1][0] if stamps else start)
+            if epoch_started and isinstance(exc, RuntimeError) and "timed out after" in str(exc) \
+                    and waited < hang_s - 0.05:
+                failure = BudgetEnd(nw, waited)  # the budget ran out before a wait could become a hang
+            else:
+                failure = self._worker_failure(exc, nw, iterator, delivered=epoch_started)
+            if isinstance(failure, SlowStart):
+                _abandon_workers(iterator)
+            raise failure from None
         finally:
             self.watchdog.disarm()
         _shutdown(iterator)
@@ -859,7 +900,7 @@ class SmokeTest:
                                           for e, m in zip(epochs, epoch_marks)]
         return run
 
-    def _worker_failure(self, exc: BaseException, nw: int, iterator) -> DatasetFailure:
+    def _worker_failure(self, exc: BaseException, nw: int, iterator, delivered: bool = True) -> Exception:
         text = str(exc)
         failed = self.tracked.failures() if self.tracked is not None else {}
         busy = self.tracked.in_progress() if self.tracked is not None else {}
@@ -882,6 +923,10 @@ class SmokeTest:
                                   signal_name="SIGBUS" if "Bus error" in text else None)
         if isinstance(exc, RuntimeError) and "timed out after" in text:
             index = next(iter(busy.values()), None)
+            if not delivered and not busy and not failed:
+                # No worker had begun a __getitem__ when the budget ran out: the workers were still
+                # starting (importing, unpickling the dataset), which is no failure of the dataset.
+                return SlowStart(nw, time.perf_counter() - self._run_started)
             return DatasetFailure("hung", f"no batch arrived within the DataLoader timeout ({_first_line(exc)})"
                                   + (f"; index {index} was still being fetched" if index is not None else ""),
                                   index=index, num_workers=nw)
@@ -957,9 +1002,13 @@ class SmokeTest:
             kwargs["batch_size"] = self.batch_size
         results = {}
         for persistent in (False, True):
-            run = self.measure(nw, 0.0, startup, self.per_sample_s * self.batch_size, epochs_wanted=2,
-                               epoch_est=epoch_est, persistent=persistent, dataset=subset, kwargs=kwargs,
-                               label=f"persistent_workers={persistent}")
+            try:
+                run = self.measure(nw, 0.0, startup, self.per_sample_s * self.batch_size, epochs_wanted=2,
+                                   epoch_est=epoch_est, persistent=persistent, dataset=subset, kwargs=kwargs,
+                                   label=f"persistent_workers={persistent}")
+            except SlowStart as slow:
+                self.events.result("skip", {"what": "persistent_workers", "reason": str(slow)})
+                return
             results[persistent] = run
         off, on = results[False], results[True]
         second_off = (off.get("epoch_first_batch_s") or [None, None])[-1]
@@ -999,9 +1048,31 @@ class SmokeTest:
             # The same loader ran unpinned: what failed here is pinning (the CUDA side), not the dataset.
             self.events.result("skip", {"what": "pin_memory", "reason": f"pinning failed: {failure}"})
             return
+        except SlowStart as slow:
+            self.events.result("skip", {"what": "pin_memory", "reason": str(slow)})
+            return
         self.events.result("pin", {"num_workers": nw, "unpinned_samples_per_s": best_run["samples_per_s"],
                                    "pinned_samples_per_s": run.get("samples_per_s"),
                                    "pinned_first_batch_s": run.get("first_batch_s")})
+
+
+class SlowStart(Exception):
+    """Workers that delivered no batch, and had not begun a `__getitem__`, before the budget ran out."""
+
+    def __init__(self, num_workers: int, waited_s: float) -> None:
+        super().__init__(f"the {num_workers} worker(s) had not delivered a first batch after {waited_s:.1f} s, "
+                         "when the budget ran out; none had begun a __getitem__ (still starting: importing "
+                         "modules and unpickling the dataset under spawn or forkserver)")
+        self.num_workers = num_workers
+
+
+class BudgetEnd(SlowStart):
+    """The budget ran out while the workers made a batch, before the wait was long enough to be a hang."""
+
+    def __init__(self, num_workers: int, waited_s: float) -> None:
+        Exception.__init__(self, f"stopped at the end of the budget after waiting {waited_s:.1f} s for a batch, "
+                                 "too short to call it a hang")
+        self.num_workers = num_workers
 
 
 class SetupProblem(Exception):
@@ -1034,6 +1105,43 @@ def _looks_like_pickling(exc: BaseException) -> bool:
     return isinstance(exc, pickle.PicklingError) or "pickle" in text or "can't get local object" in text
 
 
+def _set_timeout(iterator, seconds: float) -> None:
+    """Change how long a worker iterator waits for its next batch (a DataLoader has one timeout for all)."""
+    if getattr(iterator, "_timeout", 0):
+        iterator._timeout = seconds
+
+
+def release_semaphores() -> None:
+    """Unlink the named semaphores this process created, before it ends without running finalizers.
+
+    Under spawn and forkserver every DataLoader queue holds named semaphores
+    (/dev/shm/sem.mp-*) that multiprocessing unlinks only when the objects are
+    collected or the interpreter exits normally; the runner ends with os._exit,
+    so it unlinks them itself. Unlinking a name leaves the semaphores working
+    for processes that still use them.
+    """
+    from multiprocessing import synchronize, util
+
+    cleanup = getattr(synchronize.SemLock, "_cleanup", None)
+    registry = getattr(util, "_finalizer_registry", {})
+    for finalizer in list(registry.values()):
+        if cleanup is not None and getattr(finalizer, "_callback", None) is cleanup:
+            try:
+                finalizer()  # skips, by itself, the semaphores of the process this one was forked from
+            except Exception:
+                pass
+
+
+def _abandon_workers(iterator) -> None:
+    """Kill workers that are still starting: a graceful shutdown waits seconds for each."""
+    for worker in getattr(iterator, "_workers", None) or []:
+        try:
+            worker.kill()
+            worker.join(timeout=1.0)
+        except Exception:
+            pass
+
+
 def _shutdown(iterator) -> None:
     """Stop an iterator's workers now rather than when the garbage collector gets to it."""
     if iterator is None:
@@ -1064,6 +1172,10 @@ def run_plan(plan: dict, events: Events, dataset=None, loader_kwargs=None, descr
     except BaseException as exc:  # the runner's own bug: report it, do not hang
         events.emit("runner_error", message=f"{type(exc).__name__}: {exc}",
                     traceback=traceback.format_exc(limit=8))
+    try:
+        release_semaphores()
+    except Exception:
+        pass
     events.emit("done")
 
 

@@ -166,5 +166,8 @@ def loader_markdown(loader: dict[str, Any]) -> str:
             lines.append(f"| {row[0]} | {row[1]} | {row[2]} | {row[3]} | {bar} | {mark} |")
         lines += ["", "◀ knee: the fewest workers within 95% of the best throughput, the recommendation.", ""]
     for label, text in _summary_lines(loader):
-        lines.append(f"- **{label}**: {text.replace('|', '/')}")
+        # Dunder names in code spans: Markdown reads __getitem__ as bold "getitem".
+        label = "`__getitem__`" if label == "__getitem__" else label
+        text = text.replace("|", "/").replace("__getitem__", "`__getitem__`")
+        lines.append(f"- **{label}**: {text}")
     return "\n".join(lines)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any, Iterator
 
 from envdoctor.facts import Facts
-from envdoctor.loader.diagnose import differs_from_current, knee, measured_runs, startup_cost
+from envdoctor.loader.diagnose import STEP_HEADROOM, differs_from_current, knee, measured_runs, startup_cost
 from envdoctor.model import Severity
 from envdoctor.rules import Hit
 
@@ -31,6 +31,18 @@ def _users_data(facts: Facts) -> dict[str, Any] | None:
     if not section or (section.get("source") or {}).get("kind") == "synthetic":
         return None
     return section
+
+
+def _undecoded(section: dict[str, Any]) -> int:
+    """Image files of a --data folder that were read but not decoded (no Pillow in the environment)."""
+    return int((section.get("decoding") or {}).get("undecoded_images") or 0)
+
+
+def _users_sample_code(facts: Facts) -> dict[str, Any] | None:
+    """The section when its per-sample work is the user's: not when images went undecoded, since
+    reading alone says nothing of what decoding costs or how workers share it."""
+    section = _users_data(facts)
+    return section if section and not _undecoded(section) else None
 
 
 def _settings_text(rec: dict[str, Any], batch_size: Any = None) -> str:
@@ -88,7 +100,7 @@ def find_slow_loader(facts: Facts) -> Iterator[Hit]:
 
 def find_workers_no_gain(facts: Facts) -> Iterator[Hit]:
     """DL002: workers do not beat num_workers=0 in steady state."""
-    section = _users_data(facts)
+    section = _users_sample_code(facts)
     if not section or section.get("bottleneck") != "ipc":
         return
     runs = measured_runs(section)
@@ -98,23 +110,28 @@ def find_workers_no_gain(facts: Facts) -> Iterator[Hit]:
         return
     best = max(workers, key=lambda r: r["samples_per_s"])
     getitem = section.get("getitem") or {}
+    # Already at num_workers=0 nothing is wrong: worth knowing before adding workers, not a warning.
+    already = (section.get("current") or {}).get("num_workers", 0) == 0
     yield Hit(
         message=(f"workers do not help: num_workers=0 delivers {_rate(zero['samples_per_s'])}, the best worker "
                  f"setting (num_workers={best['num_workers']}) {_rate(best['samples_per_s'])}; each batch costs "
-                 "more to move between processes than to make"),
+                 "more to move between processes than to make"
+                 + ("; your num_workers=0 is already the better setting" if already else "")),
         evidence={"num_workers_0_samples_per_s": zero["samples_per_s"],
                   "best_worker_setting": best["num_workers"], "best_worker_samples_per_s": best["samples_per_s"],
                   "getitem_s": getitem.get("per_sample_s"), "batch_size": section.get("batch_size"),
                   "batch_bytes": section.get("batch_bytes"), "curve": _curve(section)},
-        fix=("use num_workers=0, or give each worker more to do per handover: a larger batch_size, or a "
+        fix=(("keep num_workers=0" if already else "use num_workers=0")
+             + ", or give each worker more to do per handover: a larger batch_size, or a "
              "batched __getitems__ / a sampler that yields whole batches of indices so one transfer carries "
              "many samples"),
+        severity=Severity.INFO if already else None,
     )
 
 
 def find_slow_getitem(facts: Facts) -> Iterator[Hit]:
     """DL003: the time goes into __getitem__ (reading, decoding, transforms)."""
-    section = _users_data(facts)
+    section = _users_sample_code(facts)
     if not section or section.get("bottleneck") not in ("getitem", "storage", "cpu-saturated"):
         return
     getitem = section.get("getitem") or {}
@@ -164,7 +181,7 @@ def find_slow_worker_startup(facts: Facts) -> Iterator[Hit]:
     if current.get("persistent_workers"):
         return
     runs = measured_runs(section)
-    chosen = knee(runs)
+    chosen = knee(runs, section.get("usable_cpus"))
     if chosen is None or chosen["num_workers"] == 0:
         workers = [r for r in runs if r["num_workers"] > 0]
         if section.get("bottleneck") != "startup" or not workers:
@@ -210,17 +227,36 @@ def find_loader_settings(facts: Facts) -> Iterator[Hit]:
     gain_text = (f", {gain:.2f}× the {_rate(rec.get('current_samples_per_s'))} of your settings"
                  if gain else "")
     synthetic = (section.get("source") or {}).get("kind") == "synthetic"
+    left_out = rec.get("left_out") or []
+    past_cpus = ""
+    if left_out:
+        counts = ", ".join(f"num_workers={r['num_workers']} ({_rate(r['samples_per_s'])})" for r in left_out)
+        past_cpus = (f"; {counts} left out: its workers compute and outnumber the "
+                     f"{section.get('usable_cpus')} usable CPUs, so what it measured above them is noise or "
+                     "CPU time taken from other processes, the training process among them")
+    if rec.get("basis") == "step":
+        why = (f"the fewest workers that deliver {STEP_HEADROOM:g}× the {_rate(rec.get('consumer_samples_per_s'))} "
+               f"a {section.get('step_time_s') or facts.config.step_time:g} s step consumes; more only add "
+               "processes and memory")
+    else:
+        why = f"the smallest num_workers within 95% of the best, {_rate(rec.get('best_samples_per_s'))}"
     yield Hit(
         message=(f"recommended: {', '.join(changes)} — measured {_rate(rec.get('samples_per_s'))}{gain_text} "
-                 f"(the smallest num_workers within 95% of the best, {_rate(rec.get('best_samples_per_s'))})"
+                 f"({why})"
+                 + past_cpus
                  + (" on the built-in synthetic dataset, which shows how this machine scales workers; "
-                    "pass --dataset or --data to measure your own" if synthetic else "")),
+                    "pass --dataset or --data to measure your own" if synthetic else "")
+                 + (f" — measured on {_undecoded(section)} image file(s) read but not decoded (no Pillow in "
+                    "the environment), so it shows how reading scales, not your decoding pipeline; install "
+                    "pillow there or pass --dataset" if _undecoded(section) else "")),
         evidence={"recommendation": {k: rec[k] for k in ("num_workers", "prefetch_factor",
                                                            "persistent_workers", "pin_memory")},
                   "current": {k: current.get(k) for k in ("num_workers", "prefetch_factor",
                                                           "persistent_workers", "pin_memory")},
                   "samples_per_s": rec.get("samples_per_s"), "current_samples_per_s": rec.get("current_samples_per_s"),
-                  "gain": gain, "bottleneck": section.get("bottleneck"), "curve": _curve(section)},
+                  "gain": gain, "bottleneck": section.get("bottleneck"), "curve": _curve(section),
+                  "basis": rec.get("basis", "knee"),
+                  **({"left_out": left_out, "usable_cpus": section.get("usable_cpus")} if left_out else {})},
         fix=_settings_text(rec, current.get("batch_size")),
     )
 

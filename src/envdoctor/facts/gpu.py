@@ -16,6 +16,8 @@ import os
 from pathlib import Path
 from typing import Any, Callable
 
+from envdoctor.facts.kernel_files import read_kernel_file
+
 NVIDIA_PCI_VENDOR = "0x10de"
 #: PCI classes of display and 3D controllers (GPUs); 0x0302 is what data-centre GPUs use.
 GPU_PCI_CLASSES = ("0x0300", "0x0302")
@@ -38,17 +40,12 @@ def pci_nvidia_gpus(pci_root: Path = Path("/sys/bus/pci/devices")) -> list[dict[
             driver = device / "driver"
             found.append({
                 "address": device.name,
-                "device_id": _read(device / "device"),
+                "device_id": read_kernel_file(device / "device"),
                 "driver": os.path.basename(os.path.realpath(driver)) if driver.exists() else None,
             })
     return found
 
 
-def _read(path: Path) -> str | None:
-    try:
-        return path.read_text().strip()
-    except OSError:
-        return None
 
 
 def _text(value: Any) -> str:

@@ -28,6 +28,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from envdoctor.facts.kernel_files import read_kernel_file
+
 #: File system types whose data travels over a network.
 NETWORK_FSTYPES = frozenset({
     "nfs", "nfs4", "cifs", "smb3", "smbfs", "lustre", "gpfs", "beegfs", "ceph", "glusterfs",
@@ -135,11 +137,6 @@ def classify_fstype(fstype: str, source: str = "") -> dict[str, Any]:
     return {"kind": "local", "backend": fstype}
 
 
-def _read(path: Path) -> str | None:
-    try:
-        return path.read_text(encoding="utf-8", errors="replace").strip()
-    except OSError:
-        return None
 
 
 def describe_block_device(dev: str, sys_root: Path = Path("/sys"), depth: int = 0) -> dict[str, Any] | None:
@@ -158,7 +155,7 @@ def describe_block_device(dev: str, sys_root: Path = Path("/sys"), depth: int = 
     if (real / "partition").exists():
         real = real.parent
     name = real.name
-    rotational = _read(real / "queue" / "rotational")
+    rotational = read_kernel_file(real / "queue" / "rotational")
     device_path = str(real)
     info: dict[str, Any] = {
         "name": name,
@@ -172,7 +169,7 @@ def describe_block_device(dev: str, sys_root: Path = Path("/sys"), depth: int = 
         medium = "ram"
     elif name.startswith("loop"):
         medium = "loop"
-        info["backing_file"] = _read(real / "loop" / "backing_file")
+        info["backing_file"] = read_kernel_file(real / "loop" / "backing_file")
     elif "/virtio" in device_path or name.startswith(("vd", "xvd")) or "/xen" in device_path \
             or "/vmbus" in device_path:
         # virtio-blk and Xen disks report rotational=1 by default: the flag is
@@ -192,7 +189,7 @@ def describe_block_device(dev: str, sys_root: Path = Path("/sys"), depth: int = 
     if depth < 4 and slaves_dir.is_dir():
         lower = []
         for slave in sorted(slaves_dir.iterdir()):
-            slave_dev = _read(slave / "dev")
+            slave_dev = read_kernel_file(slave / "dev")
             if slave_dev:
                 described = describe_block_device(slave_dev, sys_root, depth + 1)
                 if described:

@@ -14,16 +14,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from envdoctor.facts.kernel_files import read_kernel_file
 from envdoctor.redact import redact_environ
 
 SHM_PATH = "/dev/shm"
 
 
-def _read(path: Path) -> str | None:
-    try:
-        return path.read_text(encoding="utf-8", errors="replace").strip()
-    except OSError:
-        return None
 
 
 def parse_proc_cgroup(text: str) -> dict[str, str]:
@@ -61,13 +57,13 @@ def _v1_mount(cgroup_root: Path, controller: str) -> Path | None:
 def read_cpu_quota(proc_cgroup: Path = Path("/proc/self/cgroup"),
                    cgroup_root: Path = Path("/sys/fs/cgroup")) -> dict[str, Any]:
     """The tightest CPU quota on this process's cgroup and its ancestors, in CPUs."""
-    paths = parse_proc_cgroup(_read(proc_cgroup) or "")
+    paths = parse_proc_cgroup(read_kernel_file(proc_cgroup) or "")
     quotas: list[float] = []
     version = None
     if "" in paths and (cgroup_root / "cgroup.controllers").exists():
         version = 2
         for folder in _candidates(cgroup_root, paths[""]):
-            text = _read(folder / "cpu.max")
+            text = read_kernel_file(folder / "cpu.max")
             if text:
                 quota, _, period = text.partition(" ")
                 if quota != "max" and period:
@@ -77,8 +73,8 @@ def read_cpu_quota(proc_cgroup: Path = Path("/proc/self/cgroup"),
         if mount is not None:
             version = 1
             for folder in _candidates(mount, paths["cpu"]):
-                quota = _read(folder / "cpu.cfs_quota_us")
-                period = _read(folder / "cpu.cfs_period_us")
+                quota = read_kernel_file(folder / "cpu.cfs_quota_us")
+                period = read_kernel_file(folder / "cpu.cfs_period_us")
                 if quota and period and int(quota) > 0 and int(period) > 0:
                     quotas.append(int(quota) / int(period))
     return {"cgroup_version": version, "quota_cpus": min(quotas) if quotas else None}
@@ -87,7 +83,7 @@ def read_cpu_quota(proc_cgroup: Path = Path("/proc/self/cgroup"),
 def read_memory_limit(proc_cgroup: Path = Path("/proc/self/cgroup"),
                       cgroup_root: Path = Path("/sys/fs/cgroup")) -> dict[str, Any]:
     """The tightest cgroup memory limit and that cgroup's reclaim-adjusted usage, in bytes."""
-    paths = parse_proc_cgroup(_read(proc_cgroup) or "")
+    paths = parse_proc_cgroup(read_kernel_file(proc_cgroup) or "")
     best: tuple[int, int | None] | None = None
 
     def consider(limit: int, usage: int | None) -> None:
@@ -97,14 +93,14 @@ def read_memory_limit(proc_cgroup: Path = Path("/proc/self/cgroup"),
 
     if "" in paths and (cgroup_root / "cgroup.controllers").exists():
         for folder in _candidates(cgroup_root, paths[""]):
-            text = _read(folder / "memory.max")
+            text = read_kernel_file(folder / "memory.max")
             if text and text != "max":
                 consider(int(text), _usage(folder, "memory.current", "inactive_file"))
     elif "memory" in paths:
         mount = _v1_mount(cgroup_root, "memory")
         if mount is not None:
             for folder in _candidates(mount, paths["memory"]):
-                text = _read(folder / "memory.limit_in_bytes")
+                text = read_kernel_file(folder / "memory.limit_in_bytes")
                 # v1 reports "no limit" as a huge page-aligned number.
                 if text and int(text) < 2**60:
                     consider(int(text), _usage(folder, "memory.usage_in_bytes", "total_inactive_file"))
@@ -114,11 +110,11 @@ def read_memory_limit(proc_cgroup: Path = Path("/proc/self/cgroup"),
 
 
 def _usage(folder: Path, usage_file: str, inactive_key: str) -> int | None:
-    text = _read(folder / usage_file)
+    text = read_kernel_file(folder / usage_file)
     if not text:
         return None
     usage = int(text)
-    for line in (_read(folder / "memory.stat") or "").splitlines():
+    for line in (read_kernel_file(folder / "memory.stat") or "").splitlines():
         key, _, value = line.partition(" ")
         if key == inactive_key and value.strip().isdigit():
             usage -= min(usage, int(value))
@@ -151,7 +147,7 @@ def detect_container(root: Path = Path("/"), environ: dict[str, str] | None = No
         kind, evidence = "podman", evidence + ["/run/.containerenv exists"]
     if environ.get("KUBERNETES_SERVICE_HOST"):
         kind, evidence = "kubernetes", evidence + ["KUBERNETES_SERVICE_HOST is set"]
-    init_cgroup = _read(root / "proc/1/cgroup") or ""
+    init_cgroup = read_kernel_file(root / "proc/1/cgroup") or ""
     for marker, name in (("kubepods", "kubernetes"), ("docker", "docker"), ("lxc", "lxc"), ("containerd", "containerd")):
         if marker in init_cgroup:
             kind = kind or name

@@ -17,6 +17,7 @@ from collections import Counter
 from typing import Any, Iterable, Mapping
 
 from envdoctor.fleet.nodes import FIELDS, UNLIMITED, Field
+from envdoctor.versions import sortable_version
 
 #: Sizes that wobble a little between identical machines (memory the kernel
 #: reserves, /dev/shm as half of RAM) differ only beyond this fraction.
@@ -37,15 +38,6 @@ def nodes_of(fleet: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     return [n for n in fleet.get("nodes") or [] if isinstance(n, Mapping)]
 
 
-def _version_key(value: Any) -> tuple[int, Any]:
-    from packaging.version import InvalidVersion, Version
-
-    try:
-        return (1, Version(str(value)))
-    except InvalidVersion:
-        return (0, str(value))
-
-
 def _size_key(value: Any) -> float:
     return float("inf") if value == UNLIMITED else float(value)
 
@@ -56,7 +48,7 @@ def _preferred(values: Iterable[Any], kind: str) -> Any:
     top = max(counts.values())
     tied = [v for v, c in counts.items() if c == top]
     if kind == "version":
-        return max(tied, key=_version_key)
+        return max(tied, key=sortable_version)
     if kind in ("count", "bytes"):
         return max(tied, key=_size_key)
     return min(tied, key=str)

@@ -27,20 +27,12 @@ from envdoctor.facts.packages import conda_distribution, dist_name_from_dir, nor
 from envdoctor.rules import Hit
 from envdoctor.rules.channels import channel_name
 from envdoctor.rules.install_commands import conda, conda_reinstall, pip, shell_quote
+from envdoctor.versions import sortable_version
 
 #: Where an environment's own distributions live (PKG002 looks only here).
 OWN_LOCATIONS = ("env",)
 #: Directories outside the environment that can shadow it (PKG006).
 SHADOW_LOCATIONS = ("user", "pythonpath", "cwd", "other")
-
-
-def _version_key(text: str) -> Any:
-    from packaging.version import InvalidVersion, Version
-
-    try:
-        return (1, Version(text))
-    except InvalidVersion:
-        return (0, text)
 
 
 @lru_cache(maxsize=8192)
@@ -169,7 +161,7 @@ def find_duplicate_distributions(facts: Facts) -> Iterator[Hit]:
             keep_text = f"conda's {record['version']}"
             restore = conda_reinstall(packages, [record])
         else:
-            keep = max(dists, key=lambda d: _version_key(d["version"]))
+            keep = max(dists, key=lambda d: sortable_version(d["version"]))
             strays = [d for d in dists if d is not keep]
             keep_text = keep["version"]
             restore = pip(packages, "install", "--force-reinstall", "--no-deps", f"{keep['name']}=={keep['version']}")

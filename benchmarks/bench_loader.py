@@ -27,10 +27,10 @@ EXHAUSTIVE = [0, 1, 2, 3, 4, 6, 8]
 
 def smoke(args: list[str], budget: float) -> tuple[dict, float]:
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT / "tests"), env.get("PYTHONPATH")]))
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT / "fixtures"), env.get("PYTHONPATH")]))
     start = time.monotonic()
     proc = subprocess.run([sys.executable, "-m", "envdoctor", "loader", *args, "--budget", str(budget),
-                           "--format", "json"], capture_output=True, text=True, env=env, cwd=str(ROOT / "tests"))
+                           "--format", "json"], capture_output=True, text=True, env=env, cwd=str(ROOT / "fixtures"))
     wall = time.monotonic() - start
     return json.loads(proc.stdout)["loader"], wall
 
@@ -45,15 +45,15 @@ def main() -> int:
     cases = [
         ("synthetic", [], {"kind": "synthetic"}),
         ("suite:remote_read", ["--dataset", "loaderfixtures.suite:remote_read"],
-         {"kind": "factory", "spec": "loaderfixtures.suite:remote_read", "cwd": str(ROOT / "tests")}),
+         {"kind": "factory", "spec": "loaderfixtures.suite:remote_read", "cwd": str(ROOT / "fixtures")}),
     ]
-    sys.path.insert(0, str(ROOT / "tests"))
+    sys.path.insert(0, str(ROOT / "fixtures"))
     print(f"{'dataset':<20} {'smoke s':>8} {'sweep s':>8} {'speed-up':>8} {'rec nw':>6} "
           f"{'best nw':>7} {'ratio':>6}  bottleneck")
     for name, args, source in cases:
         loader, smoke_wall = smoke(args, options.budget)
         start = time.monotonic()
-        section = exhaustive_sweep(source, EXHAUSTIVE, point_s=options.point, cwd=str(ROOT / "tests"))
+        section = exhaustive_sweep(source, EXHAUSTIVE, point_s=options.point, cwd=str(ROOT / "fixtures"))
         sweep_wall = time.monotonic() - start
         rates = {r["num_workers"]: r["samples_per_s"] for r in section["runs"] if r.get("samples_per_s")}
         rec = (loader.get("recommendation") or {}).get("num_workers")

@@ -23,7 +23,7 @@ import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-FIXTURES = HERE.parent / "tests" / "fixtures" / "spawn"
+FIXTURES = HERE.parent / "fixtures" / "spawn"
 
 
 def generate(path: Path, lines: int = 50_000) -> None:

@@ -5,6 +5,9 @@ import pytest
 
 from support import validate_report
 
+# The conda fixture builder (fixtures/condafixtures.py) provides the session-scoped `conda_world`.
+pytest_plugins = ["condafixtures"]
+
 
 @pytest.fixture(autouse=True)
 def _validate_every_report(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -6,8 +6,7 @@ from typing import Any
 import pytest
 
 from envdoctor.facts import Facts
-from envdoctor.rules.channels import (channel_name, find_mixed_blas, find_mixed_channels,
-                                      find_retired_pytorch_channel)
+from envdoctor.rules.channels import channel_name, find_mixed_blas, find_mixed_channels, find_retired_pytorch_channel
 
 PREFIX = "/opt/envs/train"
 

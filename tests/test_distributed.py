@@ -108,8 +108,9 @@ def test_a_gloo_group_that_cannot_form_is_reported(raising_run: tuple[Any, dict[
 
 
 def test_the_text_view_of_a_distributed_run(raising_run: tuple[Any, dict[str, Any]]) -> None:
-    from envdoctor.fleet.view import fleet_markdown, fleet_renderables
     from rich.console import Console
+
+    from envdoctor.fleet.view import fleet_markdown, fleet_renderables
 
     fleet = raising_run[1]["facts"]["fleet"]
     buffer = io.StringIO()

@@ -2,10 +2,10 @@
 
 This machine has no GPU and no NVML, which is itself tested for real. No GPU
 machine was lent to this project, so the GPU states are fixtures in the exact
-format gather_gpu emits: tests/fixtures/gpu/*.json, made by running the real
+format gather_gpu emits: fixtures/gpu/*.json, made by running the real
 read_nvml() against fake_pynvml (see regenerate.py; a test below checks they
 still match). The torch side starts from a real capture on this machine
-(tests/fixtures/torch/cpu_build_section.json) and changes only the CUDA fields.
+(fixtures/torch/cpu_build_section.json) and changes only the CUDA fields.
 """
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ from envdoctor.facts.gpu import cuda_version_text, gather_gpu, gpu_present, pci_
 from envdoctor.model import Severity
 from envdoctor.rules.gpu import RULES, best_wheel_cuda, driver_needs
 
-FIXTURES = Path(__file__).parent / "fixtures"
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 GPU = FIXTURES / "gpu"
 
 
@@ -211,7 +211,6 @@ def test_driver_table_is_data() -> None:
     assert driver_needs("11.8") == {"cuda": "11.8", "family_minimum": "450.80.02", "toolkit_driver": "520.61.05"}
     assert best_wheel_cuda("12.2", "535.183.01") == "12.1"
     assert best_wheel_cuda("11.4", "470.256.02") is None
-
 
 
 def test_driver_table_uses_the_ga_rows_of_nvidias_table() -> None:

@@ -9,7 +9,7 @@ import pytest
 
 from envdoctor.loader.progress import describe, showing_progress
 from envdoctor.report.loader_view import loader_markdown, loader_renderables
-from loaderfixtures import TESTS_DIR, assert_nothing_left, dump, loader_report, shm_torch_segments
+from loadersupport import FIXTURES_DIR, assert_nothing_left, dump, loader_report, shm_torch_segments
 from support import findings, json_report, run_envdoctor
 
 
@@ -56,7 +56,7 @@ def test_synthetic_default_measures_a_curve() -> None:
 @pytest.mark.slow
 def test_text_report_and_svg_show_the_curve(tmp_path: Path) -> None:
     svg = tmp_path / "loader.svg"
-    proc = run_envdoctor("loader", "--budget", "6", "--svg", str(svg), cwd=str(TESTS_DIR))
+    proc = run_envdoctor("loader", "--budget", "6", "--svg", str(svg), cwd=str(FIXTURES_DIR))
     assert proc.returncode in (0, 1), proc.stderr
     assert "DataLoader smoke test" in proc.stdout
     assert "samples/s" in proc.stdout and "knee" in proc.stdout

@@ -1,6 +1,6 @@
 """Hostile datasets: each ends within budget + 5 s with a DL006 that says what and where, and leaves nothing.
 
-Every test runs the real `envdoctor loader` on a real dataset (tests/loaderfixtures/hostile.py)
+Every test runs the real `envdoctor loader` on a real dataset (fixtures/loaderfixtures/hostile.py)
 and then checks that no process of the runner's group and no new /dev/shm torch segment survives.
 """
 from __future__ import annotations
@@ -12,7 +12,7 @@ import subprocess
 
 import pytest
 
-from loaderfixtures import TESTS_DIR, assert_nothing_left, dump, loader_report, shm_torch_segments
+from loadersupport import FIXTURES_DIR, assert_nothing_left, dump, loader_report, shm_torch_segments
 from support import envdoctor_argv, findings, validate_report
 
 pytestmark = pytest.mark.slow
@@ -150,7 +150,7 @@ def test_large_batches_in_a_small_dev_shm() -> None:
                + shlex.join(envdoctor_argv("report", "--dataset", "loaderfixtures.suite:large_samples",
                                            "--select", "SYS002", "DL", "--budget", "10")))
     proc = subprocess.run(["unshare", "-m", "sh", "-c", command], capture_output=True, text=True,
-                          cwd=str(TESTS_DIR), timeout=120)
+                          cwd=str(FIXTURES_DIR), timeout=120)
     report = json.loads(proc.stdout)
     validate_report(report)
     (sys002,) = findings(report, "SYS002")

@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 
 from envdoctor.loader import exhaustive_sweep
-from loaderfixtures import TESTS_DIR, assert_nothing_left, dump, loader_report, shm_torch_segments
+from loadersupport import FIXTURES_DIR, assert_nothing_left, dump, loader_report, shm_torch_segments
 from support import findings
 
 pytestmark = pytest.mark.slow
@@ -26,8 +26,8 @@ CONTENDED = 0.25
 def _exhaustive(name: str, recommended: int) -> dict[int, dict]:
     # The recommended count is always among the points (on a many-core machine it may pass 8).
     workers = sorted(set(SWEEP) | {recommended})
-    section = exhaustive_sweep({"kind": "factory", "spec": f"loaderfixtures.suite:{name}", "cwd": str(TESTS_DIR)},
-                               workers, point_s=0.5, cwd=str(TESTS_DIR))
+    section = exhaustive_sweep({"kind": "factory", "spec": f"loaderfixtures.suite:{name}", "cwd": str(FIXTURES_DIR)},
+                               workers, point_s=0.5, cwd=str(FIXTURES_DIR))
     assert section["failure"] is None, section["failure"]
     return {r["num_workers"]: r for r in section["runs"] if r.get("samples_per_s")}
 

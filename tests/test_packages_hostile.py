@@ -18,7 +18,7 @@ SITE = "lib/python3.11/site-packages"
 
 
 def metadata(name: str, *extra: str) -> bytes:
-    return ("\n".join([f"Metadata-Version: 2.1", f"Name: {name}", "Version: 1.0", *extra]) + "\n").encode()
+    return ("\n".join(["Metadata-Version: 2.1", f"Name: {name}", "Version: 1.0", *extra]) + "\n").encode()
 
 
 def dist_info(site: Path, folder: str | bytes, files: dict[str, bytes]) -> Path:

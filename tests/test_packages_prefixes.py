@@ -17,8 +17,7 @@ from typing import Any
 
 import pytest
 
-from condafixtures import (CONDA_FORGE, PKGS_MAIN, PY, PY_FULL, PYTORCH, SITE, World,
-                           conda_world)  # noqa: F401  (conda_world is a fixture)
+from condafixtures import CONDA_FORGE, PKGS_MAIN, PY, PY_FULL, PYTORCH, SITE, World
 from support import findings, json_report, run_envdoctor
 
 pytestmark = pytest.mark.slow
@@ -102,8 +101,9 @@ def test_healthy_prefix_spelled_through_a_symlink_from_its_own_python(healthy: P
     The interpreter's sys.path keeps the link, the prefix is resolved: conda's own dist-infos must
     still be recognised as conda's, or every conda package reads as reinstalled by pip (PKG001).
     """
-    import envdoctor
     import packaging
+
+    import envdoctor
 
     link = tmp_path / "link"
     link.symlink_to(healthy)

@@ -15,9 +15,14 @@ from envdoctor.facts import Facts
 from envdoctor.facts.packages import read_distribution
 from envdoctor.facts.spec import parse_conda_spec, parse_environment_yml
 from envdoctor.facts.target import current_markers, detect_kind
-from envdoctor.rules.packages import (conda_version_matches, find_broken_requirements,
-                                      find_conda_pip_doubles, find_conflicting_distributions,
-                                      find_shadowed_packages, find_spec_drift)
+from envdoctor.rules.packages import (
+    conda_version_matches,
+    find_broken_requirements,
+    find_conda_pip_doubles,
+    find_conflicting_distributions,
+    find_shadowed_packages,
+    find_spec_drift,
+)
 
 PREFIX = "/opt/envs/train"
 SITE = f"{PREFIX}/lib/python3.11/site-packages"

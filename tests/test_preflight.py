@@ -9,10 +9,10 @@ import time
 
 import psutil
 import pytest
-import torch
 from torch.utils.data import DataLoader, Dataset, default_collate
 
 import envdoctor
+import torch
 from envdoctor.api import preflight_summary
 
 
@@ -183,7 +183,7 @@ def test_spawn_workers_starting_slowly_are_not_a_hang() -> None:
     import sys
     from pathlib import Path
 
-    script = Path(__file__).resolve().parent / "loaderfixtures" / "spawn_train.py"
+    script = Path(__file__).resolve().parent.parent / "fixtures" / "loaderfixtures" / "spawn_train.py"
     before = _semaphores()
     proc = subprocess.run([sys.executable, "-B", str(script), "12"], capture_output=True, text=True,
                           timeout=120, env={**os.environ, "NO_COLOR": "1"})

@@ -4,8 +4,6 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-import pytest
-
 from envdoctor.catalog import load_catalog, rule_table_markdown
 
 README = Path(__file__).resolve().parents[1] / "README.md"

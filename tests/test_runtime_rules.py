@@ -1,7 +1,7 @@
 """SYS004 sharing-strategy, SYS005 thread-oversubscription, PKG008 and PKG010 on probe facts.
 
 The torch sections start from the real capture of this machine
-(tests/fixtures/torch/cpu_build_section.json), changed only where a state
+(fixtures/torch/cpu_build_section.json), changed only where a state
 needs it; SYS004 and SYS005 also run end to end under real limits (prlimit,
 OMP_NUM_THREADS).
 """
@@ -22,7 +22,7 @@ from envdoctor.model import Severity
 from envdoctor.rules.runtime import RULES
 from support import findings, json_report, run_envdoctor
 
-CAPTURE = json.loads((Path(__file__).parent / "fixtures" / "torch" / "cpu_build_section.json").read_text())
+CAPTURE = json.loads((Path(__file__).resolve().parent.parent / "fixtures" / "torch" / "cpu_build_section.json").read_text())
 OPENBLAS = next(p for p in CAPTURE["threadpools"] if p["internal_api"] == "openblas")
 GOMP = next(p for p in CAPTURE["threadpools"] if p["internal_api"] == "openmp")
 

@@ -16,7 +16,7 @@ import pytest
 from envdoctor.config import Config
 from envdoctor.engine import run_check
 
-FIXTURE_DIR = Path(__file__).parent / "fixtures" / "spawn"
+FIXTURE_DIR = Path(__file__).resolve().parent.parent / "fixtures" / "spawn"
 FIXTURES = sorted(FIXTURE_DIR.glob("*.py"))
 _EXPECT = re.compile(r"^#\s*expect:\s*(.+)$", re.MULTILINE)
 _GROUND_TRUTH = re.compile(r"^#\s*ground-truth:\s*(fails|runs)\b", re.MULTILINE)

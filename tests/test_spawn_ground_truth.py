@@ -140,9 +140,9 @@ def test_spawn_really_fails_exactly_where_spw001_fires(path: Path, tmp_path: Pat
 
 
 def test_forkserver_the_linux_default_from_python_3_14_fails_the_same_way(tmp_path: Path):
-    script = Path(__file__).parent / "fixtures" / "spawn" / "mp_process_unguarded.py"
+    script = Path(__file__).resolve().parent.parent / "fixtures" / "spawn" / "mp_process_unguarded.py"
     outcome, output = run_with_start_method(script, "forkserver", tmp_path)
     assert outcome == "fails" and BOOTSTRAP in output, output[-3000:]
     assert 12 in script_lines_in_tracebacks(output, script)
-    guarded = Path(__file__).parent / "fixtures" / "spawn" / "mp_guarded.py"
+    guarded = Path(__file__).resolve().parent.parent / "fixtures" / "spawn" / "mp_guarded.py"
     assert run_with_start_method(guarded, "forkserver", tmp_path)[0] == "runs"

@@ -156,7 +156,6 @@ def test_an_unguarded_function_called_from_both_places_fires_once_for_the_unguar
     assert [(f.location.line, f.evidence["module_level_statement"]["line"]) for f in found] == [(3, 5)]
 
 
-
 def test_nothing_after_sys_exit_or_a_raise_runs_but_what_comes_before_it_does(tmp_path):
     # Checked under spawn by hand: `sys.exit(0)` before the loop runs clean; the
     # loop reached through `sys.exit(main())` outside the guard dies bootstrapping.
@@ -185,7 +184,6 @@ def test_nothing_after_sys_exit_or_a_raise_runs_but_what_comes_before_it_does(tm
     [finding] = check_scripts(loud, select=("SPW001",)).by_rule("SPW001")
     assert (finding.location.line, finding.evidence["module_level_statement"]) == (
         4, {"line": 7, "code": "sys.exit(main())"})
-
 
 
 def test_a_flag_changed_inside_a_loop_is_not_read_as_a_constant(tmp_path):

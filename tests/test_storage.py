@@ -4,7 +4,7 @@ Real states first: the root disk, /dev/shm, and mounts the tests make
 themselves (tmpfs, a loop-mounted ext4 image, overlayfs, a bind mount, a
 blkio-throttled loop device). Rotational disks and network file systems are
 not on this machine, so those cases feed the parser mountinfo and /sys trees
-saved in tests/fixtures in the kernel's format.
+saved in fixtures in the kernel's format.
 """
 from __future__ import annotations
 
@@ -32,7 +32,7 @@ from envdoctor.facts.storage import (
 from envdoctor.rules.storage import RULES
 from support import findings, json_report, run_envdoctor
 
-FIXTURES = Path(__file__).parent / "fixtures"
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
 IS_ROOT = hasattr(os, "geteuid") and os.geteuid() == 0
 
 

@@ -314,7 +314,7 @@ def test_report_no_loader_imports_torch_in_no_process(tmp_path: Path) -> None:
     # The hook does see torch when the probe runs (--deep), and only in the probe's process.
     proc = run_envdoctor("report", "--json", "--no-loader", "--deep", "--select", "PKG010", env=env)
     report = json_report(proc)
-    lines = [eval(line) for line in log.read_text().splitlines()]  # noqa: S307 - our own repr output
+    lines = [eval(line) for line in log.read_text().splitlines()]
     assert lines and all(argv[0].endswith("torch_probe.py") for _, argv in lines)
     assert report["facts"]["torch"]["probe"]["ran"] is True
 

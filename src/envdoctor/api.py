@@ -2,7 +2,8 @@
 from __future__ import annotations
 
 import sys
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from envdoctor.model import Report, Severity
 

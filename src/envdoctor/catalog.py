@@ -17,10 +17,11 @@ from __future__ import annotations
 import importlib
 import re
 import sys
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache, lru_cache
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -103,7 +104,7 @@ def catalog_dir() -> Path:
     raise CatalogError(f"the rule catalog is missing (looked in {packaged} and {source})")
 
 
-@lru_cache(maxsize=None)
+@cache
 def load_data(name: str) -> dict[str, Any]:
     """A data table shipped beside the rules (`conflicts`, `channels`, …)."""
     path = catalog_dir() / f"{name}.toml"

@@ -8,15 +8,13 @@ from __future__ import annotations
 import argparse
 import os
 import sys
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from envdoctor import __version__
+from envdoctor.errors import UsageError
 
 EXIT_OK, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
-
-
-class UsageError(Exception):
-    """A problem with what the user asked for; printed as one line, exit 2."""
 
 
 class _Parser(argparse.ArgumentParser):

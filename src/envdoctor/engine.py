@@ -9,7 +9,8 @@ from __future__ import annotations
 import datetime as _dt
 import socket
 import traceback
-from typing import Any, Iterable
+from collections.abc import Iterable
+from typing import Any
 
 from envdoctor import __version__
 from envdoctor.catalog import Catalog, RuleMeta, load_catalog
@@ -60,6 +61,7 @@ def _to_finding(meta: RuleMeta, hit: Hit, overrides: dict[str, Severity]) -> Fin
         evidence=dict(hit.evidence),
         fix=hit.fix,
         location=hit.location,
+        fix_steps=tuple(hit.fix_steps),
     )
 
 

@@ -7,8 +7,9 @@ imports anything heavy.
 from __future__ import annotations
 
 import enum
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 SCHEMA_VERSION = 1
 
@@ -57,6 +58,46 @@ class Location:
         return {"path": self.path, "line": self.line, "column": self.column}
 
 
+#: The tools a fix step may name: who owns the files the step changes.
+FIX_TOOLS = ("pip", "uv", "conda", "mamba", "micromamba", "pixi", "apt", "dnf", "file")
+
+
+@dataclass(frozen=True)
+class FixStep:
+    """One step of a fix, as data: a command (argv, never a shell string) or a file move.
+
+    `envdoctor fix` runs these; `Finding.fix` stays the human text. Exactly one of
+    `argv` or `move`/`to` is set. `tool` names who owns the files the step changes
+    (pip, uv, conda, pixi, apt, dnf; `file` for a move).
+    """
+
+    tool: str
+    argv: tuple[str, ...] = ()
+    move: str | None = None
+    to: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.tool not in FIX_TOOLS:
+            raise ValueError(f"unknown fix tool {self.tool!r} (expected one of {', '.join(FIX_TOOLS)})")
+        if bool(self.argv) == (self.move is not None):
+            raise ValueError("a fix step is either a command (argv) or a file move (move, to)")
+        if (self.move is None) != (self.to is None):
+            raise ValueError("a file move needs both `move` and `to`")
+
+    @classmethod
+    def command(cls, tool: str, *argv: str) -> FixStep:
+        return cls(tool=tool, argv=tuple(str(a) for a in argv))
+
+    @classmethod
+    def file_move(cls, source: str, destination: str) -> FixStep:
+        return cls(tool="file", move=str(source), to=str(destination))
+
+    def to_dict(self) -> dict[str, Any]:
+        if self.argv:
+            return {"tool": self.tool, "argv": list(self.argv)}
+        return {"tool": self.tool, "move": self.move, "to": self.to}
+
+
 @dataclass(frozen=True)
 class Finding:
     """One thing a rule found: what, the evidence, and the exact fix."""
@@ -68,6 +109,7 @@ class Finding:
     evidence: Mapping[str, Any] = field(default_factory=dict)
     fix: str = ""
     location: Location | None = None
+    fix_steps: tuple[FixStep, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -78,6 +120,7 @@ class Finding:
             "evidence": dict(self.evidence),
             "fix": self.fix,
             "location": self.location.to_dict() if self.location else None,
+            "fix_steps": [step.to_dict() for step in self.fix_steps],
         }
 
 

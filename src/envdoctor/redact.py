@@ -7,7 +7,8 @@ environment variable whose name looks like a secret has its value replaced.
 from __future__ import annotations
 
 import re
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 REDACTED = "[redacted]"
 

@@ -13,10 +13,20 @@ from __future__ import annotations
 
 import importlib
 import traceback
-from typing import TYPE_CHECKING, Any, Callable
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 if TYPE_CHECKING:  # pragma: no cover
     from envdoctor.config import Config
+    from envdoctor.facts.gpu import GpuFacts
+    from envdoctor.facts.packages import PackagesFacts
+    from envdoctor.facts.scripts import ScriptsFacts
+    from envdoctor.facts.spec import SpecFacts
+    from envdoctor.facts.storage import StorageFacts
+    from envdoctor.facts.system import SystemFacts
+    from envdoctor.facts.target import TargetFacts
+    from envdoctor.facts.torch import TorchFacts
+    from envdoctor.loader import LoaderFacts
 
 #: Section name -> "module:function" of its probe, in the order a report lists them.
 PROBES: dict[str, str] = {
@@ -65,6 +75,29 @@ class Facts:
         for name in PROBES:
             facts._sections.setdefault(name, None)
         return facts
+
+    # Each section's type is the TypedDict its probe module declares: rules, views
+    # and the JSON Schema read the same contract.
+    @overload
+    def __getitem__(self, section: Literal["target"]) -> TargetFacts: ...
+    @overload
+    def __getitem__(self, section: Literal["system"]) -> SystemFacts: ...
+    @overload
+    def __getitem__(self, section: Literal["packages"]) -> PackagesFacts: ...
+    @overload
+    def __getitem__(self, section: Literal["spec"]) -> SpecFacts | None: ...
+    @overload
+    def __getitem__(self, section: Literal["torch"]) -> TorchFacts: ...
+    @overload
+    def __getitem__(self, section: Literal["gpu"]) -> GpuFacts: ...
+    @overload
+    def __getitem__(self, section: Literal["storage"]) -> StorageFacts: ...
+    @overload
+    def __getitem__(self, section: Literal["scripts"]) -> ScriptsFacts | None: ...
+    @overload
+    def __getitem__(self, section: Literal["loader"]) -> LoaderFacts | None: ...
+    @overload
+    def __getitem__(self, section: str) -> Any: ...
 
     def __getitem__(self, section: str) -> Any:
         if section in self._sections:

@@ -13,10 +13,22 @@ shared.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, TypedDict
 
 from envdoctor.facts.kernel_files import read_kernel_file
+
+
+class GpuFacts(TypedDict, total=False):
+    """The `gpu` facts section (what `gather_gpu` returns; the report's facts.gpu)."""
+
+    available: Any
+    device_count: Any
+    devices: Any
+    pci_gpus: Any
+    reason: Any
+
 
 NVIDIA_PCI_VENDOR = "0x10de"
 #: PCI classes of display and 3D controllers (GPUs); 0x0302 is what data-centre GPUs use.
@@ -44,8 +56,6 @@ def pci_nvidia_gpus(pci_root: Path = Path("/sys/bus/pci/devices")) -> list[dict[
                 "driver": os.path.basename(os.path.realpath(driver)) if driver.exists() else None,
             })
     return found
-
-
 
 
 def _text(value: Any) -> str:

@@ -19,8 +19,24 @@ import json
 import os
 import re
 import stat
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, TypedDict
+
+
+class PackagesFacts(TypedDict, total=False):
+    """The `packages` facts section (what `gather_packages` returns; the report's facts.packages)."""
+
+    conda: Any
+    distributions: Any
+    interpreter: Any
+    kind: Any
+    markers: Any
+    prefix: Any
+    python: Any
+    site_dirs: Any
+    unreadable: Any
+
 
 #: How many missing/changed paths a record keeps as evidence (the counts are exact).
 KEEP_PATHS = 20

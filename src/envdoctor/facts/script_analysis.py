@@ -32,8 +32,9 @@ Everything returned is plain JSON-able data (the "scripts" facts section).
 from __future__ import annotations
 
 import ast
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Iterator
+from typing import Any
 
 #: Fully qualified names of DataLoader classes (torch's and known subclasses).
 LOADER_CLASSES = frozenset({

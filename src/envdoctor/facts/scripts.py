@@ -17,8 +17,17 @@ import io
 import os
 import sys
 import tokenize
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, TypedDict
+
+
+class ScriptsFacts(TypedDict, total=False):
+    """The `scripts` facts section (the report's facts.scripts)."""
+
+    given: Any
+    files: Any
+
 
 #: Folders never descended into when a directory is given.
 SKIPPED_DIRS = frozenset({"__pycache__", "site-packages", "node_modules"})

@@ -10,7 +10,20 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
+
+
+class SpecFacts(TypedDict, total=False):
+    """The `spec` facts section (the report's facts.spec)."""
+
+    path: Any
+    format: Any
+    name: Any
+    channels: Any
+    conda: Any
+    pip: Any
+    skipped: Any
+
 
 _CONDA_SPEC = re.compile(r"^(?:(?P<channel>[^:\s]+)::)?(?P<name>[A-Za-z0-9_][A-Za-z0-9_.\-]*)\s*(?P<rest>.*)$")
 MAX_INCLUDE_DEPTH = 5
@@ -39,7 +52,7 @@ def parse_conda_spec(text: str) -> dict[str, Any] | None:
         build = pieces[1].strip() if len(pieces) > 1 else None
     elif rest:
         pieces = rest.split()
-        version = "==" + pieces[0] if "*" not in pieces[0] and not pieces[0][:1] in "<>=!~" else pieces[0]
+        version = "==" + pieces[0] if "*" not in pieces[0] and pieces[0][:1] not in "<>=!~" else pieces[0]
         build = pieces[1] if len(pieces) > 1 else None
     return {"spec": match.group(0).strip(), "name": match.group("name").lower(),
             "channel": match.group("channel"), "version": version or None, "build": build}

@@ -26,9 +26,24 @@ import statistics
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from envdoctor.facts.kernel_files import read_kernel_file
+
+
+class StorageFacts(TypedDict, total=False):
+    """The `storage` facts section (what `gather_storage` returns; the report's facts.storage)."""
+
+    effective: Any
+    exists: Any
+    fast_local_mounts: Any
+    mount: Any
+    path: Any
+    read_probe: Any
+    realpath: Any
+    sample: Any
+    source: Any
+
 
 #: File system types whose data travels over a network.
 NETWORK_FSTYPES = frozenset({
@@ -135,8 +150,6 @@ def classify_fstype(fstype: str, source: str = "") -> dict[str, Any]:
             return {"kind": "network", "backend": backend, "fuse": True}
         return {"kind": "fuse", "backend": backend, "fuse": True}
     return {"kind": "local", "backend": fstype}
-
-
 
 
 def describe_block_device(dev: str, sys_root: Path = Path("/sys"), depth: int = 0) -> dict[str, Any] | None:

@@ -12,14 +12,28 @@ import platform
 import socket
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from envdoctor.facts.kernel_files import read_kernel_file
 from envdoctor.redact import redact_environ
 
+
+class SystemFacts(TypedDict, total=False):
+    """The `system` facts section (what `gather_system` returns; the report's facts.system)."""
+
+    container: Any
+    cpu: Any
+    environ: Any
+    hostname: Any
+    kernel: Any
+    limits: Any
+    memory: Any
+    os: Any
+    python: Any
+    shm: Any
+
+
 SHM_PATH = "/dev/shm"
-
-
 
 
 def parse_proc_cgroup(text: str) -> dict[str, str]:

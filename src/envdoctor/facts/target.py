@@ -17,7 +17,7 @@ import platform
 import site
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from envdoctor.process import quiet_python_env, run_bounded
 
@@ -79,6 +79,32 @@ MARKERS = {
     "sys_platform": sys.platform,
 }
 """
+
+
+class TargetFacts(TypedDict, total=False):
+    """The `target` facts section (what `gather_target` returns; the report's facts.target)."""
+
+    base_prefix: Any
+    cwd: Any
+    executable: Any
+    implementation: Any
+    interpreter: Any
+    is_current: Any
+    kind: Any
+    machine: Any
+    markers: Any
+    name: Any
+    platform: Any
+    prefix: Any
+    purelib: Any
+    python: Any
+    pythonpath: Any
+    site_packages: Any
+    stdlib: Any
+    sys_path: Any
+    sys_prefix: Any
+    user_site: Any
+    user_site_enabled: Any
 
 
 class TargetError(Exception):

@@ -21,10 +21,41 @@ import ast
 import json
 import os
 import re
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, TypedDict
 
 from envdoctor.process import quiet_python_env, run_bounded
+
+
+class TorchFacts(TypedDict, total=False):
+    """The `torch` facts section (what `gather_torch` returns; the report's facts.torch)."""
+
+    build: Any
+    cuda: Any
+    cuda_build: Any
+    cudnn: Any
+    cudnn_wheel: Any
+    debug: Any
+    dist_version: Any
+    git_version: Any
+    hip_build: Any
+    import_error: Any
+    import_warnings: Any
+    installed: Any
+    installer: Any
+    intra_op_threads: Any
+    location: Any
+    numpy_version: Any
+    nvidia_wheels: Any
+    probe: Any
+    requires_nvidia: Any
+    rocm_build: Any
+    sharing_strategy: Any
+    start_method: Any
+    threadpools: Any
+    version: Any
+
 
 #: How long `import torch` and the probe may take in the target (cold caches, network file systems).
 PROBE_TIMEOUT_S = 60.0

@@ -12,7 +12,8 @@ so the FLT rules yield nothing there.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Iterable
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # pragma: no cover
     from envdoctor.model import Finding, Report, Severity

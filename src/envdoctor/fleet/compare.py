@@ -20,7 +20,7 @@ FLEET_REPORT_REASON = "a fleet report (from compare or --distributed), not one n
 
 def _expand(paths: list[str]) -> list[Path]:
     """The report files: files as given, and the *.json files directly inside folders."""
-    from envdoctor.cli import UsageError
+    from envdoctor.errors import UsageError
 
     files: list[Path] = []
     for raw in paths:
@@ -78,7 +78,7 @@ def _labels(loaded: list[tuple[Path, dict[str, Any]]]) -> list[str]:
 
 def compare_paths(paths: list[str]) -> Report:
     """The fleet Report of the reports at `paths` (files, or folders of *.json files)."""
-    from envdoctor.cli import UsageError
+    from envdoctor.errors import UsageError
     from envdoctor.fleet import fleet_report
     from envdoctor.fleet.drift import not_compared
     from envdoctor.fleet.nodes import node_record

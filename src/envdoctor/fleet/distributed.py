@@ -58,7 +58,7 @@ class _Stop:
 
 def launcher_environment(environ: dict[str, str] | None = None) -> dict[str, Any]:
     """Rank, world size and node placement from the launcher's variables."""
-    from envdoctor.cli import UsageError
+    from envdoctor.errors import UsageError
 
     environ = dict(os.environ if environ is None else environ)
     missing = [name for name in LAUNCHER_VARIABLES if not environ.get(name)]
@@ -98,9 +98,8 @@ def _own_report(config: Config, placement: dict[str, Any]) -> dict[str, Any]:
     The node record, not the whole report: rank 0 of a thousand ranks should
     receive a few kilobytes from each, not every rank's full package list.
     """
-    from envdoctor.fleet.nodes import node_record
-
     from envdoctor.engine import run_check
+    from envdoctor.fleet.nodes import node_record
 
     # One loader stage per node: the other local ranks would only measure each other.
     loader_stage = not config.no_loader and placement["local_rank"] == 0
@@ -233,7 +232,7 @@ def _fleet_report(config: Config, placement: dict[str, Any], payloads: dict[int,
 
 def run_distributed(config: Config) -> Report | None:
     """Run the checks on every rank; on rank 0 return the fleet Report, elsewhere None."""
-    from envdoctor.cli import UsageError
+    from envdoctor.errors import UsageError
 
     placement = launcher_environment()
     rank, world_size, timeout = placement["rank"], placement["world_size"], config.distributed_timeout

@@ -14,7 +14,8 @@ from __future__ import annotations
 import re
 import statistics
 from collections import Counter
-from typing import Any, Iterable, Mapping
+from collections.abc import Iterable, Mapping
+from typing import Any
 
 from envdoctor.fleet.nodes import FIELDS, UNLIMITED, Field
 from envdoctor.versions import sortable_version

@@ -21,8 +21,9 @@ storage.read_probe.sequential.mib_per_s …), with a few fallbacks.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any
 
 #: The report sections the comparison reads, in the order "not compared" notes list them.
 SECTIONS = ("system", "packages", "torch", "gpu", "storage", "loader")

@@ -7,7 +7,8 @@ view stays readable for 64 nodes.
 """
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from envdoctor.fleet.drift import (
     SIZE_TOLERANCE,

@@ -14,11 +14,46 @@ import os
 import pickle
 import sys
 import tempfile
-from typing import Any
+from typing import Any, TypedDict
 
 from envdoctor.loader.diagnose import classify, knee, recommend
 from envdoctor.loader.progress import current_sink
 from envdoctor.loader.run import StageRun, run_stage
+
+
+class LoaderFacts(TypedDict, total=False):
+    """The `loader` section: what the smoke test measured (the report's top-level `loader`)."""
+
+    batch_bytes: Any
+    batch_size: Any
+    bottleneck: Any
+    bottleneck_reason: Any
+    budget_s: Any
+    current: Any
+    dataset: Any
+    failure: Any
+    getitem: Any
+    iterable: Any
+    knee: Any
+    length: Any
+    non_tensor_types: Any
+    persistent: Any
+    pickle: Any
+    recommendation: Any
+    runner: Any
+    runs: Any
+    sample_types: Any
+    skipped: Any
+    source: Any
+    start_method: Any
+    step_time_s: Any
+    tensors_per_batch: Any
+    torch: Any
+    usable_cpus: Any
+    wall_s: Any
+    worker_rss_bytes: Any
+    torch_probe: Any
+
 
 #: Seconds of the budget kept back for starting the runner and tearing it down.
 STAGE_OVERHEAD_S = 0.7

@@ -338,8 +338,9 @@ class SmokeTest:
                     probe = torch_probe.collect()
                 except Exception as exc:  # the probe's failure is not the loader's
                     probe = {"error": f"{type(exc).__name__}: {exc}"}
+        import torch.utils.data
+
         import torch
-        import torch.utils.data  # noqa: F401
 
         self.import_s = time.perf_counter() - start
         self.watchdog.disarm()

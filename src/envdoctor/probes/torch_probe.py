@@ -38,7 +38,7 @@ THREAD_VARIABLES = ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"
 _MAX_OUTPUT = 20000
 
 
-class _CapturedOutput(object):
+class _CapturedOutput:
     """Everything written to stderr/stdout while a block runs: Python-level and C-level (fd 1, 2)."""
 
     def __enter__(self):

@@ -127,10 +127,9 @@ def _title(loader: dict[str, Any]) -> str:
 
 def loader_renderables(loader: dict[str, Any]) -> list[Any]:
     """The smoke test for a rich console: the curve as a table, then the summary."""
+    from rich import box
     from rich.table import Table
     from rich.text import Text
-
-    from rich import box
 
     table = Table(title=_title(loader), title_justify="left", expand=False, box=box.SIMPLE_HEAD,
                   caption="◀ knee: the fewest workers within 95% of the best, the recommendation",

@@ -9,10 +9,11 @@ metadata lives in one place. Each family module ends with an explicit
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
-from envdoctor.model import Location, Severity
+from envdoctor.model import FixStep, Location, Severity
 
 
 @dataclass(frozen=True)
@@ -25,3 +26,5 @@ class Hit:
     location: Location | None = None
     #: Set only when this hit is worse (or milder) than the rule's default.
     severity: Severity | None = None
+    #: The fix as data (what `envdoctor fix` runs); `fix` stays the human text.
+    fix_steps: tuple[FixStep, ...] = ()

@@ -8,7 +8,8 @@ package lists are data in rules/channels.toml.
 from __future__ import annotations
 
 from collections import Counter
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 from urllib.parse import urlparse
 
 from envdoctor.catalog import load_data

@@ -12,7 +12,8 @@ reports that could not be read, FLT009 the gloo collective that failed.
 from __future__ import annotations
 
 import re
-from typing import Any, Iterator, Mapping
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 from envdoctor.facts import Facts
 from envdoctor.fleet.drift import channel_drift, package_drift, stragglers, value_drift
@@ -258,7 +259,6 @@ def find_unreadable_reports(facts: Facts) -> Iterator[Hit]:
     if fleet is None:
         return
     from envdoctor import __version__
-
     from envdoctor.fleet.compare import FLEET_REPORT_REASON
 
     for skipped in fleet.get("unreadable") or []:

@@ -8,7 +8,8 @@ is data: rules/cuda_drivers.toml.
 from __future__ import annotations
 
 import re
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from envdoctor.catalog import load_data
 from envdoctor.facts import Facts

@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import os
 import shlex
+from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 
 def shell_quote(text: str) -> str:

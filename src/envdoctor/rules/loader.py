@@ -6,7 +6,8 @@ that back them and the settings to use.
 """
 from __future__ import annotations
 
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from envdoctor.facts import Facts
 from envdoctor.loader.diagnose import STEP_HEADROOM, differs_from_current, knee, measured_runs, startup_cost

@@ -17,9 +17,10 @@ from __future__ import annotations
 import fnmatch
 import os
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
-from functools import lru_cache
-from typing import Any, Iterator
+from functools import cache, lru_cache
+from typing import Any
 
 from envdoctor.catalog import load_data
 from envdoctor.facts import Facts
@@ -197,7 +198,7 @@ def visible_distributions(packages: dict[str, Any]) -> dict[str, dict[str, Any]]
     return visible
 
 
-@lru_cache(maxsize=None)
+@cache
 def _parsed_version(text: str) -> Any:
     from packaging.version import InvalidVersion, Version
 
@@ -283,7 +284,7 @@ def _conda_specifier(specifier: Any) -> str:
 # ---------------------------------------------------------------- PKG004
 
 
-@lru_cache(maxsize=None)
+@cache
 def _clash_patterns(patterns: tuple[str, ...]) -> dict[str, Any]:
     """A clash's members parsed once: normalized name -> specifier (empty for any version)."""
     from packaging.requirements import Requirement
@@ -536,7 +537,7 @@ def conda_version_matches(wanted: str | None, installed: str) -> bool:
             if installed == prefix or installed.startswith(prefix + ".") or same_version(prefix, installed):
                 return True
             continue
-        if "*" in alternative and not alternative[:1] in "<>!~=":
+        if "*" in alternative and alternative[:1] not in "<>!~=":
             if fnmatch.fnmatch(installed, alternative):
                 return True
             continue

@@ -14,7 +14,8 @@ version and platform; SPW003 (unpicklable dataset) lives with the loader.
 from __future__ import annotations
 
 import re
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from envdoctor.facts import Facts
 from envdoctor.model import Location, Severity

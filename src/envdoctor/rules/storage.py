@@ -7,7 +7,8 @@ chain behind the data path, a bounded sample of its files, and the read probe.
 from __future__ import annotations
 
 import os
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from envdoctor.facts import Facts
 from envdoctor.rules import Hit

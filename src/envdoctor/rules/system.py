@@ -7,11 +7,12 @@ oversubscription) read torch facts and live in `rules.runtime`.
 from __future__ import annotations
 
 import math
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 from envdoctor.facts import Facts
-from envdoctor.rules import Hit
 from envdoctor.model import Severity
+from envdoctor.rules import Hit
 
 MIB = 1024**2
 GIB = 1024**3

@@ -1,10 +1,4 @@
-"""Datasets for the loader tests (`--dataset loaderfixtures.<module>:<factory>`) and the helpers that run them.
-
-`suite` holds datasets with a known bottleneck, `hostile` datasets that
-raise, hang, crash or explode. The helpers run the real `envdoctor` command
-from this folder's parent, so the runner imports these modules the way it
-imports a user's `--dataset` module: from the working directory.
-"""
+"""Helpers of the loader tests: run the real `envdoctor loader` from fixtures/, check nothing is left."""
 from __future__ import annotations
 
 import json
@@ -17,7 +11,7 @@ import psutil
 
 from support import json_report, run_envdoctor
 
-TESTS_DIR = Path(__file__).resolve().parent.parent
+FIXTURES_DIR = Path(__file__).resolve().parent.parent / "fixtures"
 
 
 def shm_torch_segments() -> set[str]:
@@ -29,11 +23,11 @@ def shm_torch_segments() -> set[str]:
 
 def loader_report(*args: str, env: dict[str, str] | None = None, prefix_cmd: tuple[str, ...] = ()
                   ) -> tuple[dict[str, Any], float, Any]:
-    """Run `envdoctor loader ... --format json` from tests/; (validated report, wall seconds, process)."""
+    """Run `envdoctor loader ... --format json` from fixtures/; (validated report, wall seconds, process)."""
     full_env = dict(os.environ)
     full_env.update(env or {})
     start = time.monotonic()
-    proc = run_envdoctor("loader", *args, "--format", "json", cwd=str(TESTS_DIR), env=full_env,
+    proc = run_envdoctor("loader", *args, "--format", "json", cwd=str(FIXTURES_DIR), env=full_env,
                          prefix_cmd=prefix_cmd)
     wall = time.monotonic() - start
     assert proc.returncode in (0, 1), f"exit {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"

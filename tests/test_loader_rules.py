@@ -1,4 +1,4 @@
-"""DL001–DL006 and SPW003 on recorded smoke-test sections: each fires on its state, stays quiet otherwise.
+"""DL001–DL008 and SPW003 on recorded smoke-test sections: each fires on its state, stays quiet otherwise.
 
 The sections have the exact shape `envdoctor.loader.gather_loader` emits
 (runs, getitem, current, failure …); the classification is run on them the
@@ -15,8 +15,7 @@ import pytest
 from envdoctor.config import Config
 from envdoctor.engine import run_check
 from envdoctor.facts import Facts
-from envdoctor.loader import judge
-from envdoctor.loader.diagnose import classify, knee, recommend
+from envdoctor.rules.loader_verdict import classify, knee, recommend, verdict
 
 SYSTEM = {"cpu": {"count": 2, "affinity": 2, "usable": 2, "quota_cpus": None, "cgroup_version": 2},
           "memory": {"effective_available": 16 * 1024**3, "cgroup_limit": None},
@@ -44,9 +43,11 @@ def section(runs: list[dict[str, Any]], *, getitem: dict[str, Any] | None = None
 
 
 def judged(data: dict[str, Any], step_time: float | None = None, usable: int = 2) -> dict[str, Any]:
+    """The facts with the usable CPUs the loader stage records, and the rule layer's verdict beside them
+    (as the report's `loader` object carries it)."""
     data = copy.deepcopy(data)
-    judge(data, usable, step_time)
-    return data
+    data["usable_cpus"] = usable
+    return {**data, **verdict(data, step_time)}
 
 
 def findings_of(data: dict[str, Any], rule: str, step_time: float | None = None) -> list[Any]:

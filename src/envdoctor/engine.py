@@ -103,8 +103,10 @@ def assemble_report(facts: Facts, findings: list[Finding], errors: list[dict[str
     target = gathered.pop("target", None) or {}
     loader = gathered.pop("loader", None)
     if loader:
-        # The loader's subprocess also ran the torch probe; those facts belong under torch.
-        loader = {k: v for k, v in loader.items() if k != "torch_probe"}
+        # The facts with the rule layer's verdict (bottleneck, recommendation), less the torch probe.
+        from envdoctor.rules.loader_verdict import report_section
+
+        loader = dict(report_section(loader, facts.config.step_time))
     return Report(
         tool={"name": "envdoctor", "version": __version__},
         generated_at=utc_now(),

@@ -387,7 +387,8 @@ def judge_pairing(paired: PairedFacts | None, candidate: int, current: int) -> t
     """What the paired re-measurement says of moving from `current` to `candidate` workers."""
     if candidate == current:
         return "same", None
-    if not paired or paired.get("candidate") != candidate or paired.get("current") != current:
+    if not paired or paired.get("candidate") != candidate or paired.get("current") != current \
+            or not paired.get("windows"):
         return "unpaired", None
     interval = gain_interval(paired)
     if interval is None:

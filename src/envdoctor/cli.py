@@ -41,6 +41,8 @@ def _add_check_options(p: argparse.ArgumentParser, default_format: str) -> None:
     run.add_argument("--no-loader", action="store_true", default=None, help="static checks only: skip the DataLoader smoke test")
     run.add_argument("--budget", type=float, metavar="SECONDS", help="time budget of the loader stage (default 15)")
     run.add_argument("--step-time", type=float, metavar="SECONDS", help="seconds your training step takes per batch")
+    run.add_argument("--procs-per-node", type=int, metavar="N",
+                     help="training processes sharing this node's CPUs (default: LOCAL_WORLD_SIZE, else 1)")
     run.add_argument("--deep", action="store_true", default=None, help="run the slow checks too (file hashes, torch import probe)")
     run.add_argument("--distributed", action="store_true", default=None,
                      help="under torchrun: gather every rank's facts to rank 0 and print the fleet view")
@@ -101,6 +103,7 @@ def _config_from_args(args: argparse.Namespace, default_format: str) -> Any:
         "no_loader": args.no_loader,
         "budget": args.budget,
         "step_time": args.step_time,
+        "procs_per_node": args.procs_per_node,
         "deep": args.deep,
         "distributed": args.distributed,
         "distributed_timeout": args.distributed_timeout,

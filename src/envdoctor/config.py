@@ -37,6 +37,8 @@ class Config:
     no_loader: bool = False
     budget: float = 15.0
     step_time: float | None = None
+    #: Training processes sharing this node's CPUs (None: LOCAL_WORLD_SIZE, else 1).
+    procs_per_node: int | None = None
     deep: bool = False
     select: tuple[str, ...] = ()
     ignore: tuple[str, ...] = ()
@@ -66,6 +68,7 @@ SETTINGS: dict[str, tuple[type, ...]] = {
     "no_loader": (bool,),
     "budget": (int, float),
     "step_time": (int, float),
+    "procs_per_node": (int,),
     "deep": (bool,),
     "select": (list,),
     "ignore": (list,),
@@ -97,6 +100,8 @@ def validate(config: Config) -> Config:
         raise ConfigError(f"budget must be a positive number of seconds, not {config.budget}")
     if config.distributed_timeout <= 0:
         raise ConfigError(f"distributed_timeout must be a positive number of seconds, not {config.distributed_timeout}")
+    if config.procs_per_node is not None and config.procs_per_node < 1:
+        raise ConfigError(f"procs_per_node must be a whole number of processes, at least 1, not {config.procs_per_node}")
     if config.step_time is not None and config.step_time <= 0:
         raise ConfigError(f"step_time must be a positive number of seconds, not {config.step_time}")
     return config

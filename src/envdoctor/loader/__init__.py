@@ -48,7 +48,7 @@ def gather_loader(facts: Any) -> LoaderFacts | None:
     if config.no_loader:
         return None
     system = facts.get("system") or {}
-    procs = processes_per_node(getattr(config, "procs_per_node", None))
+    procs = processes_per_node(config.procs_per_node)
     usable = cpus_per_process(int((system.get("cpu") or {}).get("usable") or 1), procs)
     available = (system.get("memory") or {}).get("effective_available")
     source, objects, description = choose_source(config)

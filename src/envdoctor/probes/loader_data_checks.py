@@ -24,7 +24,7 @@ from loader_timing import shutdown
 
 #: Samples one side of the duplicates check reads at most, and seconds it may take.
 DUP_MAX_SAMPLES = 512
-DUP_MAX_S = 1.5
+DUP_MAX_S = 0.75
 #: Workers the checks start.
 CHECK_WORKERS = 2
 
@@ -75,7 +75,7 @@ def duplicates(s: Session) -> None:
     if not s.iterable or not s.workers_ok:
         return
     need = 2 * DUP_MAX_S + _startup_allowance(s) + 0.5
-    if s.left() < need + 2.0:
+    if s.left() < need + 1.0:
         s.events.skip("repeated samples (DL007)", f"not enough of the budget left ({s.left():.1f} s)")
         return
     s.guarded(need + 1.0, "reading samples to count repeats", "duplicates", num_workers=CHECK_WORKERS)
@@ -121,8 +121,8 @@ def cloned_rng(s: Session, first_index: Any) -> None:
     """DL008's measurement (result `rng`), for map-style datasets."""
     if s.iterable or not s.workers_ok or first_index is None:
         return
-    need = _startup_allowance(s) + 4 * s.per_sample_s + 1.0
-    if s.left() < need + 2.0:
+    need = _startup_allowance(s) + 4 * s.per_sample_s + 0.5
+    if s.left() < need + 1.0:
         s.events.skip("cloned randomness (DL008)", f"not enough of the budget left ({s.left():.1f} s)")
         return
     s.guarded(need + 1.0, f"drawing index {first_index} twice and in two workers", "rng",

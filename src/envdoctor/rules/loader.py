@@ -153,11 +153,16 @@ def find_workers_no_gain(facts: Facts) -> Iterator[Hit]:
                "bytes), normalise and augment on the GPU after .to(device), drop fields training does not use")
     batched = ("give each worker more to do per handover: a larger batch_size, or a batched __getitems__ / a "
                "sampler that yields whole batches of indices so one transfer carries many samples")
+    lose = (best["samples_per_s"] or 0.0) < (zero["samples_per_s"] or 0.0)
+    headline = (f"workers do not help: num_workers=0 delivers {_rate(zero['samples_per_s'])}, the best worker "
+                f"setting (num_workers={best['num_workers']}) {_rate(best['samples_per_s'])}; moving each "
+                f"batch{size_text} between processes costs more than making it" if lose else
+                f"the loader's time goes into building and moving batches{size_text}, not into __getitem__ "
+                f"({judged.verdict['bottleneck_reason']}); workers only spread that cost over more processes "
+                f"(num_workers={best['num_workers']}: {_rate(best['samples_per_s'])} against "
+                f"{_rate(zero['samples_per_s'])} with none)")
     yield Hit(
-        message=(f"workers do not help: num_workers=0 delivers {_rate(zero['samples_per_s'])}, the best worker "
-                 f"setting (num_workers={best['num_workers']}) {_rate(best['samples_per_s'])}; moving each "
-                 f"batch{size_text} between processes costs more than making it"
-                 + ("; your num_workers=0 is already the better setting" if already else "")),
+        message=headline + ("; your num_workers=0 is already the better setting" if already and lose else ""),
         evidence={"num_workers_0_samples_per_s": zero["samples_per_s"],
                   "best_worker_setting": best["num_workers"], "best_worker_samples_per_s": best["samples_per_s"],
                   "getitem_s": getitem.get("per_sample_s"), "batch_size": section.get("batch_size"),
@@ -165,7 +170,7 @@ def find_workers_no_gain(facts: Facts) -> Iterator[Hit]:
                   "reason": judged.verdict["bottleneck_reason"]},
         fix=(("keep num_workers=0" if already else "use num_workers=0") + ", or "
              + (f"{smaller}; or {batched}" if large else f"{batched}; or {smaller}")),
-        severity=Severity.INFO if already else None,
+        severity=Severity.INFO if already and lose else None,
     )
 
 

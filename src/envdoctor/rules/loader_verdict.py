@@ -11,9 +11,11 @@ first that holds names the class):
 
 - none: a step time is known and the loader outruns the step;
 - startup: worker start-up takes over half the time of an epoch's loading;
-- ipc: workers do not beat num_workers=0, and moving samples costs more CPU
-  than making them (or the workers sit idle while the main process unpacks):
-  large cheap samples are IPC-bound whatever CPU the copies burn;
+- ipc: `__getitem__` is a minor share of what a sample costs at
+  num_workers=0 (collating and moving batches is the cost), or workers do not
+  beat num_workers=0 and moving samples costs more CPU than making them (or
+  the workers sit idle while the main process unpacks): large cheap samples
+  are IPC-bound whatever CPU the copies burn;
 - cpu-saturated: workers do not beat num_workers=0 because every usable CPU is
   busy computing samples (by the loader or by other processes);
 - storage: `__getitem__` mostly waits (reads, the network) or raw reads
@@ -72,6 +74,8 @@ CPU_WAIT_SHARE = 0.25
 STEP_HEADROOM = 1.25
 #: Samples cost this many times more CPU with workers than without: the handover is the work (IPC).
 HANDOVER_FACTOR = 2.0
+#: `__getitem__` below this share of a sample's cost at num_workers=0: batches, not samples, cost the time.
+GETITEM_MINOR_SHARE = 0.25
 #: A candidate with fewer workers than the current setting may lose this much (fewer processes for it).
 FEWER_WORKERS_TOLERANCE = KNEE_FRACTION
 #: Two-sided 95% quantiles of Student's t by degrees of freedom (the paired windows are few).
@@ -228,7 +232,25 @@ def _computing_and_busy(ev: Evidence) -> tuple[bool, float]:
     return computing and (ev.usable <= 1 or busy >= WORKER_BUSY_SHARE), busy
 
 
+def getitem_share(ev: Evidence) -> float | None:
+    """Of the wall time num_workers=0 spends on one sample, the share `__getitem__` takes (the rest is
+    collating, copying and handing the batch on)."""
+    per_sample = ev.getitem.get("median_s") or ev.getitem.get("per_sample_s")
+    if ev.zero is None or not per_sample or not ev.zero["samples_per_s"]:
+        return None
+    return per_sample * ev.zero["samples_per_s"]
+
+
 def is_ipc_bound(ev: Evidence) -> str | None:
+    share = getitem_share(ev)
+    if share is not None and share < GETITEM_MINOR_SHARE:
+        # Whatever workers do to the curve (on CPUs others hold, more processes take more CPU), the time
+        # is not in __getitem__: it is in building and moving batches.
+        assert ev.zero is not None
+        batch_bytes = ev.section.get("batch_bytes")
+        size = f" of {batch_bytes / 2**20:.1f} MiB" if batch_bytes else ""
+        return (f"__getitem__ takes {share:.0%} of the {1e3 / _rate(ev.zero):.2f} ms each sample costs with "
+                f"num_workers=0: the time goes into collating and moving batches{size}, not into making samples")
     if not ev.workers_lose():
         return None
     assert ev.zero is not None and ev.best_worker is not None
@@ -393,12 +415,14 @@ def judge_pairing(paired: PairedFacts | None, candidate: int, current: int) -> t
     interval = gain_interval(paired)
     if interval is None:
         return "too-noisy", None
-    low, gain, high = interval
-    if gain < 1.0 and (candidate > current or high < FEWER_WORKERS_TOLERANCE):
-        return "loss", interval
+    low, _, high = interval
     # More workers must win outright; fewer workers may cost a little (fewer processes, less memory).
     needed = 1.0 if candidate > current else FEWER_WORKERS_TOLERANCE
-    return ("gain" if low > needed else "too-noisy"), interval
+    if low > needed:
+        return "gain", interval
+    if high < needed:
+        return "loss", interval
+    return "too-noisy", interval
 
 
 def recommend(section: LoaderFacts, bottleneck: Bottleneck | None, cuda: bool,

@@ -48,9 +48,11 @@ def loader_plan(facts: Facts) -> dict[str, Any]:
     from envdoctor.rules.loader_verdict import verdict
 
     system = facts["system"]
-    loader = facts.get("loader") or {}
+    section = facts.get("loader")
     # The loader's recommendation is the rule layer's verdict on its facts, not a fact itself.
-    recommendation = (verdict(loader, facts.config.step_time)["recommendation"] or {}) if loader else {}
+    recommendation: dict[str, Any] = dict(verdict(section, facts.config.step_time)["recommendation"] or {}) \
+        if section else {}
+    loader: dict[str, Any] = dict(section or {})
     current = loader.get("current") or {}
     # One training process's share of the node's CPUs (--procs-per-node, LOCAL_WORLD_SIZE).
     usable = cpus_per_process(system["cpu"]["usable"], processes_per_node(facts.config.procs_per_node))

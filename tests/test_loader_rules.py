@@ -518,3 +518,17 @@ def test_the_cpus_of_a_node_are_shared_among_its_processes(monkeypatch: pytest.M
     # Judged with the share: 8 computing workers on a 4-CPU share are left out.
     data = judged(PAST_CPUS, usable=cpus_per_process(16, 8))
     assert data["recommendation"]["num_workers"] <= 2
+
+
+def test_a_curve_the_budget_cut_before_the_cpus_is_no_knee() -> None:
+    """Recorded under load (torch's import took 5.5 of a 15 s budget): 0 and 1 worker measured alike, 2 was
+    skipped for the budget. num_workers=0 is where the budget ended, not a knee: say so, keep the setting."""
+    data = section([run(0, 63.09), run(1, 67.41, worker_cpu=0.02, worker_blocked=0.97)],
+                   getitem={"per_sample_s": 0.0151, "cpu_fraction": 0.01, "blocked_fraction": 0.99}, batch_size=8,
+                   skipped=[{"what": "num_workers=2", "reason": "not enough of the budget left (0.4 s, about 0.9 s "
+                                                                  "needed)"}])
+    judged_data = judged(data)
+    rec = judged_data["recommendation"]
+    assert rec["trust"] == "incomplete" and rec["unmeasured"] == [2] and rec["basis"] == "current"
+    (hit,) = findings_of(judged_data, "DL005")
+    assert "--budget" in hit.fix and hit.evidence["unmeasured"] == [2]

@@ -219,7 +219,7 @@ class LoaderFacts(_LoaderBase, total=False):
 
 
 Bottleneck = Literal["getitem", "storage", "startup", "ipc", "cpu-saturated", "none"]
-Trust = Literal["gain", "loss", "too-noisy", "unpaired", "same"]
+Trust = Literal["gain", "loss", "too-noisy", "incomplete", "unpaired", "same"]
 
 
 class LeftOut(TypedDict):
@@ -243,8 +243,11 @@ class Recommendation(TypedDict):
     paired_windows: int
     basis: Literal["knee", "step", "current"]
     consumer_samples_per_s: float | None
-    #: What the paired re-measurement said: a real gain, a loss, too noisy to tell, not paired.
+    #: What the paired re-measurement said: a real gain, a loss, too noisy to tell, not paired; or that
+    #: the budget ended before the curve up to the usable CPUs was measured (incomplete).
     trust: Trust
+    #: With trust "incomplete": the worker counts the budget left unmeasured.
+    unmeasured: list[int]
     #: The setting the sweep pointed at, when trust kept the user's own instead.
     candidate_num_workers: int | None
 

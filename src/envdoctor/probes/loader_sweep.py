@@ -14,8 +14,8 @@ MIN_SLICE_S = 0.3
 MAX_SLICE_S = 1.2
 #: Points the adaptive sweep keeps budget for past the usable CPUs.
 EXTENSION_POINTS = 2
-#: Share of the budget kept from the sweep for re-measuring the candidate in paired windows and the
-#: persistent_workers check (points past the CPUs that still gain may use it).
+#: Share of the budget kept from the sweep's points past the usable CPUs (except extension points that
+#: still gain) for re-measuring the candidate in paired windows and the persistent_workers check.
 RESERVE_SHARE = 0.3
 
 
@@ -72,9 +72,9 @@ def sweep(s: Session) -> None:
                           f"the dataset or collate_fn cannot be pickled for {s.start_method} workers")
             done.add(nw)
             continue
-        # The paired re-measurement and the persistent_workers check keep a share of the budget, except
-        # from points past the CPUs: a higher worker count that still gains is worth more than those.
-        reserve = 0.0 if nw in extension else base_reserve
+        # The paired re-measurement and the persistent_workers check keep a share of the budget from
+        # points past the usable CPUs; the curve up to the CPUs comes first: without it the knee is a guess.
+        reserve = base_reserve if nw > s.usable and nw not in extension else 0.0
         startup = startup_estimate(s, nw)
         parallel = max(1, min(nw, int(s.plan.get("usable_cpus") or 1)))
         batch_est = s.per_sample_s * s.batch_size / parallel

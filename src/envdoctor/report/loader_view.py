@@ -73,6 +73,9 @@ def settings_line(rec: Recommendation) -> str:
 def _recommendation_line(rec: Recommendation) -> str:
     text = settings_line(rec) + f" → {_fmt_rate(rec['samples_per_s'])} samples/s"
     interval = rec.get("gain_interval")
+    if rec["trust"] == "incomplete":
+        return (f"keep your settings ({settings_line(rec)}): the budget ended before num_workers="
+                f"{', '.join(str(n) for n in rec['unmeasured'])} could be measured; raise --budget")
     if rec["trust"] in ("too-noisy", "loss"):
         verdict = "too noisy to tell" if rec["trust"] == "too-noisy" else "it lost"
         text = (f"keep your settings ({settings_line(rec)}): num_workers={rec['candidate_num_workers']} was "

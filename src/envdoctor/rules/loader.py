@@ -272,6 +272,19 @@ def find_loader_settings(facts: Facts) -> Iterator[Hit]:
     current = section["current"] or {}
     synthetic = section.get("source", {"kind": ""})["kind"] == "synthetic"
     curve = _curve(section)
+    if rec["trust"] == "incomplete":
+        unmeasured = ", ".join(str(n) for n in rec["unmeasured"])
+        yield Hit(
+            message=(f"the budget ended before num_workers={unmeasured} could be measured (the curve up to the "
+                     f"{section.get('usable_cpus')} usable CPU(s) is incomplete), so no setting can be called "
+                     f"best; keep your settings"),
+            evidence={"trust": "incomplete", "unmeasured": rec["unmeasured"], "curve": curve,
+                      "budget_s": section.get("budget_s"), "current_num_workers": current.get("num_workers", 0)},
+            fix="re-run `envdoctor loader` with a longer --budget (importing torch alone took "
+                f"{section.get('torch', {}).get('import_s', 0.0):.1f} s of it)",
+            severity=Severity.INFO,
+        )
+        return
     if rec["trust"] in ("too-noisy", "loss"):
         candidate = rec["candidate_num_workers"]
         verdict_text = ("the machine was too noisy to tell" if rec["trust"] == "too-noisy"

@@ -425,6 +425,21 @@ def judge_pairing(paired: PairedFacts | None, candidate: int, current: int) -> t
     return "too-noisy", interval
 
 
+def unmeasured_for_budget(section: LoaderFacts, usable_cpus: int | None) -> list[int]:
+    """Worker counts up to the usable CPUs the sweep skipped because the budget ran out."""
+    counts = []
+    for skipped in section["skipped"]:
+        what, reason = skipped["what"], skipped["reason"]
+        if what.startswith("num_workers=") and ("budget" in reason):
+            try:
+                nw = int(what.split("=", 1)[1])
+            except ValueError:
+                continue
+            if nw <= (usable_cpus or 1):
+                counts.append(nw)
+    return sorted(counts)
+
+
 def recommend(section: LoaderFacts, bottleneck: Bottleneck | None, cuda: bool,
               usable_cpus: int | None = None, step_time_s: float | None = None) -> Recommendation | None:
     """Settings for the knee (or, with a step time, the fewest workers that outrun the step), checked
@@ -447,8 +462,12 @@ def recommend(section: LoaderFacts, bottleneck: Bottleneck | None, cuda: bool,
     current_nw = current.get("num_workers", 0)
     current_run = next((r for r in runs if r["num_workers"] == current_nw), None)
     trust, interval = judge_pairing(section.get("paired"), chosen["num_workers"], current_nw)
+    unmeasured = unmeasured_for_budget(section, usable_cpus)
+    if trust not in ("gain", "loss") and unmeasured and chosen["num_workers"] < max(unmeasured):
+        # The curve was cut before the CPUs: a knee below the cut is no knee, only where the budget ended.
+        trust = "incomplete"
     candidate_nw: int | None = None
-    if trust in ("loss", "too-noisy") and current_run is not None:
+    if trust in ("loss", "too-noisy", "incomplete") and current_run is not None:
         candidate_nw = chosen["num_workers"]
         chosen, basis = current_run, "current"
     nw = chosen["num_workers"]
@@ -487,6 +506,7 @@ def recommend(section: LoaderFacts, bottleneck: Bottleneck | None, cuda: bool,
         "consumer_samples_per_s": round(consumer, 2) if consumer else None,
         "trust": trust,
         "candidate_num_workers": candidate_nw,
+        "unmeasured": unmeasured if trust == "incomplete" else [],
     }
 
 

@@ -36,6 +36,8 @@ class RunFacts(_RunBase, total=False):
     worker_cpu: float
     worker_runqueue: float
     worker_blocked: float
+    #: Per worker, share of the wall time its process (every thread) computed.
+    worker_process_cpu: float
     worker_rss_bytes: int
     pin_memory: bool
     persistent_workers: bool

@@ -158,7 +158,8 @@ def cpu_per_sample(run: RunFacts) -> float | None:
         return None
     if run["num_workers"] and "worker_cpu" not in run:
         return None
-    return (run["main_cpu"] + run["num_workers"] * run.get("worker_cpu", 0.0)) / rate
+    workers = run.get("worker_process_cpu", run.get("worker_cpu", 0.0))
+    return (run["main_cpu"] + run["num_workers"] * workers) / rate
 
 
 # ---------------------------------------------------------------------------

@@ -100,10 +100,11 @@ class _Side:
 
 def paired_windows(s: Session) -> None:
     """Re-measure the candidate against the current setting in alternating windows (result `paired`)."""
-    if s.plan.get("workers") or not s.runs:
+    forced = s.plan.get("pair")  # [current, candidate] given by the plan (benchmarks/bench_loader.py)
+    if (s.plan.get("workers") and not forced) or not s.runs:
         return
-    current = int(s.current["num_workers"])
-    chosen = candidate(s)
+    current = int(forced[0]) if forced else int(s.current["num_workers"])
+    chosen = int(forced[1]) if forced else candidate(s)
     if chosen is None or chosen == current:
         return
     measured = {r["num_workers"]: r for r in s.runs if r.get("samples_per_s")}

@@ -59,6 +59,8 @@ def run_smoke_test(s: Session, given: tuple[Any, Any, Any]) -> None:
     loader_data_checks.duplicates(s)
     loader_data_checks.cloned_rng(s, next(loader_getitem.index_stream(s), None) if not s.iterable else None)
     loader_sweep.sweep(s)
+    if s.plan.get("pair"):
+        loader_paired.paired_windows(s)
     if not s.plan.get("workers"):
         loader_paired.paired_windows(s)
         loader_extras.persistence(s)

@@ -78,6 +78,9 @@ HANDOVER_FACTOR = 2.0
 GETITEM_MINOR_SHARE = 0.25
 #: A candidate with fewer workers than the current setting may lose this much (fewer processes for it).
 FEWER_WORKERS_TOLERANCE = KNEE_FRACTION
+#: The knee's rule as the runner applies it to choose the setting it re-measures in paired windows.
+KNEE_RULE = {"fraction": KNEE_FRACTION, "worker_gain": WORKER_GAIN, "step_headroom": STEP_HEADROOM,
+             "blocked_share": BLOCKED_SHARE}
 #: Two-sided 95% quantiles of Student's t by degrees of freedom (the paired windows are few).
 T95 = {1: 12.71, 2: 4.30, 3: 3.18, 4: 2.78, 5: 2.57, 6: 2.45, 7: 2.36, 8: 2.31, 9: 2.26, 10: 2.23}
 
@@ -427,7 +430,8 @@ def judge_pairing(paired: PairedFacts | None, candidate: int, current: int) -> t
 
 
 def unmeasured_for_budget(section: LoaderFacts, usable_cpus: int | None) -> list[int]:
-    """Worker counts up to the usable CPUs the sweep skipped because the budget ran out."""
+    """Worker counts the sweep meant to time (up to the usable CPUs, or past them while waiting workers
+    still gained) and skipped because the budget ran out."""
     counts = []
     for skipped in section["skipped"]:
         what, reason = skipped["what"], skipped["reason"]
@@ -436,8 +440,7 @@ def unmeasured_for_budget(section: LoaderFacts, usable_cpus: int | None) -> list
                 nw = int(what.split("=", 1)[1])
             except ValueError:
                 continue
-            if nw <= (usable_cpus or 1):
-                counts.append(nw)
+            counts.append(nw)
     return sorted(counts)
 
 

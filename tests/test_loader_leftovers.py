@@ -51,8 +51,11 @@ def _recorded(path: Path, kind: str) -> list[str]:
     return [line.split(" ", 1)[1] for line in path.read_text().splitlines() if line.startswith(kind + " ")]
 
 
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP, signal.SIGKILL],
+                         ids=["SIGTERM", "SIGHUP", "SIGKILL"])
 def test_a_signal_during_the_stage_leaves_no_worker_and_no_plan_file(signum: int) -> None:
+    """SIGTERM and SIGHUP end the stage cleanly and then envdoctor; SIGKILL leaves no cleanup to envdoctor,
+    so the runner notices its parent is gone and ends itself and its workers."""
     plans = _plan_files()
     proc = subprocess.Popen([*envdoctor_argv("loader", "--dataset", "loaderfixtures.suite:remote_read",
                                              "--budget", "60", "--format", "json")],

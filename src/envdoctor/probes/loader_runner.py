@@ -96,6 +96,10 @@ def run_plan(plan: dict[str, Any], events: Events, dataset: Any = None, loader_k
 def main(argv: list[str]) -> int:
     with open(argv[1], encoding="utf-8") as fh:
         plan = json.load(fh)
+    try:
+        os.unlink(argv[1])  # read once: no plan file outlives the runner's start, whatever happens to envdoctor
+    except OSError:
+        pass
     events = Events(int(plan["event_fd"]))
     run_plan(plan, events)
     sys.stdout.flush()

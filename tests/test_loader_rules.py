@@ -532,3 +532,19 @@ def test_a_curve_the_budget_cut_before_the_cpus_is_no_knee() -> None:
     assert rec["trust"] == "incomplete" and rec["unmeasured"] == [2] and rec["basis"] == "current"
     (hit,) = findings_of(judged_data, "DL005")
     assert "--budget" in hit.fix and hit.evidence["unmeasured"] == [2]
+
+
+def test_a_runner_up_that_beats_the_kept_setting_in_paired_windows_is_recommended() -> None:
+    """Recorded pattern under a busy core: the sweep's one point for num_workers=2 was sunk by the
+    neighbour, so the knee was the user's num_workers=0; the runner-up, re-measured in pairs, wins."""
+    data = section([run(0, 196.3, main_cpu=0.95), run(1, 199.98, worker_cpu=0.9, worker_runqueue=0.05),
+                    run(2, 187.78, worker_cpu=0.5, worker_runqueue=0.45)])
+    assert judged(data)["recommendation"]["trust"] == "same"
+    data["paired"] = paired(0, 1, [(200, 260), (190, 250), (205, 262), (198, 255)])
+    rec = judged(data)["recommendation"]
+    assert rec["num_workers"] == 1 and rec["trust"] == "gain" and rec["basis"] == "paired"
+    assert rec["gain_interval"][0] > 1
+    # A runner-up that does not clearly win leaves the kept setting as it was.
+    data["paired"] = paired(0, 1, [(200, 230), (190, 170), (205, 240), (198, 180)])
+    rec = judged(data)["recommendation"]
+    assert rec["num_workers"] == 0 and rec["trust"] == "same"

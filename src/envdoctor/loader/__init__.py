@@ -20,7 +20,6 @@ from typing import Any, cast
 from envdoctor.loader.progress import current_sink
 from envdoctor.loader.run import StageRun, run_stage
 from envdoctor.loader.section import FailureFacts, LoaderFacts
-from envdoctor.rules.loader_verdict import KNEE_RULE
 
 #: Seconds of the budget kept back for starting the runner and tearing it down.
 STAGE_OVERHEAD_S = 0.7
@@ -45,6 +44,8 @@ def cpus_per_process(usable: int, procs: int) -> int:
 
 def gather_loader(facts: Any) -> LoaderFacts | None:
     """The loader section: None when the stage is switched off (--no-loader)."""
+    from envdoctor.rules.loader_verdict import KNEE_RULE
+
     config = facts.config
     if config.no_loader:
         return None

@@ -174,7 +174,7 @@ def find_workers_no_gain(facts: Facts) -> Iterator[Hit]:
                   "getitem_s": getitem.get("per_sample_s"), "batch_size": section.get("batch_size"),
                   "batch_bytes": batch_bytes, "curve": _curve(section),
                   "reason": judged.verdict["bottleneck_reason"]},
-        fix=(("keep num_workers=0" if already else "use num_workers=0") + ", or "
+        fix=((("keep num_workers=0" if already else "use num_workers=0") + ", or " if lose else "")
              + (f"{smaller}; or {batched}" if large else f"{batched}; or {smaller}")),
         severity=Severity.INFO if already and lose else None,
     )

@@ -465,7 +465,15 @@ def recommend(section: LoaderFacts, bottleneck: Bottleneck | None, cuda: bool,
     current: CurrentSettings = section["current"] or {}
     current_nw = current.get("num_workers", 0)
     current_run = next((r for r in runs if r["num_workers"] == current_nw), None)
-    trust, interval = judge_pairing(section.get("paired"), chosen["num_workers"], current_nw)
+    paired = section.get("paired")
+    trust, interval = judge_pairing(paired, chosen["num_workers"], current_nw)
+    if trust == "same" and paired and paired.get("current") == current_nw and paired.get("windows"):
+        # The sweep kept the user's setting; the runner-up was re-measured against it in paired windows.
+        other = next((r for r in eligible if r["num_workers"] == paired.get("candidate")), None)
+        if other is not None and other["num_workers"] != current_nw:
+            verdict_on_other, other_interval = judge_pairing(paired, other["num_workers"], current_nw)
+            if verdict_on_other == "gain":
+                chosen, basis, trust, interval = other, "paired", "gain", other_interval
     unmeasured = unmeasured_for_budget(section, usable_cpus)
     if trust not in ("gain", "loss") and unmeasured and chosen["num_workers"] < max(unmeasured):
         # The curve was cut before the CPUs: a knee below the cut is no knee, only where the budget ended.
@@ -493,7 +501,6 @@ def recommend(section: LoaderFacts, bottleneck: Bottleneck | None, cuda: bool,
         gain = round(interval[1], 3)
     elif current_run is not None:
         gain = round(_rate(chosen) / _rate(current_run), 3)
-    paired = section.get("paired")
     return {
         "num_workers": nw,
         "prefetch_factor": prefetch,

@@ -144,3 +144,83 @@ def test_the_api_refuses_a_missing_data_path_too(tmp_path: Path) -> None:
 
     with pytest.raises(ConfigError, match="does not exist"):
         envdoctor.check(no_loader=True, data=str(tmp_path / "typo"))
+
+
+# --- settings declared once: flags, pyproject keys and the API all come from Config --------------
+
+@pytest.mark.parametrize("args,fragments", [
+    (("--prefix", ""), ("--prefix", "empty string")),
+    (("--budget", "nan"), ("--budget", "positive, finite", "'nan'")),
+    (("--budget", "inf"), ("--budget", "positive, finite", "'inf'")),
+    (("--budget", "-3"), ("--budget", "positive, finite", "'-3'")),
+    (("--step-time", "0"), ("--step-time", "positive, finite")),
+    (("--severity", "SYS=loud"), ("SYS", "unknown severity 'loud'")),
+    (("--severity", "NOPE9=info"), ("--severity", "unknown rule 'NOPE9'")),
+])
+def test_hostile_setting_values_are_one_line_refusals(args: tuple[str, ...], fragments: tuple[str, ...]) -> None:
+    assert_one_line_error(run_envdoctor("report", "--no-loader", "--select", "SYS003", *args), *fragments)
+
+
+@pytest.mark.parametrize("body,fragment", [
+    ("budget = nan", "budget must be a positive, finite number"),
+    ("budget = -inf", "budget must be a positive, finite number"),
+    ("prefix = ''", "prefix must not be empty"),
+    ("fail-on = 'sometimes'", "must be one of error, warning, info, never"),
+    ("select = 'SYS'", "select must be a list of strings"),
+    ("output = 'x.json'", "unknown key 'output'"),
+])
+def test_hostile_pyproject_values_are_refused(tmp_path: Path, body: str, fragment: str) -> None:
+    cwd = write_pyproject(tmp_path, f"[tool.envdoctor]\n{body}\n")
+    assert_one_line_error(run_envdoctor("check", *STATIC, cwd=str(cwd)), fragment)
+
+
+def test_missing_against_file_is_refused_not_skipped(tmp_path: Path) -> None:
+    proc = run_envdoctor("report", "--no-loader", "--select", "PKG007", "--against", str(tmp_path / "env.yml"))
+    assert_one_line_error(proc, "env.yml", "does not exist", "--against")
+    assert proc.stdout == ""
+
+
+def test_against_a_fifo_is_refused_without_blocking(tmp_path: Path) -> None:
+    fifo = tmp_path / "requirements.txt"
+    os.mkfifo(fifo)
+    proc = run_envdoctor("report", "--no-loader", "--select", "PKG007", "--against", str(fifo), timeout=60)
+    assert_one_line_error(proc, "not a regular file")
+
+
+def test_severity_resolves_families_and_names_like_select() -> None:
+    base = ("report", "--no-loader", "--select", "SYS", "--fail-on", "never")
+    family = json_report(run_envdoctor(*base, "--severity", "SYS=info", prefix_cmd=["taskset", "-c", "0"]))
+    assert [f["severity"] for f in findings(family, "SYS003")] == ["info"]
+    # One rule, by its name, beats its family whatever the order.
+    named = json_report(run_envdoctor(*base, "--severity", "cpu-quota=error,SYS=info",
+                                      prefix_cmd=["taskset", "-c", "0"]))
+    assert [f["severity"] for f in findings(named, "SYS003")] == ["error"]
+
+
+def test_every_setting_has_its_flag_and_pyproject_key() -> None:
+    from envdoctor.cli import build_parser
+    from envdoctor.config import FORMATS, SETTINGS, Config
+    from envdoctor.model import FAIL_ON_CHOICES
+    from envdoctor.report import FORMAT_MODULES
+
+    parser = build_parser()
+    check = parser._subparsers._group_actions[0].choices["check"]
+    by_flag = {flag: action for action in check._actions for flag in action.option_strings}
+    for setting in SETTINGS:
+        assert all(by_flag[flag].dest == setting.name for flag in setting.flags), setting.name
+        assert setting.default == getattr(Config(), setting.name)
+    assert by_flag["--json"].const == "json" and by_flag["--json"].dest == "format"
+    assert tuple(by_flag["--fail-on"].choices) == FAIL_ON_CHOICES
+    assert tuple(by_flag["--format"].choices) == FORMATS == tuple(FORMAT_MODULES)
+
+
+def test_api_check_takes_the_settings_by_name(tmp_path: Path) -> None:
+    import envdoctor
+    from envdoctor.config import ConfigError
+
+    with pytest.raises(ConfigError, match="unknown setting 'budgett'"):
+        envdoctor.check(budgett=3)
+    with pytest.raises(ConfigError, match="budget must be a positive, finite number"):
+        envdoctor.check(no_loader=True, budget_s=float("nan"))
+    with pytest.raises(ConfigError, match="prefix must not be empty"):
+        envdoctor.check(no_loader=True, prefix="")

@@ -42,13 +42,23 @@ def select_rules(catalog: Catalog, select: Iterable[str] = (), ignore: Iterable[
 
 
 def check_severity_overrides(catalog: Catalog, overrides: dict[str, str]) -> dict[str, Severity]:
-    known = set(catalog.ids())
-    resolved = {}
-    for rule_id, level in overrides.items():
-        if rule_id.upper() not in known:
-            raise ConfigError(f"severity: unknown rule {rule_id!r} (see `envdoctor rules`)")
-        resolved[rule_id.upper()] = Severity.parse(level)
-    return resolved
+    """`--severity` pairs resolved to rule ids: a key may be an id, a name or a family, like `--select`.
+
+    A family's level applies to each of its rules; a pair naming one rule beats its family's.
+    """
+    resolved: dict[str, Severity] = {}
+    exact: dict[str, Severity] = {}
+    for token, level in overrides.items():
+        matched = catalog.resolve(token)
+        if not matched:
+            raise ConfigError(f"--severity: unknown rule {token!r} (see `envdoctor rules`)")
+        try:
+            severity = Severity.parse(level)
+        except ValueError as exc:
+            raise ConfigError(f"--severity {token}: {exc}") from None
+        one_rule = any(m.id == token.strip().upper() or m.name == token.strip().lower() for m in matched)
+        (exact if one_rule else resolved).update({m.id: severity for m in matched})
+    return {**resolved, **exact}
 
 
 def _to_finding(meta: RuleMeta, hit: Hit, overrides: dict[str, Severity]) -> Finding:
@@ -133,6 +143,15 @@ def check_inputs(config: Config) -> None:
         # A mistyped data path would otherwise end in "0 errors" (no storage to
         # judge, no files to read) and the training run would die on it.
         raise ConfigError(f"the data path {config.data} does not exist (--data, or `data` in pyproject.toml)")
+    if config.against:
+        # Missing, the comparison would be skipped and the run look clean; a FIFO
+        # or a device would block or never end.
+        if not os.path.exists(config.against):
+            raise ConfigError(f"the file to compare with, {config.against}, does not exist "
+                              "(--against, or `against` in pyproject.toml)")
+        if not os.path.isfile(config.against):
+            raise ConfigError(f"--against {config.against} is not a regular file "
+                              "(give an environment.yml or a requirements file)")
 
 
 def run_check(config: Config, catalog: Catalog | None = None, facts: Facts | None = None) -> Report:

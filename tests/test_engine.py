@@ -78,14 +78,21 @@ def test_a_failing_probe_skips_only_the_rules_that_need_it(monkeypatch: pytest.M
                           "what": doc, "why": doc, "example": doc, "fix": doc}, "ZZT", "test")]
     combined = _assemble([("shipped", list(catalog.rules), dict(catalog.functions)),
                           ("test", metas, {"ZZT003": needs_gpu})])
-    monkeypatch.setitem(facts_module.PROBES, "gpu", "envdoctor.no_such_module:gather_gpu")
+    monkeypatch.setitem(facts_module.PROBES, "gpu", facts_module.Probe("envdoctor.no_such_module:gather_gpu"))
     config = Config(no_loader=True, select=("ZZT003", "SYS003"))
     report = run_check(config, catalog=combined)
     [skipped] = [e for e in report.errors if e.get("rule") == "ZZT003"]
     assert skipped["message"].startswith("skipped: probe 'gpu' failed: ModuleNotFoundError")
-    [probe] = [e for e in report.errors if e.get("probe") == "gpu"]
+    assert skipped["probe"] == "gpu"
+    [probe] = [e for e in report.errors if e.get("probe") == "gpu" and "rule" not in e]
     assert "envdoctor.no_such_module" in probe["message"]
     assert not [e for e in report.errors if e.get("rule") == "SYS003"]
+    # Not checked is not clean: the verdict says so and the exit code is not 0.
+    from envdoctor.report.text import summary_line
+
+    assert report.not_checked() == {"gpu": ["ZZT003"]}
+    assert report.exit_code("error") == 1 and report.exit_code("never") == 0
+    assert summary_line(report).endswith("not checked: ZZT003 (the gpu probe failed)")
 
 
 def test_select_and_ignore_by_id_name_and_family() -> None:

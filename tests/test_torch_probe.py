@@ -270,15 +270,14 @@ def loader_that_asks_for_torch(facts):
                             "seen_inner": inner["probe"]}}
 
 
-def test_loader_asking_for_torch_does_not_recurse(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_loader_asking_for_torch_is_refused_not_recursed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The loader does not declare it reads torch (facts.PROBES), so the cycle cannot start."""
     from envdoctor import facts as facts_module
 
-    monkeypatch.setitem(facts_module.PROBES, "loader", "test_torch_probe:loader_that_asks_for_torch")
-    facts = Facts(Config())
-    section = facts["torch"]
-    assert section["probe"]["source"] == "loader"
-    assert section["probe"]["seen_inner"] == {"ran": False, "reason": "asked for during the loader stage"}
-    assert facts["torch"] is section
+    monkeypatch.setitem(facts_module.PROBES, "loader", facts_module.Probe(
+        "test_torch_probe:loader_that_asks_for_torch", reads=("target",), hands_over={"torch_probe": "torch"}))
+    with pytest.raises(facts_module.UndeclaredRead, match="the loader probe read the 'torch' section"):
+        Facts(Config())["torch"]
 
 
 def test_no_loader_without_gpu_reads_files_only() -> None:

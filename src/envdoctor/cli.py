@@ -6,9 +6,14 @@ Exit codes: 0 nothing at or above --fail-on, 1 findings at or above it,
 from __future__ import annotations
 
 import argparse
+import contextlib
+import errno
 import os
+import stat
 import sys
+import tempfile
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from envdoctor import __version__
@@ -67,60 +72,126 @@ def _config_from_args(args: argparse.Namespace) -> Config:
     return load_config(given, defaults={"format": args.default_format})
 
 
-def _open_output(path: str | None) -> Any:
+def check_writable(path: str | None, target_prefix: Path | None = None) -> None:
+    """Fail before the checks run, not after, when the report cannot be written there.
+
+    Nothing is opened for writing: the file the user has stays as it is until
+    the new report is complete (see `write_report`). A path inside the
+    inspected environment is refused: envdoctor never writes into its patient.
+    """
     if path is None:
-        return None
+        return
+    where = Path(path)
+    if target_prefix is not None and target_prefix != Path(target_prefix.anchor):
+        for candidate in (where.parent.resolve() / where.name, where.resolve()):
+            if candidate == target_prefix or target_prefix in candidate.parents:
+                raise UsageError(f"will not write {path} inside the inspected environment {target_prefix} "
+                                 "(envdoctor never changes the environment it checks): choose a path outside it")
+    if where.exists() and not where.is_file():
+        if where.is_dir():
+            raise UsageError(f"cannot write the report to {path}: it is a folder")
+        return  # /dev/stdout, a FIFO a reader waits on: written in place at the end
+    folder = where.parent if str(where.parent) else Path(".")
+    if not folder.is_dir():
+        raise UsageError(f"cannot write the report to {path}: the folder {folder} does not exist")
+    if not os.access(folder, os.W_OK | os.X_OK) or (where.exists() and not os.access(where, os.W_OK)):
+        raise UsageError(f"cannot write the report to {path}: permission denied")
+
+
+def write_report(path: str, text: str, what: str = "the report") -> None:
+    """Write `text` to `path` whole or not at all.
+
+    A regular file is written beside its destination under a temporary name
+    and renamed over it only when every byte is on disk, so a run that fails
+    (or a full disk) leaves the previous file as it was. A device or FIFO
+    (`-o /dev/stdout`) is written in place.
+    """
+    # A file name that is not UTF-8 must not stop the report being written.
+    data = text.encode("utf-8", errors="backslashreplace")
+    where = Path(path)
     try:
-        # A file name that is not UTF-8 must not stop the report being written.
-        return open(path, "w", encoding="utf-8", errors="backslashreplace")
+        if where.exists() and not where.is_file():
+            with open(where, "wb") as handle:
+                handle.write(data)
+            return
+        fd, tmp = tempfile.mkstemp(dir=where.parent if str(where.parent) else ".", prefix=f".{where.name}.",
+                                   suffix=".envdoctor-tmp")
     except OSError as exc:
-        raise UsageError(f"cannot write the report to {path}: {exc.strerror or exc}") from None
+        raise UsageError(f"cannot write {what} to {path}: {exc.strerror or exc}") from None
+    try:
+        try:
+            view = memoryview(data)
+            while view:
+                written = os.write(fd, view)
+                if written <= 0:  # pragma: no cover - os.write raises rather than return 0
+                    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+                view = view[written:]
+            os.fsync(fd)
+            os.fchmod(fd, _mode_for(where))
+        finally:
+            os.close(fd)
+        os.replace(tmp, where)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise UsageError(f"cannot write {what} to {path}: {exc.strerror or exc} (the previous file, if any, "
+                         "is unchanged)") from None
 
 
-def check_writable(path: str | None) -> None:
-    """Fail before the checks run, not after, when the report cannot be written."""
-    if path is not None:
-        _open_output(path).close()
+def _mode_for(where: Path) -> int:
+    """The permissions the file keeps (or would get from a plain open)."""
+    try:
+        return stat.S_IMODE(where.stat().st_mode)
+    except OSError:
+        umask = os.umask(0)
+        os.umask(umask)
+        return 0o666 & ~umask
+
+
+def _write_stdout(text: str) -> None:
+    try:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        raise
+    except OSError as exc:
+        raise UsageError(f"cannot write the report to standard output: {exc.strerror or exc}") from None
 
 
 def emit(report: Any, fmt: str, output: str | None, svg: str | None = None) -> None:
     """Render the report to standard output or a file (and an SVG when asked)."""
     from envdoctor.report import render
 
-    handle = _open_output(output)
-    if fmt == "text" and handle is None:
+    if fmt == "text" and output is None:
         from rich.console import Console
 
         from envdoctor.report.text import write
 
         # Logs and pipes get whole lines; a terminal gets lines wrapped to its width.
         console = Console(record=bool(svg), highlight=False, emoji=False, soft_wrap=not sys.stdout.isatty())
-        write(report, console)
+        try:
+            write(report, console)
+        except BrokenPipeError:
+            raise
+        except OSError as exc:
+            raise UsageError(f"cannot write the report to standard output: {exc.strerror or exc}") from None
         if svg:
-            _save_svg(console, svg)
+            write_report(svg, console.export_svg(title="envdoctor"), "the SVG")
         return
     text = render(report, fmt)
-    if handle is None:
-        sys.stdout.write(text)
-        sys.stdout.flush()
+    if output is None:
+        _write_stdout(text)
     else:
-        with handle:
-            handle.write(text)
+        write_report(output, text)
     if svg:
         from rich.console import Console
 
         from envdoctor.report.text import write
 
-        console = Console(record=True, file=open(os.devnull, "w"), width=100, force_terminal=True)
-        write(report, console)
-        _save_svg(console, svg)
-
-
-def _save_svg(console: Any, path: str) -> None:
-    try:
-        console.save_svg(path, title="envdoctor")
-    except OSError as exc:
-        raise UsageError(f"cannot write the SVG to {path}: {exc.strerror or exc}") from None
+        with open(os.devnull, "w") as devnull:
+            console = Console(record=True, file=devnull, width=100, force_terminal=True)
+            write(report, console)
+        write_report(svg, console.export_svg(title="envdoctor"), "the SVG")
 
 
 def _cmd_rules(args: argparse.Namespace) -> int:
@@ -167,12 +238,15 @@ def explain_text(rule: str) -> str:
 
 def _cmd_check(args: argparse.Namespace) -> int:
     from envdoctor.engine import check_inputs, run_check
+    from envdoctor.facts.target import resolve_prefix
 
     config = _config_from_args(args)
     if args.command == "loader":
         config = config.with_overrides(select=config.select or ("DL", "SPW003"), no_loader=False)
-    check_writable(config.output)
     check_inputs(config)
+    prefix = resolve_prefix(config.prefix, config.env_name).resolve()
+    check_writable(config.output, prefix)
+    check_writable(config.svg, prefix)
     if config.distributed:
         from envdoctor.fleet.distributed import run_distributed
 
@@ -201,7 +275,7 @@ def _cmd_compare(args: argparse.Namespace) -> int:
 
     config = Config(**settings_from_args(args))
     check_writable(config.output)
-    report = compare_paths(args.reports)
+    report = compare_paths(args.reports, output=config.output)
     emit(report, config.format, config.output)
     return report.exit_code(config.fail_on)
 

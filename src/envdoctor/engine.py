@@ -41,6 +41,16 @@ def select_rules(catalog: Catalog, select: Iterable[str] = (), ignore: Iterable[
     return [m for m in catalog.rules if (not selected or m.id in selected) and m.id not in ignored]
 
 
+def node_rules(metas: list[RuleMeta], select: Iterable[str] = ()) -> list[RuleMeta]:
+    """The rules of a single-machine check: fleet rules compare several nodes' reports instead."""
+    kept = [m for m in metas if m.scope == "node"]
+    if metas and not kept and tuple(select):
+        raise ConfigError(f"{', '.join(m.id for m in metas[:3])}{' …' if len(metas) > 3 else ''} compare "
+                          "several machines: run them with `envdoctor compare REPORT.json ...` or "
+                          "`envdoctor check --distributed` under torchrun")
+    return kept
+
+
 def check_severity_overrides(catalog: Catalog, overrides: dict[str, str]) -> dict[str, Severity]:
     """`--severity` pairs resolved to rule ids: a key may be an id, a name or a family, like `--select`.
 
@@ -83,7 +93,8 @@ def run_rules(catalog: Catalog, metas: list[RuleMeta], facts: Facts,
         try:
             hits = list(catalog.functions[meta.id](facts) or ())
         except ProbeFailed as exc:
-            errors.append({"rule": meta.id, "message": f"skipped: {exc}"})
+            # Not checked is not clean: Report.not_checked() names it and the exit code says so.
+            errors.append({"rule": meta.id, "probe": exc.section, "message": f"skipped: {exc}"})
             continue
         except Exception as exc:  # one broken rule never hides the others
             errors.append({
@@ -112,9 +123,6 @@ def assemble_report(facts: Facts, findings: list[Finding], errors: list[dict[str
     gathered = dict(facts.gathered())
     target = gathered.pop("target", None) or {}
     loader = gathered.pop("loader", None)
-    if loader:
-        # The loader's subprocess also ran the torch probe; those facts belong under torch.
-        loader = {k: v for k, v in loader.items() if k != "torch_probe"}
     return Report(
         tool={"name": "envdoctor", "version": __version__},
         generated_at=utc_now(),
@@ -157,7 +165,7 @@ def check_inputs(config: Config) -> None:
 def run_check(config: Config, catalog: Catalog | None = None, facts: Facts | None = None) -> Report:
     """Run every selected rule against one snapshot of facts and build the Report."""
     catalog = catalog or load_catalog()
-    metas = select_rules(catalog, config.select, config.ignore)
+    metas = node_rules(select_rules(catalog, config.select, config.ignore), config.select)
     overrides = check_severity_overrides(catalog, config.severity)
     facts = facts or Facts(config)
     # The target is resolved first so a wrong --prefix is one clear error, not N skipped rules.
@@ -165,8 +173,13 @@ def run_check(config: Config, catalog: Catalog | None = None, facts: Facts | Non
 
     check_inputs(config)
     try:
-        facts["target"]
+        target = facts["target"]
     except ProbeFailed as exc:
         raise TargetError(exc.reason) from None
+    if target.get("interpreter") and target.get("interpreter_error"):
+        # Every live check and most static ones read the environment through its
+        # own interpreter: a report without it would be a false all-clear.
+        raise TargetError(f"the environment's Python cannot start ({target['interpreter_error']}); "
+                          "repair or recreate the environment, then check it again")
     findings, errors = run_rules(catalog, metas, facts, overrides)
     return assemble_report(facts, findings, errors)

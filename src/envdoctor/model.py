@@ -148,11 +148,21 @@ class Report:
     def by_rule(self, rule_id: str) -> list[Finding]:
         return [f for f in self.findings if f.rule == rule_id]
 
+    def not_checked(self) -> dict[str, list[str]]:
+        """The selected rules that did not run because a probe they read failed: {probe: [rule, ...]}."""
+        skipped: dict[str, list[str]] = {}
+        for error in self.errors:
+            if error.get("rule") and error.get("probe"):
+                skipped.setdefault(str(error["probe"]), []).append(str(error["rule"]))
+        return skipped
+
     def exit_code(self, fail_on: str = "error") -> int:
-        """0 when nothing reaches `fail_on`, 1 when something does."""
+        """0 when nothing reaches `fail_on`, 1 when something does, or a selected rule could not run."""
         if fail_on == "never":
             return 0
         threshold = Severity.parse(fail_on).rank
+        if self.not_checked():
+            return 1
         return 1 if any(f.severity.rank >= threshold for f in self.findings) else 0
 
     def to_dict(self) -> dict[str, Any]:

@@ -89,6 +89,7 @@ class TargetFacts(TypedDict, total=False):
     executable: Any
     implementation: Any
     interpreter: Any
+    interpreter_error: Any
     is_current: Any
     kind: Any
     machine: Any

@@ -265,14 +265,9 @@ def _probe_reason(facts: Any) -> str | None:
 
 def _loader_probe(facts: Any) -> dict[str, Any] | None:
     """The probe result the loader stage gathered in its own subprocess, if it did."""
-    if facts.config.no_loader or getattr(facts, "_envdoctor_gathering_torch", False):
+    if facts.config.no_loader:
         return None
-    facts._envdoctor_gathering_torch = True  # the loader may ask for torch facts in turn
-    try:
-        loader = facts.get("loader") or {}
-    finally:
-        facts._envdoctor_gathering_torch = False
-    probe = loader.get("torch_probe") if isinstance(loader, dict) else None
+    probe = facts.handed_over("torch").get("torch_probe")  # declared in facts.PROBES
     if not isinstance(probe, dict) or "probe_version" not in probe:
         return None  # not run, or it failed in the loader's process: run our own
     if probe.get("torch_preimported"):
@@ -294,10 +289,6 @@ def gather_torch(facts: Any) -> dict[str, Any]:
         return section
     if reason is None:
         section["probe"] = {"ran": False, "reason": "no GPU, no loader stage and no --deep: files were enough"}
-        return section
-    if getattr(facts, "_envdoctor_gathering_torch", False):
-        # Asked by the loader stage while we wait for it: the file facts must do.
-        section["probe"] = {"ran": False, "reason": "asked for during the loader stage"}
         return section
     probe = _loader_probe(facts)
     if probe is None:

@@ -333,7 +333,7 @@ def test_crafted_package_and_channel_drift(real_reports: dict[str, Path], tmp_pa
     assert versions["libnccl"]["fix"] == "on n3: conda install libnccl=2.21.5"
     (extra,) = findings(report, "FLT003")
     assert extra["evidence"] == {"package": "pillow-simd", "source": "pip", "present_on": {"n3": "9.0.0"},
-                                 "absent_on": ["n1", "n2"]}
+                                 "absent_on": ["n1", "n2"], "odd_nodes": ["n3"]}
     (channel,) = findings(report, "FLT004")
     assert channel["evidence"]["channels"] == {"n1": "conda-forge", "n2": "conda-forge", "n3": "pkgs/main"}
     assert channel["fix"] == "on n3: conda install --override-channels -c conda-forge numpy=1.26.4"

@@ -64,7 +64,7 @@ def write(report: Report, console: Any) -> None:
         from envdoctor.fleet.view import fleet_renderables
 
         console.print()
-        for item in fleet_renderables(fleet):
+        for item in fleet_renderables(report):
             console.print(item)
     for level in (Severity.ERROR, Severity.WARNING, Severity.INFO):
         group = [f for f in report.findings if f.severity == level]

@@ -3,11 +3,14 @@ from __future__ import annotations
 
 import json
 import os
+import stat
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from support import findings, json_report, run_envdoctor
+from support import envdoctor_argv, findings, json_report, run_envdoctor
 
 STATIC = ("--no-loader", "--select", "SYS")
 
@@ -224,3 +227,83 @@ def test_api_check_takes_the_settings_by_name(tmp_path: Path) -> None:
         envdoctor.check(no_loader=True, budget_s=float("nan"))
     with pytest.raises(ConfigError, match="prefix must not be empty"):
         envdoctor.check(no_loader=True, prefix="")
+
+
+# --- where the report goes: whole or not at all, never into the inspected environment ------------
+
+def _leftovers(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.iterdir() if "envdoctor-tmp" in p.name)
+
+
+def test_a_failed_run_leaves_the_previous_report_unchanged(tmp_path: Path) -> None:
+    keep = tmp_path / "keep.json"
+    keep.write_text('{"previous": "report"}\n')
+    proc = run_envdoctor("report", "--prefix", "/nonexistent", "-o", str(keep))
+    assert_one_line_error(proc, "/nonexistent", "does not exist")
+    assert keep.read_text() == '{"previous": "report"}\n'
+    assert _leftovers(tmp_path) == []
+
+
+def test_a_full_file_system_is_exit_2_and_the_previous_report_stays(tmp_path: Path) -> None:
+    keep = tmp_path / "keep.json"
+    keep.write_text('{"previous": "report"}\n')
+    # RLIMIT_FSIZE makes every write past 2 KiB fail with EFBIG, as a full disk fails with ENOSPC;
+    # the report of this machine is several times larger.
+    proc = run_envdoctor("report", *STATIC, "-o", str(keep), prefix_cmd=["prlimit", "--fsize=2048"])
+    assert_one_line_error(proc, "cannot write the report to", "File too large", "unchanged")
+    assert keep.read_text() == '{"previous": "report"}\n'
+    assert _leftovers(tmp_path) == []
+
+
+def test_dev_full_as_output_or_standard_output_is_exit_2() -> None:
+    assert_one_line_error(run_envdoctor("report", *STATIC, "-o", "/dev/full"),
+                          "cannot write the report to /dev/full", "No space left")
+    for command in ("report", "check"):
+        with open("/dev/full", "w") as full:
+            proc = subprocess.run(envdoctor_argv(command, *STATIC), stdout=full, stderr=subprocess.PIPE,
+                                  text=True, timeout=120, env=dict(os.environ, NO_COLOR="1"))
+        assert proc.returncode == 2, proc.stderr
+        assert proc.stderr.strip() == "envdoctor: error: cannot write the report to standard output: " \
+                                      "No space left on device"
+
+
+def test_output_into_the_inspected_environment_is_refused(tmp_path: Path) -> None:
+    venv = tmp_path / "env"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    cfg = venv / "pyvenv.cfg"
+    before = cfg.read_bytes()
+    for flag in ("-o", "--svg"):
+        proc = run_envdoctor("check", *STATIC, "--prefix", str(venv), flag, str(cfg))
+        assert_one_line_error(proc, "will not write", "inside the inspected environment", str(venv))
+        assert cfg.read_bytes() == before
+    # Through a symlink from outside, too.
+    link = tmp_path / "looks-outside"
+    link.symlink_to(venv / "lib")
+    proc = run_envdoctor("check", *STATIC, "--prefix", str(venv), "-o", str(link / "r.json"))
+    assert_one_line_error(proc, "inside the inspected environment")
+    assert not (venv / "lib" / "r.json").exists()
+
+
+def test_a_report_written_over_an_old_one_keeps_its_permissions(tmp_path: Path) -> None:
+    out = tmp_path / "r.json"
+    out.write_text("old")
+    out.chmod(0o640)
+    proc = run_envdoctor("report", *STATIC, "-o", str(out))
+    assert proc.returncode in (0, 1), proc.stderr
+    assert json.loads(out.read_text())["schema_version"] == 1
+    assert stat.S_IMODE(out.stat().st_mode) == 0o640
+    assert _leftovers(tmp_path) == []
+
+
+def test_a_python_that_cannot_start_is_not_an_all_clear(tmp_path: Path) -> None:
+    env = tmp_path / "broken"
+    (env / "bin").mkdir(parents=True)
+    (env / "pyvenv.cfg").write_text("home = /usr/bin\n")
+    python = env / "bin" / "python"
+    python.write_text("#!/bin/sh\necho 'error while loading shared libraries: libpython3.11.so.1.0' >&2\nexit 127\n")
+    python.chmod(0o755)
+    (env / "bin" / "python3").symlink_to("python")
+    for command in ("check", "report"):
+        proc = run_envdoctor(command, "--no-loader", "--prefix", str(env))
+        assert_one_line_error(proc, "Python cannot start", "exited with status 127")
+        assert "0 errors" not in proc.stdout

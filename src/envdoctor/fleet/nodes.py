@@ -246,7 +246,7 @@ FIELDS_BY_KEY = {f.key: f for f in FIELDS}
 
 def show_value(value: Any, kind: str = "version") -> str:
     """A node's value as people read it: sizes in GiB, speeds per second, absent as "absent"."""
-    from envdoctor.rules.system import human_bytes
+    from envdoctor.units import human_bytes
 
     if value is None:
         return "absent"

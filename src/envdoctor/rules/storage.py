@@ -12,7 +12,8 @@ from typing import Any
 
 from envdoctor.facts import Facts
 from envdoctor.rules import Hit
-from envdoctor.rules.system import human_bytes, loader_plan
+from envdoctor.rules.system import loader_plan
+from envdoctor.units import human_bytes
 
 #: A folder with at least this many files …
 MANY_FILES = 1000

@@ -13,9 +13,7 @@ from typing import Any
 from envdoctor.facts import Facts
 from envdoctor.model import Severity
 from envdoctor.rules import Hit
-
-MIB = 1024**2
-GIB = 1024**3
+from envdoctor.units import GIB, MIB, human_bytes
 
 #: With no estimate of the bytes in flight, /dev/shm below this is too small.
 SHM_FLOOR = 512 * MIB
@@ -25,16 +23,6 @@ ASSUMED_WORKER_BYTES = 512 * MIB
 BASE_NOFILE = 1024
 #: The limit we recommend when one is too low.
 RECOMMENDED_NOFILE = 65536
-
-
-def human_bytes(n: float | None) -> str:
-    if n is None:
-        return "unknown"
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} TiB"  # pragma: no cover
 
 
 def loader_plan(facts: Facts) -> dict[str, Any]:

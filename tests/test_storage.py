@@ -373,7 +373,7 @@ def test_few_large_files_stay_quiet_dsk003(tmp_path: Path) -> None:
 def test_sample_walk_is_bounded(tmp_path: Path) -> None:
     for i in range(150):
         (tmp_path / f"{i}").write_bytes(b"x")
-    sample = sample_files(str(tmp_path), max_files=100)
+    sample, _ = sample_files(str(tmp_path), max_files=100)
     assert sample["file_count"] == 100 and sample["truncated"] is True
 
 
@@ -453,7 +453,7 @@ def test_dsk004_does_not_call_small_files_slow_to_stream() -> None:
 def test_sequential_pass_counts_the_files_it_read(tmp_path: Path) -> None:
     for i in range(5):
         (tmp_path / f"{i}.bin").write_bytes(os.urandom(3000))
-    result = read_probe(sample_files(str(tmp_path))["_files"], max_bytes=10**6, max_seconds=2.0)
+    result = read_probe(sample_files(str(tmp_path))[1], max_bytes=10**6, max_seconds=2.0)
     assert result["sequential"]["files"] == 5 and result["sequential"]["bytes"] == 15000
 
 

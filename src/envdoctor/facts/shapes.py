@@ -11,6 +11,7 @@ list[X], dict[str, X], nested TypedDicts, unions and Literal.
 """
 from __future__ import annotations
 
+import re
 import types
 from typing import Any, Literal, Union, get_args, get_origin, get_type_hints, is_typeddict
 
@@ -72,8 +73,9 @@ def conform_typeddict(value: dict[str, Any], declared: Any, path: str = "") -> t
 
 
 def _describe(expected: Any) -> str:
+    """An annotation as its source reads: list[ThreadPool] | None, not list[envdoctor.facts.torch.ThreadPool]."""
     text = getattr(expected, "__name__", None) if not get_args(expected) else None
-    return text or str(expected).replace("typing.", "")
+    return text or re.sub(r"\b(?:\w+\.)+(?=\w)", "", str(expected))
 
 
 __all__ = ["conform_typeddict", "conforms"]

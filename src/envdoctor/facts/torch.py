@@ -298,7 +298,9 @@ def read_torch_files(target: dict[str, Any]) -> TorchFacts:
     sites = _site_dirs(target)
     for site in sites:
         version_py = site / "torch" / "version.py"
-        if not version_py.is_file():
+        # lexists, not is_file: a FIFO or a dangling link there is torch with a broken
+        # version module (said so below), not "torch is not installed".
+        if not (site / "torch").is_dir() or not os.path.lexists(version_py):
             continue
         info: TorchFacts = {"installed": True, "location": str(site / "torch"), "sharing_strategy": None,
                             "probe": {"ran": False}}

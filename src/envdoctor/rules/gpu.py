@@ -78,8 +78,8 @@ def _plain_version(version: str | None) -> str | None:
     return version.split("+")[0] if version else None
 
 
-def install_commands(torch: TorchFacts, cuda: str | None, target_kind: str | None) -> str:
-    """pip and conda commands that install this torch version built for `cuda`."""
+def install_commands(torch: TorchFacts, cuda: str | None, target_kind: str | None, keep_hint: bool = True) -> str:
+    """pip and conda commands that install torch built for `cuda` (with how to keep the version, if `keep_hint`)."""
     if cuda is None:
         return ("no CUDA build of PyTorch supports this driver: upgrade the NVIDIA driver first "
                 "(https://www.nvidia.com/drivers)")
@@ -91,7 +91,7 @@ def install_commands(torch: TorchFacts, cuda: str | None, target_kind: str | Non
     pip = f"pip install --force-reinstall torch --index-url {WHEEL_INDEX}/{tag}"
     conda = f'conda install -c conda-forge "pytorch=*=cuda*" "cuda-version={cuda}"'
     keep = (f"; to stay on torch {version}, first check that {WHEEL_INDEX}/{tag}/torch/ lists it, and move "
-            "torchvision/torchaudio to the same index" if version else "")
+            "torchvision/torchaudio to the same index" if version and keep_hint else "")
     if torch.get("installer") == "conda" or (target_kind in ("conda", "pixi") and torch.get("installer") != "pip"):
         return f"{conda}   (or with pip: {pip}){keep}"
     return f"{pip}   (in a conda env: {conda}){keep}"
@@ -384,7 +384,8 @@ def _arch_fix(torch: TorchFacts, gpus: list[dict[str, Any]], arches: list[Arch],
                   f"to one for CUDA {wanted} or newer, then " if gpu["available"] else "")
     return (prefix + f"install a torch built for CUDA {cuda or wanted or 'newer'}, whose arch list includes "
             + ", ".join(sorted({"sm_" + g["capability"].replace(".", "") for g in gpus}))
-            + f": {install_commands(torch, cuda, target_kind)}")
+            # No "stay on this version" hint: a release older than the GPU has no build for it.
+            + f": {install_commands(torch, cuda, target_kind, keep_hint=False)}")
 
 
 def find_arch_not_in_build(facts: Facts) -> Iterator[Hit]:

@@ -408,3 +408,52 @@ def test_arch_entries_follow_cudas_compatibility_rules() -> None:
     assert sm90a.runs_on(9, 0) and not sm90a.runs_on(9, 1)
     assert ptx80.runs_on(12, 0) and ptx80.runs_on(8, 0) and not ptx80.runs_on(7, 5)
     assert parse_arch("gfx90a") is None and parse_arch("sm_") is None
+
+
+# A torch whose CUDA answers as torch 2.5.1+cu124 does on an RTX 5090: available, capability (12, 0),
+# an arch list that stops at sm_90, and torch's own warning when the capability is asked for.
+BLACKWELL_ON_CU124_TORCH = '''\
+import warnings
+from . import version
+__version__ = version.__version__
+ARCHES = ["sm_50", "sm_60", "sm_70", "sm_75", "sm_80", "sm_86", "sm_90"]
+class _Cuda:
+    def is_available(self):
+        return True
+    def device_count(self):
+        return 1
+    def get_device_capability(self, index):
+        warnings.warn("\\nNVIDIA GeForce RTX 5090 with CUDA capability sm_120 is not compatible with the current "
+                      "PyTorch installation.\\nThe current PyTorch install supports CUDA capabilities "
+                      + " ".join(ARCHES) + ".\\n", UserWarning)
+        return (12, 0)
+    def get_device_name(self, index):
+        return "NVIDIA GeForce RTX 5090"
+    def get_arch_list(self):
+        return list(ARCHES)
+cuda = _Cuda()
+'''
+
+
+def test_gpu004_end_to_end_through_the_real_probe(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """NVML (fake_pynvml) shows the GPU, so the real torch probe runs in the target venv and GPU004 fires."""
+    from envdoctor.engine import run_check
+    from test_torch_probe import fake_torch, make_venv
+
+    prefix, site = make_venv(tmp_path / "env")
+    fake_torch(site, BLACKWELL_ON_CU124_TORCH, version="2.5.1+cu124", cuda="12.4")
+    sys.path.insert(0, str(GPU))
+    try:
+        import fake_pynvml
+    finally:
+        sys.path.remove(str(GPU))
+    monkeypatch.setattr(fake_pynvml, "_state", json.loads((ARCH / "rtx5090_cu124.json").read_text())["nvml_state"])
+    monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml)
+    report = run_check(Config(prefix=str(prefix), no_loader=True, select=["GPU"]))
+    assert report.errors == []
+    probe = report.facts["torch"]["probe"]
+    assert probe["reason"] == "gpu present" and probe["cuda"]["arch_list"][-1] == "sm_90"
+    [found] = report.by_rule("GPU004")
+    assert found.evidence["gpus_missing"][0]["needs"] == "sm_120"
+    assert "not compatible with the current PyTorch installation" in found.evidence["torch_warning"]
+    assert [f.rule for f in report.findings] == ["GPU004"]  # CUDA initialised: not GPU001; driver 570: not GPU002

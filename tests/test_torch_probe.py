@@ -424,3 +424,20 @@ def test_probe_reads_compiled_arch_flags_when_cuda_does_not_initialise() -> None
     cpu_only = SimpleNamespace(cuda=SimpleNamespace(get_arch_list=lambda: []), _C=SimpleNamespace())
     torch_probe._arch_list(cpu_only, cuda)
     assert cuda["arch_list"] == []
+
+
+def test_loader_relayed_probe_is_checked_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The loader's subprocess relays the probe: the same check applies, nested fields one by one."""
+    monkeypatch.setattr(torch_facts, "run_torch_probe", lambda *a, **k: pytest.fail("the loader's result is usable"))
+    relayed = {"probe_version": 1, "torch_preimported": False, "sharing_strategy": "file_system",
+               "intra_op_threads": "4", "threadpools": [{"user_api": "openmp", "num_threads": 2, "filepath": 3}],
+               "cuda": {"available": True, "arch_list": "sm_90", "devices": [{"index": 0, "capability": "9.0"}]},
+               "unknown_key": {"deep": [1, 2]}}
+    section = gather_torch(Facts(Config(), preset={"loader": {"torch_probe": relayed}}))
+    probe = section["probe"]
+    assert sorted(probe["invalid_fields"]) == ["cuda.arch_list: str, not list[str] | None",
+                                               "intra_op_threads: str, not int",
+                                               "threadpools: list, not list[ThreadPool] | None"]
+    assert probe["cuda"] == {"available": True, "devices": [{"index": 0, "capability": "9.0"}]}
+    assert section["sharing_strategy"] == "file_system" and "unknown_key" not in probe
+    assert "intra_op_threads" not in section and "threadpools" not in section

@@ -116,3 +116,11 @@ def test_probe_errors_are_redacted_too() -> None:
     facts.errors.append({"probe": "torch", "message": "failed reading https://u:pw-77@h/x", "traceback": ""})
     report = assemble_report(facts, [], [])
     assert "pw-77" not in json.dumps(report.errors)
+
+
+def test_redact_url_for_probes_that_store_urls() -> None:
+    from envdoctor.redact import redact_url
+
+    assert redact_url("https://me:pw@repo.example/t/tk-1/main/linux-64/x-1-0.conda") == (
+        f"https://{REDACTED}@repo.example/t/{REDACTED}/main/linux-64/x-1-0.conda")
+    assert redact_url("https://conda.anaconda.org/conda-forge") == "https://conda.anaconda.org/conda-forge"

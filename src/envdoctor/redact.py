@@ -87,6 +87,16 @@ def redact_text(text: str) -> str:
         lambda m: f"{m['name']}={REDACTED}" if looks_secret(m["name"]) and m["value"] != REDACTED else m[0], text)
 
 
+def redact_url(text: str) -> str:
+    """A URL (a conda channel, an index) with the credentials it carries by shape removed.
+
+    The same rules as `redact_text`: `user:pw@`, anaconda's `/t/<token>/`, signed
+    query parameters. For probes that store URLs, so that a secret is not even
+    kept in memory past the probe.
+    """
+    return redact_text(text)
+
+
 def redact_value(name: str, value: str) -> str:
     """One environment variable's value as a report may show it."""
     return REDACTED if looks_secret(name) else redact_text(value)

@@ -17,7 +17,7 @@ from envdoctor.catalog import Catalog, RuleMeta, load_catalog
 from envdoctor.config import Config, ConfigError
 from envdoctor.facts import Facts, ProbeFailed
 from envdoctor.model import Finding, Report, Severity
-from envdoctor.redact import redact_tree
+from envdoctor.redact import redact_finding, redact_tree
 from envdoctor.rules import Hit
 
 
@@ -134,9 +134,9 @@ def assemble_report(facts: Facts, findings: list[Finding], errors: list[dict[str
             "python": target.get("python"),
         }),
         facts=redact_tree(gathered),
-        findings=findings,
+        findings=[redact_finding(f) for f in findings],
         loader=redact_tree(loader) if loader else None,
-        errors=errors + facts.errors,
+        errors=redact_tree(errors + facts.errors),
     )
 
 

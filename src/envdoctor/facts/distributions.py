@@ -233,11 +233,10 @@ def read_distribution(folder: Path | str) -> tuple[dict[str, Any] | None, dict[s
 def _direct_url(path: str) -> tuple[DirectUrl | None, dict[str, Any] | None]:
     """PEP 610's direct_url.json: its url and whether the install is editable, or why it is unusable."""
     bad = {"path": path, "kind": "direct_url"}
-    text = _read_text(path)
-    if text is None:
-        return None, {**bad, "reason": "cannot be read"}
     try:
-        loaded = json.loads(text)
+        loaded = json.loads(read_bytes(path).decode("utf-8", errors="replace"))
+    except OSError as exc:
+        return None, {**bad, "reason": exc.strerror or str(exc)}
     except (ValueError, RecursionError) as exc:
         return None, {**bad, "reason": f"not valid JSON: {str(exc)[:120]}"}
     if not isinstance(loaded, dict):

@@ -43,7 +43,7 @@ def _dist_fix(packages: PackagesFacts, problem: Unreadable) -> tuple[Fix, str]:
     if owner is not None and owner["tool"] == "dpkg" and owner["package"]:
         return fix_of(apt("install", "--reinstall", "-y", owner["package"])), name
     if not _PROJECT_NAME.match(name):  # not a name pip could install (a file name that is not UTF-8)
-        return advice(f"{Move(path, path + '.broken').text}   # then reinstall the package it belonged to"), name
+        return fix_of(Move(path, path + ".broken"), note="then reinstall the package it belonged to"), name
     return pip_fix(packages, "install", "--force-reinstall", "--no-deps", f"{name}=={version}" if version else name,
                    before=[Move(path, path + ".broken")], what=f"reinstall {name}"), name
 

@@ -163,12 +163,21 @@ def _doubled_fix(packages: PackagesFacts, dists: list[Distribution], record: Con
     # Layered copies (pip's in /usr/local over dpkg's in /usr/lib/python3): each is whole; the first wins.
     first = imported or min(dists, key=lambda d: d.get("order", 0))
     rest = sorted((d for d in dists if d is not first), key=lambda d: d.get("order", 0))
-    if owner_tool(first) in PIP_OWNERS:
+    other = rest[0]
+    needs_first = _broken_by(packages, first["key"], other["version"])
+    if owner_tool(first) in PIP_OWNERS and not needs_first:
         # pip uninstall removes the first copy on sys.path: this one, never the OS's copy behind it.
         remove = pip(packages, "uninstall", "-y", first["name"], break_system=True) or []
-        other = rest[0]
         return fix_of(*remove, note=(f"keeps {other['version']} from {owner_text(other)}; to keep "
                                      f"{first['version']} instead, install it in a venv")), other["version"]
+    if needs_first:
+        return advice(f"keep {first['version']} from {owner_text(first)}: without it "
+                      f"{'; '.join(needs_first)}. The hidden {other['version']} from {owner_text(other)} "
+                      f"can only go with its own tool (for dpkg: `apt-get remove {other['owner']['package']}`, "
+                      "if nothing from apt needs it); or move this stack into a venv"
+                      if other.get("owner") else
+                      f"keep {first['version']} from {owner_text(first)}: without it {'; '.join(needs_first)}"), \
+            first["version"]
     return advice(f"{first['version']} from {owner_text(first)} comes first on sys.path and hides "
                   f"{', '.join(d['version'] + ' from ' + owner_text(d) for d in rest)}: remove the hidden "
                   f"copies with the tool that installed them (pip would remove the first copy it finds, "

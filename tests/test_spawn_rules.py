@@ -484,7 +484,7 @@ def test_a_50000_line_generated_file_is_analysed_completely(tmp_path):
 def test_guard_forms(test, polarity):
     import ast
 
-    from envdoctor.facts.script_analysis import guard_polarity
+    from envdoctor.facts.spawn import guard_polarity
 
     assert guard_polarity(ast.parse(test, mode="eval").body) is polarity
 

@@ -74,7 +74,8 @@ def test_spw001_through_main_names_the_call_chain_and_the_statement_to_move():
     assert evidence["code"] == "for (batch,) in loader:"
     assert evidence["num_workers"] == 1 and evidence["num_workers_source"] == "literal"
     assert evidence["via"] == ["main() called at line 14"]
-    assert evidence["module_level_statement"] == {"line": 14, "code": "main()"}
+    assert evidence["module_level_statement"] == {"path": str(FIXTURE_DIR / "main_unguarded.py"), "line": 14, "code": "main()"}
+    assert evidence["path_followed"] == [f"{FIXTURE_DIR / 'main_unguarded.py'}:14", f"{FIXTURE_DIR / 'main_unguarded.py'}:10"]
     assert evidence["start_method"] == default_start_method("%d.%d.%d" % sys.version_info[:3], sys.platform)[0]
     assert "Call `main()` (line 14) only from a new `if __name__ == \"__main__\":`" in finding.fix
     assert "bootstrapping phase" in finding.message

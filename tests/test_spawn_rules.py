@@ -184,7 +184,7 @@ def test_nothing_after_sys_exit_or_a_raise_runs_but_what_comes_before_it_does(tm
         "sys.exit(main())\n"))
     [finding] = check_scripts(loud, select=("SPW001",)).by_rule("SPW001")
     assert (finding.location.line, finding.evidence["module_level_statement"]) == (
-        4, {"line": 7, "code": "sys.exit(main())"})
+        4, {"path": str(loud), "line": 7, "code": "sys.exit(main())"})
 
 
 def test_a_flag_changed_inside_a_loop_is_not_read_as_a_constant(tmp_path):

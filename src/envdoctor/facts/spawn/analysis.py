@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from envdoctor.facts.spawn.calls import CallWalker
-from envdoctor.facts.spawn.project import Project, project_roots
+from envdoctor.facts.spawn.project import Project, package_of, project_roots
 from envdoctor.facts.spawn.values import Module, QualName, Unknown, Value
 from envdoctor.facts.spawn.walker import Frame
 
@@ -135,8 +135,9 @@ def analyse_source(tree: ast.Module, text: str, path: str = "<script>", project:
 
     `reruns` is False for a notebook: spawn does not re-run it in the workers.
     """
-    main = Module("__main__", path, text.splitlines(), tree, package="", is_main=True, reruns=reruns)
-    found = Project(project_roots(Path(path))) if project else None
+    package = package_of(Path(path)) if project else ""
+    main = Module("__main__", path, text.splitlines(), tree, package=package, is_main=True, reruns=reruns)
+    found = Project(project_roots(Path(path)), absolute=Path(path).is_absolute()) if project else None
     analysis = ScriptAnalysis(main, found)
     analysis.run()
     return analysis.result()

@@ -61,11 +61,23 @@ def project_roots(script: Path) -> list[Path]:
     return [r for i, r in enumerate(roots) if r.is_dir() and r not in roots[:i]]
 
 
+def package_of(script: Path) -> str:
+    """The package a script sits in (`pkg.sub` for pkg/sub/run.py with __init__.py files), for its relative imports."""
+    parts: list[str] = []
+    folder = script.resolve().parent
+    while (folder / "__init__.py").is_file() and folder.parent != folder and len(parts) < 32:
+        parts.insert(0, folder.name)
+        folder = folder.parent
+    return ".".join(parts)
+
+
 class Project:
     """The modules of one script's project, found by dotted name and parsed once."""
 
-    def __init__(self, roots: list[Path]) -> None:
+    def __init__(self, roots: list[Path], absolute: bool = False) -> None:
         self.roots = roots
+        #: Paths are shown the way the script's was given: absolute, or relative to the working folder.
+        self.absolute = absolute
         self.modules: dict[str, Module | None] = {}
         self.problems: list[ModuleProblem] = []
         self.lines_read = 0
@@ -97,7 +109,7 @@ class Project:
         return None
 
     def _parse(self, dotted: str, path: str, package: str) -> Module:
-        shown = os.path.relpath(path) if not os.path.relpath(path).startswith("..") else path
+        shown = path if self.absolute else os.path.relpath(path)
         text, _, problem = read_source(path)
         if text is None:
             return self._broken(dotted, shown, package, problem.get("error", "cannot be read"), problem.get("line", 1))

@@ -57,9 +57,11 @@ class StartTracker(ExpressionWalker):
             source = workers.origin or "literal"
         else:
             count, source = None, workers.text()
+        built = (f"line {loader.site.line}" if loader.site.path == frame.module.path
+                 else f"{loader.site.path}:{loader.site.line}")
         self.record(
             "dataloader", node, frame,
-            starts=f"{how} over {loader.class_name} built at line {loader.site.line}",
+            starts=f"{how} over {loader.class_name} built at {built}",
             num_workers=count,
             num_workers_source=source,
             constructed_at={"path": loader.site.path, "line": loader.site.line, "column": loader.site.column},

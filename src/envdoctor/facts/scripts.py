@@ -226,6 +226,10 @@ def analyse_notebook(path: str, project: bool = True) -> ScriptFile:
 
 def _place_in_cells(event: dict[str, Any], path: str, place: Any) -> None:
     """Lines of the joined notebook source become (cell, line in cell)."""
+    built = event.get("constructed_at")
+    if isinstance(built, dict) and built.get("path") == path and isinstance(event.get("starts"), str):
+        cell, line = place(built["line"])
+        event["starts"] = event["starts"].replace(f"built at line {built['line']}", f"built at cell {cell}, line {line}")
     for where in [event, event.get("entry"), event.get("constructed_at"), *event.get("via", [])]:
         if isinstance(where, dict) and where.get("path") == path and isinstance(where.get("line"), int):
             where["cell"], where["line"] = place(where["line"])

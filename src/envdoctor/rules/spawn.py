@@ -113,13 +113,15 @@ def effective_method(start: WorkerStart, script: ScriptFile, default: str | None
     context = start.get("context")
     if context:
         how = "torch.multiprocessing.spawn" if start["kind"] == "torch-spawn" else "its multiprocessing_context"
-        return context, f"set by {how} (line {start['line']})"
+        cell = f"cell {start['cell']}, " if start.get("cell") else ""
+        return context, f"set by {how} ({cell}line {start['line']})"
     chosen: StartMethodCall | None = None
     for call in script.get("start_method_calls", []):
         if call["seq"] < start["seq"] and call.get("method"):
             chosen = call
     if chosen is not None:
-        return chosen.get("method"), f"set by set_start_method({chosen.get('method')!r}) at line {chosen['line']}"
+        cell = f"cell {chosen['cell']}, " if chosen.get("cell") else ""
+        return chosen.get("method"), f"set by set_start_method({chosen.get('method')!r}) at {cell}line {chosen['line']}"
     return default, "the default"
 
 
@@ -440,7 +442,7 @@ def find_notebook_main_objects(facts: Facts) -> Iterator[Hit]:
                      f"`data_utils.py`) and import it in the notebook: `from data_utils import {first['name']}`. "
                      "A main guard does not help in a notebook; num_workers=0 avoids the workers entirely."),
                 location=Location(script["path"], start["line"], start["column"], cell=cell),
-                severity=None if method in ("spawn", "forkserver") else Severity.WARNING,
+                severity=Severity.ERROR if method in ("spawn", "forkserver") else Severity.WARNING,
             )
 
 

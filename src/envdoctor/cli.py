@@ -37,6 +37,10 @@ def _add_check_options(p: argparse.ArgumentParser, default_format: str) -> None:
     target.add_argument("--dataset", metavar="MODULE:CALLABLE",
                         help="a factory returning your Dataset, or (Dataset, DataLoader kwargs)")
     target.add_argument("--against", metavar="FILE", help="environment.yml or requirements file to compare with")
+    target.add_argument("--platform", choices=("linux", "darwin", "win32"),
+                        help="judge the spawn guard for this platform instead of the target's")
+    target.add_argument("--python-version", metavar="X.Y",
+                        help="judge the spawn guard for this Python version (e.g. 3.14) instead of the target's")
     run = p.add_argument_group("how to check")
     run.add_argument("--no-loader", action="store_true", default=None, help="static checks only: skip the DataLoader smoke test")
     run.add_argument("--budget", type=float, metavar="SECONDS", help="time budget of the loader stage (default 15)")
@@ -112,6 +116,8 @@ def _config_from_args(args: argparse.Namespace, default_format: str) -> Any:
         "output": args.output,
         "svg": args.svg,
         "scripts": tuple(getattr(args, "scripts", ()) or ()) or None,
+        "platform": args.platform,
+        "python_version": args.python_version,
     }
     return load_config(cli, defaults={"format": default_format})
 

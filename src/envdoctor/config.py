@@ -6,6 +6,7 @@ name the key), and the command line overrides what the file says.
 """
 from __future__ import annotations
 
+import re
 import sys
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
@@ -19,6 +20,8 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 FORMATS = ("text", "json", "sarif", "markdown")
+#: What `--platform` may ask the spawn guard about (sys.platform values).
+PLATFORMS = ("linux", "darwin", "win32")
 
 
 class ConfigError(Exception):
@@ -48,6 +51,9 @@ class Config:
     svg: str | None = None
     distributed: bool = False
     distributed_timeout: float = 120.0
+    #: The spawn guard's what-if: judge scripts for this platform / Python (X.Y) instead of the target's.
+    platform: str | None = None
+    python_version: str | None = None
     #: Filled in by preflight(): the user's own DataLoader object.
     loader_object: Any = None
     #: Where the settings file was read from, if any.
@@ -73,6 +79,8 @@ SETTINGS: dict[str, tuple[type, ...]] = {
     "fail_on": (str,),
     "format": (str,),
     "against": (str,),
+    "platform": (str,),
+    "python_version": (str,),
 }
 
 
@@ -93,6 +101,10 @@ def validate(config: Config) -> Config:
             Severity.parse(level)
         except ValueError as exc:
             raise ConfigError(f"severity for {rule_id}: {exc}") from None
+    if config.platform is not None and config.platform not in PLATFORMS:
+        raise ConfigError(f"platform must be one of {', '.join(PLATFORMS)}, not {config.platform!r}")
+    if config.python_version is not None and not re.fullmatch(r"3\.\d{1,2}", config.python_version):
+        raise ConfigError(f"python_version must be X.Y, such as 3.14, not {config.python_version!r}")
     if config.budget <= 0:
         raise ConfigError(f"budget must be a positive number of seconds, not {config.budget}")
     if config.distributed_timeout <= 0:

@@ -94,6 +94,17 @@ def _target(facts: Facts) -> tuple[str | None, str | None]:
     return python, platform
 
 
+def _default_method(facts: Facts) -> tuple[str | None, str]:
+    """The target's default start method and why; says so when `--platform`/`--python-version` asked."""
+    python, platform = _target(facts)
+    method, reason = default_start_method(python, platform)
+    asked = [f"--{flag.replace('_', '-')} {value}" for flag in ("platform", "python_version")
+             if (value := getattr(facts.config, flag, None))]
+    if asked:
+        reason += f" (as asked with {' and '.join(asked)})"
+    return method, reason
+
+
 def _files(facts: Facts) -> list[ScriptFile]:
     section = facts["scripts"]
     return list(section["files"]) if section is not None else []
@@ -159,8 +170,7 @@ def find_missing_main_guard(facts: Facts) -> Iterator[Hit]:
 
     Never on a notebook: spawn does not re-run it, so a main guard is not the fix (SPW005 is).
     """
-    python, platform = _target(facts)
-    default, default_reason = default_start_method(python, platform)
+    default, default_reason = _default_method(facts)
     for script in _files(facts):
         if script["status"] != "ok" or script.get("kind") == "notebook":
             continue
@@ -183,7 +193,8 @@ def _missing_guard_hit(script: ScriptFile, start: WorkerStart, default: str | No
     via = _via_text(start, script["path"])
     followed = path_followed(start)
     if method in ("spawn", "forkserver"):
-        here = f"this target uses {method} ({method_source}), so the run dies here"
+        source_text = default_reason if method_source == "the default" else method_source
+        here = f"this target uses {method} ({source_text}), so the run dies here"
     elif method is None:
         here = f"the start method on this target could not be worked out ({default_reason})"
     elif forced_fork:
@@ -236,7 +247,7 @@ def _missing_guard_hit(script: ScriptFile, start: WorkerStart, default: str | No
 def find_start_method(facts: Facts) -> Iterator[Hit]:
     """SPW002: the start method DataLoader workers will use, its cost, and CUDA before fork."""
     python, platform = _target(facts)
-    default, default_reason = default_start_method(python, platform)
+    default, default_reason = _default_method(facts)
     section = facts["scripts"]
     if section is None:
         if default in ("spawn", "forkserver"):
@@ -405,7 +416,7 @@ def _unreadable_modules_and_cells(facts: Facts) -> Iterator[Hit]:
 def find_notebook_main_objects(facts: Facts) -> Iterator[Hit]:
     """SPW005: a notebook defines what DataLoader workers must unpickle; spawn cannot find it there."""
     python, platform = _target(facts)
-    default, default_reason = default_start_method(python, platform)
+    default, default_reason = _default_method(facts)
     for script in _files(facts):
         if script["status"] != "ok" or script.get("kind") != "notebook":
             continue

@@ -101,7 +101,7 @@ class Project:
         for root in self.roots:
             base = root.joinpath(*parts)
             for path, package in ((base / "__init__.py", dotted), (base.with_suffix(".py"), dotted.rpartition(".")[0])):
-                if path.is_file():
+                if path.exists() and not path.is_dir():  # a FIFO too: the bounded read reports it
                     return self._parse(dotted, str(path), package)
             if base.is_dir() and len(parts) > 1 or (base.is_dir() and any(base.glob("*.py"))):
                 # A namespace package: a folder of modules without __init__.py.

@@ -158,6 +158,9 @@ class Config:
     svg: str | None = text("--svg", metavar="FILE", group=OUTPUT, in_pyproject=False,
                            help="also save the text report as an SVG picture")
 
+    procs_per_node: int | None = number(None, "--procs-per-node", metavar="N", integer=True, group=HOW,
+                                        help="training processes per node that share its CPUs "
+                                             "(default: LOCAL_WORLD_SIZE, else 1)")
     #: The spawn guard's what-if: judge scripts for this platform / Python (X.Y) instead of the target's.
     platform: str | None = choice(None, PLATFORMS, "--platform", group=TARGET,
                                   help="judge the spawn guard for this platform instead of the target's")

@@ -123,6 +123,11 @@ def assemble_report(facts: Facts, findings: list[Finding], errors: list[dict[str
     gathered = dict(facts.gathered())
     target = gathered.pop("target", None) or {}
     loader = gathered.pop("loader", None)
+    if loader:
+        # The facts with the rule layer's verdict (bottleneck, recommendation), less the torch probe.
+        from envdoctor.rules.loader_verdict import report_section
+
+        loader = dict(report_section(loader, facts.config.step_time))
     return Report(
         tool={"name": "envdoctor", "version": __version__},
         generated_at=utc_now(),

@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from envdoctor import __version__
+from envdoctor.config import FORMATS
 from envdoctor.errors import UsageError
 
 EXIT_OK, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
@@ -47,18 +48,21 @@ def _add_check_options(p: argparse.ArgumentParser, default_format: str) -> None:
     run.add_argument("--distributed-timeout", type=float, metavar="SECONDS",
                      help="with --distributed: how long rank 0 waits for the other ranks (default 120)")
     rules = p.add_argument_group("which rules")
-    rules.add_argument("--select", nargs="+", metavar="RULE", help="run only these rules or families")
-    rules.add_argument("--ignore", nargs="+", metavar="RULE", help="skip these rules or families")
-    rules.add_argument("--severity", nargs="+", type=_severity_pair, metavar="RULE=LEVEL",
+    # Values may be comma-separated; file names after them are scripts (see _take_scripts).
+    rules.add_argument("--select", nargs="+", action="extend", metavar="RULE[,RULE]",
+                       help="run only these rules or families")
+    rules.add_argument("--ignore", nargs="+", action="extend", metavar="RULE[,RULE]",
+                       help="skip these rules or families")
+    rules.add_argument("--severity", nargs="+", action="extend", metavar="RULE=LEVEL[,...]",
                        help="override a rule's severity (error, warning, info)")
     rules.add_argument("--fail-on", choices=("error", "warning", "info", "never"),
                        help="lowest severity that makes the exit code 1 (default: error)")
     out = p.add_argument_group("output")
-    out.add_argument("--format", choices=("text", "json", "sarif", "markdown"),
-                     help=f"output format (default: {default_format})")
+    out.add_argument("--format", choices=FORMATS, help=f"output format (default: {default_format})")
     out.add_argument("--json", action="store_const", const="json", dest="format", help="same as --format json")
     out.add_argument("--output", "-o", metavar="FILE", help="write the report to FILE instead of standard output")
     out.add_argument("--svg", metavar="FILE", help="also save the text report as an SVG picture")
+    out.add_argument("-v", "--verbose", action="store_true", help="show each finding's evidence")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -82,7 +86,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     compare = sub.add_parser("compare", help="reports from several machines side by side: drift and stragglers")
     compare.add_argument("reports", nargs="+", metavar="REPORT", help="JSON reports, or folders holding them")
-    compare.add_argument("--format", choices=("text", "json", "sarif", "markdown"), default="text")
+    compare.add_argument("--format", choices=FORMATS, default="text")
     compare.add_argument("--json", action="store_const", const="json", dest="format")
     compare.add_argument("--output", "-o", metavar="FILE")
     compare.add_argument("--fail-on", choices=("error", "warning", "info", "never"), default="error")
@@ -132,44 +136,32 @@ def check_writable(path: str | None) -> None:
         _open_output(path).close()
 
 
-def emit(report: Any, fmt: str, output: str | None, svg: str | None = None) -> None:
-    """Render the report to standard output or a file (and an SVG when asked)."""
-    from envdoctor.report import render
+def emit(report: Any, fmt: str, output: str | None, svg: str | None = None, options: Any = None) -> None:
+    """Render the report to standard output or a file (and an SVG, always 100 columns, when asked)."""
+    from envdoctor.report import RenderOptions, render
 
+    options = options or RenderOptions()
     handle = _open_output(output)
     if fmt == "text" and handle is None:
-        from rich.console import Console
+        from envdoctor.report.text import make_console, write
 
-        from envdoctor.report.text import write
-
-        # Logs and pipes get whole lines; a terminal gets lines wrapped to its width.
-        console = Console(record=bool(svg), highlight=False, emoji=False, soft_wrap=not sys.stdout.isatty())
-        write(report, console)
-        if svg:
-            _save_svg(console, svg)
-        return
-    text = render(report, fmt)
-    if handle is None:
-        sys.stdout.write(text)
-        sys.stdout.flush()
+        # A terminal gets its width; a pipe or log gets 80 columns (or $COLUMNS).
+        write(report, make_console(), verbose=options.verbose)
     else:
-        with handle:
-            handle.write(text)
+        text = render(report, fmt, options)
+        if handle is None:
+            sys.stdout.write(text)
+            sys.stdout.flush()
+        else:
+            with handle:
+                handle.write(text)
     if svg:
-        from rich.console import Console
+        from envdoctor.report.text import save_svg
 
-        from envdoctor.report.text import write
-
-        console = Console(record=True, file=open(os.devnull, "w"), width=100, force_terminal=True)
-        write(report, console)
-        _save_svg(console, svg)
-
-
-def _save_svg(console: Any, path: str) -> None:
-    try:
-        console.save_svg(path, title="envdoctor")
-    except OSError as exc:
-        raise UsageError(f"cannot write the SVG to {path}: {exc.strerror or exc}") from None
+        try:
+            save_svg(report, svg, verbose=options.verbose)
+        except OSError as exc:
+            raise UsageError(f"cannot write the SVG to {svg}: {exc.strerror or exc}") from None
 
 
 def _cmd_rules() -> int:
@@ -225,8 +217,15 @@ def _cmd_check(args: argparse.Namespace, default_format: str) -> int:
             return EXIT_OK
     else:
         report = _run_with_progress(config, run_check)
-    emit(report, config.format, config.output, config.svg)
+    emit(report, config.format, config.output, config.svg, _render_options(args, config))
     return report.exit_code(config.fail_on)
+
+
+def _render_options(args: argparse.Namespace, config: Any) -> Any:
+    from envdoctor.report import RenderOptions
+
+    return RenderOptions(verbose=bool(getattr(args, "verbose", False)), against=config.against,
+                         scripts=tuple(config.scripts))
 
 
 def _run_with_progress(config: Any, run_check: Any) -> Any:
@@ -248,12 +247,64 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     return report.exit_code(args.fail_on)
 
 
+def _looks_like_path(token: str) -> bool:
+    """Rule ids, names and families never hold `/` or `.`; a file name nearly always does."""
+    return "/" in token or "." in token or os.sep in token
+
+
+def _take_scripts(parser: argparse.ArgumentParser, args: argparse.Namespace, extra: list[str]) -> None:
+    """Rule lists split at commas; file names after the options become scripts.
+
+    pre-commit runs `entry args FILE...`, so with `args: [--select, SPW001]` the
+    file names follow a rule list; `--` ends the options for any other tool.
+    """
+    scripts: list[str] = list(getattr(args, "scripts", None) or [])
+    for key in ("select", "ignore", "severity"):
+        values = getattr(args, key, None)
+        if not values:
+            continue
+        kept: list[Any] = []
+        for token in values:
+            parts = [part.strip() for part in token.split(",") if part.strip()]
+            if key != "severity" and _looks_like_path(token):
+                scripts.append(token)
+            elif key == "severity" and "=" not in token and _looks_like_path(token):
+                scripts.append(token)
+            elif key == "severity":
+                try:
+                    kept += [_severity_pair(part) for part in parts]
+                except argparse.ArgumentTypeError as exc:
+                    parser.error(f"argument --severity: {exc}")
+            else:
+                kept += parts
+        setattr(args, key, kept)
+    if "--" in extra:  # everything after it is a file, whatever it looks like
+        cut = extra.index("--")
+        extra, after = extra[:cut], extra[cut + 1:]
+    else:
+        after = []
+    options = [item for item in extra if item.startswith("-") and item != "-"]
+    if options:
+        parser.error(f"unrecognized arguments: {' '.join(options)}")
+    scripts += extra + after
+    if scripts and not hasattr(args, "scripts"):
+        parser.error(f"unrecognized arguments: {' '.join(scripts)}")
+    if hasattr(args, "scripts"):
+        args.scripts = scripts
+
+
+def _parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:
+    args, extra = parser.parse_known_args(argv)
+    _take_scripts(parser, args, extra)
+    return args
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     from envdoctor.catalog import CatalogError
     from envdoctor.config import ConfigError
     from envdoctor.facts.target import TargetError
 
-    args = build_parser().parse_args(argv)
+    args = _parse(build_parser(), argv)
     try:
         if args.command == "rules":
             return _cmd_rules()

@@ -18,7 +18,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-FORMATS = ("text", "json", "sarif", "markdown")
+FORMATS = ("text", "json", "sarif", "markdown", "github")
 
 
 class ConfigError(Exception):

@@ -150,4 +150,6 @@ def run_check(config: Config, catalog: Catalog | None = None, facts: Facts | Non
     except ProbeFailed as exc:
         raise TargetError(exc.reason) from None
     findings, errors = run_rules(catalog, metas, facts, overrides)
-    return assemble_report(facts, findings, errors)
+    report = assemble_report(facts, findings, errors)
+    report.checked = [m.id for m in metas]
+    return report

@@ -137,6 +137,8 @@ class Report:
     loader: dict[str, Any] | None = None
     errors: list[dict[str, Any]] = field(default_factory=list)
     schema_version: int = SCHEMA_VERSION
+    #: The ids of the rules that ran (None when unknown, e.g. a fleet view): what "✓" covers.
+    checked: list[str] | None = None
 
     @property
     def summary(self) -> dict[str, int]:
@@ -167,4 +169,5 @@ class Report:
             "loader": self.loader,
             "errors": self.errors,
             "summary": self.summary,
+            "checked": self.checked,
         }

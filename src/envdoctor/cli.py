@@ -13,6 +13,7 @@ from typing import Any
 
 from envdoctor import __version__
 from envdoctor.config import FORMATS
+from envdoctor.model import FAIL_ON_CHOICES
 from envdoctor.errors import UsageError
 
 EXIT_OK, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
@@ -83,6 +84,14 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("rules", help="list the rule catalog, one line each")
     explain = sub.add_parser("explain", help="show one rule's docs: what, why, example, fix")
     explain.add_argument("rule", metavar="RULE", help="a rule id (SYS002) or name (shm-too-small)")
+
+    rendered = sub.add_parser("render", help="show a saved JSON report in another format (one run, many outputs)")
+    rendered.add_argument("report", metavar="REPORT", help="a JSON report written by `envdoctor report`")
+    rendered.add_argument("--format", choices=FORMATS, default="text")
+    rendered.add_argument("--output", "-o", metavar="FILE")
+    rendered.add_argument("--against", metavar="FILE", help="the file environment findings are shown on (github, sarif)")
+    rendered.add_argument("-v", "--verbose", action="store_true", help="show each finding's evidence")
+    rendered.add_argument("--fail-on", choices=FAIL_ON_CHOICES, default="error")
 
     compare = sub.add_parser("compare", help="reports from several machines side by side: drift and stragglers")
     compare.add_argument("reports", nargs="+", metavar="REPORT", help="JSON reports, or folders holding them")
@@ -238,6 +247,15 @@ def _run_with_progress(config: Any, run_check: Any) -> Any:
         return run_check(config)
 
 
+def _cmd_render(args: argparse.Namespace) -> int:
+    from envdoctor.report import RenderOptions, load_report
+
+    check_writable(args.output)
+    report = load_report(args.report)
+    emit(report, args.format, args.output, options=RenderOptions(verbose=args.verbose, against=args.against))
+    return report.exit_code(args.fail_on)
+
+
 def _cmd_compare(args: argparse.Namespace) -> int:
     from envdoctor.fleet.compare import compare_paths
 
@@ -313,6 +331,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return EXIT_OK
         if args.command == "compare":
             return _cmd_compare(args)
+        if args.command == "render":
+            return _cmd_render(args)
         return _cmd_check(args, "json" if args.command == "report" else "text")
     except (UsageError, ConfigError, TargetError, CatalogError) as exc:
         print(f"envdoctor: error: {exc}", file=sys.stderr)

@@ -37,6 +37,34 @@ class RenderOptions:
     width: int = 80
 
 
+#: The largest saved report `load_report` reads.
+MAX_REPORT_BYTES = 512 * 1024 * 1024
+
+
+def load_report(path: str) -> Report:
+    """A saved JSON report, read back for `envdoctor render`; a bad file is a one-line UsageError."""
+    import json
+    import os
+    import stat
+
+    from envdoctor.errors import UsageError
+    from envdoctor.model import Report
+
+    try:
+        info = os.stat(path)
+        if not stat.S_ISREG(info.st_mode):
+            raise UsageError(f"{path} is not a regular file (a JSON report from `envdoctor report`)")
+        if info.st_size > MAX_REPORT_BYTES:
+            raise UsageError(f"{path} is larger than {MAX_REPORT_BYTES // 2**20} MiB; not reading it")
+        with open(path, encoding="utf-8", errors="surrogateescape") as fh:
+            data = json.load(fh)
+        return Report.from_dict(data)
+    except OSError as exc:
+        raise UsageError(f"cannot read {path}: {exc.strerror or exc}") from None
+    except (ValueError, RecursionError) as exc:
+        raise UsageError(f"{path} is not an envdoctor JSON report: {str(exc)[:200]}") from None
+
+
 def render(report: Report, fmt: str, options: RenderOptions | None = None) -> str:
     """The report as text in the given format (text has no colour here)."""
     import importlib

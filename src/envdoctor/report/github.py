@@ -19,6 +19,7 @@ from pathlib import Path
 from envdoctor.model import Finding, Report
 from envdoctor.report.locations import Anchor, environment_anchor, relative_path, repository_root
 from envdoctor.report.safe import printable, printable_block
+from envdoctor.report.text import own_message
 
 LEVELS = {"error": "error", "warning": "warning", "info": "notice"}
 
@@ -39,7 +40,7 @@ def _command(level: str, properties: dict[str, object], message: str) -> str:
 def annotation(finding: Finding, root: Path, anchor: Anchor | None) -> str:
     """One workflow command for one finding."""
     properties: dict[str, object] = {}
-    message = printable_block(finding.message, 4000)
+    message = printable_block(own_message(finding), 4000)
     location = finding.location
     where = relative_path(location.path, root) if location is not None else None
     if location is not None and where is not None:

@@ -22,6 +22,7 @@ from envdoctor.report.text import (
     _evidence_lines,
     area_status,
     group_findings,
+    own_message,
     summary_line,
 )
 
@@ -81,7 +82,7 @@ def _group(group: list[Finding]) -> list[str]:
     for finding in group[:GROUP_LIMIT]:
         loc = finding.location
         where = f"{code_span(f'{loc.path}:{loc.line}:{loc.column}', 500)} — " if loc else ""
-        lines.append(f"- {where}{prose(finding.message)}")
+        lines.append(f"- {where}{prose(own_message(finding))}")
     if len(group) > GROUP_LIMIT:
         lines.append(f"- … and {len(group) - GROUP_LIMIT} more {first.rule} findings")
     fixes = list(dict.fromkeys(f.fix for f in group if f.fix))

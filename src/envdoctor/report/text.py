@@ -226,7 +226,7 @@ def _write_group(out: _Writer, group: list[Finding], verbose: bool) -> None:
     if len(group) > 1:
         head.append(f" in {len(files)} files" if len(files) == len(group) and files else f" ×{len(group)}")
     out.line(head)
-    messages = [_own_message(f) for f in group]
+    messages = [own_message(f) for f in group]
     shared = len(set(messages)) == 1 and len(group) > 1 and all(f.location for f in group)
     tail = messages[0] if shared else _common_tail(messages)
     fixes = list(dict.fromkeys(_generic(f, f.fix) for f in group if f.fix))
@@ -255,7 +255,7 @@ def _write_group(out: _Writer, group: list[Finding], verbose: bool) -> None:
         _write_fix(out, fixes[0], indent=2)
 
 
-def _own_message(finding: Finding) -> str:
+def own_message(finding: Finding) -> str:
     """The message without a leading `file:line: ` that the location already shows."""
     loc = finding.location
     if loc is not None:

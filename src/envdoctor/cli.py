@@ -13,8 +13,8 @@ from typing import Any
 
 from envdoctor import __version__
 from envdoctor.config import FORMATS
-from envdoctor.model import FAIL_ON_CHOICES
 from envdoctor.errors import UsageError
+from envdoctor.model import FAIL_ON_CHOICES
 
 EXIT_OK, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 

@@ -347,7 +347,10 @@ def write(report: Report, console: Any, verbose: bool = False) -> None:
 
         out.line()
         for item in loader_renderables(clean_tree(report.loader)):
-            console.print(item)
+            if isinstance(item, out.text().__class__):  # a summary line: wrapped lines indented
+                out.line(item)
+            else:
+                console.print(item)
     if report.errors:
         out.line()
         out.line("Could not check", style="magenta underline")

@@ -100,9 +100,9 @@ def _group(group: list[Finding]) -> list[str]:
 
 
 def _neutral(tree: Any) -> Any:
-    """Strings of a nested view (loader, fleet) with nothing that Markdown tables or HTML would obey."""
+    """Strings of a nested view (loader, fleet) with nothing that Markdown or HTML would obey."""
     if isinstance(tree, str):
-        return tree.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;").replace("|", "\u2223").replace("\n", " ")
+        return escape_text(tree)
     if isinstance(tree, dict):
         return {k: _neutral(v) for k, v in tree.items()}
     if isinstance(tree, list):

@@ -86,6 +86,9 @@ def build_parser() -> argparse.ArgumentParser:
     compare.add_argument("--json", action="store_const", const="json", dest="format")
     compare.add_argument("--output", "-o", metavar="FILE")
     compare.add_argument("--fail-on", choices=("error", "warning", "info", "never"), default="error")
+    from envdoctor.fix.command import add_parser as add_fix_parser
+
+    add_fix_parser(sub)
     return parser
 
 
@@ -262,6 +265,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return EXIT_OK
         if args.command == "compare":
             return _cmd_compare(args)
+        if args.command == "fix":
+            from envdoctor.fix.command import run as run_fix
+
+            return int(run_fix(args))
         return _cmd_check(args, "json" if args.command == "report" else "text")
     except (UsageError, ConfigError, TargetError, CatalogError) as exc:
         print(f"envdoctor: error: {exc}", file=sys.stderr)

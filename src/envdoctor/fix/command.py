@@ -1,0 +1,113 @@
+"""`envdoctor fix` and `envdoctor fix --undo`: options, confirmation and exit codes.
+
+Exit codes: 0 every planned finding is gone (or there was nothing to fix; for
+--undo: everything restored), 1 some remain or a new one appeared (undo:
+something could not be restored), 2 nothing could run, the user declined,
+or no terminal and no --yes.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+EXIT_OK, EXIT_REMAIN, EXIT_NOTHING = 0, 1, 2
+
+
+def add_parser(sub: Any) -> None:
+    """The `fix` subcommand's options (called by envdoctor.cli.build_parser)."""
+    fix = sub.add_parser("fix", help="apply the fixes of the current findings, re-check, journal for undo",
+                         description="Plan from a fresh static check, run each finding's fix steps with the tool "
+                                     "that owns the files, move removed files into a journal, then check again.")
+    fix.add_argument("--prefix", metavar="PATH", help="fix the conda env, venv or pixi env at PATH")
+    fix.add_argument("-n", "--name", dest="env_name", metavar="NAME", help="fix the conda env called NAME")
+    fix.add_argument("--select", nargs="+", metavar="RULE", help="fix only these rules or families")
+    fix.add_argument("--ignore", nargs="+", metavar="RULE", help="leave these rules or families alone")
+    fix.add_argument("--dry-run", action="store_true", help="print the plan and change nothing")
+    fix.add_argument("--yes", "-y", action="store_true", help="run the plan without asking")
+    fix.add_argument("--undo", action="store_true", help="put back what the last fix changed, byte for byte")
+    fix.add_argument("--format", choices=("text", "json"), default="text", help="output format (default: text)")
+
+
+def _say(lines: list[str], fmt: str) -> None:
+    # With --format json, stdout carries only the JSON: the human lines go to stderr.
+    stream = sys.stderr if fmt == "json" else sys.stdout
+    for line in lines:
+        print(line, file=stream)
+
+
+def _confirm(count: int, prefix: str) -> bool | None:
+    """True/False from a terminal user; None when there is no terminal to ask."""
+    if not sys.stdin.isatty():
+        return None
+    try:
+        answer = input(f"Run these {count} step(s) on {prefix}? [y/N] ")
+    except EOFError:
+        return False
+    return answer.strip().lower() in ("y", "yes")
+
+
+def run(args: argparse.Namespace) -> int:
+    from envdoctor.fix import render
+
+    if args.undo:
+        from envdoctor.fix.undo import undo_last
+
+        undone = undo_last()
+        if args.format == "json":
+            print(json.dumps(undone.to_dict(), indent=2))
+        else:
+            _say(render.undo_text(undone), "text")
+        return undone.exit_code
+    return _fix(args)
+
+
+def _fix(args: argparse.Namespace) -> int:
+    from envdoctor.config import load_config
+    from envdoctor.engine import run_check
+    from envdoctor.fix import render
+    from envdoctor.fix.execute import Executor, recheck
+    from envdoctor.fix.journal import Journal
+    from envdoctor.fix.plan import make_plan
+
+    config = load_config({"prefix": args.prefix, "env_name": args.env_name, "no_loader": True,
+                          "select": tuple(args.select) if args.select else None,
+                          "ignore": tuple(args.ignore) if args.ignore else None}, defaults={"format": "text"})
+    config = config.with_overrides(no_loader=True, distributed=False, format="text", scripts=())
+    before = run_check(config)
+    plan = make_plan(before)
+    fmt = args.format
+
+    def finish(code: int, message: str, results: list[Any] | None = None, outcome: Any = None,
+               journal: str | None = None) -> int:
+        if fmt == "json":
+            sys.stdout.write(render.fix_json(plan, dry_run=args.dry_run, journal=journal, results=results or [],
+                                             outcome=outcome, exit_code=code, message=message))
+        else:
+            _say(render.results_text(results or [], outcome, journal) + ([message] if message else []), "text")
+        return code
+
+    _say(render.plan_text(plan), fmt)
+    if not plan.planned:
+        return finish(EXIT_OK if not plan.without_steps else EXIT_NOTHING,
+                      "nothing to fix" if not plan.without_steps else "no finding has a fix envdoctor can run")
+    if not plan.runnable:
+        return finish(EXIT_NOTHING, "nothing could run: every step was skipped (reasons above)")
+    if args.dry_run:
+        return finish(EXIT_OK, "dry run: nothing was changed")
+    if not args.yes:
+        answer = _confirm(len(plan.runnable), str(plan.target.get("prefix")))
+        if answer is None:
+            return finish(EXIT_NOTHING, "envdoctor: error: fix changes the environment and there is no terminal "
+                                        "to ask: pass --yes to run the plan (or --dry-run to only see it)")
+        if not answer:
+            return finish(EXIT_NOTHING, "nothing was changed")
+    journal = Journal.create(dict(before.target))
+    results = Executor(plan, journal).run()
+    if not any(r.status == "done" for r in results):
+        return finish(EXIT_NOTHING, "nothing could run", results, journal=str(journal.path))
+    outcome = recheck(config, plan, before, run_check)
+    code = EXIT_OK if not outcome.remaining and not outcome.new else EXIT_REMAIN
+    summary = f"{len(outcome.fixed)} fixed, {len(outcome.remaining)} still there, {len(outcome.new)} new"
+    return finish(code, summary, results, outcome, str(journal.path))

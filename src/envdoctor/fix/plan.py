@@ -1,0 +1,104 @@
+"""The plan: from a fresh check's findings to the steps `envdoctor fix` would run.
+
+Each finding with `fix_steps` contributes its steps in order; each step is
+authorized against the target (envdoctor.fix.tools) or marked skipped with
+the reason. A finding's steps stand or fall together: when one cannot run,
+the later ones of the same finding are skipped too, since half a fix (an
+uninstall without its reinstall) leaves things worse. A step identical to
+one already planned runs once.
+"""
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from envdoctor.fix.tools import Refused, Target, authorize, authorize_move
+from envdoctor.model import Finding, FixStep, Report
+
+
+@dataclass(frozen=True)
+class PlannedStep:
+    """One line of the plan."""
+
+    number: int
+    rule: str
+    finding: str  # the finding's message: what the step should change
+    step: FixStep
+    argv: tuple[str, ...] = ()  # the command as it will run (argv[0] found on PATH or in the prefix)
+    skip: str | None = None  # why it will not run
+
+    @property
+    def runs(self) -> bool:
+        return self.skip is None
+
+    def describe(self) -> str:
+        """The command or the move, as one readable line."""
+        import shlex
+
+        if self.step.argv:
+            return " ".join(shlex.quote(a) for a in (self.argv or self.step.argv))
+        return f"move {shlex.quote(self.step.move or '')} -> {shlex.quote(self.step.to or '')}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"step": self.number, "rule": self.rule, "finding": self.finding, **self.step.to_dict(),
+                "run_argv": list(self.argv) if self.argv else None,
+                "action": "run" if self.runs else "skip", "reason": self.skip}
+
+
+@dataclass
+class Plan:
+    """The steps, the findings they should clear, and the findings with no step at all."""
+
+    target: dict[str, Any]
+    steps: list[PlannedStep] = field(default_factory=list)
+    planned: list[Finding] = field(default_factory=list)
+    without_steps: list[Finding] = field(default_factory=list)
+
+    @property
+    def runnable(self) -> list[PlannedStep]:
+        return [s for s in self.steps if s.runs]
+
+    @property
+    def rules(self) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(f.rule for f in self.planned))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"steps": [s.to_dict() for s in self.steps],
+                "findings": [f.to_dict() for f in self.planned],
+                "findings_without_steps": [f.to_dict() for f in self.without_steps]}
+
+
+def make_plan(report: Report, environ: Mapping[str, str] | None = None) -> Plan:
+    """Authorize every step of every finding in `report` against its target."""
+    environ = os.environ if environ is None else environ
+    target = Target.from_report_target(report.target)
+    plan = Plan(target=dict(report.target))
+    seen: dict[FixStep, int] = {}
+    for finding in report.findings:
+        if not finding.fix_steps:
+            plan.without_steps.append(finding)
+            continue
+        plan.planned.append(finding)
+        blocked: str | None = None
+        for step in finding.fix_steps:
+            number = len(plan.steps) + 1
+            if step in seen:
+                plan.steps.append(PlannedStep(number, finding.rule, finding.message, step,
+                                              skip=f"same as step {seen[step]}"))
+                continue
+            seen[step] = number
+            argv: tuple[str, ...] = ()
+            reason = f"an earlier step of this fix cannot run ({blocked})" if blocked else None
+            if reason is None:
+                try:
+                    if step.argv:
+                        argv = authorize(step, target, environ)
+                    else:
+                        authorize_move(step, target)
+                except Refused as exc:
+                    reason = str(exc)
+                    blocked = f"step {number}"
+            plan.steps.append(PlannedStep(number, finding.rule, finding.message, step, argv, reason))
+    return plan

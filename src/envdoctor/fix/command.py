@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from typing import Any
 
 EXIT_OK, EXIT_REMAIN, EXIT_NOTHING = 0, 1, 2
@@ -48,7 +49,8 @@ def _confirm(count: int, prefix: str) -> bool | None:
     return answer.strip().lower() in ("y", "yes")
 
 
-def run(args: argparse.Namespace) -> int:
+def run(args: argparse.Namespace, check: Callable[[Any], Any] | None = None) -> int:
+    """Run `fix` as parsed; `check` is the checker that plans and re-checks (the engine's run_check)."""
     from envdoctor.fix import render
 
     if args.undo:
@@ -60,12 +62,15 @@ def run(args: argparse.Namespace) -> int:
         else:
             _say(render.undo_text(undone), "text")
         return undone.exit_code
-    return _fix(args)
+    if check is None:
+        from envdoctor.engine import run_check
+
+        check = run_check
+    return _fix(args, check)
 
 
-def _fix(args: argparse.Namespace) -> int:
+def _fix(args: argparse.Namespace, run_check: Callable[[Any], Any]) -> int:
     from envdoctor.config import load_config
-    from envdoctor.engine import run_check
     from envdoctor.fix import render
     from envdoctor.fix.execute import Executor, recheck
     from envdoctor.fix.journal import Journal

@@ -174,9 +174,9 @@ class Journal:
 
     def slot(self, area: str, name: str) -> Path:
         """A fresh place inside the journal for one stored path."""
-        folder = self.path / area
-        folder.mkdir(exist_ok=True)
-        return folder / name
+        where = self.path / area / name
+        where.parent.mkdir(parents=True, exist_ok=True)
+        return where
 
     def keep(self, source: str, area: str, name: str) -> str:
         """Move `source` into the journal (never delete it); return where it went, relative to the journal."""
@@ -187,7 +187,6 @@ class Journal:
     def copy_in(self, source: str, area: str, name: str) -> str:
         """Copy one file or link into the journal, keeping its bytes, mode and times."""
         where = self.slot(area, name)
-        where.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(source, where, follow_symlinks=False)
         return str(where.relative_to(self.path))
 

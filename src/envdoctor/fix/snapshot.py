@@ -21,39 +21,7 @@ from typing import Any
 
 from envdoctor.facts.packages import dist_name_from_dir, normalize
 from envdoctor.fix.journal import Journal, describe, stat_key, walk_paths
-from envdoctor.fix.tools import Target
-
-#: Options of pip / uv pip that take a value (their value is no package name).
-_VALUE_OPTIONS = frozenset((
-    "-r", "--requirement", "-c", "--constraint", "-e", "--editable", "-i", "--index-url", "--extra-index-url",
-    "-f", "--find-links", "--python", "-p", "--target", "-t", "--prefix", "--root", "--platform",
-    "--python-version", "--implementation", "--abi", "--progress-bar", "--src", "--upgrade-strategy",
-    "--config-settings", "-C", "--global-option", "--no-binary", "--only-binary", "--cache-dir", "--log",
-    "--timeout", "--retries", "--trusted-host", "--cert", "--client-cert", "--proxy", "--exists-action",
-    "--report", "--index-strategy", "--extra", "--group", "--keyring-provider",
-))
-
-
-def package_arguments(tool: str, argv: Sequence[str]) -> tuple[str | None, list[str]]:
-    """(verb, the package arguments) of a pip (`python -m pip VERB …`) or uv (`uv pip VERB …`) command."""
-    rest = list(argv[3:] if tool == "pip" else argv[1:])
-    if tool == "uv":
-        if rest[:1] != ["pip"]:
-            return None, []
-        rest = rest[1:]
-    verb, args, skip = None, [], False
-    for arg in rest:
-        if skip:
-            skip = False
-        elif arg in _VALUE_OPTIONS:
-            skip = True
-        elif arg.startswith("-"):
-            continue
-        elif verb is None:
-            verb = arg
-        else:
-            args.append(arg)
-    return verb, args
+from envdoctor.fix.tools import Target, package_arguments
 
 
 def distribution_name(argument: str) -> str | None:

@@ -115,6 +115,10 @@ def authorize(step: FixStep, target: Target, environ: Mapping[str, str] | None =
     if not step.argv:
         raise Refused("a file move is not a command")
     argv = step.argv
+    if step.tool in ("pip", "uv") and package_arguments(step.tool, argv)[0] in CHANGING_VERBS and target.externally_managed \
+            and "--break-system-packages" not in argv:
+        raise Refused(f"the interpreter of {target.prefix} is EXTERNALLY-MANAGED (PEP 668) and the step has no "
+                      "--break-system-packages; use the system package manager, or a venv")
     if step.tool == "pip":
         resolved = _authorize_pip(argv, target)
     else:
@@ -122,20 +126,40 @@ def authorize(step: FixStep, target: Target, environ: Mapping[str, str] | None =
     for value in _option_values(argv, _WRITE_LOCATION_OPTIONS):
         if not target.contains(value):
             raise Refused(f"it writes to {value}, outside the prefix {target.prefix}")
-    if step.tool in ("pip", "uv") and _verb(step.tool, argv) in CHANGING_VERBS and target.externally_managed \
-            and "--break-system-packages" not in argv:
-        raise Refused(f"the interpreter of {target.prefix} is EXTERNALLY-MANAGED (PEP 668) and the step has no "
-                      "--break-system-packages; use the system package manager, or a venv")
     return resolved
 
 
-def _verb(tool: str, argv: Sequence[str]) -> str | None:
-    words = [a for a in argv[1:] if not a.startswith("-")]
-    if tool == "pip":  # python -m pip VERB
-        return argv[3] if len(argv) > 3 else None
-    if tool == "uv" and words[:1] == ["pip"]:
-        return words[1] if len(words) > 1 else None
-    return words[0] if words else None
+#: Options of pip / uv pip that take a value (their value is no package name).
+_VALUE_OPTIONS = frozenset((
+    "-r", "--requirement", "-c", "--constraint", "-e", "--editable", "-i", "--index-url", "--extra-index-url",
+    "-f", "--find-links", "--python", "-p", "--target", "-t", "--prefix", "--root", "--platform",
+    "--python-version", "--implementation", "--abi", "--progress-bar", "--src", "--upgrade-strategy",
+    "--config-settings", "-C", "--global-option", "--no-binary", "--only-binary", "--cache-dir", "--log",
+    "--timeout", "--retries", "--trusted-host", "--cert", "--client-cert", "--proxy", "--exists-action",
+    "--report", "--index-strategy", "--extra", "--group", "--keyring-provider",
+))
+
+
+def package_arguments(tool: str, argv: Sequence[str]) -> tuple[str | None, list[str]]:
+    """(verb, the package arguments) of a pip (`python -m pip VERB …`) or uv (`uv pip VERB …`) command."""
+    rest = list(argv[3:] if tool == "pip" else argv[1:])
+    if tool == "uv":
+        if rest[:1] != ["pip"]:
+            return None, []
+        rest = rest[1:]
+    verb, args, skip = None, [], False
+    for arg in rest:
+        if skip:
+            skip = False
+        elif arg in _VALUE_OPTIONS:
+            skip = True
+        elif arg.startswith("-"):
+            continue
+        elif verb is None:
+            verb = arg
+        else:
+            args.append(arg)
+    return verb, args
 
 
 def _authorize_pip(argv: Sequence[str], target: Target) -> tuple[str, ...]:

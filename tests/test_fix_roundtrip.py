@@ -1,0 +1,208 @@
+"""`envdoctor fix` on real environments: fix, re-check, undo byte for byte.
+
+A pip venv where `pip install --ignore-installed` left two `numpy` dist-infos
+(a tiny made-up numpy built here, not the real one) and a uv venv with a
+missing requirement. The checks are the real engine on fresh facts; until the
+PKG rules emit `fix_steps` on main, the steps are built here from the real
+finding's evidence (`with_steps`), exactly as the rule's printed fix reads.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import io
+import json
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from envdoctor.config import Config
+from envdoctor.engine import run_check
+from envdoctor.fix import command
+from envdoctor.fix.execute import Executor, recheck
+from envdoctor.fix.journal import Journal
+from envdoctor.fix.plan import make_plan
+from envdoctor.fix.undo import undo_last
+from envdoctor.model import Finding, FixStep, Report
+from fixenvs import make_pip_venv, make_uv_venv, offline_env, run_ok, tiny_wheel, tree_digest, uv_executable
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture()
+def offline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    """This process and every step it runs: offline pip/uv, the journal under tmp_path."""
+    env = offline_env(tmp_path / "wheels", tmp_path / "cache")
+    for key in list(os.environ):
+        if key not in env:
+            monkeypatch.delenv(key)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    return env
+
+
+def doubled_numpy_venv(root: Path, env: dict[str, str]) -> Path:
+    wheels = Path(env["PIP_FIND_LINKS"])
+    old, new = tiny_wheel(wheels, "numpy", "1.26.4"), tiny_wheel(wheels, "numpy", "2.1.3")
+    venv = make_pip_venv(root / "venv", env)
+    python = str(venv / "bin" / "python")
+    run_ok([python, "-m", "pip", "install", str(old)], env)
+    run_ok([python, "-m", "pip", "install", "--ignore-installed", str(new)], env)
+    return venv
+
+
+def check(prefix: Path, *rules: str) -> Report:
+    return run_check(Config(prefix=str(prefix), no_loader=True, select=rules))
+
+
+def pkg002_steps(finding: Finding, python: str) -> tuple[FixStep, ...]:
+    """PKG002's printed fix as steps: move the older dist-info aside, reinstall the kept one over it."""
+    ev = finding.evidence
+    keep = max(ev["versions"], key=lambda v: tuple(int(x) for x in v.split(".")))
+    strays = [p for p, v in zip(ev["paths"], ev["versions"]) if v != keep]
+    return (*(FixStep.file_move(p, p + ".disabled") for p in strays),
+            FixStep.command("pip", python, "-m", "pip", "install", "--force-reinstall", "--no-deps",
+                            f"{ev['package']}=={keep}"))
+
+
+def with_steps(rule: str, steps: Callable[[Finding], tuple[FixStep, ...]]) -> Callable[[Any], Report]:
+    """The real check, with `rule`'s findings carrying `steps` (until the rule emits them itself)."""
+    def checker(config: Any) -> Report:
+        report = run_check(config)
+        report.findings = [dataclasses.replace(f, fix_steps=f.fix_steps or steps(f)) if f.rule == rule else f
+                           for f in report.findings]
+        return report
+    return checker
+
+
+def fix_args(prefix: Path, *rules: str, **flags: Any) -> argparse.Namespace:
+    base = {"prefix": str(prefix), "env_name": None, "select": list(rules), "ignore": None, "dry_run": False,
+            "yes": False, "undo": False, "format": "json"}
+    return argparse.Namespace(**{**base, **flags})
+
+
+def test_pkg002_fix_then_undo_on_a_real_pip_venv(tmp_path: Path, offline: dict[str, str]) -> None:
+    venv = doubled_numpy_venv(tmp_path, offline)
+    python = str(venv / "bin" / "python")
+    before = check(venv, "PKG002")
+    [finding] = before.by_rule("PKG002")
+    assert sorted(finding.evidence["versions"]) == ["1.26.4", "2.1.3"]
+    pristine = tree_digest(venv)
+
+    report = dataclasses.replace(before, findings=[dataclasses.replace(finding, fix_steps=pkg002_steps(finding, python))])
+    plan = make_plan(report)
+    assert [s.skip for s in plan.steps] == [None, None]
+    assert plan.steps[1].argv == (python, "-m", "pip", "install", "--force-reinstall", "--no-deps", "numpy==2.1.3")
+    journal = Journal.create(dict(before.target))
+    results = Executor(plan, journal).run()
+    assert [r.status for r in results] == ["done", "done"], results
+
+    outcome = recheck(Config(prefix=str(venv), no_loader=True), plan, before, run_check)
+    assert [f.rule for f in outcome.fixed] == ["PKG002"] and outcome.remaining == [] and outcome.new == []
+    assert check(venv, "PKG002").by_rule("PKG002") == []
+    assert run_ok([python, "-c", "import numpy; print(numpy.__version__)"], offline).strip() == "2.1.3"
+    run_ok([python, "-m", "pip", "check"], offline)
+    manifest = json.loads((journal.path / "manifest.json").read_text())
+    assert manifest["status"] == "finished"
+    moved = manifest["steps"][0]["moved"]
+    assert moved["from"].endswith("numpy-1.26.4.dist-info") and "METADATA" in moved["tree"]
+    package = manifest["steps"][1]["package"]
+    assert package["distributions"][0]["name"] == "numpy" and package["distributions"][0]["version"] == "2.1.3"
+    assert any(p.endswith("numpy/__init__.py") for p in package["files_before"])
+    assert package["inverse"][0][-1].startswith("numpy @ file://")  # reinstall from the wheel it came from
+    assert tree_digest(venv) != pristine
+
+    undone = undo_last()
+    assert undone.exit_code == 0, undone
+    assert tree_digest(venv) == pristine
+    assert len(check(venv, "PKG002").by_rule("PKG002")) == 1  # the doubled state is back, as it was
+    assert Journal.latest() is None  # undone journals are not undone twice
+
+
+def test_fix_command_end_to_end_and_undo(tmp_path: Path, offline: dict[str, str],
+                                         capsys: pytest.CaptureFixture[str]) -> None:
+    venv = doubled_numpy_venv(tmp_path, offline)
+    python = str(venv / "bin" / "python")
+    pristine = tree_digest(venv)
+    checker = with_steps("PKG002", lambda f: pkg002_steps(f, python))
+
+    assert command.run(fix_args(venv, "PKG002", dry_run=True), checker) == 0
+    dry = json.loads(capsys.readouterr().out)
+    assert dry["dry_run"] is True and dry["journal"] is None and dry["results"] == []
+    assert [s["action"] for s in dry["plan"]["steps"]] == ["run", "run"]
+    assert tree_digest(venv) == pristine
+
+    sys_stdin = sys.stdin
+    try:
+        sys.stdin = io.StringIO("y\n")  # not a terminal: refuse, whatever it holds
+        assert command.run(fix_args(venv, "PKG002"), checker) == 2
+    finally:
+        sys.stdin = sys_stdin
+    refused = json.loads(capsys.readouterr().out)
+    assert "pass --yes" in refused["message"] and refused["journal"] is None
+    assert tree_digest(venv) == pristine
+
+    assert command.run(fix_args(venv, "PKG002", yes=True), checker) == 0
+    done = json.loads(capsys.readouterr().out)
+    assert [r["status"] for r in done["results"]] == ["done", "done"]
+    assert [f["rule"] for f in done["outcome"]["fixed"]] == ["PKG002"] and done["outcome"]["remaining"] == []
+    assert Path(done["journal"]).parent == tmp_path / "cache" / "envdoctor" / "journal"
+
+    assert command.run(fix_args(venv, undo=True)) == 0
+    assert json.loads(capsys.readouterr().out)["exit_code"] == 0
+    assert tree_digest(venv) == pristine
+
+
+def test_undo_refuses_a_path_changed_since_and_changes_nothing(tmp_path: Path, offline: dict[str, str]) -> None:
+    venv = doubled_numpy_venv(tmp_path, offline)
+    python = str(venv / "bin" / "python")
+    checker = with_steps("PKG002", lambda f: pkg002_steps(f, python))
+    assert command.run(fix_args(venv, "PKG002", yes=True, format="text"), checker) == 0
+    [init] = venv.glob("lib/python*/site-packages/numpy/__init__.py")
+    init.write_text("__version__ = 'edited by the user'\n")
+    after_edit = tree_digest(venv)
+    undone = undo_last()
+    assert undone.exit_code == 2 and any(str(init) in r and "changed since" in r for r in undone.refused)
+    assert tree_digest(venv) == after_edit
+
+
+def uv_venv_with_missing_requirement(root: Path, env: dict[str, str]) -> Path:
+    wheels = Path(env["UV_FIND_LINKS"])
+    tiny_wheel(wheels, "urllib3", "2.2.3")
+    trainkit = tiny_wheel(wheels, "trainkit", "1.0", requires=("urllib3<3,>=1.21.1",))
+    venv = make_uv_venv(root / "uvenv", env)
+    run_ok([uv_executable(), "pip", "install", "--python", str(venv), "--no-deps", str(trainkit)], env)
+    assert not (venv / "bin" / "pip").exists()
+    return venv
+
+
+def test_pkg003_in_a_uv_venv_is_cleared_with_uv(tmp_path: Path, offline: dict[str, str],
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    venv = uv_venv_with_missing_requirement(tmp_path, offline)
+    [finding] = check(venv, "PKG003").by_rule("PKG003")
+    assert finding.evidence["dependency"] == "urllib3" and finding.evidence["problem"] == "missing"
+    pristine = tree_digest(venv)
+
+    def uv_steps(f: Finding) -> tuple[FixStep, ...]:
+        return (FixStep.command("uv", "uv", "pip", "install", "--python", str(venv), f.evidence["requirement"]),)
+
+    pip_step = (FixStep.command("pip", str(venv / "bin" / "python"), "-m", "pip", "install", "urllib3"),)
+    assert command.run(fix_args(venv, "PKG003", dry_run=True), with_steps("PKG003", lambda f: pip_step)) == 2
+    refused = json.loads(capsys.readouterr().out)
+    assert "pip is not installed" in refused["plan"]["steps"][0]["reason"]
+
+    assert command.run(fix_args(venv, "PKG003", yes=True), with_steps("PKG003", uv_steps)) == 0
+    done = json.loads(capsys.readouterr().out)
+    assert done["plan"]["steps"][0]["run_argv"][0] == uv_executable()
+    assert [f["rule"] for f in done["outcome"]["fixed"]] == ["PKG003"], done
+    assert check(venv, "PKG003").by_rule("PKG003") == []
+    urllib3 = next(venv.glob("lib/python*/site-packages/urllib3-2.2.3.dist-info"))
+    assert (urllib3 / "INSTALLER").read_text().strip() == "uv"
+
+    assert command.run(fix_args(venv, undo=True)) == 0
+    capsys.readouterr()
+    assert tree_digest(venv) == pristine

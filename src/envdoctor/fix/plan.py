@@ -82,23 +82,27 @@ def make_plan(report: Report, environ: Mapping[str, str] | None = None) -> Plan:
             continue
         plan.planned.append(finding)
         blocked: str | None = None
+        ensured: set[str] = set()  # interpreters an earlier step gives pip (`python -m ensurepip`)
         for step in finding.fix_steps:
             number = len(plan.steps) + 1
             if step in seen:
                 plan.steps.append(PlannedStep(number, finding.rule, finding.message, step,
                                               skip=f"same as step {seen[step]}"))
                 continue
-            seen[step] = number
             argv: tuple[str, ...] = ()
             reason = f"an earlier step of this fix cannot run ({blocked})" if blocked else None
             if reason is None:
                 try:
                     if step.argv:
-                        argv = authorize(step, target, environ)
+                        argv = authorize(step, target, environ, pip_coming=step.argv[0] in ensured)
+                        if step.tool == "pip" and list(step.argv[1:3]) == ["-m", "ensurepip"]:
+                            ensured.add(step.argv[0])
                     else:
                         authorize_move(step, target)
                 except Refused as exc:
                     reason = str(exc)
                     blocked = f"step {number}"
+            if reason is None:
+                seen[step] = number
             plan.steps.append(PlannedStep(number, finding.rule, finding.message, step, argv, reason))
     return plan

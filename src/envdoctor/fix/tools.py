@@ -109,8 +109,13 @@ def find_executable(tool: str, name: str, target: Target, environ: Mapping[str, 
     return None
 
 
-def authorize(step: FixStep, target: Target, environ: Mapping[str, str] | None = None) -> tuple[str, ...]:
-    """The argv to run for a command step (argv[0] made absolute), or raise Refused."""
+def authorize(step: FixStep, target: Target, environ: Mapping[str, str] | None = None,
+              pip_coming: bool = False) -> tuple[str, ...]:
+    """The argv to run for a command step (argv[0] made absolute), or raise Refused.
+
+    `pip_coming`: an earlier step of the same fix runs `python -m ensurepip`, so
+    a missing pip is no reason to refuse a pip step planned after it.
+    """
     environ = os.environ if environ is None else environ
     if not step.argv:
         raise Refused("a file move is not a command")
@@ -120,7 +125,7 @@ def authorize(step: FixStep, target: Target, environ: Mapping[str, str] | None =
         raise Refused(f"the interpreter of {target.prefix} is EXTERNALLY-MANAGED (PEP 668) and the step has no "
                       "--break-system-packages; use the system package manager, or a venv")
     if step.tool == "pip":
-        resolved = _authorize_pip(argv, target)
+        resolved = _authorize_pip(argv, target, pip_coming)
     else:
         resolved = _authorize_tool(step.tool, argv, target, environ)
     for value in _option_values(argv, _WRITE_LOCATION_OPTIONS):
@@ -162,17 +167,18 @@ def package_arguments(tool: str, argv: Sequence[str]) -> tuple[str | None, list[
     return verb, args
 
 
-def _authorize_pip(argv: Sequence[str], target: Target) -> tuple[str, ...]:
+def _authorize_pip(argv: Sequence[str], target: Target, pip_coming: bool) -> tuple[str, ...]:
     python = argv[0]
-    if list(argv[1:3]) != ["-m", "pip"] or len(argv) < 4:
-        raise Refused("a pip step must be `<the prefix's python> -m pip VERB …`")
+    ensurepip = list(argv[1:3]) == ["-m", "ensurepip"]
+    if not ensurepip and (list(argv[1:3]) != ["-m", "pip"] or len(argv) < 4):
+        raise Refused("a pip step must be `<the prefix's python> -m pip VERB …` or `… -m ensurepip`")
     if not os.path.isabs(python):
         raise Refused(f"`{python}` is not a path: only the prefix's own interpreter may run pip")
     if not target.contains_entry(python):
         raise Refused(f"{python} is not an interpreter of the prefix {target.prefix}")
     if not (os.path.isfile(python) and os.access(python, os.X_OK)):
         raise Refused(f"{python} does not exist or cannot run")
-    if not _has_pip(python):
+    if not ensurepip and not pip_coming and not _has_pip(python):
         raise Refused(f"pip is not installed for {python} (a uv venv has none: the fix should use uv)")
     return tuple(argv)
 

@@ -215,7 +215,7 @@ def test_a_refused_step_blocks_the_rest_of_its_fix_and_duplicates_run_once(conda
     assert "outside the prefix" in plan.steps[0].skip
     assert plan.steps[1].skip == "an earlier step of this fix cannot run (step 1)"
     assert plan.steps[2].skip is None  # the second finding's own, identical step still runs, once
-    assert plan.steps[3].skip == "same as step 2"
+    assert plan.steps[3].skip == "same as step 3"
 
 
 def test_package_arguments_and_inverse_commands(tmp_path: Path) -> None:

@@ -206,3 +206,55 @@ def test_pkg003_in_a_uv_venv_is_cleared_with_uv(tmp_path: Path, offline: dict[st
     assert command.run(fix_args(venv, undo=True)) == 0
     capsys.readouterr()
     assert tree_digest(venv) == pristine
+
+
+def test_undo_after_a_step_recreated_the_path_a_move_vacated(tmp_path: Path, offline: dict[str, str]) -> None:
+    """Keep the older copy: the reinstall writes numpy-1.26.4.dist-info where the move took the old one from.
+
+    That path exists again at undo time with other bytes, but the fix itself made it, so undo may replace it.
+    """
+    venv = doubled_numpy_venv(tmp_path, offline)
+    python = str(venv / "bin" / "python")
+    pristine = tree_digest(venv)
+    [finding] = check(venv, "PKG002").by_rule("PKG002")
+    [old] = [p for p, v in zip(finding.evidence["paths"], finding.evidence["versions"]) if v == "1.26.4"]
+    steps = (FixStep.file_move(old, old + ".envdoctor-aside"),
+             FixStep.command("pip", python, "-m", "pip", "install", "--force-reinstall", "--no-deps", "numpy==1.26.4"))
+    assert command.run(fix_args(venv, "PKG002", yes=True, format="text"), with_steps("PKG002", lambda f: steps)) == 0
+    assert Path(old).is_dir() and Path(old + ".envdoctor-aside").is_dir()
+    assert run_ok([python, "-c", "import numpy; print(numpy.__version__)"], offline).strip() == "1.26.4"
+    undone = undo_last()
+    assert undone.exit_code == 0 and undone.refused == [], undone
+    assert tree_digest(venv) == pristine
+
+
+def test_an_interrupted_fix_is_undone_from_what_the_journal_saved(tmp_path: Path, offline: dict[str, str],
+                                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """The manifest as saved just before the pip step ran is what a kill during that step leaves on disk."""
+    import envdoctor.process
+
+    venv = doubled_numpy_venv(tmp_path, offline)
+    python = str(venv / "bin" / "python")
+    pristine = tree_digest(venv)
+    saved: list[bytes] = []
+    real_run = envdoctor.process.run_bounded
+
+    def run_and_remember(argv: Any, timeout: float, **kw: Any) -> Any:
+        if argv[1:3] == ("-m", "pip") and "install" in argv:
+            journal = Journal.latest()
+            assert journal is not None
+            saved.append((journal.path / "manifest.json").read_bytes())
+        return real_run(argv, timeout, **kw)
+
+    monkeypatch.setattr(envdoctor.process, "run_bounded", run_and_remember)
+    assert command.run(fix_args(venv, "PKG002", yes=True, format="text"),
+                       with_steps("PKG002", lambda f: pkg002_steps(f, python))) == 0
+    journal = Journal.latest()
+    assert journal is not None and len(saved) == 1
+    (journal.path / "manifest.json").write_bytes(saved[0])  # killed while pip ran
+    interrupted = Journal.latest()
+    assert interrupted is not None and interrupted.manifest["status"] == "started"
+    assert [s["status"] for s in interrupted.manifest["steps"]] == ["done", "running"]
+    undone = undo_last()
+    assert undone.exit_code == 0, undone
+    assert tree_digest(venv) == pristine

@@ -17,7 +17,7 @@ from typing import Any
 
 from envdoctor.fix.journal import Journal, tree
 from envdoctor.fix.plan import Plan, PlannedStep
-from envdoctor.fix.snapshot import PackageSnapshot, site_dirs
+from envdoctor.fix.snapshot import PackageSnapshot, conda_inverse, conda_records, site_dirs
 from envdoctor.fix.tools import Refused, Target, authorize, authorize_move
 from envdoctor.model import Finding, Report
 
@@ -25,6 +25,8 @@ from envdoctor.model import Finding, Report
 STEP_TIMEOUT_S = 900.0
 #: Characters of a command's output kept in the journal and the result.
 OUTPUT_TAIL = 2000
+#: Tools whose changes are read back from conda-meta and reversed with the same tool.
+CONDA_TOOLS = ("conda", "mamba", "micromamba")
 
 
 @dataclass
@@ -126,6 +128,8 @@ class Executor:
         if step.tool in ("pip", "uv"):
             snapshot = PackageSnapshot(self.journal, planned.number, self.target, self.dirs)
             record["package"] = snapshot.before(step.tool, argv)
+        elif step.tool in CONDA_TOOLS:
+            record["conda"] = {"before": conda_records(self.target.prefix)}
         self.journal.save()
         from envdoctor.process import run_bounded
 
@@ -134,6 +138,10 @@ class Executor:
         record["output"] = (run.stdout + run.stderr)[-OUTPUT_TAIL:]
         if snapshot is not None:
             record["package"].update(snapshot.after(record["package"]))
+        elif "conda" in record:
+            after = conda_records(self.target.prefix)
+            record["conda"].update(after=after, inverse=conda_inverse(
+                step.argv[0], str(self.target.prefix), record["conda"]["before"], after))
         record["status"] = "done" if run.ok else "failed"
         detail = "exited with status 0" if run.ok else run.describe_failure()
         return StepResult(planned.number, record["status"], detail)

@@ -177,3 +177,40 @@ def diff_against_listing(journal: Journal, record: dict[str, Any], target: Targe
 
 def _is_dir_entry(key: list[int] | None) -> bool:
     return key is not None and stat.S_ISDIR(key[3])
+
+
+# ---------------------------------------------------------------- conda-owned steps
+
+
+def conda_records(prefix: str | os.PathLike[str]) -> dict[str, dict[str, str]]:
+    """name → {version, build, channel} from conda-meta/*.json: what a conda step changes, as conda sees it."""
+    records: dict[str, dict[str, str]] = {}
+    folder = os.path.join(prefix, "conda-meta")
+    try:
+        names = sorted(n for n in os.listdir(folder) if n.endswith(".json"))
+    except OSError:
+        return records
+    for filename in names:
+        try:
+            with open(os.path.join(folder, filename), encoding="utf-8") as fh:
+                data = json.load(fh)
+        except (OSError, ValueError):
+            continue
+        if isinstance(data, dict) and isinstance(data.get("name"), str):
+            records[data["name"]] = {k: str(data.get(k) or "") for k in ("version", "build", "channel")}
+    return records
+
+
+def conda_inverse(executable: str, prefix: str, before: dict[str, dict[str, str]],
+                  after: dict[str, dict[str, str]]) -> list[list[str]]:
+    """The conda commands that bring the records from `after` back to `before`, exactly (name=version=build)."""
+    commands = []
+    for name, was in sorted(before.items()):
+        if after.get(name) != was:
+            channel = ["--override-channels", "-c", was["channel"]] if was["channel"] else []
+            commands.append([executable, "install", "-p", prefix, "-y", "--no-deps", *channel,
+                             f"{name}={was['version']}={was['build']}"])
+    added = sorted(set(after) - set(before))
+    if added:
+        commands.append([executable, "remove", "-p", prefix, "-y", "--force", *added])
+    return commands

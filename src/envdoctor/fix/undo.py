@@ -112,6 +112,8 @@ def undo(journal: Journal) -> UndoResult:
             _undo_move(record, result)
         elif record.get("package") is not None:
             _undo_package(journal, record, result)
+        elif record.get("conda") is not None:
+            _undo_conda(record, target, result)
         else:
             result.problems.append(f"step {record['step']} ran `{' '.join(record.get('argv') or [])}`: envdoctor "
                                    f"keeps no copy of what {record['tool']} changes; reverse it with {record['tool']}")
@@ -158,6 +160,32 @@ def _undo_package(journal: Journal, record: dict[str, Any], result: UndoResult) 
         result.problems.append(f"step {number} changed {path}, which no snapshot holds; the recorded inverse: "
                                + " ; ".join(" ".join(c) for c in package["inverse"]))
         break
+
+
+def _undo_conda(record: dict[str, Any], target: Target, result: UndoResult) -> None:
+    """Reverse a conda step with the same tool: reinstall the records it changed, remove what it added."""
+    from envdoctor.fix.execute import STEP_TIMEOUT_S
+    from envdoctor.fix.snapshot import conda_inverse, conda_records
+    from envdoctor.fix.tools import Refused, authorize
+    from envdoctor.model import FixStep
+    from envdoctor.process import run_bounded
+
+    conda = record["conda"]
+    commands = conda.get("inverse")
+    if commands is None:  # interrupted: what conda-meta says now against what it said before
+        commands = conda_inverse(record["argv"][0], str(target.prefix), conda["before"], conda_records(target.prefix))
+    for argv in commands:
+        text = " ".join(argv)
+        try:
+            run_argv = authorize(FixStep.command(record["tool"], *argv), target)
+        except Refused as exc:
+            result.problems.append(f"step {record['step']}: cannot run `{text}`: {exc}")
+            continue
+        run = run_bounded(run_argv, STEP_TIMEOUT_S)
+        if run.ok:
+            result.restored.append(f"step {record['step']}: ran `{text}`")
+        else:
+            result.problems.append(f"step {record['step']}: `{text}` {run.describe_failure()}")
 
 
 def _verify(journal: Journal, result: UndoResult) -> None:

@@ -51,6 +51,16 @@ def _confirm(count: int, prefix: str) -> bool | None:
 
 def run(args: argparse.Namespace, check: Callable[[Any], Any] | None = None) -> int:
     """Run `fix` as parsed; `check` is the checker that plans and re-checks (the engine's run_check)."""
+    from envdoctor.fix.journal import JournalError
+
+    try:
+        return _run(args, check)
+    except JournalError as exc:
+        print(f"envdoctor: error: {exc}", file=sys.stderr)
+        return EXIT_NOTHING
+
+
+def _run(args: argparse.Namespace, check: Callable[[Any], Any] | None) -> int:
     from envdoctor.fix import render
 
     if args.undo:
@@ -94,6 +104,9 @@ def _fix(args: argparse.Namespace, run_check: Callable[[Any], Any]) -> int:
         return code
 
     _say(render.plan_text(plan), fmt)
+    if not plan.planned and before.errors:
+        skipped = "; ".join(f"{e.get('rule')}: {e.get('message')}" for e in before.errors[:3])
+        return finish(EXIT_NOTHING, f"the check could not run every selected rule, so nothing is planned ({skipped})")
     if not plan.planned:
         return finish(EXIT_OK if not plan.without_steps else EXIT_NOTHING,
                       "nothing to fix" if not plan.without_steps else "no finding has a fix envdoctor can run")

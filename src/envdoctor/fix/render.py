@@ -24,30 +24,36 @@ def _clean(text: str) -> str:
 
 
 def plan_text(plan: Plan) -> list[str]:
+    """The plan, one block per finding: the finding it should clear, then its steps, one line each."""
     lines = [f"envdoctor fix: {plan.target.get('prefix')} ({plan.target.get('kind')})"]
-    if not plan.steps:
-        lines.append("  no finding carries a fix that envdoctor can run")
+    if not plan.steps and not plan.without_steps:
+        lines.append("  no finding to fix")
+    last = None
     for step in plan.steps:
+        if (step.rule, step.finding) != last:
+            lines.append(f"  {step.rule} {_clean(step.finding)}")
+            last = (step.rule, step.finding)
         mark = "run " if step.runs else "skip"
-        lines.append(f"  {step.number:>2}. [{mark}] {step.rule} {step.step.tool}: {_clean(step.describe())}")
-        lines.append(f"      should clear: {_clean(step.finding)}")
+        lines.append(f"    {step.number:>2}. [{mark}] {step.step.tool}: {_clean(step.describe())}")
         if step.skip:
-            lines.append(f"      not run: {_clean(step.skip)}")
+            lines.append(f"        not run: {_clean(step.skip)}")
     for finding in plan.without_steps:
-        lines.append(f"   -  {finding.rule}: {_clean(finding.message)} (no fix envdoctor can run; see its fix text)")
+        lines.append(f"  {finding.rule} {_clean(finding.message)}")
+        lines.append("        no step envdoctor can run: see `envdoctor check` for its fix")
     return lines
 
 
 def results_text(results: list[StepResult], outcome: Outcome | None, journal: str | None) -> list[str]:
-    lines = []
+    lines = ["ran:"] if results else []
     for result in results:
-        lines.append(f"  {result.number:>2}. {result.status}: {_clean(result.detail)}")
+        lines.append(f"    {result.number:>2}. {result.status}: {_clean(result.detail)}")
     if journal:
         lines.append(f"journal: {journal} (undo with `envdoctor fix --undo`)")
     if outcome is not None:
+        lines.append("checked again:")
         for label, items in (("fixed", outcome.fixed), ("still there", outcome.remaining), ("new", outcome.new)):
             for finding in items:
-                lines.append(f"{label}: {finding.rule} {_clean(finding.message)}")
+                lines.append(f"  {label}: {finding.rule} {_clean(finding.message)}")
     return lines
 
 

@@ -27,7 +27,7 @@ from envdoctor.fix.execute import Executor, recheck
 from envdoctor.fix.journal import Journal
 from envdoctor.fix.plan import make_plan
 from envdoctor.fix.undo import undo_last
-from envdoctor.model import Finding, FixStep, Report
+from envdoctor.model import Finding, FixStep, Report, Severity
 from fixenvs import make_pip_venv, make_uv_venv, offline_env, run_ok, tiny_wheel, tree_digest, uv_executable
 
 pytestmark = pytest.mark.slow
@@ -257,4 +257,52 @@ def test_an_interrupted_fix_is_undone_from_what_the_journal_saved(tmp_path: Path
     assert [s["status"] for s in interrupted.manifest["steps"]] == ["done", "running"]
     undone = undo_last()
     assert undone.exit_code == 0, undone
+    assert tree_digest(venv) == pristine
+
+
+@pytest.mark.parametrize("tool", ["pip", "uv"])
+def test_a_dependency_the_step_upgrades_unnamed_comes_back_too(tmp_path: Path, offline: dict[str, str],
+                                                               tool: str) -> None:
+    """`install trainkit==2.0` also upgrades urllib3 (trainkit 2.0 needs urllib3>=2), which the argv never names.
+
+    pip: `--dry-run --report` names it before the step, so its files are in the snapshot and come back byte
+    for byte. uv has no such report: undo reinstalls the recorded 1.26.0 from the wheel it came from (uv
+    writes no bytecode, so that too gives the same bytes).
+    """
+    wheels = Path(offline["PIP_FIND_LINKS"])
+    old_urllib3 = tiny_wheel(wheels, "urllib3", "1.26.0")
+    kit = tiny_wheel(wheels, "trainkit", "1.0", requires=("urllib3>=1.21",))
+    tiny_wheel(wheels, "urllib3", "2.2.3")
+    tiny_wheel(wheels, "trainkit", "2.0", requires=("urllib3>=2",))
+    if tool == "pip":
+        venv = make_pip_venv(tmp_path / "venv", offline)
+        python = str(venv / "bin" / "python")
+        run_ok([python, "-m", "pip", "install", str(old_urllib3), str(kit)], offline)
+        step = FixStep.command("pip", python, "-m", "pip", "install", "trainkit==2.0")
+    else:
+        venv = make_uv_venv(tmp_path / "venv", offline)
+        python = str(venv / "bin" / "python")
+        run_ok([uv_executable(), "pip", "install", "--python", str(venv), str(old_urllib3), str(kit)], offline)
+        step = FixStep.command("uv", "uv", "pip", "install", "--python", str(venv), "trainkit==2.0")
+    pristine = tree_digest(venv)
+    target = check(venv, "PKG003").target
+    finding = Finding(rule="PKG003", name="broken-requirement", severity=Severity.ERROR, message="upgrade trainkit",
+                      fix_steps=(step,))
+    plan = make_plan(Report(tool={}, generated_at="", host={}, target=target, facts={}, findings=[finding]))
+    journal = Journal.create(dict(target))
+    assert [r.status for r in Executor(plan, journal).run()] == ["done"]
+    assert run_ok([python, "-c", "import urllib3; print(urllib3.__version__)"], offline).strip() == "2.2.3"
+    package = json.loads((journal.path / "manifest.json").read_text())["steps"][0]["package"]
+    snapshotted = sorted(d["name"] for d in package["distributions"])
+    if tool == "pip":
+        assert snapshotted == ["trainkit", "urllib3"] and package["reinstall"] == []
+    else:
+        assert snapshotted == ["trainkit"]
+        assert package["reinstall"] == [[uv_executable(), "pip", "install", "--python", str(venv),
+                                         "--no-deps", "--reinstall", f"urllib3 @ {old_urllib3.as_uri()}"]]
+
+    undone = undo_last()
+    assert undone.exit_code == 0, undone
+    assert run_ok([python, "-c", "import urllib3, trainkit; print(urllib3.__version__, trainkit.__version__)"],
+                  offline).strip() == "1.26.0 1.0"
     assert tree_digest(venv) == pristine

@@ -126,7 +126,7 @@ class Executor:
             return StepResult(planned.number, "done", f"moved {source} to {destination}")
         snapshot = None
         if step.tool in ("pip", "uv"):
-            snapshot = PackageSnapshot(self.journal, planned.number, self.target, self.dirs)
+            snapshot = PackageSnapshot(self.journal, planned.number, self.target, self.dirs, self.environ)
             record["package"] = snapshot.before(step.tool, argv)
         elif step.tool in CONDA_TOOLS:
             record["conda"] = {"before": conda_records(self.target.prefix)}

@@ -16,7 +16,7 @@ import io
 import json
 import os
 import stat
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from envdoctor.facts.packages import dist_name_from_dir, normalize
@@ -47,8 +47,8 @@ def site_dirs(target: Target, report_target: dict[str, Any]) -> list[str]:
     return out
 
 
-def find_distributions(names: set[str], dirs: Sequence[str]) -> list[dict[str, Any]]:
-    """Every dist-info / egg-info in `dirs` whose name is in `names`, with its files and source."""
+def find_distributions(names: set[str] | None, dirs: Sequence[str], with_files: bool = True) -> list[dict[str, Any]]:
+    """Every dist-info / egg-info in `dirs` whose name is in `names` (None: all), with its files and source."""
     found = []
     for site in dirs:
         try:
@@ -59,11 +59,12 @@ def find_distributions(names: set[str], dirs: Sequence[str]) -> list[dict[str, A
             if not entry.endswith((".dist-info", ".egg-info")):
                 continue
             name, version = dist_name_from_dir(entry)
-            if normalize(name) not in names:
+            if names is not None and normalize(name) not in names:
                 continue
             folder = os.path.join(site, entry)
             found.append({"name": normalize(name), "version": version, "dist_info": folder,
-                          "source": _recorded_source(folder), "files": _recorded_files(site, folder)})
+                          "source": _recorded_source(folder),
+                          "files": _recorded_files(site, folder) if with_files else []})
     return found
 
 
@@ -119,16 +120,47 @@ def inverse_commands(tool: str, argv: Sequence[str], verb: str | None, names: se
     return commands
 
 
+def pip_would_install(argv: Sequence[str], environ: Mapping[str, str], timeout: float = 300.0) -> set[str]:
+    """Every distribution a `pip install` would install or replace, dependencies included (`--dry-run --report`).
+
+    pip resolves without changing anything; an old pip without `--report`, or a failed resolve,
+    gives the empty set (undo then reinstalls what the step replaced unnamed, from its recorded source).
+    """
+    import tempfile
+
+    from envdoctor.process import run_bounded
+
+    with tempfile.TemporaryDirectory(prefix="envdoctor-fix-") as tmp:
+        report_file = os.path.join(tmp, "report.json")
+        run = run_bounded([*argv, "--dry-run", "--quiet", "--report", report_file], timeout, env=environ)
+        try:
+            with open(report_file, encoding="utf-8") as fh:
+                report = json.load(fh)
+        except (OSError, ValueError):
+            return set()
+    if not run.ok or not isinstance(report, dict):
+        return set()
+    names = set()
+    for item in report.get("install") or []:
+        name = (item.get("metadata") or {}).get("name") if isinstance(item, dict) else None
+        if isinstance(name, str):
+            names.add(normalize(name))
+    return names
+
+
 class PackageSnapshot:
     """The before-state of one package step, kept in the journal."""
 
-    def __init__(self, journal: Journal, index: int, target: Target, dirs: Sequence[str]) -> None:
-        self.journal, self.index, self.target, self.dirs = journal, index, target, dirs
+    def __init__(self, journal: Journal, index: int, target: Target, dirs: Sequence[str],
+                 environ: Mapping[str, str]) -> None:
+        self.journal, self.index, self.target, self.dirs, self.environ = journal, index, target, dirs, environ
 
     def before(self, tool: str, argv: Sequence[str]) -> dict[str, Any]:
-        """Copy the named distributions' files and list the prefix; returns the step's manifest part."""
+        """Copy the files of the distributions the step changes, list the prefix; the step's manifest part."""
         verb, args = package_arguments(tool, argv)
         names = {n for n in (distribution_name(a) for a in args) if n}
+        if tool == "pip" and verb == "install":
+            names |= pip_would_install(argv, self.environ)
         dists = find_distributions(names, self.dirs)
         copies: dict[str, dict[str, Any]] = {}
         for number, path in enumerate(p for d in dists for p in d["files"]):
@@ -144,8 +176,13 @@ class PackageSnapshot:
         with open(listing_file, "w", encoding="utf-8", errors="surrogateescape") as fh:
             json.dump(listing, fh)
         python_option = next((argv[i + 1] for i, a in enumerate(argv[:-1]) if a in ("--python", "-p")), None)
+        named = {d["dist_info"] for d in dists}
         return {
             "verb": verb,
+            "tool": tool, "argv0": argv[0], "python_option": python_option,
+            # Every other distribution's version and source: what to reinstall should the step replace it too.
+            "installed": {d["dist_info"]: {k: d[k] for k in ("name", "version", "source")}
+                          for d in find_distributions(None, self.dirs, with_files=False) if d["dist_info"] not in named},
             "distributions": [{k: d[k] for k in ("name", "version", "dist_info", "source")} for d in dists],
             "files_before": {p: c["entry"] for p, c in copies.items()},
             "snapshot": {p: c["stored"] for p, c in copies.items()},
@@ -171,8 +208,11 @@ def diff_against_listing(journal: Journal, record: dict[str, Any], target: Targe
     uncovered = sorted(p for p in [*changed, *removed]
                        if p not in record["snapshot"] and not _is_dir_entry(before.get(p)))
     removed_dirs = {p: stat.S_IMODE(before[p][3]) for p in removed if _is_dir_entry(before[p])}
+    # Distributions the step replaced without naming them (a dependency it upgraded): reinstalled on undo.
+    replaced = [info for path, info in sorted(record.get("installed", {}).items()) if path in removed]
+    reinstall = inverse_commands(record["tool"], [record["argv0"]], None, set(), replaced, record["python_option"])
     return {"created": created, "changed": changed, "removed": removed, "removed_dirs": removed_dirs,
-            "not_snapshotted": uncovered}
+            "not_snapshotted": uncovered, "reinstall": reinstall}
 
 
 def _is_dir_entry(key: list[int] | None) -> bool:

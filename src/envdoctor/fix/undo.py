@@ -113,7 +113,7 @@ def undo(journal: Journal) -> UndoResult:
         elif record.get("package") is not None:
             _undo_package(journal, record, result)
         elif record.get("conda") is not None:
-            _undo_conda(record, target, result)
+            _undo_conda(journal, record, target, result)
         else:
             result.problems.append(f"step {record['step']} ran `{' '.join(record.get('argv') or [])}`: envdoctor "
                                    f"keeps no copy of what {record['tool']} changes; reverse it with {record['tool']}")
@@ -156,36 +156,46 @@ def _undo_package(journal: Journal, record: dict[str, Any], result: UndoResult) 
     if put_back:
         result.restored.append(f"step {number}: put back {put_back} file(s) of "
                                f"{', '.join(sorted({d['name'] for d in package['distributions']}))}")
-    for path in package["not_snapshotted"]:
-        result.problems.append(f"step {number} changed {path}, which no snapshot holds; the recorded inverse: "
-                               + " ; ".join(" ".join(c) for c in package["inverse"]))
-        break
+    failed = [text for text in (_run_inverse(record["tool"], argv, journal, result, number)
+                                for argv in package.get("reinstall") or []) if text]
+    if package["not_snapshotted"] and (failed or not package.get("reinstall")):
+        result.problems.append(f"step {number} changed {len(package['not_snapshotted'])} path(s) no snapshot holds "
+                               f"(e.g. {package['not_snapshotted'][0]}); the recorded inverse: "
+                               + " ; ".join(" ".join(c) for c in [*package["inverse"], *package.get("reinstall", [])]))
 
 
-def _undo_conda(record: dict[str, Any], target: Target, result: UndoResult) -> None:
-    """Reverse a conda step with the same tool: reinstall the records it changed, remove what it added."""
+def _run_inverse(tool: str, argv: list[str], journal: Journal, result: UndoResult, number: int) -> str | None:
+    """Run one recorded inverse command with the step's own tool; the command's text when it could not."""
     from envdoctor.fix.execute import STEP_TIMEOUT_S
-    from envdoctor.fix.snapshot import conda_inverse, conda_records
     from envdoctor.fix.tools import Refused, authorize
     from envdoctor.model import FixStep
     from envdoctor.process import run_bounded
+
+    text = " ".join(argv)
+    target = Target.from_report_target(journal.manifest["target"])
+    try:
+        run_argv = authorize(FixStep.command(tool, *argv), target)
+    except Refused as exc:
+        result.problems.append(f"step {number}: cannot run `{text}`: {exc}")
+        return text
+    run = run_bounded(run_argv, STEP_TIMEOUT_S)
+    if not run.ok:
+        result.problems.append(f"step {number}: `{text}` {run.describe_failure()}")
+        return text
+    result.restored.append(f"step {number}: ran `{text}`")
+    return None
+
+
+def _undo_conda(journal: Journal, record: dict[str, Any], target: Target, result: UndoResult) -> None:
+    """Reverse a conda step with the same tool: reinstall the records it changed, remove what it added."""
+    from envdoctor.fix.snapshot import conda_inverse, conda_records
 
     conda = record["conda"]
     commands = conda.get("inverse")
     if commands is None:  # interrupted: what conda-meta says now against what it said before
         commands = conda_inverse(record["argv"][0], str(target.prefix), conda["before"], conda_records(target.prefix))
     for argv in commands:
-        text = " ".join(argv)
-        try:
-            run_argv = authorize(FixStep.command(record["tool"], *argv), target)
-        except Refused as exc:
-            result.problems.append(f"step {record['step']}: cannot run `{text}`: {exc}")
-            continue
-        run = run_bounded(run_argv, STEP_TIMEOUT_S)
-        if run.ok:
-            result.restored.append(f"step {record['step']}: ran `{text}`")
-        else:
-            result.problems.append(f"step {record['step']}: `{text}` {run.describe_failure()}")
+        _run_inverse(record["tool"], argv, journal, result, record["step"])
 
 
 def _verify(journal: Journal, result: UndoResult) -> None:

@@ -54,3 +54,12 @@ def redact_tree(value: Any) -> Any:
     if isinstance(value, list):
         return [redact_tree(item) for item in value]
     return value
+
+
+_URL_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/@\s]*@")
+_URL_TOKEN = re.compile(r"/t/[^/\s]+")
+
+
+def redact_url(text: str) -> str:
+    """`text` with credentials a URL carries by shape removed: `user:pw@` and anaconda's `/t/<token>/`."""
+    return _URL_TOKEN.sub("/t/***", _URL_USERINFO.sub(r"\1***@", text))

@@ -2,17 +2,18 @@
 
 A pip venv where `pip install --ignore-installed` left two `numpy` dist-infos
 (a tiny made-up numpy built here, not the real one) and a uv venv with a
-missing requirement. The checks are the real engine on fresh facts; until the
-PKG rules emit `fix_steps` on main, the steps are built here from the real
-finding's evidence (`with_steps`), exactly as the rule's printed fix reads.
+missing requirement. The checks are the real engine on fresh facts and the
+steps are the ones the PKG rules emit (`fix_steps`); the `envdoctor fix`
+command runs as a user runs it (a child process, stdin not a terminal). Tests
+of the journal's corner cases give their own steps (`replacing_steps`).
 """
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import io
 import json
 import os
+import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -23,7 +24,7 @@ import pytest
 from envdoctor.config import Config
 from envdoctor.engine import run_check
 from envdoctor.fix import command
-from envdoctor.fix.execute import Executor, recheck
+from envdoctor.fix.execute import Executor
 from envdoctor.fix.journal import Journal
 from envdoctor.fix.plan import make_plan
 from envdoctor.fix.undo import undo_last
@@ -59,21 +60,11 @@ def check(prefix: Path, *rules: str) -> Report:
     return run_check(Config(prefix=str(prefix), no_loader=True, select=rules))
 
 
-def pkg002_steps(finding: Finding, python: str) -> tuple[FixStep, ...]:
-    """PKG002's printed fix as steps: move the older dist-info aside, reinstall the kept one over it."""
-    ev = finding.evidence
-    keep = max(ev["versions"], key=lambda v: tuple(int(x) for x in v.split(".")))
-    strays = [p for p, v in zip(ev["paths"], ev["versions"]) if v != keep]
-    return (*(FixStep.file_move(p, p + ".disabled") for p in strays),
-            FixStep.command("pip", python, "-m", "pip", "install", "--force-reinstall", "--no-deps",
-                            f"{ev['package']}=={keep}"))
-
-
-def with_steps(rule: str, steps: Callable[[Finding], tuple[FixStep, ...]]) -> Callable[[Any], Report]:
-    """The real check, with `rule`'s findings carrying `steps` (until the rule emits them itself)."""
+def replacing_steps(rule: str, steps: Callable[[Finding], tuple[FixStep, ...]]) -> Callable[[Any], Report]:
+    """The real check, with `rule`'s findings carrying `steps` instead of the rule's own."""
     def checker(config: Any) -> Report:
         report = run_check(config)
-        report.findings = [dataclasses.replace(f, fix_steps=f.fix_steps or steps(f)) if f.rule == rule else f
+        report.findings = [dataclasses.replace(f, fix_steps=steps(f)) if f.rule == rule else f
                            for f in report.findings]
         return report
     return checker
@@ -85,83 +76,68 @@ def fix_args(prefix: Path, *rules: str, **flags: Any) -> argparse.Namespace:
     return argparse.Namespace(**{**base, **flags})
 
 
+def envdoctor(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    """The real command, stdin not a terminal, as CI or a script runs it."""
+    proc = subprocess.run([sys.executable, "-m", "envdoctor", *args], stdin=subprocess.DEVNULL, capture_output=True,
+                          text=True, env=env, timeout=600)
+    assert "Traceback" not in proc.stderr, proc.stderr
+    return proc
+
+
 def test_pkg002_fix_then_undo_on_a_real_pip_venv(tmp_path: Path, offline: dict[str, str]) -> None:
     venv = doubled_numpy_venv(tmp_path, offline)
     python = str(venv / "bin" / "python")
-    before = check(venv, "PKG002")
-    [finding] = before.by_rule("PKG002")
+    [finding] = check(venv, "PKG002").by_rule("PKG002")
     assert sorted(finding.evidence["versions"]) == ["1.26.4", "2.1.3"]
+    [old] = [p for p, v in zip(finding.evidence["paths"], finding.evidence["versions"]) if v == "1.26.4"]
+    assert [s.to_dict() for s in finding.fix_steps] == [
+        {"tool": "file", "move": old, "to": old + ".envdoctor-aside"},
+        {"tool": "pip", "argv": [python + "3", "-m", "pip", "install", "--force-reinstall", "--no-deps", "numpy==2.1.3"]}]
     pristine = tree_digest(venv)
 
-    report = dataclasses.replace(before, findings=[dataclasses.replace(finding, fix_steps=pkg002_steps(finding, python))])
-    plan = make_plan(report)
-    assert [s.skip for s in plan.steps] == [None, None]
-    assert plan.steps[1].argv == (python, "-m", "pip", "install", "--force-reinstall", "--no-deps", "numpy==2.1.3")
-    journal = Journal.create(dict(before.target))
-    results = Executor(plan, journal).run()
-    assert [r.status for r in results] == ["done", "done"], results
+    dry = envdoctor(offline, "fix", "--prefix", str(venv), "--select", "PKG002", "--dry-run")
+    assert dry.returncode == 0 and "dry run: nothing was changed" in dry.stdout
+    assert "numpy-1.26.4.dist-info.envdoctor-aside" in dry.stdout
+    assert tree_digest(venv) == pristine
+    refused = envdoctor(offline, "fix", "--prefix", str(venv), "--select", "PKG002")
+    assert refused.returncode == 2 and "pass --yes" in refused.stderr + refused.stdout
+    assert tree_digest(venv) == pristine
+    assert not (tmp_path / "cache" / "envdoctor" / "journal").exists()
 
-    outcome = recheck(Config(prefix=str(venv), no_loader=True), plan, before, run_check)
-    assert [f.rule for f in outcome.fixed] == ["PKG002"] and outcome.remaining == [] and outcome.new == []
+    done = envdoctor(offline, "fix", "--prefix", str(venv), "--select", "PKG002", "--yes", "--format", "json")
+    assert done.returncode == 0, done.stdout + done.stderr
+    result = json.loads(done.stdout)
+    assert [r["status"] for r in result["results"]] == ["done", "done"]
+    assert [f["rule"] for f in result["outcome"]["fixed"]] == ["PKG002"]
+    assert result["outcome"]["remaining"] == [] and result["outcome"]["new"] == []
     assert check(venv, "PKG002").by_rule("PKG002") == []
     assert run_ok([python, "-c", "import numpy; print(numpy.__version__)"], offline).strip() == "2.1.3"
     run_ok([python, "-m", "pip", "check"], offline)
-    manifest = json.loads((journal.path / "manifest.json").read_text())
+    journal = Path(result["journal"])
+    assert journal.parent == tmp_path / "cache" / "envdoctor" / "journal"
+    manifest = json.loads((journal / "manifest.json").read_text())
     assert manifest["status"] == "finished"
     moved = manifest["steps"][0]["moved"]
-    assert moved["from"].endswith("numpy-1.26.4.dist-info") and "METADATA" in moved["tree"]
+    assert moved["from"] == old and "METADATA" in moved["tree"]
     package = manifest["steps"][1]["package"]
-    assert package["distributions"][0]["name"] == "numpy" and package["distributions"][0]["version"] == "2.1.3"
+    assert [(d["name"], d["version"]) for d in package["distributions"]] == [("numpy", "2.1.3")]
     assert any(p.endswith("numpy/__init__.py") for p in package["files_before"])
-    assert package["inverse"][0][-1].startswith("numpy @ file://")  # reinstall from the wheel it came from
+    new_wheel = next(Path(offline["PIP_FIND_LINKS"]).glob("numpy-2.1.3-*.whl"))
+    assert package["inverse"] == [[python + "3", "-m", "pip", "install", "--no-deps", "--force-reinstall",
+                                   f"numpy @ {new_wheel.as_uri()}"]]  # the version and source it came from
     assert tree_digest(venv) != pristine
 
-    undone = undo_last()
-    assert undone.exit_code == 0, undone
+    undone = envdoctor(offline, "fix", "--undo", "--format", "json")
+    assert undone.returncode == 0 and json.loads(undone.stdout)["problems"] == [], undone.stdout
     assert tree_digest(venv) == pristine
     assert len(check(venv, "PKG002").by_rule("PKG002")) == 1  # the doubled state is back, as it was
-    assert Journal.latest() is None  # undone journals are not undone twice
-
-
-def test_fix_command_end_to_end_and_undo(tmp_path: Path, offline: dict[str, str],
-                                         capsys: pytest.CaptureFixture[str]) -> None:
-    venv = doubled_numpy_venv(tmp_path, offline)
-    python = str(venv / "bin" / "python")
-    pristine = tree_digest(venv)
-    checker = with_steps("PKG002", lambda f: pkg002_steps(f, python))
-
-    assert command.run(fix_args(venv, "PKG002", dry_run=True), checker) == 0
-    dry = json.loads(capsys.readouterr().out)
-    assert dry["dry_run"] is True and dry["journal"] is None and dry["results"] == []
-    assert [s["action"] for s in dry["plan"]["steps"]] == ["run", "run"]
-    assert tree_digest(venv) == pristine
-
-    sys_stdin = sys.stdin
-    try:
-        sys.stdin = io.StringIO("y\n")  # not a terminal: refuse, whatever it holds
-        assert command.run(fix_args(venv, "PKG002"), checker) == 2
-    finally:
-        sys.stdin = sys_stdin
-    refused = json.loads(capsys.readouterr().out)
-    assert "pass --yes" in refused["message"] and refused["journal"] is None
-    assert tree_digest(venv) == pristine
-
-    assert command.run(fix_args(venv, "PKG002", yes=True), checker) == 0
-    done = json.loads(capsys.readouterr().out)
-    assert [r["status"] for r in done["results"]] == ["done", "done"]
-    assert [f["rule"] for f in done["outcome"]["fixed"]] == ["PKG002"] and done["outcome"]["remaining"] == []
-    assert Path(done["journal"]).parent == tmp_path / "cache" / "envdoctor" / "journal"
-
-    assert command.run(fix_args(venv, undo=True)) == 0
-    assert json.loads(capsys.readouterr().out)["exit_code"] == 0
-    assert tree_digest(venv) == pristine
+    again = envdoctor(offline, "fix", "--undo")
+    assert again.returncode == 2 and "no fix to undo" in again.stdout  # an undone journal is not undone twice
 
 
 def test_undo_refuses_a_path_changed_since_and_changes_nothing(tmp_path: Path, offline: dict[str, str]) -> None:
     venv = doubled_numpy_venv(tmp_path, offline)
-    python = str(venv / "bin" / "python")
-    checker = with_steps("PKG002", lambda f: pkg002_steps(f, python))
-    assert command.run(fix_args(venv, "PKG002", yes=True, format="text"), checker) == 0
+    assert envdoctor(offline, "fix", "--prefix", str(venv), "--select", "PKG002", "--yes").returncode == 0
     [init] = venv.glob("lib/python*/site-packages/numpy/__init__.py")
     init.write_text("__version__ = 'edited by the user'\n")
     after_edit = tree_digest(venv)
@@ -185,26 +161,28 @@ def test_pkg003_in_a_uv_venv_is_cleared_with_uv(tmp_path: Path, offline: dict[st
     venv = uv_venv_with_missing_requirement(tmp_path, offline)
     [finding] = check(venv, "PKG003").by_rule("PKG003")
     assert finding.evidence["dependency"] == "urllib3" and finding.evidence["problem"] == "missing"
+    assert [s.to_dict() for s in finding.fix_steps] == [
+        {"tool": "uv", "argv": ["uv", "pip", "install", "--python", str(venv), "urllib3<3,>=1.21.1"]}]
     pristine = tree_digest(venv)
 
-    def uv_steps(f: Finding) -> tuple[FixStep, ...]:
-        return (FixStep.command("uv", "uv", "pip", "install", "--python", str(venv), f.evidence["requirement"]),)
-
+    # A pip step in a venv uv made (it has no pip) is refused, never improvised into something else.
     pip_step = (FixStep.command("pip", str(venv / "bin" / "python"), "-m", "pip", "install", "urllib3"),)
-    assert command.run(fix_args(venv, "PKG003", dry_run=True), with_steps("PKG003", lambda f: pip_step)) == 2
+    assert command.run(fix_args(venv, "PKG003", yes=True), replacing_steps("PKG003", lambda f: pip_step)) == 2
     refused = json.loads(capsys.readouterr().out)
-    assert "pip is not installed" in refused["plan"]["steps"][0]["reason"]
+    assert "pip is not installed" in refused["plan"]["steps"][0]["reason"] and refused["results"] == []
+    assert tree_digest(venv) == pristine
 
-    assert command.run(fix_args(venv, "PKG003", yes=True), with_steps("PKG003", uv_steps)) == 0
-    done = json.loads(capsys.readouterr().out)
-    assert done["plan"]["steps"][0]["run_argv"][0] == uv_executable()
-    assert [f["rule"] for f in done["outcome"]["fixed"]] == ["PKG003"], done
+    done = envdoctor(offline, "fix", "--prefix", str(venv), "--select", "PKG003", "--yes", "--format", "json")
+    assert done.returncode == 0, done.stdout + done.stderr
+    result = json.loads(done.stdout)
+    assert result["plan"]["steps"][0]["run_argv"] == [uv_executable(), "pip", "install", "--python", str(venv),
+                                                      "urllib3<3,>=1.21.1"]
+    assert [f["rule"] for f in result["outcome"]["fixed"]] == ["PKG003"], result
     assert check(venv, "PKG003").by_rule("PKG003") == []
     urllib3 = next(venv.glob("lib/python*/site-packages/urllib3-2.2.3.dist-info"))
     assert (urllib3 / "INSTALLER").read_text().strip() == "uv"
 
-    assert command.run(fix_args(venv, undo=True)) == 0
-    capsys.readouterr()
+    assert envdoctor(offline, "fix", "--undo").returncode == 0
     assert tree_digest(venv) == pristine
 
 
@@ -220,7 +198,7 @@ def test_undo_after_a_step_recreated_the_path_a_move_vacated(tmp_path: Path, off
     [old] = [p for p, v in zip(finding.evidence["paths"], finding.evidence["versions"]) if v == "1.26.4"]
     steps = (FixStep.file_move(old, old + ".envdoctor-aside"),
              FixStep.command("pip", python, "-m", "pip", "install", "--force-reinstall", "--no-deps", "numpy==1.26.4"))
-    assert command.run(fix_args(venv, "PKG002", yes=True, format="text"), with_steps("PKG002", lambda f: steps)) == 0
+    assert command.run(fix_args(venv, "PKG002", yes=True, format="text"), replacing_steps("PKG002", lambda f: steps)) == 0
     assert Path(old).is_dir() and Path(old + ".envdoctor-aside").is_dir()
     assert run_ok([python, "-c", "import numpy; print(numpy.__version__)"], offline).strip() == "1.26.4"
     undone = undo_last()
@@ -234,21 +212,19 @@ def test_an_interrupted_fix_is_undone_from_what_the_journal_saved(tmp_path: Path
     import envdoctor.process
 
     venv = doubled_numpy_venv(tmp_path, offline)
-    python = str(venv / "bin" / "python")
     pristine = tree_digest(venv)
     saved: list[bytes] = []
     real_run = envdoctor.process.run_bounded
 
     def run_and_remember(argv: Any, timeout: float, **kw: Any) -> Any:
-        if argv[1:3] == ("-m", "pip") and "install" in argv:
+        if list(argv[1:4]) == ["-m", "pip", "install"] and "--dry-run" not in argv:
             journal = Journal.latest()
             assert journal is not None
             saved.append((journal.path / "manifest.json").read_bytes())
         return real_run(argv, timeout, **kw)
 
     monkeypatch.setattr(envdoctor.process, "run_bounded", run_and_remember)
-    assert command.run(fix_args(venv, "PKG002", yes=True, format="text"),
-                       with_steps("PKG002", lambda f: pkg002_steps(f, python))) == 0
+    assert command.run(fix_args(venv, "PKG002", yes=True, format="text")) == 0
     journal = Journal.latest()
     assert journal is not None and len(saved) == 1
     (journal.path / "manifest.json").write_bytes(saved[0])  # killed while pip ran

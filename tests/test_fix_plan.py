@@ -213,9 +213,21 @@ def test_a_refused_step_blocks_the_rest_of_its_fix_and_duplicates_run_once(conda
     plan = make_plan(report_for(target, (outside, reinstall), (reinstall,), (reinstall,)), env)
     assert [s.number for s in plan.steps] == [1, 2, 3, 4]
     assert "outside the prefix" in plan.steps[0].skip
-    assert plan.steps[1].skip == "an earlier step of this fix cannot run (step 1)"
+    assert plan.steps[1].skip == "another step of this fix cannot run (step 1)"
     assert plan.steps[2].skip is None  # the second finding's own, identical step still runs, once
     assert plan.steps[3].skip == "same as step 3"
+
+
+def test_a_refused_later_step_also_holds_back_the_earlier_ones(conda_prefix: Path, tmp_path: Path) -> None:
+    """pip uninstall then conda reinstall, without conda: running the uninstall alone would be half a fix."""
+    target = {"prefix": str(conda_prefix), "kind": "conda"}
+    (conda_prefix / "bin" / "python3").symlink_to(sys.executable)
+    uninstall = FixStep.command("pip", str(conda_prefix / "bin" / "python3"), "-m", "pip", "uninstall", "-y", "numpy")
+    reinstall = FixStep.command("conda", "conda", "install", "-p", str(conda_prefix), "--force-reinstall", "numpy=1.26.4")
+    plan = make_plan(report_for(target, (uninstall, reinstall)), {"PATH": str(tmp_path / "empty")})
+    assert [s.skip for s in plan.steps] == ["another step of this fix cannot run (step 2)",
+                                            "conda is not on PATH or in the prefix"]
+    assert plan.runnable == []
 
 
 def test_package_arguments_and_inverse_commands(tmp_path: Path) -> None:

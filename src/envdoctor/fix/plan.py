@@ -3,14 +3,15 @@
 Each finding with `fix_steps` contributes its steps in order; each step is
 authorized against the target (envdoctor.fix.tools) or marked skipped with
 the reason. A finding's steps stand or fall together: when one cannot run,
-the later ones of the same finding are skipped too, since half a fix (an
-uninstall without its reinstall) leaves things worse. A step identical to
-one already planned runs once.
+the other ones of the same finding are skipped too, since half a fix (an
+uninstall without its reinstall) leaves things worse, so none of them runs
+(earlier ones included). A step identical to one already planned runs once.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -81,28 +82,35 @@ def make_plan(report: Report, environ: Mapping[str, str] | None = None) -> Plan:
             plan.without_steps.append(finding)
             continue
         plan.planned.append(finding)
-        blocked: str | None = None
-        ensured: set[str] = set()  # interpreters an earlier step gives pip (`python -m ensurepip`)
-        for step in finding.fix_steps:
-            number = len(plan.steps) + 1
-            if step in seen:
-                plan.steps.append(PlannedStep(number, finding.rule, finding.message, step,
-                                              skip=f"same as step {seen[step]}"))
-                continue
-            argv: tuple[str, ...] = ()
-            reason = f"an earlier step of this fix cannot run ({blocked})" if blocked else None
-            if reason is None:
-                try:
-                    if step.argv:
-                        argv = authorize(step, target, environ, pip_coming=step.argv[0] in ensured)
-                        if step.tool == "pip" and list(step.argv[1:3]) == ["-m", "ensurepip"]:
-                            ensured.add(step.argv[0])
-                    else:
-                        authorize_move(step, target)
-                except Refused as exc:
-                    reason = str(exc)
-                    blocked = f"step {number}"
-            if reason is None:
-                seen[step] = number
-            plan.steps.append(PlannedStep(number, finding.rule, finding.message, step, argv, reason))
+        first = len(plan.steps) + 1
+        steps = list(_authorize_fix(finding, first, target, environ, seen))
+        refused = next((s.number for s in steps if s.skip and not s.skip.startswith("same as")), None)
+        for planned in steps:
+            if refused is not None and planned.skip is None:
+                planned = dataclasses.replace(planned, argv=(), skip=f"another step of this fix cannot run (step {refused})")
+            elif refused is None and planned.skip is None:
+                seen[planned.step] = planned.number
+            plan.steps.append(planned)
     return plan
+
+
+def _authorize_fix(finding: Finding, first: int, target: Target, environ: Mapping[str, str],
+                   seen: Mapping[FixStep, int]) -> Iterator[PlannedStep]:
+    """One finding's steps, each authorized on its own (a step already planned runs once)."""
+    ensured: set[str] = set()  # interpreters an earlier step gives pip (`python -m ensurepip`)
+    for number, step in enumerate(finding.fix_steps, start=first):
+        if step in seen:
+            yield PlannedStep(number, finding.rule, finding.message, step, skip=f"same as step {seen[step]}")
+            continue
+        try:
+            if step.argv:
+                argv = authorize(step, target, environ, pip_coming=step.argv[0] in ensured)
+                if step.tool == "pip" and list(step.argv[1:3]) == ["-m", "ensurepip"]:
+                    ensured.add(step.argv[0])
+            else:
+                authorize_move(step, target)
+                argv = ()
+        except Refused as exc:
+            yield PlannedStep(number, finding.rule, finding.message, step, skip=str(exc))
+            continue
+        yield PlannedStep(number, finding.rule, finding.message, step, argv)

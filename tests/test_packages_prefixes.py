@@ -379,15 +379,17 @@ def test_venv_without_conda_meta(conda_world: World, tmp_path: Path) -> None:
     assert pkg003["numpy"]["evidence"] == {"package": "trainkit", "version": "1.0", "requirement": "numpy>=2",
                                            "dependency": "numpy", "installed_version": "1.26.4",
                                            "problem": "out-of-range", "owner": "pip", "dependency_owner": "pip"}
-    assert pkg003["numpy"]["fix"] == f"{broken}/bin/python3 -m pip install 'numpy>=2'"
-    assert pkg003["numpy"]["fix_steps"] == [
-        {"tool": "pip", "argv": [f"{broken}/bin/python3", "-m", "pip", "install", "numpy>=2"]}]
+    # The venv has no pip (made --without-pip): ensurepip first, never a bare `-m pip` that cannot run.
+    python = f"{broken}/bin/python3"
+    assert pkg003["numpy"]["fix"] == f"{python} -m ensurepip && {python} -m pip install 'numpy>=2'"
+    assert pkg003["numpy"]["fix_steps"] == [{"tool": "pip", "argv": [python, "-m", "ensurepip"]},
+                                            {"tool": "pip", "argv": [python, "-m", "pip", "install", "numpy>=2"]}]
     assert pkg003["missingdep"]["evidence"]["problem"] == "missing"
     ev = only(report, "PKG004")["evidence"]
     assert ev["clash"] == "opencv" and ev["keep"] == "opencv-python-headless"
     assert only(report, "PKG004")["fix"] == (
-        f"{broken}/bin/python3 -m pip uninstall -y opencv-python && {broken}/bin/python3 -m pip install "
-        "--force-reinstall --no-deps opencv-python-headless==4.9.0.80")
+        f"{python} -m ensurepip && {python} -m pip uninstall -y opencv-python && "
+        f"{python} -m pip install --force-reinstall --no-deps opencv-python-headless==4.9.0.80")
 
 
 def test_pixi_style_prefix(conda_world: World, tmp_path: Path) -> None:

@@ -16,19 +16,23 @@ from typing import Any
 EXIT_OK, EXIT_REMAIN, EXIT_NOTHING = 0, 1, 2
 
 
+#: The checking settings `fix` takes, declared once in envdoctor.config.
+FIX_SETTINGS = ("prefix", "env_name", "select", "ignore")
+
+
 def add_parser(sub: Any) -> None:
-    """The `fix` subcommand's options (called by envdoctor.cli.build_parser)."""
+    """The `fix` subcommand (called by envdoctor.cli.build_parser)."""
+    from envdoctor.config import add_arguments
+
     fix = sub.add_parser("fix", help="apply the fixes of the current findings, re-check, journal for undo",
                          description="Plan from a fresh static check, run each finding's fix steps with the tool "
                                      "that owns the files, move removed files into a journal, then check again.")
-    fix.add_argument("--prefix", metavar="PATH", help="fix the conda env, venv or pixi env at PATH")
-    fix.add_argument("-n", "--name", dest="env_name", metavar="NAME", help="fix the conda env called NAME")
-    fix.add_argument("--select", nargs="+", metavar="RULE", help="fix only these rules or families")
-    fix.add_argument("--ignore", nargs="+", metavar="RULE", help="leave these rules or families alone")
+    add_arguments(fix, names=FIX_SETTINGS)
     fix.add_argument("--dry-run", action="store_true", help="print the plan and change nothing")
     fix.add_argument("--yes", "-y", action="store_true", help="run the plan without asking")
     fix.add_argument("--undo", action="store_true", help="put back what the last fix changed, byte for byte")
     fix.add_argument("--format", choices=("text", "json"), default="text", help="output format (default: text)")
+    fix.set_defaults(handler=run)
 
 
 def _say(lines: list[str], fmt: str) -> None:
@@ -80,15 +84,14 @@ def _run(args: argparse.Namespace, check: Callable[[Any], Any] | None) -> int:
 
 
 def _fix(args: argparse.Namespace, run_check: Callable[[Any], Any]) -> int:
-    from envdoctor.config import load_config
+    from envdoctor.config import load_config, settings_from_args
     from envdoctor.fix import render
     from envdoctor.fix.execute import Executor, recheck
     from envdoctor.fix.journal import Journal
     from envdoctor.fix.plan import make_plan
 
-    config = load_config({"prefix": args.prefix, "env_name": args.env_name, "no_loader": True,
-                          "select": tuple(args.select) if args.select else None,
-                          "ignore": tuple(args.ignore) if args.ignore else None}, defaults={"format": "text"})
+    given = {k: v for k, v in settings_from_args(args).items() if k in FIX_SETTINGS}
+    config = load_config(given, defaults={"format": "text"})
     config = config.with_overrides(no_loader=True, distributed=False, format="text", scripts=())
     before = run_check(config)
     plan = make_plan(before)

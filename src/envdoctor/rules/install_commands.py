@@ -94,7 +94,15 @@ class Fix:
 
 
 def fix_of(*parts: Command | Move, note: str = "") -> Fix:
-    """The steps run in order, stopping at the first that fails (`&&`), with a comment."""
+    """The steps run in order, stopping at the first that fails (`&&`), with a comment.
+
+    A command already in the fix is not repeated (two pip steps of a venv without
+    pip each start with the same `ensurepip`)."""
+    unique: list[Command | Move] = []
+    for part in parts:
+        if part not in unique:
+            unique.append(part)
+    parts = tuple(unique)
     text = " && ".join(part.text for part in parts)
     return Fix(text + (f"   # {note}" if note else ""), tuple(part.step() for part in parts))
 

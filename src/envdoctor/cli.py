@@ -70,6 +70,10 @@ def build_parser() -> argparse.ArgumentParser:
     compare.add_argument("reports", nargs="+", metavar="REPORT", help="JSON reports, or folders holding them")
     add_arguments(compare, names=("format", "output", "fail_on"))
     compare.set_defaults(handler=_cmd_compare)
+
+    from envdoctor.fix.command import add_parser as add_fix_parser
+
+    add_fix_parser(sub)
     return parser
 
 

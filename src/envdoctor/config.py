@@ -50,6 +50,8 @@ class Config:
     distributed_timeout: float = 120.0
     #: Filled in by preflight(): the user's own DataLoader object.
     loader_object: Any = None
+    #: Filled in by preflight(): training processes on this node that share its usable CPUs.
+    procs_per_node: int = 1
     #: Where the settings file was read from, if any.
     config_file: str | None = None
 
@@ -97,6 +99,8 @@ def validate(config: Config) -> Config:
         raise ConfigError(f"budget must be a positive number of seconds, not {config.budget}")
     if config.distributed_timeout <= 0:
         raise ConfigError(f"distributed_timeout must be a positive number of seconds, not {config.distributed_timeout}")
+    if config.procs_per_node < 1:
+        raise ConfigError(f"procs_per_node must be a whole number of at least 1, not {config.procs_per_node}")
     if config.step_time is not None and config.step_time <= 0:
         raise ConfigError(f"step_time must be a positive number of seconds, not {config.step_time}")
     return config

@@ -39,6 +39,7 @@ class LoaderFacts(TypedDict, total=False):
     non_tensor_types: Any
     persistent: Any
     pickle: Any
+    procs_per_node: Any
     recommendation: Any
     runner: Any
     runs: Any
@@ -65,7 +66,9 @@ def gather_loader(facts: Any) -> dict[str, Any] | None:
     if config.no_loader:
         return None
     system = facts.get("system") or {}
-    usable = (system.get("cpu") or {}).get("usable") or 1
+    node_usable = (system.get("cpu") or {}).get("usable") or 1
+    # Processes training on one node (DDP: one per device) share its CPUs; each gets its share.
+    usable = max(1, node_usable // config.procs_per_node)
     available = (system.get("memory") or {}).get("effective_available")
     source, objects, description = choose_source(config)
     section = empty_section(description)
@@ -73,6 +76,7 @@ def gather_loader(facts: Any) -> dict[str, Any] | None:
     section["source"] = {"kind": source["kind"]}
     section["budget_s"] = config.budget
     section["step_time_s"] = config.step_time
+    section["procs_per_node"] = config.procs_per_node
     plan: dict[str, Any] = {
         "budget_s": config.budget,
         "budget_left_s": max(1.0, config.budget - STAGE_OVERHEAD_S),

@@ -86,6 +86,8 @@ def build_parser() -> argparse.ArgumentParser:
     compare.add_argument("--json", action="store_const", const="json", dest="format")
     compare.add_argument("--output", "-o", metavar="FILE")
     compare.add_argument("--fail-on", choices=("error", "warning", "info", "never"), default="error")
+
+    sub.add_parser("mcp", help="serve the checks as tools for AI coding agents (Model Context Protocol, stdio)")
     return parser
 
 
@@ -262,6 +264,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return EXIT_OK
         if args.command == "compare":
             return _cmd_compare(args)
+        if args.command == "mcp":
+            from envdoctor.mcp_server import serve
+
+            return serve()
         return _cmd_check(args, "json" if args.command == "report" else "text")
     except (UsageError, ConfigError, TargetError, CatalogError) as exc:
         print(f"envdoctor: error: {exc}", file=sys.stderr)

@@ -20,7 +20,7 @@ from envdoctor.integrations.lightning import PreflightCallback  # noqa: E402  (i
 
 pytestmark = pytest.mark.slow
 
-HEADER = "envdoctor preflight [lightning]: profiled the train loader"
+HEADER = "envdoctor preflight [lightning] on local rank 0: profiled the train loader"
 
 
 class LightningPairs(Dataset):
@@ -81,7 +81,7 @@ def test_fit_profiles_its_own_train_loader_once(capfd: pytest.CaptureFixture[str
     err = capfd.readouterr().err
     assert err.count(HEADER) == 1, err
     (line,) = [ln for ln in err.splitlines() if ln.startswith(HEADER)]
-    assert "DataLoader(LightningPairs, batch_size=6, num_workers=0), 96 samples" in line
+    assert "DataLoader(LightningPairs, batch_size=6, num_workers=0), 96 samples; " in line
     node_cpus = callback.report.facts["system"]["cpu"]["usable"]
     assert f"1 training process(es) share this node's {node_cpus} usable CPU(s): {node_cpus} each" in line
     assert "envdoctor preflight: " in err and "loader: bottleneck" in err

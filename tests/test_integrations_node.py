@@ -13,7 +13,7 @@ import pytest
 from torch.utils.data import DataLoader, Dataset
 
 import torch
-from envdoctor.integrations.node import NodePreflight
+from envdoctor.integrations.node import NodePreflight, first_dataloader
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -41,6 +41,14 @@ def test_only_local_rank_0_runs_and_only_once(capfd: pytest.CaptureFixture[str])
     assert "envdoctor preflight" not in capfd.readouterr().err
 
 
+def test_the_first_dataloader_is_found_in_what_a_trainer_holds() -> None:
+    first, second = DataLoader(Squares(), batch_size=2), DataLoader(Squares(), batch_size=3)
+    assert first_dataloader(first) is first
+    assert first_dataloader({"a": first, "b": second}) is first
+    assert first_dataloader([[], (None, second)]) is second
+    assert first_dataloader(range(3)) is None and first_dataloader(None) is None
+
+
 @pytest.mark.parametrize("bad", [{"fail_on": "fatal"}, {"budget_s": 0}])
 def test_bad_settings_are_refused_when_the_callback_is_made(bad: dict) -> None:
     with pytest.raises(ValueError, match=next(iter(bad))):
@@ -57,8 +65,8 @@ def test_the_node_cpus_are_shared_by_its_processes(capfd: pytest.CaptureFixture[
     assert report.loader["procs_per_node"] == 2
     assert report.loader["usable_cpus"] == max(1, node_cpus // 2)
     line = capfd.readouterr().err.splitlines()[0]
-    assert line == ("envdoctor preflight [test]: profiled the train loader DataLoader(Squares, batch_size=8, "
-                    f"num_workers=0), 64 samples on local rank 0; 2 training process(es) share this node's "
+    assert line == ("envdoctor preflight [test] on local rank 0: profiled the train loader DataLoader(Squares, "
+                    "batch_size=8, num_workers=0), 64 samples; 2 training process(es) share this node's "
                     f"{node_cpus} usable CPU(s): {max(1, node_cpus // 2)} each")
 
 

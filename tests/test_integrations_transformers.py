@@ -27,7 +27,7 @@ from envdoctor.integrations.transformers import (  # noqa: E402  (it imports tra
 
 pytestmark = pytest.mark.slow
 
-HEADER = "envdoctor preflight [transformers]: profiled the train loader"
+HEADER = "envdoctor preflight [transformers] on local rank 0: profiled the train loader"
 
 
 class TokenRecords(Dataset):
@@ -96,7 +96,7 @@ def test_train_profiles_its_own_train_loader_once(tmp_path, capfd: pytest.Captur
     err = capfd.readouterr().err
     assert err.count(HEADER) == 1, err
     (line,) = [ln for ln in err.splitlines() if ln.startswith(HEADER)]
-    assert "DataLoader(TokenRecords, batch_size=5, num_workers=0), 40 samples" in line
+    assert "DataLoader(TokenRecords, batch_size=5, num_workers=0), 40 samples; " in line
     node_cpus = callback.report.facts["system"]["cpu"]["usable"]
     assert f"1 training process(es) share this node's {node_cpus} usable CPU(s): {node_cpus} each" in line
 

@@ -75,7 +75,7 @@ class NodePreflight:
                            select=self.select, ignore=self.ignore, quiet=True, procs_per_node=procs)
         self.report = report
         out = stream or sys.stderr
-        print(describe_run(report, framework, procs), file=out)
+        print(describe_run(report, framework, procs, own_loader=loader is not None), file=out)
         print(preflight_summary(report), file=out, flush=True)
         if report.exit_code(self.fail_on):
             raise PreflightError(report, self.fail_on)
@@ -87,15 +87,18 @@ class NodePreflight:
         return report
 
 
-def describe_run(report: Report, framework: str, procs_per_node: int) -> str:
+def describe_run(report: Report, framework: str, procs_per_node: int, own_loader: bool = True) -> str:
     """The line that says which loader was profiled, for whom, and with how many CPUs."""
     loader = report.loader or {}
-    what = loader.get("dataset") or "no DataLoader"
-    if loader.get("length") is not None:
-        what += f", {loader['length']} samples"
+    if own_loader:
+        what = f"profiled the train loader {loader.get('dataset')}"
+        if loader.get("length") is not None:
+            what += f", {loader['length']} samples"
+    else:
+        what = f"the trainer holds no torch DataLoader; profiled {loader.get('dataset')} instead"
     node_cpus = report.facts.get("system", {}).get("cpu", {}).get("usable")
     share = loader.get("usable_cpus")
-    return (f"envdoctor preflight [{framework}]: profiled the train loader {what} on local rank 0; "
+    return (f"envdoctor preflight [{framework}] on local rank 0: {what}; "
             f"{procs_per_node} training process(es) share this node's {node_cpus} usable CPU(s): {share} each")
 
 

@@ -7,6 +7,9 @@ DataLoader (its dataset class, length and batch size), profiled once, before the
 from __future__ import annotations
 
 import os
+import re
+import subprocess
+import sys
 
 import pytest
 from torch.utils.data import Dataset
@@ -127,3 +130,80 @@ def test_processes_on_this_node_come_from_local_world_size(monkeypatch: pytest.M
     assert processes_on_this_node(Args()) == 4
     monkeypatch.delenv("LOCAL_WORLD_SIZE")
     assert processes_on_this_node(Args()) == 8
+
+
+TORCHRUN_SCRIPT = '''
+import os
+import sys
+
+import torch
+import transformers
+from torch.utils.data import Dataset
+
+from envdoctor.integrations.transformers import PreflightCallback
+
+
+class TokenRecords(Dataset):
+    def __init__(self, missing):
+        self.missing = missing  # every record missing, as with an unmounted data volume
+
+    def __len__(self):
+        return 10
+
+    def __getitem__(self, index):
+        if self.missing:
+            raise KeyError(f"no record {index}")
+        ids = (torch.arange(12) * (index + 1)) % 60 + 2
+        return {"input_ids": ids, "attention_mask": torch.ones(12, dtype=torch.long), "labels": torch.tensor(index % 2)}
+
+
+def main():
+    missing = sys.argv[2:] == ["missing"]
+    config = transformers.BertConfig(vocab_size=64, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                                     intermediate_size=32, max_position_embeddings=16, num_labels=2)
+    args = transformers.TrainingArguments(output_dir=sys.argv[1], max_steps=2, per_device_train_batch_size=5,
+                                          use_cpu=True, report_to=[], save_strategy="no", logging_strategy="no",
+                                          disable_tqdm=True)
+    trainer = transformers.Trainer(model=transformers.BertForSequenceClassification(config), args=args,
+                                   train_dataset=TokenRecords(missing),
+                                   callbacks=[PreflightCallback(fail_on="error", budget_s=6, select=["DL"])])
+    trainer.train()
+    print(f"rank {os.environ['RANK']} trained {trainer.state.global_step} steps", flush=True)
+
+
+if __name__ == "__main__":
+    main()
+'''
+
+
+def _torchrun(tmp_path, *script_args: str) -> subprocess.CompletedProcess:
+    script = tmp_path / "train_hf.py"
+    script.write_text(TORCHRUN_SCRIPT)
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+               str(script), str(tmp_path / "out"), *script_args]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1"}
+    return subprocess.run(command, capture_output=True, text=True, timeout=400, env=env, cwd=tmp_path)
+
+
+def test_torchrun_profiles_once_per_node_with_the_cpus_shared(tmp_path) -> None:
+    """Two processes under torchrun (gloo on CPU): one profile, LOCAL_WORLD_SIZE=2 sharing the CPUs."""
+    done = _torchrun(tmp_path)
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output[-3000:]
+    assert output.count(HEADER) == 1, output[-3000:]
+    (line,) = [ln for ln in output.splitlines() if HEADER in ln]
+    assert "DataLoader(TokenRecords, batch_size=5, num_workers=0)" in line
+    shared = re.search(r"2 training process\(es\) share this node's (\d+) usable CPU\(s\): (\d+) each", line)
+    assert shared, line
+    assert int(shared.group(2)) == max(1, int(shared.group(1)) // 2)
+    assert "rank 0 trained 2 steps" in output and "rank 1 trained 2 steps" in output
+
+
+def test_torchrun_failure_on_local_rank_0_stops_both_processes(tmp_path) -> None:
+    done = _torchrun(tmp_path, "missing")
+    output = done.stdout + done.stderr
+    assert done.returncode != 0
+    assert output.count(HEADER) == 1, output[-3000:]
+    assert "error   DL006 dataset-failure: the dataset raised an exception at index" in output
+    assert "trained" not in output
+    assert re.search(r"PreflightError|PreflightStopped", output), output[-3000:]

@@ -22,20 +22,21 @@ pytestmark = pytest.mark.slow
 TOOLS = {"check", "loader", "explain", "list_rules", "compare"}
 
 
-def _server(cwd: Path) -> StdioServerParameters:
+def _server(cwd: Path, nofile: int | None = 256) -> StdioServerParameters:
     # `exec` keeps envdoctor mcp itself as the child the client talks to and stops.
-    return StdioServerParameters(command="bash", args=["-c", 'ulimit -n 256 && exec "$0" -m envdoctor mcp',
-                                                       sys.executable], cwd=str(cwd))
+    lower = f"ulimit -n {nofile} && " if nofile else ""
+    return StdioServerParameters(command="bash", args=["-c", f'{lower}exec "$0" -m envdoctor mcp', sys.executable],
+                                 cwd=str(cwd))
 
 
 def _text(result: Any) -> str:
     return "".join(getattr(block, "text", "") for block in result.content)
 
 
-def _session(cwd: Path, calls: list[tuple[str, dict[str, Any]]]) -> tuple[Any, list[Any]]:
+def _session(cwd: Path, calls: list[tuple[str, dict[str, Any]]], nofile: int | None = 256) -> tuple[Any, list[Any]]:
     """List the tools, then make `calls` in order, in one session with the server."""
     async def run() -> tuple[Any, list[Any]]:
-        async with mcp.Client(_server(cwd), read_timeout_seconds=300) as client:
+        async with mcp.Client(_server(cwd, nofile), read_timeout_seconds=300) as client:
             listing = await client.list_tools()
             results = [await client.call_tool(name, args) for name, args in calls]
             return listing, results
@@ -91,3 +92,31 @@ def test_compare_finds_the_node_whose_open_file_limit_differs(tmp_path: Path) ->
     assert drift["rule"] == "FLT005"
     assert drift["evidence"]["values"]["node-b"] == 256 and drift["evidence"]["odd_nodes"] == ["node-b"]
     assert missing.is_error and "absent.json" in _text(missing)
+
+
+def test_the_loader_tool_profiles_the_projects_own_dataset(tmp_path: Path) -> None:
+    """`dataset` names a factory in the project (the server's working directory), as on the command line."""
+    (tmp_path / "shapes.py").write_text(
+        "import torch\n"
+        "from torch.utils.data import Dataset\n\n\n"
+        "class Shapes(Dataset):\n"
+        "    def __len__(self):\n"
+        "        return 300\n\n"
+        "    def __getitem__(self, index):\n"
+        "        return torch.full((3, 8, 8), float(index))\n\n\n"
+        "def make():\n"
+        "    return Shapes(), {'batch_size': 10}\n")
+    (profiled, broken) = _session(tmp_path, [
+        ("loader", {"dataset": "shapes:make", "budget_s": 6}),
+        ("loader", {"dataset": "not-a-spec", "budget_s": 6}),
+    ], nofile=None)[1]
+    assert not profiled.is_error
+    report = profiled.structured_content
+    section = report["loader"]
+    assert section["dataset"] == "shapes:make (Shapes)" and section["source"] == {"kind": "factory"}
+    assert section["length"] == 300 and section["batch_size"] == 10
+    assert section["runs"] and section["runs"][0]["num_workers"] == 0 and section["runs"][0]["samples_per_s"] > 0
+    assert {f["rule"][:2] for f in report["findings"]} <= {"DL", "SP"}
+    assert not broken.is_error  # a bad spec is a finding about the dataset, not a failed call
+    (dl006,) = [f for f in broken.structured_content["findings"] if f["rule"] == "DL006"]
+    assert "MODULE:CALLABLE" in dl006["message"]

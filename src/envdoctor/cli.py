@@ -74,6 +74,9 @@ def build_parser() -> argparse.ArgumentParser:
     from envdoctor.fix.command import add_parser as add_fix_parser
 
     add_fix_parser(sub)
+
+    sub.add_parser("mcp", help="serve the checks as tools for AI coding agents (Model Context Protocol, stdio)"
+                   ).set_defaults(handler=_cmd_mcp)
     return parser
 
 
@@ -289,6 +292,12 @@ def _cmd_render(args: argparse.Namespace) -> int:
     report = load_report(args.report)
     emit(report, args.format, args.output, options=RenderOptions(verbose=args.verbose, against=args.against))
     return report.exit_code(args.fail_on)
+
+
+def _cmd_mcp(args: argparse.Namespace) -> int:
+    from envdoctor.mcp_server import serve
+
+    return serve()
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:

@@ -21,6 +21,8 @@ SYSTEM = {"cpu": {"count": 2, "affinity": 2, "usable": 2, "quota_cpus": None, "c
           "memory": {"effective_available": 16 * 1024**3, "cgroup_limit": None},
           "limits": {"nofile": {"soft": 65536, "hard": 65536}},
           "shm": {"path": "/dev/shm", "total": 8 * 1024**3, "free": 8 * 1024**3}}
+#: The environment the recorded sections were measured in (the engine resolves the target first).
+TARGET = {"kind": "venv", "prefix": "/env", "interpreter": "/env/bin/python", "python": "3.11.7"}
 
 
 def run(nw: int, rate: float, first: float = 0.05, **extra: Any) -> dict[str, Any]:
@@ -52,7 +54,7 @@ def judged(data: dict[str, Any], step_time: float | None = None, usable: int = 2
 
 def findings_of(data: dict[str, Any], rule: str, step_time: float | None = None) -> list[Any]:
     config = Config(select=(rule,), step_time=step_time)
-    facts = Facts.from_dict({"loader": data, "system": SYSTEM}, config)
+    facts = Facts.from_dict({"loader": data, "system": SYSTEM, "target": TARGET}, config)
     report = run_check(config, facts=facts)
     assert not report.errors, report.errors
     return report.by_rule(rule)
@@ -269,7 +271,7 @@ def test_spw003_quiet_when_everything_pickles() -> None:
 def test_rules_quiet_without_loader_section() -> None:
     for rule in ("DL001", "DL002", "DL003", "DL004", "DL005", "DL006", "SPW003"):
         config = Config(select=(rule,), no_loader=True, step_time=0.1)
-        facts = Facts.from_dict({"system": SYSTEM}, config)
+        facts = Facts.from_dict({"system": SYSTEM, "target": TARGET}, config)
         report = run_check(config, facts=facts)
         assert report.findings == [] and report.errors == []
 

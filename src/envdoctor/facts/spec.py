@@ -121,7 +121,7 @@ def parse_environment_yml(text: str, path: Path | None = None) -> dict[str, Any]
         item = _unquote(stripped[1:].strip())
         if in_pip and indent > pip_indent:
             if path is not None and _is_include(item):
-                _include(result, item, number, path.parent, 0)
+                _include(result, item, number, path.parent, 0, {path.resolve()})
             else:
                 _add_pip(result, item, number)
             continue

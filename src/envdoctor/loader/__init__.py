@@ -256,7 +256,7 @@ def _failure_from_outcome(outcome: StageRun, section: dict[str, Any]) -> dict[st
     base = {"index": index, "num_workers": workers if phase == "run" else (0 if phase == "getitem" else None),
             "where": "__getitem__" if phase in ("getitem", "run") else phase, "exception": None, "signal": None}
     if outcome.killed_for == "memory":
-        from envdoctor.rules.system import human_bytes
+        from envdoctor.units import human_bytes
 
         return {**base, "kind": "memory",
                 "message": (f"the smoke test's processes grew to {human_bytes(outcome.peak_rss_bytes)}, above "

@@ -94,7 +94,7 @@ def _summary_lines(loader: dict[str, Any]) -> list[tuple[str, str]]:
             text += f" ({gain:.2f}× your settings)"
         lines.append(("recommended", text))
     if loader.get("batch_bytes"):
-        from envdoctor.rules.system import human_bytes
+        from envdoctor.units import human_bytes
 
         text = f"{human_bytes(loader['batch_bytes'])} in {loader.get('tensors_per_batch')} tensor(s)"
         if loader.get("worker_rss_bytes"):

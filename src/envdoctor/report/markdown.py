@@ -27,7 +27,7 @@ def render(report: Report) -> str:
     if fleet:  # the side-by-side view comes before the findings
         from envdoctor.fleet.view import fleet_markdown
 
-        lines += [fleet_markdown(fleet), "", "## Findings", ""]
+        lines += [fleet_markdown(report), "", "## Findings", ""]
     if report.findings:
         lines += ["| severity | rule | finding | evidence | fix |", "|---|---|---|---|---|"]
         for f in report.findings:

@@ -31,6 +31,10 @@ def summary_line(report: Report) -> str:
     parts = [f"{counts['error']} error{'s' if counts['error'] != 1 else ''}",
              f"{counts['warning']} warning{'s' if counts['warning'] != 1 else ''}",
              f"{counts['info']} info"]
+    skipped = report.not_checked()
+    if skipped:  # a probe that could not run is not an all-clear
+        parts.append("not checked: " + "; ".join(f"{', '.join(rules)} (the {probe} probe failed)"
+                                                  for probe, rules in skipped.items()))
     return ", ".join(parts)
 
 
@@ -52,13 +56,15 @@ def write(report: Report, console: Any) -> None:
                            f"on {report.host['hostname']} ({report.host['platform']})", style="bold"))
     counts = report.summary
     worst = next((s for s in ("error", "warning", "info") if counts[s]), None)
+    if worst is None and report.not_checked():
+        worst = "warning"  # nothing found, but not everything could be looked at
     mark = {"error": "✗", "warning": "!", "info": "i", None: "✓"}[worst]
     console.print(Text(f"{mark} {summary_line(report)}", style=_STYLE.get(worst or "", "bold green")))
     if fleet:
         from envdoctor.fleet.view import fleet_renderables
 
         console.print()
-        for item in fleet_renderables(fleet):
+        for item in fleet_renderables(report):
             console.print(item)
     for level in (Severity.ERROR, Severity.WARNING, Severity.INFO):
         group = [f for f in report.findings if f.severity == level]

@@ -253,5 +253,6 @@ def test_pth_code_is_reported_and_never_run(tmp_path: Path) -> None:
     assert set(reported) == {str(site / "evil.pth"), str(site / "writer.pth")}
     assert reported[str(site / "evil.pth")]["evidence"]["code_lines"] == [f"import os; os.system('touch {ran}')"]
     pths = {p["path"]: p["owner"] for p in report["facts"]["packages"]["pth_files"]}
-    assert pths[str(site / "__editable__.big-1.0.pth")] == {"tool": "unknown", "package": "big", "source": "RECORD"}
+    assert pths[str(site / "__editable__.big-1.0.pth")] == {"tool": "unknown", "package": "big", "source": "RECORD",
+                                                           "editable": True}
     still_checked(report)

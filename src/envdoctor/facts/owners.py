@@ -39,8 +39,10 @@ class Owner(TypedDict):
     tool: str
     #: the conda record or OS package that ships it (python3-yaml), else None
     package: str | None
-    #: how that is known: conda-meta, dpkg, INSTALLER, or none
+    #: how that is known: conda-meta, dpkg, INSTALLER, RECORD, or none
     source: str
+    #: an editable install (PEP 610 `dir_info.editable`): the code lives in a project folder
+    editable: bool
 
 
 class OsPackages(TypedDict):
@@ -99,13 +101,15 @@ def os_packages(prefix: str) -> OsPackages | None:
 
 
 def owner_of(real_path: str, installer: str | None, conda_record: str | None, env_kind: str,
-             os_owned: OsPackages | None) -> Owner:
+             os_owned: OsPackages | None, editable: bool = False) -> Owner:
     """The owner of a distribution whose metadata folder has real path `real_path`."""
     if conda_record:
-        return {"tool": "pixi" if env_kind == "pixi" else "conda", "package": conda_record, "source": "conda-meta"}
+        return {"tool": "pixi" if env_kind == "pixi" else "conda", "package": conda_record, "source": "conda-meta",
+                "editable": editable}
     if os_owned is not None and real_path in os_owned["owned"]:
-        return {"tool": os_owned["manager"], "package": os_owned["owned"][real_path], "source": os_owned["manager"]}
+        return {"tool": os_owned["manager"], "package": os_owned["owned"][real_path], "source": os_owned["manager"],
+                "editable": editable}
     if installer:
         tool = _INSTALLERS.get(installer.strip().lower(), installer.strip()[:40])
-        return {"tool": tool, "package": None, "source": "INSTALLER"}
-    return {"tool": "unknown", "package": None, "source": "none"}
+        return {"tool": tool, "package": None, "source": "INSTALLER", "editable": editable}
+    return {"tool": "unknown", "package": None, "source": "none", "editable": editable}

@@ -182,7 +182,8 @@ def _pth_owner(pth: dict[str, Any], dists: list[Distribution], conda_owned: dict
     name = os.path.basename(pth["path"])
     for dist in dists:
         if dist["site_dir"] == pth["site_dir"] and record_lists(dist["path"], name):
-            return {"tool": dist["owner"]["tool"], "package": dist["name"], "source": "RECORD"}
+            return {"tool": dist["owner"]["tool"], "package": dist["name"], "source": "RECORD",
+                    "editable": dist["owner"]["editable"]}
     return None
 
 
@@ -212,7 +213,8 @@ def gather_packages(facts: Any) -> PackagesFacts:
             record = conda_owned.get(real)
             if record:
                 dist["conda_record"] = record
-            dist["owner"] = owner_of(real, dist["installer"], record, kind, os_owned)
+            editable = bool(dist.get("direct_url", {}).get("editable"))
+            dist["owner"] = owner_of(real, dist["installer"], record, kind, os_owned, editable)
             distributions.append(dist)
         # Which names each folder provides: the copy `import` finds is the first folder that has it.
         files = _module_files(site_dir["path"])

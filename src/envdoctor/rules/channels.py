@@ -15,7 +15,7 @@ from envdoctor.catalog import load_data
 from envdoctor.facts import Facts
 from envdoctor.facts.conda_meta import CondaRecord
 from envdoctor.rules import Hit
-from envdoctor.rules.install_commands import conda, fix_of, pip
+from envdoctor.rules.install_commands import conda, fix_of, pip_own
 
 #: Platform subdirs that end a channel URL and are not part of the channel's name.
 SUBDIRS = {"noarch", "linux-64", "linux-aarch64", "linux-ppc64le", "linux-s390x", "linux-32",
@@ -141,7 +141,7 @@ def find_retired_pytorch_channel(facts: Facts) -> Iterator[Hit]:
                       "last_release": data["last_release"] if channel in retired else None},
             **fix_of(conda(packages, "remove", *names),
                      conda(packages, "install", "--override-channels", "-c", "conda-forge", *installable, *takes),
-                     note=f"or pip: {' && '.join(c.text for c in pip(packages, 'install', 'torch') or [])}").hit(),
+                     note=f"or pip: {' && '.join(c.text for c in pip_own(packages, 'install', 'torch'))}").hit(),
         )
 
 

@@ -164,6 +164,13 @@ def pip(env: Mapping[str, Any], verb: str, *args: str, break_system: bool = Fals
     return [*steps, Command("pip", (python, "-m", "pip", verb, *extra, *args))]
 
 
+def pip_own(env: Mapping[str, Any], verb: str, *args: str) -> list[Command]:
+    """pip VERB ARGS for copies pip itself put there: with `--break-system-packages` where PEP 668 applies."""
+    commands = pip(env, verb, *args, break_system=True)
+    assert commands is not None  # only a refused install into a managed interpreter is None
+    return commands
+
+
 def managed_advice(env: Mapping[str, Any], what: str) -> str:
     """What to say where pip may not install: the OS's package, or a venv."""
     python = _python(env)

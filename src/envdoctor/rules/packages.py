@@ -38,8 +38,8 @@ from envdoctor.rules.install_commands import (
     fix_of,
     managed_advice,
     move_aside,
-    pip,
     pip_fix,
+    pip_own,
 )
 from envdoctor.rules.package_clashes import find_altered_conda_files, find_conflicting_distributions
 from envdoctor.rules.package_metadata import find_unreadable_metadata
@@ -79,7 +79,7 @@ def find_conda_pip_doubles(facts: Facts) -> Iterator[Hit]:
             what = f"{installer} reinstalled it over conda's copy at the same version"
         else:
             what = f"{installer} replaced it with {dist['version']}"
-        remove = pip(packages, "uninstall", "-y", dist["name"], break_system=True) or []
+        remove = pip_own(packages, "uninstall", "-y", dist["name"])
         yield Hit(
             message=(f"{record['name']} is recorded by conda as {record['version']} but {what}: "
                      "conda and pip now disagree about what is installed"),
@@ -157,9 +157,8 @@ def _doubled_fix(packages: PackagesFacts, dists: list[Distribution], record: Con
                           note=f"keeps {owner_text(keep)} {keep['version']}"), keep["version"]
         keep = max(dists, key=lambda d: sortable_version(d["version"]))
         moves = [move_aside(d["path"]) for d in dists if d is not keep]
-        reinstall = pip(packages, "install", "--force-reinstall", "--no-deps", f"{keep['name']}=={keep['version']}",
-                        break_system=True)
-        return fix_of(*moves, *(reinstall or []), note=f"keeps {keep['version']}"), keep["version"]
+        reinstall = pip_own(packages, "install", "--force-reinstall", "--no-deps", f"{keep['name']}=={keep['version']}")
+        return fix_of(*moves, *reinstall, note=f"keeps {keep['version']}"), keep["version"]
     # Layered copies (pip's in /usr/local over dpkg's in /usr/lib/python3): each is whole; the first wins.
     first = imported or min(dists, key=lambda d: d.get("order", 0))
     rest = sorted((d for d in dists if d is not first), key=lambda d: d.get("order", 0))
@@ -167,7 +166,7 @@ def _doubled_fix(packages: PackagesFacts, dists: list[Distribution], record: Con
     needs_first = _broken_by(packages, first["key"], other["version"])
     if owner_tool(first) in PIP_OWNERS and not needs_first:
         # pip uninstall removes the first copy on sys.path: this one, never the OS's copy behind it.
-        remove = pip(packages, "uninstall", "-y", first["name"], break_system=True) or []
+        remove = pip_own(packages, "uninstall", "-y", first["name"])
         return fix_of(*remove, note=(f"keeps {other['version']} from {owner_text(other)}; to keep "
                                      f"{first['version']} instead, install it in a venv")), other["version"]
     if needs_first:
@@ -258,7 +257,7 @@ def _requirement_fix(packages: PackagesFacts, dist: Distribution, installed: Dis
                       f"install {wanted!r} there")
     if externally_managed(packages):
         if owner_tool(dist) in ("pip", "uv"):  # the user already installs with pip here: say so explicitly
-            return fix_of(*(pip(packages, "install", wanted, break_system=True) or []))
+            return fix_of(*pip_own(packages, "install", wanted))
         return advice(managed_advice(packages, f"install {wanted!r} (for {dist['name']}, from "
                                                f"{owner_text(dist)})"))
     return pip_fix(packages, "install", wanted)

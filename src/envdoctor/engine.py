@@ -123,6 +123,11 @@ def assemble_report(facts: Facts, findings: list[Finding], errors: list[dict[str
     gathered = dict(facts.gathered())
     target = gathered.pop("target", None) or {}
     loader = gathered.pop("loader", None)
+    if loader:
+        # The facts with the rule layer's verdict (bottleneck, recommendation), less the torch probe.
+        from envdoctor.rules.loader_verdict import report_section
+
+        loader = dict(report_section(loader, facts.config.step_time))
     return Report(
         tool={"name": "envdoctor", "version": __version__},
         generated_at=utc_now(),
@@ -182,4 +187,6 @@ def run_check(config: Config, catalog: Catalog | None = None, facts: Facts | Non
         raise TargetError(f"the environment's Python cannot start ({target['interpreter_error']}); "
                           "repair or recreate the environment, then check it again")
     findings, errors = run_rules(catalog, metas, facts, overrides)
-    return assemble_report(facts, findings, errors)
+    report = assemble_report(facts, findings, errors)
+    report.checked = [m.id for m in metas]
+    return report

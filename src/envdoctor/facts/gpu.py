@@ -128,7 +128,7 @@ def _optional(call: Callable[[], Any]) -> Any:
 
 def _process_name(pid: int) -> str | None:
     try:
-        import psutil  # type: ignore[import-untyped]  # psutil ships no stubs and types-psutil is not a dependency
+        import psutil
 
         name: str = psutil.Process(pid).name()
         return name

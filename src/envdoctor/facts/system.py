@@ -240,7 +240,7 @@ def read_nofile() -> NofileLimit:
 
 
 def gather_system(facts: Any) -> SystemFacts:
-    import psutil  # type: ignore[import-untyped]  # psutil ships no stubs and types-psutil is not a dependency
+    import psutil
 
     cpu_count = os.cpu_count()
     try:

@@ -35,11 +35,18 @@ def loader_plan(facts: Facts) -> dict[str, Any]:
     worker_bytes and `source` ("loader" when the smoke test measured them,
     "usable-cpus" when num_workers is assumed from the usable CPUs).
     """
+    from envdoctor.loader import cpus_per_process, processes_per_node
+    from envdoctor.rules.loader_verdict import verdict
+
     system = facts["system"]
-    loader = facts.get("loader") or {}
-    recommendation = loader.get("recommendation") or {}
+    section = facts.get("loader")
+    # The loader's recommendation is the rule layer's verdict on its facts, not a fact itself.
+    recommendation: dict[str, Any] = dict(verdict(section, facts.config.step_time)["recommendation"] or {}) \
+        if section else {}
+    loader: dict[str, Any] = dict(section or {})
     current = loader.get("current") or {}
-    usable = system["cpu"]["usable"]
+    # One training process's share of the node's CPUs (--procs-per-node, LOCAL_WORLD_SIZE).
+    usable = cpus_per_process(system["cpu"]["usable"], processes_per_node(facts.config.procs_per_node))
     if recommendation.get("num_workers") is not None or current.get("num_workers") is not None:
         workers = max(recommendation.get("num_workers") or 0, current.get("num_workers") or 0)
         prefetch = recommendation.get("prefetch_factor") or current.get("prefetch_factor") or 2

@@ -203,7 +203,7 @@ def find_duplicate_distributions(facts: Facts) -> Iterator[Hit]:
             loads = (f"`import {import_name}` loads a mix of the copies' files in {dists[0].get('site_dir')}, "
                      "and `pip list` reads one of the metadata folders")
         else:
-            loads = "no copy's module was found on sys.path"
+            loads = "which copy `import` loads cannot be told from the files (no regular package or module of theirs)"
         breaks = _broken_by(packages, key, imported["version"]) if imported is not None else []
         fix, keeps = _doubled_fix(packages, dists, record, imported, same_dir)
         # Mixed files in one folder break whatever version is asked; layered whole copies only

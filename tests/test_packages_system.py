@@ -191,3 +191,18 @@ def test_one_package_pair_is_quiet_and_the_dpkg_root_follows_the_prefix(system_r
     assert packages["os_database"] == str(system_root.dpkg)
     crypto = [d for d in packages["distributions"] if d["key"] == "cryptography"]
     assert [d["owner"]["package"] for d in crypto] == ["python3-cryptography"] * 2
+
+
+@needs_debian
+def test_envdoctor_fix_runs_the_pkg002_steps_and_keeps_dpkg_files(system_root: SystemRoot, tmp_path: Path) -> None:
+    wheels = tmp_path / "wheels"
+    _layer_pip_yaml(system_root, wheels)
+    owned = dpkg_owned(system_root.dpkg / "info", str(system_root.root))
+    env = offline_env(wheels, XDG_CACHE_HOME=str(tmp_path / "cache"), PYTHONUSERBASE=str(tmp_path / "no-user-base"),
+                      PATH=os.environ.get("PATH", ""))
+    proc = run_envdoctor("fix", "--yes", "--prefix", str(system_root.usr), "--select", "PKG002", env=env,
+                         cwd=str(tmp_path), timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert all(os.path.lexists(path) for path in owned)
+    assert not list(system_root.local_dist_packages.glob("PyYAML-*.dist-info"))
+    assert findings(check(system_root.usr, tmp_path), "PKG002") == []

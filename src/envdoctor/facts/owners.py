@@ -22,6 +22,8 @@ from typing import TypedDict
 #: At most this many dpkg file lists are read, each at most MAX_LIST_BYTES.
 MAX_LISTS = 50_000
 MAX_LIST_BYTES = 32 << 20
+#: ... and no more than this in all (a big Ubuntu install has about 50 MiB of lists).
+MAX_LISTS_TOTAL_BYTES = 1 << 30
 
 #: Paths in a file list that matter here: Python metadata and `.pth` files of site folders.
 _SITE_MARKERS = (b"-packages/",)
@@ -74,11 +76,15 @@ def read_dpkg_owned(root: str, admin: str) -> dict[str, str]:
     except OSError:
         return {}
     owned: dict[str, str] = {}
+    budget = MAX_LISTS_TOTAL_BYTES
     for name in names:
         try:
-            data = read_bytes(os.path.join(info, name), MAX_LIST_BYTES)
+            data = read_bytes(os.path.join(info, name), min(MAX_LIST_BYTES, budget))
         except OSError:
             continue
+        budget -= len(data)
+        if budget <= 0:
+            break
         if not any(marker in data for marker in _SITE_MARKERS):
             continue
         package = name[: -len(".list")].split(":", 1)[0]  # python3-yaml:amd64 -> python3-yaml

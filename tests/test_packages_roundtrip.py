@@ -129,16 +129,21 @@ def test_pip_venv_fixes_run_as_given_and_hold(tmp_path: Path) -> None:
 
 @needs_uv
 @pytest.mark.slow
-def test_uv_venv_broken_requirement_printed_fix_runs_as_printed(tmp_path: Path) -> None:
+@pytest.mark.parametrize("made_by", ["uv venv", "python -m venv --without-pip"])
+def test_uv_venv_broken_requirement_printed_fix_runs_as_printed(tmp_path: Path, made_by: str) -> None:
     wheel_dir = wheels(tmp_path / "wheels")
     env = offline_env(wheel_dir, PATH=f"{Path(UV).parent}{os.pathsep}{os.environ.get('PATH', '')}")
     venv = tmp_path / "uvenv"
     base = getattr(sys, "_base_executable", sys.executable)
-    subprocess.run([UV, "venv", str(venv), "--python", base], check=True, env=env, timeout=120, capture_output=True)
+    if made_by == "uv venv":
+        subprocess.run([UV, "venv", str(venv), "--python", base], check=True, env=env, timeout=120,
+                       capture_output=True)
+    else:  # no `uv = ` in pyvenv.cfg: INSTALLER (uv) and the missing pip say who fills it
+        pip_venv(venv)
     subprocess.run([UV, "pip", "install", "--python", str(venv), "--offline", "--find-links", str(wheel_dir),
                     "--no-deps", "trainkit==1.0", "minidep==1.0"], check=True, env=env, timeout=120,
                    capture_output=True)
-    assert "uv = " in (venv / "pyvenv.cfg").read_text()
+    assert ("uv = " in (venv / "pyvenv.cfg").read_text()) == (made_by == "uv venv")
     assert not list(venv.glob("lib/python3*/site-packages/pip"))  # uv venvs have no pip
 
     report = check(venv, tmp_path)

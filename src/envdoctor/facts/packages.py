@@ -235,6 +235,11 @@ def gather_packages(facts: Any) -> PackagesFacts:
                               "owner": _pth_owner(dict(pth), distributions, conda_owned, kind, os_owned)})
     pyvenv = target.get("pyvenv") or {}
     visible_pip = any(d["key"] == "pip" and d["location"] in ("env", "base", "user") for d in distributions)
+    # A venv uv made says so in pyvenv.cfg; one made otherwise but filled by uv, without pip, is uv's too.
+    uv_venv = pyvenv.get("uv") if kind == "venv" else None
+    if kind == "venv" and not uv_venv and not visible_pip and any(
+            d["owner"]["tool"] == "uv" for d in distributions if d["location"] == "env"):
+        uv_venv = "unknown version (INSTALLER says uv)"
     return {
         "prefix": str(prefix),
         "kind": kind,
@@ -247,7 +252,7 @@ def gather_packages(facts: Any) -> PackagesFacts:
         "unreadable": unreadable,
         "pth_files": pth_files,
         "installer": {"externally_managed": target.get("externally_managed"),
-                      "uv_venv": pyvenv.get("uv") if kind == "venv" else None,
+                      "uv_venv": uv_venv,
                       "has_pip": visible_pip},
         "os_database": os_owned["database"] if os_owned else None,
     }

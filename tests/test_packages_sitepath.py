@@ -58,3 +58,59 @@ def test_dpkg_lists_are_read_relative_to_the_root_of_the_prefix(tmp_path: Path) 
     assert owner_of("/elsewhere", "uv-pixi", None, "system", os_db)["tool"] == "pixi"
     assert owner_of("/elsewhere", None, "numpy", "conda", None) == {
         "tool": "conda", "package": "numpy", "source": "conda-meta", "editable": False}
+
+
+# `rpm -qa --queryformat '[%{NAME}\t%{FILENAMES}\n]'` as Fedora 40 prints it (trimmed).
+RPM_OUTPUT = """\
+python3-pyyaml\t/usr/lib64/python3.12/site-packages/PyYAML-6.0.1.dist-info
+python3-pyyaml\t/usr/lib64/python3.12/site-packages/PyYAML-6.0.1.dist-info/METADATA
+python3-pyyaml\t/usr/lib64/python3.12/site-packages/yaml/__init__.py
+python3-setuptools\t/usr/lib/python3.12/site-packages/distutils-precedence.pth
+python3-six\t/usr/lib/python3.12/site-packages/six-1.16.0-py3.12.egg-info
+glibc\t/usr/lib64/libc.so.6
+"""
+
+
+def test_rpm_file_listing_gives_owners_of_python_metadata(tmp_path: Path) -> None:
+    from envdoctor.facts.owners import parse_rpm_files
+
+    owned = parse_rpm_files(RPM_OUTPUT, str(tmp_path))
+    site64, site = tmp_path / "usr/lib64/python3.12/site-packages", tmp_path / "usr/lib/python3.12/site-packages"
+    assert owned == {str(site64 / "PyYAML-6.0.1.dist-info"): "python3-pyyaml",
+                     str(site / "distutils-precedence.pth"): "python3-setuptools",
+                     str(site / "six-1.16.0-py3.12.egg-info"): "python3-six"}
+    os_db = {"manager": "rpm", "database": "/var/lib/rpm", "owned": owned}
+    assert owner_of(str(site64 / "PyYAML-6.0.1.dist-info"), None, None, "system", os_db) == {
+        "tool": "rpm", "package": "python3-pyyaml", "source": "rpm", "editable": False}
+
+
+def test_pip_over_an_rpm_package_in_one_folder_is_reinstalled_with_dnf() -> None:
+    from envdoctor.config import Config
+    from envdoctor.facts import Facts
+    from envdoctor.rules.packages import find_duplicate_distributions
+
+    site = "/usr/lib64/python3.12/site-packages"
+
+    def dist(version: str, owner: dict[str, object], installer: str | None) -> dict[str, object]:
+        return {"name": "PyYAML", "key": "pyyaml", "version": version, "path": f"{site}/PyYAML-{version}.dist-info",
+                "installer": installer, "requires": [], "import_names": ["yaml"], "site_dir": site,
+                "location": "env", "order": 3, "owner": owner}
+
+    rpm = {"tool": "rpm", "package": "python3-pyyaml", "source": "rpm", "editable": False}
+    pip = {"tool": "pip", "package": None, "source": "INSTALLER", "editable": False}
+    packages = {"prefix": "/usr", "kind": "system", "interpreter": "/usr/bin/python3", "python": "3.12.3",
+                "markers": None, "conda": {"present": False, "records": [], "checked_by": "size"},
+                "site_dirs": [{"path": site, "location": "env", "order": 3, "real_path": site, "modules": ["yaml"],
+                               "module_files": {"yaml": "yaml"}}],
+                "distributions": [dist("6.0.1", rpm, None), dist("6.0.2", pip, "pip")], "unreadable": [],
+                "pth_files": [], "installer": {"externally_managed": None, "uv_venv": None, "has_pip": True},
+                "os_database": "/var/lib/rpm"}
+    [hit] = find_duplicate_distributions(Facts.from_dict({"packages": packages}, Config()))
+    assert [step.to_dict() for step in hit.fix_steps] == [
+        {"tool": "file", "move": f"{site}/PyYAML-6.0.2.dist-info", "to": f"{site}/PyYAML-6.0.2.dist-info.envdoctor-aside"},
+        {"tool": "dnf", "argv": ["dnf", "reinstall", "-y", "python3-pyyaml"]}]
+    assert "6.0.1 from the OS package python3-pyyaml (rpm)" in hit.message
+    # One rpm package shipping both folders at one version is one install.
+    packages["distributions"] = [dist("6.0.1", rpm, None), {**dist("6.0.1", rpm, None),
+                                                            "path": f"{site}/PyYAML-6.0.1-py3.12.egg-info"}]
+    assert list(find_duplicate_distributions(Facts.from_dict({"packages": packages}, Config()))) == []

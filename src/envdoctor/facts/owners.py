@@ -16,6 +16,7 @@ root with a real `var/lib/dpkg/info` tree beside `usr`.
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 from typing import TypedDict
 
@@ -97,13 +98,53 @@ def read_dpkg_owned(root: str, admin: str) -> dict[str, str]:
     return owned
 
 
+#: rpm prints every file of every package in one run; it gets this long.
+RPM_TIMEOUT_S = 60.0
+#: One line per file: the package, a tab, the path.
+RPM_QUERY = ("-qa", "--queryformat", "[%{NAME}\t%{FILENAMES}\n]")
+
+
+def rpm_database(prefix: str) -> tuple[str, str] | None:
+    """(root, database dir) of the rpm database that records a system prefix `<root>/usr`, if rpm is here."""
+    path = Path(prefix)
+    if path.name != "usr" or shutil.which("rpm") is None:
+        return None
+    for database in (path.parent / "var" / "lib" / "rpm", path / "lib" / "sysimage" / "rpm"):
+        if database.is_dir() and any(database.iterdir()):
+            return str(path.parent), str(database)
+    return None
+
+
+def parse_rpm_files(text: str, root: str) -> dict[str, str]:
+    """`rpm -qa --queryformat '[%{NAME}\t%{FILENAMES}\n]'` output -> real path -> package (Python files only)."""
+    owned: dict[str, str] = {}
+    for line in text.splitlines():
+        package, sep, path = line.partition("\t")
+        path = path.rstrip("/")
+        if not sep or "-packages/" not in path or not path.endswith((".dist-info", ".egg-info", ".pth")):
+            continue
+        owned[os.path.realpath(os.path.join(root, path.lstrip("/")))] = package
+    return owned
+
+
+def read_rpm_owned(root: str) -> dict[str, str]:
+    from envdoctor.process import run_bounded
+
+    run = run_bounded(["rpm", "--root", root, *RPM_QUERY], RPM_TIMEOUT_S, env={**os.environ, "LC_ALL": "C"})
+    return parse_rpm_files(run.stdout, root) if run.ok else {}
+
+
 def os_packages(prefix: str) -> OsPackages | None:
     """The OS package database of a system prefix, read for Python files (None when there is none)."""
     found = dpkg_database(prefix)
-    if found is None:
-        return None
-    root, admin = found
-    return {"manager": "dpkg", "database": admin, "owned": read_dpkg_owned(root, admin)}
+    if found is not None:
+        root, admin = found
+        return {"manager": "dpkg", "database": admin, "owned": read_dpkg_owned(root, admin)}
+    found = rpm_database(prefix)
+    if found is not None:
+        root, database = found
+        return {"manager": "rpm", "database": database, "owned": read_rpm_owned(root)}
+    return None
 
 
 def owner_of(real_path: str, installer: str | None, conda_record: str | None, env_kind: str,

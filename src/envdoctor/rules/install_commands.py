@@ -222,3 +222,18 @@ def conda_reinstall(env: Mapping[str, Any], records: Iterable[Mapping[str, Any]]
 def apt(*args: str) -> Command:
     """An apt-get command for what dpkg owns (run as root)."""
     return Command("apt", ("apt-get", *args))
+
+
+def dnf(*args: str) -> Command:
+    """A dnf command for what rpm owns (run as root)."""
+    return Command("dnf", ("dnf", *args))
+
+
+def os_reinstall(manager: str, package: str) -> Command:
+    """Put an OS package's files back with its own tool: apt for dpkg, dnf for rpm."""
+    return dnf("reinstall", "-y", package) if manager == "rpm" else apt("install", "--reinstall", "-y", package)
+
+
+def os_remove_text(manager: str, package: str) -> str:
+    return f"dnf remove {package}" if manager == "rpm" else f"apt-get remove {package}"
+

@@ -19,7 +19,7 @@ from envdoctor.facts.distributions import Unreadable, dist_name_from_dir
 from envdoctor.facts.packages import PackagesFacts
 from envdoctor.model import Severity
 from envdoctor.rules import Hit
-from envdoctor.rules.install_commands import Fix, Move, advice, apt, conda, fix_of, pip_fix, shell_quote
+from envdoctor.rules.install_commands import Fix, Move, advice, conda, fix_of, os_reinstall, pip_fix, shell_quote
 
 _PROJECT_NAME = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?$")
 
@@ -40,8 +40,8 @@ def _dist_fix(packages: PackagesFacts, problem: Unreadable) -> tuple[Fix, str]:
     record = problem.get("conda_record")
     if record:
         return fix_of(conda(packages, "install", "--force-reinstall", f"{record}={version}" if version else record)), name
-    if owner is not None and owner["tool"] == "dpkg" and owner["package"]:
-        return fix_of(apt("install", "--reinstall", "-y", owner["package"])), name
+    if owner is not None and owner["tool"] in ("dpkg", "rpm") and owner["package"]:
+        return fix_of(os_reinstall(owner["tool"], owner["package"])), name
     if not _PROJECT_NAME.match(name):  # not a name pip could install (a file name that is not UTF-8)
         return fix_of(Move(path, path + ".broken"), note="then reinstall the package it belonged to"), name
     return pip_fix(packages, "install", "--force-reinstall", "--no-deps", f"{name}=={version}" if version else name,

@@ -108,6 +108,8 @@ def owner_text(dist: Distribution) -> str:
     tool, package = owner["tool"], owner["package"]
     if tool == "dpkg":
         text = f"Debian's {package} (dpkg)"
+    elif tool == "rpm":
+        text = f"the OS package {package} (rpm)"
     elif tool in ("conda", "pixi") and package:
         text = f"{tool}'s {package} package"
     elif tool == "unknown":

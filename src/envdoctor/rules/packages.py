@@ -31,13 +31,14 @@ from envdoctor.rules.channels import channel_name
 from envdoctor.rules.install_commands import (
     Fix,
     advice,
-    apt,
     conda,
     conda_reinstall,
     externally_managed,
     fix_of,
     managed_advice,
     move_aside,
+    os_reinstall,
+    os_remove_text,
     pip_fix,
     pip_own,
 )
@@ -153,7 +154,7 @@ def _doubled_fix(packages: PackagesFacts, dists: list[Distribution], record: Con
             if len(moves) != len(dists) - 1:
                 return advice(f"the copies of {name} belong to different system packages: "
                               f"reinstall {keep['owner']['package']} with the system package manager"), keep["version"]
-            return fix_of(*moves, apt("install", "--reinstall", "-y", str(keep["owner"]["package"])),
+            return fix_of(*moves, os_reinstall(keep["owner"]["tool"], str(keep["owner"]["package"])),
                           note=f"keeps {owner_text(keep)} {keep['version']}"), keep["version"]
         keep = max(dists, key=lambda d: sortable_version(d["version"]))
         moves = [move_aside(d["path"]) for d in dists if d is not keep]
@@ -172,8 +173,8 @@ def _doubled_fix(packages: PackagesFacts, dists: list[Distribution], record: Con
     if needs_first:
         return advice(f"keep {first['version']} from {owner_text(first)}: without it "
                       f"{'; '.join(needs_first)}. The hidden {other['version']} from {owner_text(other)} "
-                      f"can only go with its own tool (for dpkg: `apt-get remove {other['owner']['package']}`, "
-                      "if nothing from apt needs it); or move this stack into a venv"
+                      f"can only go with its own tool (`{os_remove_text(other['owner']['tool'], str(other['owner']['package']))}`"
+                      f" for an OS package, if nothing else needs it); or move this stack into a venv"
                       if other.get("owner") else
                       f"keep {first['version']} from {owner_text(first)}: without it {'; '.join(needs_first)}"), \
             first["version"]

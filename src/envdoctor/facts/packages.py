@@ -195,9 +195,6 @@ def gather_packages(facts: Any) -> PackagesFacts:
     conda, problems, conda_owned = read_conda_meta(prefix, bool(facts.config.deep))
     unreadable: list[Unreadable] = list(problems)  # type: ignore[arg-type]  # the reader's dicts have this shape
     os_owned = os_packages(str(prefix)) if kind == "system" else None
-    interpreter, failure = target.get("interpreter"), target.get("interpreter_error")
-    if interpreter and failure:  # there is a Python, but it cannot start or does not say who it is
-        unreadable.append({"path": interpreter, "kind": "interpreter", "reason": failure})
     site_dirs = site_dirs_of(target)
     distributions: list[Distribution] = []
     for site_dir in site_dirs:

@@ -3,8 +3,8 @@
 Every problem the packages probe met is one finding about that file: a
 conda-meta record that is no JSON record, or that lists paths outside the
 prefix; a dist-info or egg-info without usable METADATA; a bad
-direct_url.json; an interpreter that cannot start or whose self-report is
-wrong. The fix uses the tool that owns the file (conda, apt, pip/uv), moves a
+direct_url.json. (A Python that cannot start, or whose self-report is
+wrong, stops the run with one line: see envdoctor.engine.) The fix uses the tool that owns the file (conda, apt, pip/uv), moves a
 broken folder aside instead of deleting it, and is advice where no command is
 safe.
 """
@@ -17,7 +17,6 @@ from collections.abc import Iterator
 from envdoctor.facts import Facts
 from envdoctor.facts.distributions import Unreadable, dist_name_from_dir
 from envdoctor.facts.packages import PackagesFacts
-from envdoctor.model import Severity
 from envdoctor.rules import Hit
 from envdoctor.rules.install_commands import Fix, Move, advice, conda, fix_of, os_reinstall, pip_fix, shell_quote
 
@@ -53,7 +52,6 @@ def find_unreadable_metadata(facts: Facts) -> Iterator[Hit]:
     for problem in packages["unreadable"]:
         path, kind, reason = problem["path"], problem["kind"], problem["reason"]
         package: str | None = problem.get("package")
-        severity = None
         message = f"cannot read {kind} metadata {path}: {reason} (the rest was still checked)"
         if kind == "conda-meta":
             fix, package = _conda_record_fix(packages, path)
@@ -73,18 +71,11 @@ def find_unreadable_metadata(facts: Facts) -> Iterator[Hit]:
                        "could be checked; the rest was)")
             fix = advice(f"ls -ld {shell_quote(path)}   # conda-meta must be a folder of package records: "
                          f"restore it, or recreate the environment at {packages['prefix']}")
-        elif kind == "interpreter":
-            # Without the interpreter nothing it decides (sys.path, markers, the live checks) was checked.
-            severity = Severity.ERROR
-            message = (f"cannot use the environment's Python: {reason}; only what the files say was checked "
-                       "(conda-meta and the site-packages folders)")
-            fix = advice(f"check that it starts: {shell_quote(path)} -c 'import sys; print(sys.version)'")
         else:
             fix = advice(f"check the permissions of {path}")
         yield Hit(
             message=message,
             evidence={"path": path, "kind": kind, "reason": reason, "package": package,
                       "conda_record": problem.get("conda_record")},
-            severity=severity,
             **fix.hit(),
         )

@@ -3,10 +3,10 @@
 Every problem the packages probe met is one finding about that file: a
 conda-meta record that is no JSON record, or that lists paths outside the
 prefix; a dist-info or egg-info without usable METADATA; a bad
-direct_url.json. (A Python that cannot start, or whose self-report is
-wrong, stops the run with one line: see envdoctor.engine.) The fix uses the tool that owns the file (conda, apt, pip/uv), moves a
-broken folder aside instead of deleting it, and is advice where no command is
-safe.
+direct_url.json. (A Python that cannot start, or whose self-report is wrong,
+stops the run with one line: see envdoctor.engine.) The fix uses the tool
+that owns the file (conda, apt or dnf, pip/uv), moves a broken folder aside
+instead of deleting it, and is advice where no command is safe.
 """
 from __future__ import annotations
 

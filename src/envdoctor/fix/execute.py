@@ -99,7 +99,7 @@ class Executor:
                 broken_findings.add(planned.finding)
             results.append(result)
             self.journal.save()
-        manifest["status"] = "finished"
+        manifest["status"] = "finished" if any(r.status in ("done", "failed") for r in results) else "nothing-changed"
         self.journal.save()
         return results
 

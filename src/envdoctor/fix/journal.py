@@ -23,6 +23,8 @@ from pathlib import Path
 from typing import Any
 
 JOURNAL_VERSION = 1
+#: Journals `fix --undo` passes over: already undone, or a fix that changed nothing.
+SETTLED = ("undone", "undone-with-problems", "nothing-changed")
 
 #: How one path looks: {"type": "file", "sha256", "mode"} | {"type": "link", "target"} | {"type": "dir", "mode"}.
 Entry = dict[str, Any]
@@ -152,7 +154,7 @@ class Journal:
 
     @classmethod
     def latest(cls, root: Path | None = None) -> Journal | None:
-        """The newest journal not yet undone, or None."""
+        """The newest journal of a fix that changed something and is not undone yet, or None."""
         root = root or journal_root()
         try:
             names = sorted((p.name for p in root.iterdir() if (p / "manifest.json").is_file()), reverse=True)
@@ -160,7 +162,7 @@ class Journal:
             return None
         for name in names:
             journal = cls.load(root / name)
-            if journal.manifest.get("status") != "undone":
+            if journal.manifest.get("status") not in SETTLED:
                 return journal
         return None
 

@@ -1,0 +1,109 @@
+"""The journal and undo on real files: file moves out and back, refusals, which journal undo takes.
+
+Fast tests on a plain venv-shaped folder (no interpreter needed for file
+moves); the package-step round trips are in test_fix_roundtrip.py.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+
+from envdoctor.fix.execute import Executor
+from envdoctor.fix.journal import Journal, tree
+from envdoctor.fix.plan import make_plan
+from envdoctor.fix.undo import undo_last
+from envdoctor.model import Finding, FixStep, Report, Severity
+from fixenvs import tree_digest
+
+
+@pytest.fixture()
+def journal_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    return tmp_path / "cache" / "envdoctor" / "journal"
+
+
+def venv_folder(root: Path) -> tuple[Path, Path]:
+    prefix = root / "env"
+    site = prefix / "lib" / "python3.11" / "site-packages"
+    stray = site / "numpy-1.26.4.dist-info"
+    stray.mkdir(parents=True)
+    (prefix / "pyvenv.cfg").write_text("home = /usr/bin\n")
+    (stray / "METADATA").write_text("Metadata-Version: 2.1\nName: numpy\nVersion: 1.26.4\n")
+    (stray / "RECORD").write_text("numpy/__init__.py,,\n")
+    (stray / "INSTALLER").write_bytes(b"pip\n")
+    (stray / "INSTALLER").chmod(0o600)
+    (stray / "link").symlink_to("METADATA")
+    return prefix, stray
+
+
+def run_moves(prefix: Path, *moves: tuple[str, str]) -> Journal:
+    finding = Finding(rule="PKG002", name="duplicate-distribution", severity=Severity.ERROR, message="doubled",
+                      fix_steps=tuple(FixStep.file_move(a, b) for a, b in moves))
+    report = Report(tool={}, generated_at="", host={}, target={"prefix": str(prefix), "kind": "venv"}, facts={},
+                    findings=[finding])
+    journal = Journal.create({"prefix": str(prefix), "kind": "venv"})
+    results = Executor(make_plan(report, {}), journal).run()
+    assert [r.status for r in results] == ["done"] * len(moves), results
+    return journal
+
+
+def test_a_move_is_journalled_with_hashes_and_undone_exactly(tmp_path: Path, journal_root: Path) -> None:
+    prefix, stray = venv_folder(tmp_path)
+    pristine = tree_digest(prefix)
+    journal = run_moves(prefix, (str(stray), str(stray) + ".envdoctor-aside"))
+    assert not stray.exists()
+    manifest = json.loads((journal.path / "manifest.json").read_text())
+    assert journal.path.parent == journal_root and manifest["status"] == "finished"
+    moved = manifest["steps"][0]["moved"]
+    assert moved["tree"]["INSTALLER"] == {"type": "file", "mode": 0o600,
+                                          "sha256": hashlib.sha256(b"pip\n").hexdigest()}
+    assert moved["tree"]["link"] == {"type": "link", "target": "METADATA"}
+    undone = undo_last()
+    assert undone.exit_code == 0, undone
+    assert tree_digest(prefix) == pristine
+    assert json.loads((journal.path / "manifest.json").read_text())["status"] == "undone"
+    assert undo_last().refused == ["there is no fix to undo (no journal under the cache)"]
+
+
+def test_undo_refuses_to_overwrite_what_the_user_put_there_since(tmp_path: Path, journal_root: Path) -> None:
+    prefix, stray = venv_folder(tmp_path)
+    run_moves(prefix, (str(stray), str(stray) + ".envdoctor-aside"))
+    stray.mkdir()
+    (stray / "METADATA").write_text("Name: numpy\nVersion: 9\n")  # the user reinstalled something there
+    before = tree_digest(prefix)
+    undone = undo_last()
+    assert undone.exit_code == 2
+    assert f"{stray} was created since" in undone.refused
+    assert tree_digest(prefix) == before  # refused before changing anything
+
+
+def test_undo_takes_the_newest_fix_that_changed_something(tmp_path: Path, journal_root: Path) -> None:
+    prefix, stray = venv_folder(tmp_path)
+    first = run_moves(prefix, (str(stray), str(stray) + ".envdoctor-aside"))
+    nothing = Journal.create({"prefix": str(prefix), "kind": "venv"})
+    report = Report(tool={}, generated_at="", host={}, target={"prefix": str(prefix), "kind": "venv"}, facts={},
+                    findings=[Finding(rule="PKG002", name="d", severity=Severity.ERROR, message="m",
+                                      fix_steps=(FixStep.file_move(str(prefix / "absent"), str(prefix / "x")),))])
+    assert [r.status for r in Executor(make_plan(report, {}), nothing).run()] == ["skipped"]
+    assert nothing.manifest["status"] == "nothing-changed"
+    latest = Journal.latest()
+    assert latest is not None and latest.path == first.path
+
+
+def test_a_half_written_manifest_never_replaces_the_saved_one(tmp_path: Path, journal_root: Path) -> None:
+    journal = Journal.create({"prefix": str(tmp_path), "kind": "venv"})
+    journal.manifest["steps"] = [{"step": 1, "status": "planned"}]
+    journal.save()
+    assert not list(journal.path.glob("*.tmp"))
+    assert json.loads((journal.path / "manifest.json").read_text())["steps"] == [{"step": 1, "status": "planned"}]
+
+
+def test_tree_lists_files_links_and_folders(tmp_path: Path) -> None:
+    prefix, stray = venv_folder(tmp_path)
+    listing = tree(stray)
+    assert listing["."]["type"] == "dir" and listing["link"] == {"type": "link", "target": "METADATA"}
+    assert set(listing) == {".", "METADATA", "RECORD", "INSTALLER", "link"}
+    assert tree(tmp_path / "absent") == {}

@@ -107,3 +107,26 @@ def test_tree_lists_files_links_and_folders(tmp_path: Path) -> None:
     assert listing["."]["type"] == "dir" and listing["link"] == {"type": "link", "target": "METADATA"}
     assert set(listing) == {".", "METADATA", "RECORD", "INSTALLER", "link"}
     assert tree(tmp_path / "absent") == {}
+
+
+def test_undo_refuses_when_a_file_was_added_inside_a_folder_the_fix_moved(tmp_path: Path, journal_root: Path) -> None:
+    prefix, stray = venv_folder(tmp_path)
+    aside = Path(str(stray) + ".envdoctor-aside")
+    run_moves(prefix, (str(stray), str(aside)))
+    (aside / "notes.txt").write_text("mine\n")  # moving the folder back would carry this off
+    before = tree_digest(prefix)
+    undone = undo_last()
+    assert undone.refused == [f"{aside}/notes.txt was created since"]
+    assert tree_digest(prefix) == before
+
+
+def test_bytecode_written_on_import_since_the_fix_is_no_conflict(tmp_path: Path, journal_root: Path) -> None:
+    prefix, stray = venv_folder(tmp_path)
+    aside = Path(str(stray) + ".envdoctor-aside")
+    journal = run_moves(prefix, (str(stray), str(aside)))
+    (aside / "__pycache__").mkdir()
+    (aside / "__pycache__" / "x.cpython-311.pyc").write_bytes(b"\x00")
+    undone = undo_last()
+    assert undone.exit_code == 0, undone
+    assert (stray / "__pycache__" / "x.cpython-311.pyc").exists()  # moved back along with its folder
+    assert journal.path.exists()

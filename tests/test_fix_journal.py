@@ -130,3 +130,14 @@ def test_bytecode_written_on_import_since_the_fix_is_no_conflict(tmp_path: Path,
     assert undone.exit_code == 0, undone
     assert (stray / "__pycache__" / "x.cpython-311.pyc").exists()  # moved back along with its folder
     assert journal.path.exists()
+
+
+def test_undo_of_one_prefix_leaves_another_prefixs_newer_fix_alone(tmp_path: Path, journal_root: Path) -> None:
+    prefix_a, stray_a = venv_folder(tmp_path / "a")
+    prefix_b, stray_b = venv_folder(tmp_path / "b")
+    run_moves(prefix_a, (str(stray_a), str(stray_a) + ".envdoctor-aside"))
+    run_moves(prefix_b, (str(stray_b), str(stray_b) + ".envdoctor-aside"))
+    assert undo_last(prefix=prefix_a).exit_code == 0
+    assert stray_a.is_dir() and not stray_b.exists()
+    assert undo_last(prefix=prefix_a).refused == [f"there is no fix of {prefix_a} to undo (no journal under the cache)"]
+    assert undo_last().exit_code == 0 and stray_b.is_dir()

@@ -30,7 +30,8 @@ def add_parser(sub: Any) -> None:
     add_arguments(fix, names=FIX_SETTINGS)
     fix.add_argument("--dry-run", action="store_true", help="print the plan and change nothing")
     fix.add_argument("--yes", "-y", action="store_true", help="run the plan without asking")
-    fix.add_argument("--undo", action="store_true", help="put back what the last fix changed, byte for byte")
+    fix.add_argument("--undo", action="store_true",
+                     help="put back what the last fix (of --prefix/-n, if given) changed, byte for byte")
     fix.add_argument("--format", choices=("text", "json"), default="text", help="output format (default: text)")
     fix.set_defaults(handler=run)
 
@@ -70,7 +71,12 @@ def _run(args: argparse.Namespace, check: Callable[[Any], Any] | None) -> int:
     if args.undo:
         from envdoctor.fix.undo import undo_last
 
-        undone = undo_last()
+        prefix = None
+        if args.prefix or args.env_name:
+            from envdoctor.facts.target import resolve_prefix
+
+            prefix = resolve_prefix(args.prefix, args.env_name)
+        undone = undo_last(prefix=prefix)
         if args.format == "json":
             print(json.dumps(undone.to_dict(), indent=2))
         else:

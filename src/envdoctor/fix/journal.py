@@ -153,8 +153,8 @@ class Journal:
         return cls(path, manifest)
 
     @classmethod
-    def latest(cls, root: Path | None = None) -> Journal | None:
-        """The newest journal of a fix that changed something and is not undone yet, or None."""
+    def latest(cls, root: Path | None = None, prefix: Path | None = None) -> Journal | None:
+        """The newest journal of a fix that changed something and is not undone yet (of `prefix`), or None."""
         root = root or journal_root()
         try:
             names = sorted((p.name for p in root.iterdir() if (p / "manifest.json").is_file()), reverse=True)
@@ -162,6 +162,9 @@ class Journal:
             return None
         for name in names:
             journal = cls.load(root / name)
+            if prefix is not None and os.path.realpath(str(journal.manifest["target"].get("prefix"))) != \
+                    os.path.realpath(prefix):
+                continue
             if journal.manifest.get("status") not in SETTLED:
                 return journal
         return None

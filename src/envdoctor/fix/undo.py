@@ -101,10 +101,12 @@ def find_conflicts(journal: Journal, target: Target) -> list[str]:
     return conflicts
 
 
-def undo_last(root: Any = None) -> UndoResult:
-    journal = Journal.latest(root)
+def undo_last(root: Any = None, prefix: Any = None) -> UndoResult:
+    """Undo the newest fix not yet undone (of `prefix`, when given)."""
+    journal = Journal.latest(root, prefix)
     if journal is None:
-        return UndoResult(journal="", refused=["there is no fix to undo (no journal under the cache)"])
+        where = f" of {prefix}" if prefix is not None else ""
+        return UndoResult(journal="", refused=[f"there is no fix{where} to undo (no journal under the cache)"])
     return undo(journal)
 
 

@@ -141,3 +141,31 @@ def test_undo_of_one_prefix_leaves_another_prefixs_newer_fix_alone(tmp_path: Pat
     assert stray_a.is_dir() and not stray_b.exists()
     assert undo_last(prefix=prefix_a).refused == [f"there is no fix of {prefix_a} to undo (no journal under the cache)"]
     assert undo_last().exit_code == 0 and stray_b.is_dir()
+
+
+def test_a_corrupt_manifest_is_one_line_not_a_traceback(tmp_path: Path, journal_root: Path,
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    import argparse
+
+    from envdoctor.fix import command
+
+    (journal_root / "20990101T000000.000000Z").mkdir(parents=True)
+    (journal_root / "20990101T000000.000000Z" / "manifest.json").write_text('{"journal_version": 1, "steps": [')
+    args = argparse.Namespace(undo=True, prefix=None, env_name=None, format="text")
+    assert command.run(args) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("envdoctor: error: cannot read the fix journal")
+
+
+def test_plan_text_escapes_control_characters_from_metadata(tmp_path: Path) -> None:
+    from envdoctor.fix.render import plan_text
+
+    prefix, stray = venv_folder(tmp_path)
+    evil = "numpy\x1b]0;owned\x07\x1b[2J is installed 2 times"
+    finding = Finding(rule="PKG002", name="d", severity=Severity.ERROR, message=evil,
+                      fix_steps=(FixStep.file_move(str(stray), str(stray) + "\x1b[31m"),))
+    report = Report(tool={}, generated_at="", host={}, target={"prefix": str(prefix), "kind": "venv"}, facts={},
+                    findings=[finding])
+    text = "\n".join(plan_text(make_plan(report, {})))
+    assert "\x1b" not in text and "\x07" not in text
+    assert "numpy?]0;owned??[2J is installed 2 times" in text

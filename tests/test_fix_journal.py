@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from pathlib import Path
 
 import pytest
@@ -169,3 +170,15 @@ def test_plan_text_escapes_control_characters_from_metadata(tmp_path: Path) -> N
     text = "\n".join(plan_text(make_plan(report, {})))
     assert "\x1b" not in text and "\x07" not in text
     assert "numpy?]0;owned??[2J is installed 2 times" in text
+
+
+def test_the_listing_of_a_conda_base_leaves_out_other_envs_and_the_package_cache(tmp_path: Path) -> None:
+    from envdoctor.fix.journal import walk_paths
+
+    base = tmp_path / "miniforge"
+    for folder in ("conda-meta", "envs/train/lib", "pkgs/numpy-1.26.4", "lib/python3.11/site-packages"):
+        (base / folder).mkdir(parents=True)
+    listed = {os.path.relpath(p, base) for p, _ in walk_paths(base)}
+    assert listed == {"conda-meta", "lib", "lib/python3.11", "lib/python3.11/site-packages"}
+    listed_venv = {os.path.relpath(p, base / "envs" / "train") for p, _ in walk_paths(base / "envs" / "train")}
+    assert listed_venv == {"lib"}

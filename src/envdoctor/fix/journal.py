@@ -80,8 +80,15 @@ def same_content(a: Entry | None, b: Entry | None) -> bool:
 
 
 def walk_paths(root: str | os.PathLike[str]) -> Iterator[tuple[str, os.stat_result]]:
-    """Every path under `root` with its lstat: the cheap listing a package step is diffed against."""
+    """Every path under `root` with its lstat: the cheap listing a package step is diffed against.
+
+    A conda base prefix also holds other environments (`envs/`) and the package cache (`pkgs/`),
+    which no pip or uv step of this environment writes: they are left out.
+    """
+    skip = {os.path.join(root, "envs"), os.path.join(root, "pkgs")} \
+        if os.path.isdir(os.path.join(root, "conda-meta")) else set()
     for folder, dirs, files in os.walk(root):
+        dirs[:] = [d for d in dirs if os.path.join(folder, d) not in skip]
         for name in dirs + files:
             full = os.path.join(folder, name)
             try:

@@ -323,3 +323,18 @@ def test_a_terminal_user_is_asked_and_no_changes_nothing(tmp_path: Path, offline
     code, out = _answer_in_a_terminal(offline, b"y\n", "fix", "--prefix", str(venv), "--select", "PKG003")
     assert code == 0 and "fixed: PKG003" in out, out
     assert check(venv, "PKG003").by_rule("PKG003") == []
+
+
+def test_a_failing_step_stops_its_fix_and_says_so(tmp_path: Path, offline: dict[str, str],
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    venv = uv_venv_with_missing_requirement(tmp_path, offline)
+    pristine = tree_digest(venv)
+    steps = (FixStep.command("uv", "uv", "pip", "install", "--python", str(venv), "nosuchpackage==1"),
+             FixStep.command("uv", "uv", "pip", "install", "--python", str(venv), "urllib3"))
+    assert command.run(fix_args(venv, "PKG003", yes=True), replacing_steps("PKG003", lambda f: steps)) == 2
+    result = json.loads(capsys.readouterr().out)
+    assert [r["status"] for r in result["results"]] == ["failed", "not-run"]
+    assert "exited with status" in result["results"][0]["detail"]
+    assert result["message"].startswith("no step succeeded: a failed step may have changed something")
+    assert tree_digest(venv) == pristine
+    assert undo_last().exit_code == 0 and tree_digest(venv) == pristine

@@ -133,7 +133,10 @@ def _fix(args: argparse.Namespace, run_check: Callable[[Any], Any]) -> int:
     journal = Journal.create(dict(before.target))
     results = Executor(plan, journal).run()
     if not any(r.status == "done" for r in results):
-        return finish(EXIT_NOTHING, "nothing could run", results, journal=str(journal.path))
+        failed = any(r.status == "failed" for r in results)
+        return finish(EXIT_NOTHING, "no step succeeded" + (": a failed step may have changed something, "
+                                                            "`envdoctor fix --undo` puts it back" if failed else ""),
+                      results, journal=str(journal.path) if failed else None)
     outcome = recheck(config, plan, before, run_check)
     code = EXIT_OK if not outcome.remaining and not outcome.new else EXIT_REMAIN
     summary = f"{len(outcome.fixed)} fixed, {len(outcome.remaining)} still there, {len(outcome.new)} new"

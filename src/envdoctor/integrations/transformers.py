@@ -19,6 +19,7 @@ import os
 from typing import Any
 
 from envdoctor.integrations.node import NodePreflight, PreflightStopped, first_dataloader
+from envdoctor.model import Report
 
 
 def _callback_base() -> Any:
@@ -48,7 +49,8 @@ class PreflightCallback(TrainerCallback):
                                        select=tuple(select), ignore=tuple(ignore))
 
     @property
-    def report(self) -> Any:
+    def report(self) -> Report | None:
+        """This node's Report, on its local rank 0 once the hook has run; None elsewhere."""
         return self.preflight.report
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:

@@ -15,7 +15,7 @@ import torch
 from envdoctor.integrations.node import PreflightWarning
 
 L = pytest.importorskip("lightning.pytorch", reason="the Lightning extra is not installed "
-                        "(pip install -e '.[integration-test]')")
+                        "(pip install -e '.[test]')")
 from envdoctor.integrations.lightning import PreflightCallback  # noqa: E402  (it imports Lightning: after the skip)
 
 pytestmark = pytest.mark.slow

@@ -20,9 +20,9 @@ from envdoctor.integrations.node import PreflightWarning
 
 os.environ["HF_HUB_OFFLINE"] = "1"  # before transformers is imported: nothing may come from the hub
 transformers = pytest.importorskip("transformers", reason="the transformers extra is not installed "
-                                   "(pip install -e '.[integration-test]')")
+                                   "(pip install -e '.[test]')")
 pytest.importorskip("accelerate", reason="the transformers Trainer needs accelerate "
-                    "(pip install -e '.[integration-test]')")
+                    "(pip install -e '.[test]')")
 from envdoctor.integrations.transformers import (  # noqa: E402  (it imports transformers: after the skip)
     PreflightCallback,
     processes_on_this_node,

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
-anyio = pytest.importorskip("anyio", reason="the mcp extra is not installed (pip install -e '.[integration-test]')")
-mcp = pytest.importorskip("mcp", reason="the mcp extra is not installed (pip install -e '.[integration-test]')")
+anyio = pytest.importorskip("anyio", reason="the mcp extra is not installed (pip install -e '.[test]')")
+mcp = pytest.importorskip("mcp", reason="the mcp extra is not installed (pip install -e '.[test]')")
 from mcp.client.stdio import StdioServerParameters  # noqa: E402  (part of the mcp extra: after the skip)
 
 pytestmark = pytest.mark.slow

@@ -175,7 +175,7 @@ def build_server() -> Any:
         from mcp.server.mcpserver import MCPServer
         from mcp_types import ToolAnnotations
     except ImportError:
-        raise UsageError("envdoctor mcp needs the MCP SDK: pip install 'envdoctor[mcp]'") from None
+        raise UsageError("envdoctor mcp needs the MCP SDK: pip install 'envdoctor-pytorch[mcp]'") from None
     from envdoctor import __version__
 
     # WARNING: a tool error is an answer to the agent, not news for the server's log.

@@ -29,7 +29,7 @@ def _callback_base() -> Any:
             return importlib.import_module(module).Callback
         except ImportError:
             continue
-    raise ImportError("envdoctor.integrations.lightning needs Lightning: pip install 'envdoctor[lightning]'")
+    raise ImportError("envdoctor.integrations.lightning needs Lightning: pip install 'envdoctor-pytorch[lightning]'")
 
 
 # Typed Any on purpose: the same code type-checks whether or not Lightning is installed.

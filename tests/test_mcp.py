@@ -8,9 +8,12 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
+import uuid
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
 anyio = pytest.importorskip("anyio", reason="the mcp extra is not installed (pip install -e '.[test]')")
@@ -120,3 +123,59 @@ def test_the_loader_tool_profiles_the_projects_own_dataset(tmp_path: Path) -> No
     assert not broken.is_error  # a bad spec is a finding about the dataset, not a failed call
     (dl006,) = [f for f in broken.structured_content["findings"] if f["rule"] == "DL006"]
     assert "MODULE:CALLABLE" in dl006["message"]
+
+
+def _marked(mark: str) -> list[psutil.Process]:
+    found = []
+    for proc in psutil.process_iter():
+        try:
+            if proc.environ().get("ENVDOCTOR_MCP_TEST_MARK") == mark:
+                found.append(proc)
+        except psutil.Error:
+            continue
+    return found
+
+
+def test_a_client_that_leaves_mid_check_leaves_no_process_behind(tmp_path: Path) -> None:
+    """The agent gives up on a long smoke test and closes the connection: the server stops it, workers and all."""
+    (tmp_path / "slow_records.py").write_text(
+        "import time\\n"
+        "import torch\\n"
+        "from torch.utils.data import Dataset\\n\\n\\n"
+        "class SlowRecords(Dataset):\\n"
+        "    def __len__(self):\\n"
+        "        return 100000\\n\\n"
+        "    def __getitem__(self, index):\\n"
+        "        time.sleep(0.05)\\n"
+        "        return torch.zeros(4)\\n\\n\\n"
+        "def make():\\n"
+        "    return SlowRecords(), {'batch_size': 4}\\n")
+    mark = uuid.uuid4().hex
+    server = _server(tmp_path, nofile=None)
+    server.env = {"ENVDOCTOR_MCP_TEST_MARK": mark}
+    seen: list[int] = []
+
+    async def run() -> None:
+        async with mcp.Client(server, read_timeout_seconds=300) as client:
+            await client.list_tools()
+            with anyio.move_on_after(180):
+                async with anyio.create_task_group() as tasks:
+                    tasks.start_soon(client.call_tool, "loader", {"dataset": "slow_records:make", "budget_s": 120})
+                    # Wait until the server's child runs the smoke test's runner, then leave.
+                    while not seen:
+                        await anyio.sleep(0.5)
+                        procs = _marked(mark)
+                        if any("loader_runner" in " ".join(p.cmdline()) for p in procs):
+                            seen.extend(p.pid for p in procs)
+                    await anyio.sleep(2)  # its workers start
+                    tasks.cancel_scope.cancel()
+
+    anyio.run(run)
+    assert len(seen) >= 3, "the smoke test never started"  # the server, envdoctor loader, its runner
+    left = _marked(mark)
+    for _ in range(100):
+        if not left:
+            break
+        time.sleep(0.1)
+        left = _marked(mark)
+    assert left == [], [(p.pid, p.cmdline()) for p in left]

@@ -5,6 +5,7 @@ SYS checks it runs have something real to find: SYS001 with the limit in its evi
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import sys
@@ -136,24 +137,25 @@ def _marked(mark: str) -> list[psutil.Process]:
     return found
 
 
-def test_a_client_that_leaves_mid_check_leaves_no_process_behind(tmp_path: Path) -> None:
-    """The agent gives up on a long smoke test and closes the connection: the server stops it, workers and all."""
+@pytest.mark.parametrize("how", ["the client leaves", "SIGTERM to the server alone"])
+def test_a_server_stopped_mid_check_leaves_no_process_behind(tmp_path: Path, how: str) -> None:
+    """The agent gives up on a long smoke test, or the server is stopped: the check stops, workers and all."""
     (tmp_path / "slow_records.py").write_text(
-        "import time\\n"
-        "import torch\\n"
-        "from torch.utils.data import Dataset\\n\\n\\n"
-        "class SlowRecords(Dataset):\\n"
-        "    def __len__(self):\\n"
-        "        return 100000\\n\\n"
-        "    def __getitem__(self, index):\\n"
-        "        time.sleep(0.05)\\n"
-        "        return torch.zeros(4)\\n\\n\\n"
-        "def make():\\n"
-        "    return SlowRecords(), {'batch_size': 4}\\n")
+        "import time\n"
+        "import torch\n"
+        "from torch.utils.data import Dataset\n\n\n"
+        "class SlowRecords(Dataset):\n"
+        "    def __len__(self):\n"
+        "        return 100000\n\n"
+        "    def __getitem__(self, index):\n"
+        "        time.sleep(0.05)\n"
+        "        return torch.zeros(4)\n\n\n"
+        "def make():\n"
+        "    return SlowRecords(), {'batch_size': 4}\n")
     mark = uuid.uuid4().hex
     server = _server(tmp_path, nofile=None)
     server.env = {"ENVDOCTOR_MCP_TEST_MARK": mark}
-    seen: list[int] = []
+    seen: list[psutil.Process] = []
 
     async def run() -> None:
         async with mcp.Client(server, read_timeout_seconds=300) as client:
@@ -161,16 +163,21 @@ def test_a_client_that_leaves_mid_check_leaves_no_process_behind(tmp_path: Path)
             with anyio.move_on_after(180):
                 async with anyio.create_task_group() as tasks:
                     tasks.start_soon(client.call_tool, "loader", {"dataset": "slow_records:make", "budget_s": 120})
-                    # Wait until the server's child runs the smoke test's runner, then leave.
+                    # Wait until the server's child runs the smoke test's runner, then stop.
                     while not seen:
                         await anyio.sleep(0.5)
                         procs = _marked(mark)
                         if any("loader_runner" in " ".join(p.cmdline()) for p in procs):
-                            seen.extend(p.pid for p in procs)
+                            seen.extend(procs)
                     await anyio.sleep(2)  # its workers start
+                    if how == "SIGTERM to the server alone":
+                        (mcp_server,) = [p for p in seen if p.cmdline()[-2:] == ["envdoctor", "mcp"]]
+                        mcp_server.terminate()
+                        await anyio.sleep(3)
                     tasks.cancel_scope.cancel()
 
-    anyio.run(run)
+    with contextlib.suppress(Exception):  # a server stopped mid-call may break the session: that is the point
+        anyio.run(run)
     assert len(seen) >= 3, "the smoke test never started"  # the server, envdoctor loader, its runner
     left = _marked(mark)
     for _ in range(100):

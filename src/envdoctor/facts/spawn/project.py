@@ -71,11 +71,24 @@ def package_of(script: Path) -> str:
     return ".".join(parts)
 
 
+class SharedModules:
+    """Modules already read and walked for earlier scripts of the same check, by file and name.
+
+    A folder of scripts that import one package reads and walks that package
+    once: a module's import-time findings are kept with it and replayed for
+    every later script that imports it.
+    """
+
+    def __init__(self) -> None:
+        self.modules: dict[tuple[str, str, bool], Module] = {}
+
+
 class Project:
     """The modules of one script's project, found by dotted name and parsed once."""
 
-    def __init__(self, roots: list[Path], absolute: bool = False) -> None:
+    def __init__(self, roots: list[Path], absolute: bool = False, shared: SharedModules | None = None) -> None:
         self.roots = roots
+        self.shared = shared if shared is not None else SharedModules()
         #: Paths are shown the way the script's was given: absolute, or relative to the working folder.
         self.absolute = absolute
         self.modules: dict[str, Module | None] = {}
@@ -109,6 +122,18 @@ class Project:
         return None
 
     def _parse(self, dotted: str, path: str, package: str) -> Module:
+        key = (os.path.realpath(path), dotted, self.absolute)
+        known = self.shared.modules.get(key)
+        if known is not None:
+            if known.problem is not None:
+                self.problems.append({"module": dotted, "path": known.path, "error": known.problem,
+                                      "line": known.problem_line})
+            return known
+        module = self._read(dotted, path, package)
+        self.shared.modules[key] = module
+        return module
+
+    def _read(self, dotted: str, path: str, package: str) -> Module:
         shown = path if self.absolute else os.path.relpath(path)
         text, _, problem = read_source(path)
         if text is None:
@@ -125,7 +150,7 @@ class Project:
 
     def _broken(self, dotted: str, path: str, package: str, error: str, line: int) -> Module:
         self.problems.append({"module": dotted, "path": path, "error": error, "line": line})
-        return Module(dotted, path, [], None, package=package, state="done", problem=error)
+        return Module(dotted, path, [], None, package=package, state="done", problem=error, problem_line=line)
 
     def missing_reason(self, dotted: str, relative: bool) -> str | None:
         """Why an import that is not in the project cannot be read, or None for an installed library.

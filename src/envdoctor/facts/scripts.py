@@ -161,9 +161,9 @@ def read_script(path: str) -> tuple[str | None, str | None, SourceProblem]:
     return read_source(path)
 
 
-def _parse(text: str, path: str, info: ScriptFile) -> ast.Module | None:
+def _parse(text: str, path: str, info: ScriptFile, shared: SharedModules | None = None) -> ast.Module | None:
     try:
-        return ast.parse(text, filename=path)
+        return shared.parse(path, text) if shared is not None else ast.parse(text, filename=path)
     except SyntaxError as exc:
         # The grammar is envdoctor's own interpreter's: the rule compares it with the target's.
         info.update({"status": "unparsable", "error": f"SyntaxError: {exc.msg}",
@@ -188,7 +188,7 @@ def analyse_script(path: str, project: bool = True, shared: SharedModules | None
         return info
     info["encoding"] = encoding
     info["lines"] = text.count("\n") + (0 if text.endswith("\n") or not text else 1)
-    tree = _parse(text, path, info)
+    tree = _parse(text, path, info, shared)
     if tree is None:
         return info
     info.update(cast(ScriptFile, analyse_source(tree, text, path=path, project=project, shared=shared)))

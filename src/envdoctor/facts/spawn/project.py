@@ -81,6 +81,18 @@ class SharedModules:
 
     def __init__(self) -> None:
         self.modules: dict[tuple[str, str, bool], Module] = {}
+        #: Parsed sources by real path: a file checked as a script and imported as a module is parsed once.
+        self.parsed: dict[str, tuple[str, ast.Module]] = {}
+
+    def parse(self, path: str, text: str) -> ast.Module:
+        """The tree of `text` (read from `path`), parsed once per check; raises what ast.parse raises."""
+        key = os.path.realpath(path)
+        known = self.parsed.get(key)
+        if known is not None and known[0] == text:
+            return known[1]
+        tree = ast.parse(text, filename=path)
+        self.parsed[key] = (text, tree)
+        return tree
 
 
 class Project:
@@ -139,7 +151,7 @@ class Project:
         if text is None:
             return self._broken(dotted, shown, package, problem.get("error", "cannot be read"), problem.get("line", 1))
         try:
-            tree = ast.parse(text, filename=path)
+            tree = self.shared.parse(path, text)
         except SyntaxError as exc:
             return self._broken(dotted, shown, package, f"SyntaxError: {exc.msg}", max(exc.lineno or 1, 1))
         except (ValueError, RecursionError, MemoryError) as exc:

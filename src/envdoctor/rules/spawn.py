@@ -447,7 +447,8 @@ def find_notebook_main_objects(facts: Facts) -> Iterator[Hit]:
                          f"and spawn/forkserver workers do not re-run it, so they cannot unpickle what it defines "
                          f"and fail with \"{failure}\"; {verdict}."),
                 evidence={"path": script["path"], "cell": cell, "line": start["line"], "code": start["code"],
-                          "start_path": start["path"], "path_followed": path_followed(start), "objects": objects, "num_workers": start.get("num_workers"),
+                          "start_path": start["path"], "path_followed": path_followed(start), "objects": objects,
+                          "num_workers": start.get("num_workers"),
                           "num_workers_source": start.get("num_workers_source"),
                           "start_method": method, "start_method_source": source_text,
                           "python": python, "platform": platform},

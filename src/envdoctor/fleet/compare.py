@@ -130,7 +130,7 @@ def compare_paths(paths: list[str], output: str | None = None) -> Report:
     `output`, where the fleet report will be written, is never read as a node's report.
     """
     from envdoctor.errors import UsageError
-    from envdoctor.fleet import fleet_report
+    from envdoctor.fleet import FleetFacts, fleet_report
     from envdoctor.fleet.drift import not_compared
     from envdoctor.fleet.nodes import node_record
 
@@ -146,6 +146,6 @@ def compare_paths(paths: list[str], output: str | None = None) -> Report:
         listing = "; ".join(f"{u['source']}: {u['reason']}" for u in unreadable)
         raise UsageError(f"none of the files given is a readable envdoctor report ({listing})")
     nodes = [node_record(label, report, str(path)) for label, (path, report) in zip(_labels(loaded), loaded)]
-    fleet: dict[str, Any] = {"mode": "compare", "nodes": nodes, "unreadable": unreadable}
+    fleet: FleetFacts = {"mode": "compare", "nodes": nodes, "unreadable": unreadable}
     fleet["not_compared"] = not_compared(fleet)
     return fleet_report(fleet)

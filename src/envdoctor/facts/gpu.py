@@ -25,6 +25,7 @@ class GpuFacts(TypedDict, total=False):
 
     available: Any
     device_count: Any
+    job_pids: Any
     devices: Any
     pci_gpus: Any
     reason: Any

@@ -35,9 +35,11 @@ class StorageFacts(TypedDict, total=False):
     """The `storage` facts section (what `gather_storage` returns; the report's facts.storage)."""
 
     effective: Any
+    error: Any
     exists: Any
     fast_local_mounts: Any
     mount: Any
+    mount_error: Any
     path: Any
     read_probe: Any
     realpath: Any

@@ -51,9 +51,11 @@ class TorchFacts(TypedDict, total=False):
     probe: Any
     requires_nvidia: Any
     rocm_build: Any
+    searched: Any
     sharing_strategy: Any
     start_method: Any
     threadpools: Any
+    timed_out: Any
     version: Any
 
 

@@ -23,6 +23,7 @@ and code that reads `config.procs_per_node`. A field made without a helper
 from __future__ import annotations
 
 import math
+import re
 import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import MISSING, Field, dataclass, field, fields, replace
@@ -39,6 +40,9 @@ else:  # pragma: no cover
 
 #: The output formats, one per formatter module.
 FORMATS: tuple[str, ...] = tuple(FORMAT_MODULES)
+
+#: What `--platform` may ask the spawn guard about (sys.platform values).
+PLATFORMS = ("linux", "darwin", "win32")
 
 #: The help groups the options are listed under.
 TARGET, HOW, RULES, OUTPUT = "what to inspect", "how to check", "which rules", "output"
@@ -100,7 +104,7 @@ def switch(*flags: str, help: str, group: str, in_pyproject: bool = True) -> Any
     return _declare(False, Setting("switch", flags, help, group, in_pyproject=in_pyproject))
 
 
-def choice(default: str, choices: Iterable[str], *flags: str, help: str, group: str,
+def choice(default: str | None, choices: Iterable[str], *flags: str, help: str, group: str,
            shortcuts: Mapping[str, str] | None = None, in_pyproject: bool = True) -> Any:
     """One of a fixed set of words."""
     return _declare(default, Setting("choice", flags, help, group, choices=tuple(choices),
@@ -153,6 +157,15 @@ class Config:
                               help="write the report to FILE instead of standard output")
     svg: str | None = text("--svg", metavar="FILE", group=OUTPUT, in_pyproject=False,
                            help="also save the text report as an SVG picture")
+
+    procs_per_node: int | None = number(None, "--procs-per-node", metavar="N", integer=True, group=HOW,
+                                        help="training processes per node that share its CPUs "
+                                             "(default: LOCAL_WORLD_SIZE, else 1)")
+    #: The spawn guard's what-if: judge scripts for this platform / Python (X.Y) instead of the target's.
+    platform: str | None = choice(None, PLATFORMS, "--platform", group=TARGET,
+                                  help="judge the spawn guard for this platform instead of the target's")
+    python_version: str | None = text("--python-version", metavar="X.Y", group=TARGET,
+                                      help="judge the spawn guard for this Python version (e.g. 3.14) instead of the target's")
 
     #: Not settings. The scripts are positional arguments of `check` and `report`.
     scripts: tuple[str, ...] = ()
@@ -267,6 +280,8 @@ def validate(config: Config) -> Config:
         if value is None or (setting.kind == "switch" and value is False) or value == setting.default:
             continue
         _check_value(setting, value, setting.name)
+    if config.python_version is not None and not re.fullmatch(r"3\.\d{1,2}", config.python_version):
+        raise ConfigError(f"python_version must be X.Y, such as 3.14, not {config.python_version!r}")
     return config
 
 

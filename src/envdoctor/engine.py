@@ -17,7 +17,7 @@ from envdoctor.catalog import Catalog, RuleMeta, load_catalog
 from envdoctor.config import Config, ConfigError
 from envdoctor.facts import Facts, ProbeFailed
 from envdoctor.model import Finding, Report, Severity
-from envdoctor.redact import redact_tree
+from envdoctor.redact import redact_finding, redact_tree
 from envdoctor.rules import Hit
 
 
@@ -123,6 +123,11 @@ def assemble_report(facts: Facts, findings: list[Finding], errors: list[dict[str
     gathered = dict(facts.gathered())
     target = gathered.pop("target", None) or {}
     loader = gathered.pop("loader", None)
+    if loader:
+        # The facts with the rule layer's verdict (bottleneck, recommendation), less the torch probe.
+        from envdoctor.rules.loader_verdict import report_section
+
+        loader = dict(report_section(loader, facts.config.step_time))
     return Report(
         tool={"name": "envdoctor", "version": __version__},
         generated_at=utc_now(),
@@ -134,9 +139,9 @@ def assemble_report(facts: Facts, findings: list[Finding], errors: list[dict[str
             "python": target.get("python"),
         }),
         facts=redact_tree(gathered),
-        findings=findings,
+        findings=[redact_finding(f) for f in findings],
         loader=redact_tree(loader) if loader else None,
-        errors=errors + facts.errors,
+        errors=redact_tree(errors + facts.errors),
     )
 
 

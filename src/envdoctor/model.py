@@ -48,14 +48,19 @@ FAIL_ON_CHOICES = ("error", "warning", "info", "never")
 
 @dataclass(frozen=True)
 class Location:
-    """Where in a file a finding points (1-based line, 1-based column)."""
+    """Where in a file a finding points (1-based line, 1-based column; for a notebook, the 1-based cell
+    and the line within it)."""
 
     path: str
     line: int
     column: int = 1
+    cell: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"path": self.path, "line": self.line, "column": self.column}
+        where: dict[str, Any] = {"path": self.path, "line": self.line, "column": self.column}
+        if self.cell is not None:
+            where["cell"] = self.cell
+        return where
 
 
 #: The tools a fix step may name: who owns the files the step changes.

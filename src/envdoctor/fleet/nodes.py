@@ -243,7 +243,7 @@ FIELDS: tuple[Field, ...] = (
 
 def show_value(value: Any, kind: str = "version") -> str:
     """A node's value as people read it: sizes in GiB, speeds per second, absent as "absent"."""
-    from envdoctor.rules.system import human_bytes
+    from envdoctor.units import human_bytes
 
     if value is None:
         return "absent"

@@ -19,7 +19,7 @@ from envdoctor.facts import Facts
 from envdoctor.fleet.drift import channel_drift, package_drift, stragglers, value_drift
 from envdoctor.fleet.nodes import NOT_INSTALLED, UNLIMITED, show_value
 from envdoctor.rules import Hit
-from envdoctor.rules.system import human_bytes
+from envdoctor.units import human_bytes
 
 
 def _fleet(facts: Facts) -> Mapping[str, Any] | None:

@@ -81,12 +81,12 @@ def test_pyproject_settings_apply_and_flags_beat_them(tmp_path: Path) -> None:
 
 
 def test_text_report_is_plain_without_a_terminal() -> None:
-    proc = run_envdoctor("check", "--no-loader", "--select", "SYS003", prefix_cmd=["taskset", "-c", "0"])
+    proc = run_envdoctor("check", "-v", "--no-loader", "--select", "SYS003", prefix_cmd=["taskset", "-c", "0"])
     assert proc.returncode == 0
     assert "\x1b[" not in proc.stdout
     assert "1 warning" in proc.stdout.splitlines()[1]
     assert "SYS003 cpu-quota" in proc.stdout
-    assert "evidence: usable_cpus=1" in proc.stdout
+    assert "      usable_cpus: 1\n" in proc.stdout
     assert "fix: use num_workers=1" in proc.stdout
 
 
@@ -97,7 +97,7 @@ def test_markdown_and_output_file(tmp_path: Path) -> None:
     assert proc.returncode == 0 and proc.stdout == ""
     text = out.read_text()
     assert text.startswith("# envdoctor report")
-    assert "| warning | SYS003 cpu-quota |" in text
+    assert "### ! SYS003 `cpu-quota` — warning\n" in text
 
 
 def test_report_json_output_file_is_valid(tmp_path: Path) -> None:

@@ -17,7 +17,7 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("wheel")
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index",
                     "-q", "-w", str(out), str(REPO)], check=True, capture_output=True, text=True)
-    [built] = out.glob("envdoctor-*.whl")
+    [built] = out.glob("envdoctor*.whl")
     return built
 
 

@@ -46,6 +46,7 @@ def preflight(
     select: Iterable[str] = (),
     ignore: Iterable[str] = (),
     quiet: bool = False,
+    procs_per_node: int = 1,
 ) -> Report:
     """Check the environment (and profile `loader`) before training; raise on bad findings.
 
@@ -53,6 +54,10 @@ def preflight(
     batch size, collate_fn, sampler and worker settings. A short summary goes
     to stderr; `PreflightError` carrying the report is raised when a finding
     reaches `fail_on` ("error", "warning", "info" or "never").
+
+    `procs_per_node` is the number of training processes on this node
+    (one per device under DDP): they share its usable CPUs, so num_workers
+    is swept and recommended from each one's share.
 
     Without a loader it checks the environment and profiles the built-in
     synthetic dataset, so it works as a one-liner at the top of a script.
@@ -71,7 +76,8 @@ def preflight(
     if loader is not None and not hasattr(loader, "dataset"):
         raise TypeError(f"preflight(loader=...) wants a torch.utils.data.DataLoader, not {type(loader).__name__}")
     config = config_from_settings({"budget": budget_s, "step_time": step_time_s, "select": tuple(select),
-                                   "ignore": tuple(ignore), "fail_on": fail_on}, loader_object=loader)
+                                   "ignore": tuple(ignore), "fail_on": fail_on,
+                                   "procs_per_node": procs_per_node}, loader_object=loader)
     report = run_check(config)
     if not quiet:
         print(preflight_summary(report), file=sys.stderr)

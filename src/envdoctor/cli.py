@@ -24,7 +24,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from envdoctor import __version__
+from envdoctor.config import FORMATS
 from envdoctor.errors import UsageError
+from envdoctor.model import FAIL_ON_CHOICES
 
 if TYPE_CHECKING:  # pragma: no cover
     from envdoctor.config import Config
@@ -62,10 +64,26 @@ def build_parser() -> argparse.ArgumentParser:
     explain.add_argument("rule", metavar="RULE", help="a rule id (SYS002) or name (shm-too-small)")
     explain.set_defaults(handler=_cmd_explain)
 
+    rendered = sub.add_parser("render", help="show a saved JSON report in another format (one run, many outputs)")
+    rendered.add_argument("report", metavar="REPORT", help="a JSON report written by `envdoctor report`")
+    rendered.add_argument("--format", choices=FORMATS, default="text")
+    rendered.add_argument("--output", "-o", metavar="FILE")
+    rendered.add_argument("--against", metavar="FILE", help="the file environment findings are shown on (github, sarif)")
+    rendered.add_argument("-v", "--verbose", action="store_true", help="show each finding's evidence")
+    rendered.add_argument("--fail-on", choices=FAIL_ON_CHOICES, default="error")
+    rendered.set_defaults(handler=_cmd_render)
+
     compare = sub.add_parser("compare", help="reports from several machines side by side: drift and stragglers")
     compare.add_argument("reports", nargs="+", metavar="REPORT", help="JSON reports, or folders holding them")
     add_arguments(compare, names=("format", "output", "fail_on"))
     compare.set_defaults(handler=_cmd_compare)
+
+    from envdoctor.fix.command import add_parser as add_fix_parser
+
+    add_fix_parser(sub)
+
+    sub.add_parser("mcp", help="serve the checks as tools for AI coding agents (Model Context Protocol, stdio)"
+                   ).set_defaults(handler=_cmd_mcp)
     return parser
 
 
@@ -165,40 +183,31 @@ def _write_stdout(text: str) -> None:
         raise UsageError(f"cannot write the report to standard output: {exc.strerror or exc}") from None
 
 
-def emit(report: Any, fmt: str, output: str | None, svg: str | None = None) -> None:
-    """Render the report to standard output or a file (and an SVG when asked)."""
-    from envdoctor.report import render
+def emit(report: Any, fmt: str, output: str | None, svg: str | None = None, options: Any = None) -> None:
+    """Render the report to standard output or a file (and an SVG, always the same width, when asked)."""
+    from envdoctor.report import RenderOptions, render
 
+    options = options or RenderOptions()
     if fmt == "text" and output is None:
-        from rich.console import Console
+        from envdoctor.report.text import make_console, write
 
-        from envdoctor.report.text import write
-
-        # Logs and pipes get whole lines; a terminal gets lines wrapped to its width.
-        console = Console(record=bool(svg), highlight=False, emoji=False, soft_wrap=not sys.stdout.isatty())
+        # A terminal gets its width; a pipe or log gets 80 columns (or $COLUMNS).
         try:
-            write(report, console)
+            write(report, make_console(), verbose=options.verbose)
         except BrokenPipeError:
             raise
         except OSError as exc:
             raise UsageError(f"cannot write the report to standard output: {exc.strerror or exc}") from None
-        if svg:
-            write_report(svg, console.export_svg(title="envdoctor"), "the SVG")
-        return
-    text = render(report, fmt)
-    if output is None:
-        _write_stdout(text)
     else:
-        write_report(output, text)
+        text = render(report, fmt, options)
+        if output is None:
+            _write_stdout(text)
+        else:
+            write_report(output, text)
     if svg:
-        from rich.console import Console
+        from envdoctor.report.text import svg_text
 
-        from envdoctor.report.text import write
-
-        with open(os.devnull, "w") as devnull:
-            console = Console(record=True, file=devnull, width=100, force_terminal=True)
-            write(report, console)
-        write_report(svg, console.export_svg(title="envdoctor"), "the SVG")
+        write_report(svg, svg_text(report, verbose=options.verbose), "the SVG")
 
 
 def _cmd_rules(args: argparse.Namespace) -> int:
@@ -262,8 +271,15 @@ def _cmd_check(args: argparse.Namespace) -> int:
             return EXIT_OK
     else:
         report = _run_with_progress(config, run_check)
-    emit(report, config.format, config.output, config.svg)
+    emit(report, config.format, config.output, config.svg, _render_options(args, config))
     return report.exit_code(config.fail_on)
+
+
+def _render_options(args: argparse.Namespace, config: Any) -> Any:
+    from envdoctor.report import RenderOptions
+
+    return RenderOptions(verbose=config.verbose, against=config.against,
+                         scripts=tuple(config.scripts))
 
 
 def _run_with_progress(config: Any, run_check: Any) -> Any:
@@ -274,6 +290,21 @@ def _run_with_progress(config: Any, run_check: Any) -> Any:
 
     with showing_progress(config.budget):
         return run_check(config)
+
+
+def _cmd_render(args: argparse.Namespace) -> int:
+    from envdoctor.report import RenderOptions, load_report
+
+    check_writable(args.output)
+    report = load_report(args.report)
+    emit(report, args.format, args.output, options=RenderOptions(verbose=args.verbose, against=args.against))
+    return report.exit_code(args.fail_on)
+
+
+def _cmd_mcp(args: argparse.Namespace) -> int:
+    from envdoctor.mcp_server import serve
+
+    return serve()
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:
@@ -287,12 +318,66 @@ def _cmd_compare(args: argparse.Namespace) -> int:
     return report.exit_code(config.fail_on)
 
 
+def _looks_like_path(token: str) -> bool:
+    """Rule ids, names and families never hold `/` or `.`; a file name nearly always does."""
+    return "/" in token or "." in token or os.sep in token
+
+
+def _take_scripts(parser: argparse.ArgumentParser, args: argparse.Namespace, extra: list[str]) -> None:
+    """Rule lists split at commas; file names after the options become scripts.
+
+    pre-commit runs `entry args FILE...`, so with `args: [--select, SPW001]` the
+    file names follow a rule list; `--` ends the options for any other tool.
+    """
+    from envdoctor.config import parse_severity_pairs
+
+    scripts: list[str] = list(getattr(args, "scripts", None) or [])
+    for key in ("select", "ignore", "severity"):
+        values = getattr(args, key, None)
+        if not values:
+            continue
+        kept: list[Any] = []
+        for token in values:
+            parts = [part.strip() for part in token.split(",") if part.strip()]
+            if key != "severity" and _looks_like_path(token):
+                scripts.append(token)
+            elif key == "severity" and "=" not in token and _looks_like_path(token):
+                scripts.append(token)
+            elif key == "severity":
+                try:
+                    kept.append(parse_severity_pairs(token))
+                except ValueError as exc:
+                    parser.error(f"argument --severity: {exc}")
+            else:
+                kept += parts
+        setattr(args, key, kept)
+    if "--" in extra:  # everything after it is a file, whatever it looks like
+        cut = extra.index("--")
+        extra, after = extra[:cut], extra[cut + 1:]
+    else:
+        after = []
+    options = [item for item in extra if item.startswith("-") and item != "-"]
+    if options:
+        parser.error(f"unrecognized arguments: {' '.join(options)}")
+    scripts += extra + after
+    if scripts and not hasattr(args, "scripts"):
+        parser.error(f"unrecognized arguments: {' '.join(scripts)}")
+    if hasattr(args, "scripts"):
+        args.scripts = scripts
+
+
+def _parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argparse.Namespace:
+    args, extra = parser.parse_known_args(argv)
+    _take_scripts(parser, args, extra)
+    return args
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     from envdoctor.catalog import CatalogError
     from envdoctor.config import ConfigError
     from envdoctor.facts.target import TargetError
 
-    args = build_parser().parse_args(argv)
+    args = _parse(build_parser(), argv)
     try:
         return int(args.handler(args))
     except (UsageError, ConfigError, TargetError, CatalogError) as exc:

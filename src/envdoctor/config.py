@@ -155,6 +155,7 @@ class Config:
                          help="output format")
     output: str | None = text("-o", "--output", metavar="FILE", group=OUTPUT, in_pyproject=False,
                               help="write the report to FILE instead of standard output")
+    verbose: bool = switch("-v", "--verbose", group=OUTPUT, help="show each finding's evidence")
     svg: str | None = text("--svg", metavar="FILE", group=OUTPUT, in_pyproject=False,
                            help="also save the text report as an SVG picture")
 
@@ -323,10 +324,12 @@ def add_arguments(parser: Any, names: Iterable[str] | None = None, defaults: Map
         else:
             options["metavar"] = setting.metavar
             options["type"] = _argparse_type(setting, argparse.ArgumentTypeError)
-            if setting.kind == "rules":
-                options["nargs"] = "+"
-            elif setting.kind == "severity":
-                options["nargs"] = "+"
+            if setting.kind in ("rules", "severity"):
+                # Lists may repeat and take commas; file names after them are scripts (cli._take_scripts),
+                # so a --severity token is parsed there, not here.
+                options.update(nargs="+", action="extend")
+                if setting.kind == "severity":
+                    options["type"] = str
         target.add_argument(*setting.flags, **options)
         for flag, const in setting.shortcuts.items():
             target.add_argument(flag, action="store_const", const=const, dest=setting.name,

@@ -187,4 +187,6 @@ def run_check(config: Config, catalog: Catalog | None = None, facts: Facts | Non
         raise TargetError(f"the environment's Python cannot start ({target['interpreter_error']}); "
                           "repair or recreate the environment, then check it again")
     findings, errors = run_rules(catalog, metas, facts, overrides)
-    return assemble_report(facts, findings, errors)
+    report = assemble_report(facts, findings, errors)
+    report.checked = [m.id for m in metas]
+    return report

@@ -142,6 +142,8 @@ class Report:
     loader: dict[str, Any] | None = None
     errors: list[dict[str, Any]] = field(default_factory=list)
     schema_version: int = SCHEMA_VERSION
+    #: The ids of the rules that ran (None when unknown, e.g. a fleet view): what "✓" covers.
+    checked: list[str] | None = None
 
     @property
     def summary(self) -> dict[str, int]:
@@ -170,6 +172,24 @@ class Report:
             return 1
         return 1 if any(f.severity.rank >= threshold for f in self.findings) else 0
 
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Report:
+        """A Report back from its JSON form (schema version 1), e.g. to render a saved report.
+
+        Raises ValueError (naming the field) when `data` is not such a report.
+        """
+        try:
+            if data.get("schema_version") != SCHEMA_VERSION:
+                raise ValueError(f"schema_version {data.get('schema_version')!r} is not {SCHEMA_VERSION}")
+            findings = [_finding_from_dict(item) for item in data["findings"]]
+            return cls(tool=dict(data["tool"]), generated_at=str(data["generated_at"]), host=dict(data["host"]),
+                       target=dict(data["target"]), facts=dict(data["facts"]), findings=findings,
+                       loader=dict(data["loader"]) if data.get("loader") else None,
+                       errors=[dict(e) for e in data.get("errors") or []],
+                       checked=[str(r) for r in data["checked"]] if data.get("checked") is not None else None)
+        except (KeyError, TypeError, AttributeError) as exc:
+            raise ValueError(f"not an envdoctor report: {type(exc).__name__}: {exc}") from None
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "schema_version": self.schema_version,
@@ -182,4 +202,21 @@ class Report:
             "loader": self.loader,
             "errors": self.errors,
             "summary": self.summary,
+            "checked": self.checked,
         }
+
+
+def _finding_from_dict(data: Mapping[str, Any]) -> Finding:
+    loc = data.get("location")
+    steps = []
+    for step in data.get("fix_steps") or []:
+        if step.get("argv"):
+            steps.append(FixStep.command(step["tool"], *step["argv"]))
+        else:
+            steps.append(FixStep.file_move(step["move"], step["to"]))
+    return Finding(
+        rule=str(data["rule"]), name=str(data["name"]), severity=Severity.parse(data["severity"]),
+        message=str(data["message"]), evidence=dict(data.get("evidence") or {}), fix=str(data.get("fix") or ""),
+        location=Location(str(loc["path"]), int(loc["line"]), int(loc.get("column") or 1)) if loc else None,
+        fix_steps=tuple(steps),
+    )

@@ -167,8 +167,9 @@ def loader_renderables(report_loader: LoaderReport | dict[str, Any]) -> list[Any
     table.add_column("samples/s", justify="right", no_wrap=True)
     table.add_column("±", justify="right", no_wrap=True)
     table.add_column("first s", justify="right", no_wrap=True)
-    table.add_column("throughput", justify="left", no_wrap=True)
-    table.add_column("", justify="left", no_wrap=True)
+    # At 80 columns the bar gives way (cropped), never the marks beside it.
+    table.add_column("throughput", justify="left", no_wrap=True, overflow="crop")
+    table.add_column("", justify="left", no_wrap=True, min_width=len("◀ knee, current"))
     chosen = loader.get("recommendation")
     rec = chosen["num_workers"] if chosen else None
     for row in _rows(loader):

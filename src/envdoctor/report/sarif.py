@@ -3,34 +3,55 @@
 One run, driven by `envdoctor`. `tool.driver.rules` holds every rule of the
 catalog with its summary, its docs (what, why, example, fix) as help text and
 Markdown, and its default level; severities map error/warning/info to the
-SARIF levels error/warning/note.
+SARIF levels error/warning/note. Descriptions are cut to GitHub's 1,024
+characters (the full docs stay in `help`).
 
-Findings with a location (a file, a line, a column: the spawn guard, an
-unparsable script) become `results`. GitHub rejects the whole file when a
-single result has no physical location ("locationFromSarifResult: expected at
-least one location"), and most envdoctor findings are about the environment,
-not a file; those are written as `toolExecutionNotifications` of the
-invocation, each tied to its rule (`associatedRule`) and carrying the same
-message, evidence and fix, so nothing is lost and the file stays uploadable.
-Rules or probes that failed are notifications too, at level error.
+Every finding is a `result` with a physical location, because code scanning
+ignores anything else: a finding about a file (the spawn guard) points at
+its line and column, and a finding about the environment points at the file
+that describes the environment (`report.locations.environment_anchor`: the
+--against file, else pyproject.toml, else the first script). Only when there
+is no such file does a finding travel as a notification of the invocation,
+tied to its rule, so nothing is lost and the file stays uploadable. Rules or
+probes that failed are notifications too, at level error.
 
-Paths are written as URIs relative to `%SRCROOT%` (the working directory)
-when they lie under it, else as absolute `file://` URIs.
+URIs are relative to the repository root (the git work tree, else the
+working directory), given as `%SRCROOT%`, so a job run from a subfolder
+still names `train/a.py`. Every result carries `partialFingerprints`, which
+stay the same when lines move, so an alert is tracked across commits.
 """
 from __future__ import annotations
 
+import hashlib
 import json
+import os
+import stat
+from collections.abc import Sequence
 from pathlib import Path, PurePosixPath
 from typing import Any
 from urllib.parse import quote
 
 from envdoctor.model import Finding, Report
+from envdoctor.report.locations import Anchor, environment_anchor, relative_path, repository_root
+from envdoctor.report.safe import clean_tree, printable, printable_block
 
 SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 SARIF_VERSION = "2.1.0"
 LEVELS = {"error": "error", "warning": "warning", "info": "note"}
 SRCROOT = "%SRCROOT%"
 DOC_TITLES = (("what", "What it checks"), ("why", "Why it matters"), ("example", "Example"), ("fix", "Fix"))
+#: GitHub code scanning rejects longer rule descriptions.
+DESCRIPTION_LIMIT = 1024
+FINGERPRINT_KEY = "envdoctorFinding/v1"
+#: The name envdoctor is published under (pyproject.toml's [project] name).
+DISTRIBUTION = "envdoctor-pytorch"
+#: Evidence keys that say where in a file, left out of the fingerprint so moved lines keep their alert.
+_POSITION_KEYS = frozenset({"line", "column", "col", "lineno", "end_line", "cell"})
+
+
+def _description(text: str) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= DESCRIPTION_LIMIT else flat[: DESCRIPTION_LIMIT - 1].rstrip() + "…"
 
 
 def _rule_descriptor(meta: Any) -> dict[str, Any]:
@@ -45,8 +66,8 @@ def _rule_descriptor(meta: Any) -> dict[str, Any]:
     return {
         "id": meta.id,
         "name": meta.name,
-        "shortDescription": {"text": " ".join(meta.summary.split())},
-        "fullDescription": {"text": " ".join(meta.what.split())},
+        "shortDescription": {"text": _description(meta.summary)},
+        "fullDescription": {"text": _description(meta.what)},
         "help": {"text": text, "markdown": markdown},
         "defaultConfiguration": {"level": LEVELS[meta.severity.value]},
         "properties": {"tags": [meta.family, meta.name], "family": meta.family, "origin": meta.origin},
@@ -54,40 +75,76 @@ def _rule_descriptor(meta: Any) -> dict[str, Any]:
 
 
 def artifact_location(path: str, root: Path | None = None) -> dict[str, Any]:
-    """A SARIF artifactLocation for a path: relative to %SRCROOT% when it lies under it."""
-    root = (root or Path.cwd()).resolve()
-    candidate = Path(path)
-    if candidate.is_absolute():
-        try:
-            relative = candidate.resolve().relative_to(root)
-        except ValueError:
-            return {"uri": candidate.resolve().as_uri()}
-        return {"uri": quote(PurePosixPath(*relative.parts).as_posix()), "uriBaseId": SRCROOT}
-    parts = [p for p in candidate.parts if p not in (".",)]
-    if ".." in parts:  # outside the root: an absolute URI is the only honest one
-        return {"uri": candidate.resolve().as_uri()}
-    return {"uri": quote(PurePosixPath(*parts).as_posix()), "uriBaseId": SRCROOT}
+    """A SARIF artifactLocation: relative to %SRCROOT% (the repository root) when under it, else absolute."""
+    root = (root or repository_root()).resolve()
+    relative = relative_path(path, root)
+    if relative is not None:
+        return {"uri": quote(relative), "uriBaseId": SRCROOT}
+    absolute = Path(os.path.normpath(Path.cwd() / path))
+    return {"uri": absolute.as_uri()}
+
+
+def _line_length(root: Path, relative: str, line: int) -> int | None:
+    """The length of one line of a regular file under the root (bounded read), for the region's end."""
+    path = root / PurePosixPath(relative)
+    try:
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            return None
+        with open(path, "rb") as fh:
+            for number, raw in enumerate(fh, start=1):
+                if number == line:
+                    return len(raw.rstrip(b"\r\n").decode("utf-8", "replace"))
+                if number > line or fh.tell() > 16 * 1024 * 1024:
+                    return None
+    except OSError:
+        return None
+    return None
+
+
+def _region(root: Path, artifact: dict[str, Any], line: int, column: int) -> dict[str, Any]:
+    line, column = max(1, line), max(1, column)
+    length = _line_length(root, artifact["uri"], line) if "uriBaseId" in artifact else None
+    end = (length + 1) if length is not None and length + 1 > column else column + 1
+    return {"startLine": line, "startColumn": column, "endLine": line, "endColumn": end}
+
+
+def fingerprint(finding: Finding, uri: str) -> str:
+    """A stable identity for one finding: the rule, the file and the evidence, not the line."""
+    evidence = {k: v for k, v in finding.evidence.items() if k not in _POSITION_KEYS}
+    basis = json.dumps([finding.rule, uri, evidence], sort_keys=True, default=str, ensure_ascii=True)
+    return hashlib.sha256(basis.encode("utf-8")).hexdigest()[:32]
 
 
 def _message(finding: Finding) -> str:
-    return finding.message + (f"\nFix: {finding.fix}" if finding.fix else "")
+    text = printable_block(finding.message, 8000)
+    return text + (f"\nFix: {printable_block(finding.fix, 8000)}" if finding.fix else "")
 
 
-def _result(finding: Finding, index: dict[str, int], root: Path) -> dict[str, Any]:
+def _properties(finding: Finding) -> dict[str, Any]:
+    return {"name": finding.name, "severity": finding.severity.value,
+            "evidence": clean_tree(dict(finding.evidence)), "fix": printable_block(finding.fix, 8000),
+            "fix_steps": clean_tree([step.to_dict() for step in finding.fix_steps])}
+
+
+def _result(finding: Finding, index: dict[str, int], root: Path, anchor: Anchor | None) -> dict[str, Any] | None:
     location = finding.location
-    assert location is not None
+    message = _message(finding)
+    if location is not None:
+        artifact = artifact_location(location.path, root)
+        region = _region(root, artifact, location.line, location.column)
+    elif anchor is not None:
+        artifact = {"uri": quote(anchor.path), "uriBaseId": SRCROOT}
+        region = _region(root, artifact, anchor.line, 1)
+        message = f"{message}\n(about the environment; shown on {printable(anchor.path, 500)})"
+    else:
+        return None
     result: dict[str, Any] = {
         "ruleId": finding.rule,
         "level": LEVELS[finding.severity.value],
-        "message": {"text": _message(finding)},
-        "locations": [{
-            "physicalLocation": {
-                "artifactLocation": artifact_location(location.path, root),
-                "region": {"startLine": max(1, location.line), "startColumn": max(1, location.column)},
-            }
-        }],
-        "properties": {"name": finding.name, "severity": finding.severity.value,
-                       "evidence": dict(finding.evidence), "fix": finding.fix},
+        "message": {"text": message},
+        "locations": [{"physicalLocation": {"artifactLocation": artifact, "region": region}}],
+        "partialFingerprints": {FINGERPRINT_KEY: fingerprint(finding, artifact["uri"])},
+        "properties": {**_properties(finding), "scope": "file" if location is not None else "environment"},
     }
     if finding.rule in index:
         result["ruleIndex"] = index[finding.rule]
@@ -102,38 +159,64 @@ def _notification(finding: Finding, index: dict[str, int]) -> dict[str, Any]:
         "level": LEVELS[finding.severity.value],
         "message": {"text": _message(finding)},
         "associatedRule": rule,
-        "properties": {"kind": "finding", "name": finding.name, "severity": finding.severity.value,
-                       "evidence": dict(finding.evidence), "fix": finding.fix},
+        "properties": {"kind": "finding", **_properties(finding)},
     }
 
 
 def _error_notification(error: dict[str, Any]) -> dict[str, Any]:
-    who = error.get("rule") or f"probe {error.get('probe')}"
+    who = printable(error.get("rule") or f"probe {error.get('probe')}", 80)
     notification: dict[str, Any] = {
         "level": "error",
-        "message": {"text": f"{who}: {error.get('message', '')}"},
-        "properties": {"kind": "error", **{k: v for k, v in error.items() if k != "traceback"}},
+        "message": {"text": f"{who}: {printable_block(error.get('message', ''), 4000)}"},
+        "properties": {"kind": "error", **clean_tree({k: v for k, v in error.items() if k != "traceback"})},
     }
     if error.get("rule"):
-        notification["associatedRule"] = {"id": error["rule"]}
+        notification["associatedRule"] = {"id": printable(error["rule"], 80)}
     return notification
 
 
-def to_sarif(report: Report, root: Path | None = None) -> dict[str, Any]:
+def _homepage() -> str | None:
+    """The project's home page, from the installed distribution's metadata (none when run from a checkout)."""
+    from importlib import metadata
+
+    try:
+        urls = metadata.metadata(DISTRIBUTION).get_all("Project-URL") or []
+    except metadata.PackageNotFoundError:
+        return None
+    for entry in urls:
+        label, _, url = entry.partition(",")
+        if label.strip().lower() == "homepage" and url.strip():
+            return url.strip()
+    return None
+
+
+def _root_uri(root: Path) -> str:
+    uri = root.as_uri()
+    return uri if uri.endswith("/") else uri + "/"
+
+
+def to_sarif(report: Report, root: Path | None = None, against: str | None = None,
+             scripts: Sequence[str] = ()) -> dict[str, Any]:
     """The SARIF log as a dict."""
     from envdoctor.catalog import load_catalog
 
-    root = (root or Path.cwd()).resolve()
+    root = (root or repository_root()).resolve()
     catalog = load_catalog()
     rules = [_rule_descriptor(meta) for meta in catalog.rules]
     index = {rule["id"]: i for i, rule in enumerate(rules)}
-    located = [f for f in report.findings if f.location is not None]
-    unlocated = [f for f in report.findings if f.location is None]
+    anchor = environment_anchor(report.findings, root, against, scripts)
+    results: list[dict[str, Any]] = []
+    notifications: list[dict[str, Any]] = []
+    for finding in report.findings:
+        result = _result(finding, index, root, anchor)
+        if result is None:
+            notifications.append(_notification(finding, index))
+        else:
+            results.append(result)
     invocation: dict[str, Any] = {
         "executionSuccessful": not report.errors,
         "endTimeUtc": report.generated_at,
-        "toolExecutionNotifications": ([_notification(f, index) for f in unlocated]
-                                       + [_error_notification(e) for e in report.errors]),
+        "toolExecutionNotifications": notifications + [_error_notification(e) for e in report.errors],
     }
     return {
         "$schema": SARIF_SCHEMA,
@@ -143,23 +226,26 @@ def to_sarif(report: Report, root: Path | None = None) -> dict[str, Any]:
                 "name": "envdoctor",
                 "version": str(report.tool.get("version", "")),
                 "semanticVersion": str(report.tool.get("version", "")),
+                **({"informationUri": homepage} if (homepage := _homepage()) else {}),
                 "rules": rules,
             }},
-            "originalUriBaseIds": {SRCROOT: {"uri": root.as_uri() + "/"}},
+            "originalUriBaseIds": {SRCROOT: {"uri": _root_uri(root)}},
             "invocations": [invocation],
-            "results": [_result(f, index, root) for f in located],
+            "results": results,
             "properties": {
                 "summary": report.summary,
-                "target": {k: report.target.get(k) for k in ("prefix", "kind", "python")},
-                "host": report.host,
+                "target": clean_tree({k: report.target.get(k) for k in ("prefix", "kind", "python")}),
+                "host": clean_tree(report.host),
                 "schema_version": report.schema_version,
             },
         }],
     }
 
 
-def render(report: Report) -> str:
+def render(report: Report, against: str | None = None, scripts: Sequence[str] = (),
+           root: Path | None = None) -> str:
     """The report as a SARIF 2.1.0 document (JSON text)."""
     from envdoctor.report.json import escape_surrogates
 
-    return escape_surrogates(json.dumps(to_sarif(report), indent=2, default=str, ensure_ascii=False)) + "\n"
+    log = to_sarif(report, root=root, against=against, scripts=scripts)
+    return escape_surrogates(json.dumps(log, indent=2, default=str, ensure_ascii=False)) + "\n"

@@ -1,0 +1,69 @@
+"""The report as GitHub Actions workflow commands: one annotation per finding.
+
+`::error file=train/a.py,line=8,col=5,title=SPW001 missing-main-guard::message`
+— GitHub shows each on the file and line in the job summary and the pull
+request, like ruff's `--output-format github`. Findings about the environment
+go on the file that describes it (`report.locations.environment_anchor`: the
+--against file, else pyproject.toml, else the first script). Paths are
+relative to the repository root, so a job that runs in a subfolder still
+points at the right file. Values are escaped as GitHub's toolkit does: `%`,
+CR and LF in the message, and `,` and `:` as well in properties; control
+characters from outside are escaped before that, so no input can end the
+line and start a command of its own.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from envdoctor.model import Finding, Report
+from envdoctor.report.locations import Anchor, environment_anchor, relative_path, repository_root
+from envdoctor.report.safe import printable, printable_block
+from envdoctor.report.text import own_message
+
+LEVELS = {"error": "error", "warning": "warning", "info": "notice"}
+
+
+def escape_data(text: str) -> str:
+    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+
+
+def escape_property(text: str) -> str:
+    return escape_data(text).replace(":", "%3A").replace(",", "%2C")
+
+
+def _command(level: str, properties: dict[str, object], message: str) -> str:
+    props = ",".join(f"{key}={escape_property(str(value))}" for key, value in properties.items())
+    return f"::{level} {props}::{escape_data(message)}" if props else f"::{level}::{escape_data(message)}"
+
+
+def annotation(finding: Finding, root: Path, anchor: Anchor | None) -> str:
+    """One workflow command for one finding."""
+    properties: dict[str, object] = {}
+    message = printable_block(own_message(finding), 4000)
+    location = finding.location
+    where = relative_path(location.path, root) if location is not None else None
+    if location is not None and where is not None:
+        properties.update(file=printable(where, 1000), line=max(1, location.line), col=max(1, location.column))
+    else:
+        if location is not None:  # a file outside the repository: name it in the message
+            message = f"{printable(location.path, 1000)}:{location.line}: {message}"
+        if anchor is not None:
+            properties.update(file=printable(anchor.path, 1000), line=anchor.line)
+    properties["title"] = f"{finding.rule} {printable(finding.name, 80)}"
+    if finding.fix:
+        message += "\nfix: " + printable_block(finding.fix, 4000)
+    return _command(LEVELS[finding.severity.value], properties, message)
+
+
+def render(report: Report, against: str | None = None, scripts: Sequence[str] = (),
+           root: Path | None = None) -> str:
+    root = root or repository_root()
+    anchor = environment_anchor(report.findings, root, against, scripts)
+    lines = [annotation(finding, root, anchor) for finding in report.findings]
+    for error in report.errors:
+        who = printable(error.get("rule") or f"probe {error.get('probe')}", 80)
+        props: dict[str, object] = {"file": anchor.path, "line": anchor.line} if anchor else {}
+        props["title"] = f"envdoctor could not check {who}"
+        lines.append(_command("warning", props, printable_block(error.get("message", ""), 2000)))
+    return "".join(line + "\n" for line in lines)

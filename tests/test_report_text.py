@@ -1,0 +1,146 @@
+"""The concise text report: verdict, checklist by area, one block per rule with its fix, at 80 columns.
+
+The issue's case is run for real: three scripts that start workers unguarded
+(SPW001) under `prlimit --nofile=256` (SYS001), printed by the real command
+into a pipe 80 columns wide.
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from envdoctor.model import Finding, Location, Report, Severity
+from envdoctor.report.text import render, svg_text
+from reportfixtures import SCRIPTS, make_train_repo
+from support import run_envdoctor
+
+SPAWN = Path(__file__).resolve().parents[1] / "fixtures" / "spawn"
+
+
+def _check(repo: Path, *extra: str, columns: int = 80) -> list[str]:
+    proc = run_envdoctor("check", "--no-loader", "--select", "SPW001,SYS001", *extra, *SCRIPTS, cwd=str(repo),
+                         prefix_cmd=["prlimit", "--nofile=256:4096"], env={**_env(), "COLUMNS": str(columns)})
+    assert proc.returncode == 1, proc.stderr
+    assert "\x1b" not in proc.stdout
+    return proc.stdout.splitlines()
+
+
+def _env() -> dict[str, str]:
+    import os
+
+    return {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
+
+
+def test_three_spw001_and_one_sys001_fit_in_40_lines_of_80_columns_with_every_fix(tmp_path):
+    lines = _check(make_train_repo(tmp_path / "repo"))
+    text = "\n".join(lines)
+    assert len(lines) <= 40, text
+    assert max(len(line) for line in lines) <= 80
+    # The verdict, then the checklist: what is wrong per area, and what was not checked.
+    assert lines[1].startswith("✗ 4 errors, 0 warnings, 0 info")
+    assert "  limits    ✗ SYS001 nofile-limit-low" in lines
+    assert "  scripts   ✗ SPW001 missing-main-guard (3 findings)" in lines
+    assert "  not checked (not selected): packages, channels, storage, GPU, loader" in lines
+    # One block per rule, the files grouped under it, every fix shown.
+    assert "✗ SPW001 missing-main-guard in 3 files" in lines
+    assert "✗ SYS001 nofile-limit-low" in lines
+    for where in ("train/a.py:8:1", "train/b.py:7:5", "train/c.py:8:8"):
+        assert sum(line.startswith(f"  {where}  ") for line in lines) == 1, where
+    assert text.count("fix: ") == 4
+    assert "fix: Move the code that starts the workers (line 8: `for (batch,) in" in text
+    assert "fix: Call `main()` (line 11) only from a new" in text
+    assert "(line 8: `pool = mp.Pool(2)`)" in text
+    assert "fix: ulimit -n 4096" in text
+    # The shared explanation is not repeated per finding; the file name never leads the message twice.
+    assert text.count("Under spawn/forkserver") <= 1
+    assert "train/a.py:8: " not in text
+    # Wrapped lines keep an indent: after the header, only verdict and block heads start at column 0.
+    for line in lines[2:]:
+        assert not line or line.startswith(" ") or re.match(r"[✗!i] [A-Z]+\d{3} |-v: ", line), line
+
+
+def test_verbose_adds_the_evidence_as_indented_key_value_lines(tmp_path):
+    lines = _check(make_train_repo(tmp_path / "repo"), "-v")
+    text = "\n".join(lines)
+    assert "      soft_limit: 256" in lines
+    assert "      sharing_strategy: file_descriptor" in lines
+    assert "      code: for (batch,) in loader:" in lines
+    assert "      module_level_statement:" in lines and "        code: main()" in lines
+    assert "evidence=" not in text and "{'" not in text  # readable, not a debug dump
+    assert max(len(line) for line in lines) <= 80
+    assert text.count("Under spawn/forkserver") == 1  # the explanation, once
+
+
+def test_identical_findings_are_grouped_with_one_message_and_one_fix(tmp_path):
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    for name in ("x.py", "y.py", "z.py"):
+        (repo / name).write_bytes((SPAWN / "main_unguarded.py").read_bytes())
+    proc = run_envdoctor("check", "--no-loader", "--select", "SPW001", "x.py", "y.py", "z.py", cwd=str(repo),
+                         env={**_env(), "COLUMNS": "80"})
+    lines = proc.stdout.splitlines()
+    assert "✗ SPW001 missing-main-guard in 3 files" in lines
+    assert ["  x.py:10:5", "  y.py:10:5", "  z.py:10:5"] == [line for line in lines if re.match(r"  [xyz]\.py", line)]
+    assert proc.stdout.count("for-loop over DataLoader built at line 9") == 1
+    assert proc.stdout.count("fix: ") == 1 and "which re-import each file" in proc.stdout
+
+
+def _report(**changes) -> Report:
+    base = dict(tool={"name": "envdoctor", "version": "0.1.0"}, generated_at="2026-11-29T21:00:00Z",
+                host={"hostname": "h", "platform": "linux-64"},
+                target={"prefix": "/opt/env", "kind": "conda", "python": "3.11.7"},
+                facts={"system": {}, "packages": {}, "scripts": {}, "storage": {}, "gpu": {}, "torch": {}},
+                findings=[], checked=["PKG001", "CHN001", "SYS001", "SPW001", "DSK001", "GPU001", "DL001"])
+    return Report(**{**base, **changes})
+
+
+def test_checklist_says_not_checked_when_a_probe_failed_and_the_verdict_says_so():
+    report = _report(errors=[{"probe": "storage", "message": "statvfs timed out after 5 s"},
+                             {"rule": "GPU001", "message": "skipped: probe 'gpu' failed: NVML error"}],
+                     loader={"runs": []})
+    lines = render(report).splitlines()
+    assert lines[1] == "✓ 0 errors, 0 warnings, 0 info — not checked: storage, GPU"
+    assert "  storage   not checked: storage probe failed: statvfs timed out after 5 s" in lines
+    assert "  GPU       not checked: GPU001: skipped: probe 'gpu' failed: NVML error" in lines
+    assert "  packages  ✓" in lines and "  loader    ✓" in lines
+
+
+def test_loader_that_did_not_run_is_not_a_tick():
+    lines = render(_report()).splitlines()
+    assert "  loader    not checked (the smoke test did not run)" in lines
+
+
+def test_loader_table_marks_are_not_cut_at_80_columns():
+    loader = {"dataset": "synthetic", "runs": [
+        {"num_workers": 0, "samples_per_s": 495.4, "first_batch_s": 0.066, "spread": 0.02},
+        {"num_workers": 8, "samples_per_s": 123867.9, "first_batch_s": 10.144, "spread": 0.24}],
+        "recommendation": {"num_workers": 8, "prefetch_factor": 2, "persistent_workers": True, "pin_memory": False},
+        "current": {"num_workers": 8}}
+    text = render(_report(loader=loader), width=80)
+    assert "◀ knee, current" in text
+    assert max(len(line.rstrip()) for line in text.splitlines()) <= 80
+
+
+def test_svg_is_recorded_at_a_fixed_width_whatever_stdout_is(tmp_path):
+    report = _report(findings=[Finding(rule="SYS001", name="nofile-limit-low", severity=Severity.WARNING,
+                                       message="the open-file limit is 256", evidence={"soft_limit": 256},
+                                       fix="ulimit -n 4096")])
+    (tmp_path / "a.svg").write_text(svg_text(report))
+    first = (tmp_path / "a.svg").read_text(encoding="utf-8")
+    for columns in ("40", "200"):
+        out = tmp_path / f"cli-{columns}.svg"
+        proc = run_envdoctor("check", "--no-loader", "--select", "SPW001", "--svg", str(out),
+                             str(SPAWN / "main_unguarded.py"), env={**_env(), "COLUMNS": columns})
+        assert proc.returncode == 1, proc.stderr
+        svg = out.read_text(encoding="utf-8")
+        assert re.search(r'viewBox="0 0 ([\d.]+) ', svg).group(1) == re.search(r'viewBox="0 0 ([\d.]+) ', first).group(1)
+
+
+def test_a_finding_with_a_multi_line_fix_keeps_its_lines_indented():
+    finding = Finding(rule="SPW001", name="missing-main-guard", severity=Severity.ERROR, message="loop at import",
+                      fix="Wrap it:\n    if __name__ == \"__main__\":\n        main()",
+                      location=Location("t.py", 3, 1))
+    lines = render(_report(findings=[finding])).splitlines()
+    i = lines.index("  fix: Wrap it:")
+    # Continuation lines start under the fix's first word, then keep their own indentation.
+    assert lines[i + 1:i + 3] == ['           if __name__ == "__main__":', "               main()"]

@@ -18,6 +18,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, TypedDict
 
 if TYPE_CHECKING:  # pragma: no cover
+    from envdoctor.fleet.nodes import NodeRecord
     from envdoctor.model import Finding, Report, Severity
 
 
@@ -27,7 +28,7 @@ class FleetFacts(TypedDict, total=False):
     #: "compare" (saved reports) or "distributed" (torch.distributed ranks).
     mode: str
     #: One record per node (see fleet.nodes.node_record).
-    nodes: list[dict[str, Any]]
+    nodes: list[NodeRecord]
     #: compare: the files that could not be used, with the reason ({source, reason}).
     unreadable: list[dict[str, str]]
     #: The fields that could not be compared on every node, and why.

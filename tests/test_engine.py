@@ -93,6 +93,10 @@ def test_a_failing_probe_skips_only_the_rules_that_need_it(monkeypatch: pytest.M
     assert report.not_checked() == {"gpu": ["ZZT003"]}
     assert report.exit_code("error") == 1 and report.exit_code("never") == 0
     assert summary_line(report).endswith("not checked: ZZT003 (the gpu probe failed)")
+    from envdoctor.api import PreflightError
+
+    assert "  not checked: ZZT003 (the gpu probe failed: ModuleNotFoundError: No module named 'envdoctor.no_such_module'" \
+        in str(PreflightError(report, "error"))
 
 
 def test_select_and_ignore_by_id_name_and_family() -> None:

@@ -321,4 +321,4 @@ def test_a_requirements_file_that_includes_itself_is_read_once(tmp_path: Path) -
     spec = json_report(proc)["facts"]["spec"]
     assert [p["name"] for p in spec["pip"]] == ["rich", "numpy"]
     reasons = [s["reason"] for s in spec["skipped"]]
-    assert reasons and set(reasons) == {"already included"}
+    assert reasons and set(reasons) == {"already read"}

@@ -253,11 +253,11 @@ def _include(result: ParsedSpec, line: str, number: int, folder: Path, depth: in
     """A `-r FILE` line: FILE's requirements (relative to `folder`) join `result`."""
     target = line.split(None, 1)[1] if " " in line or "\t" in line else line.partition("=")[2]
     include = (folder / target.strip()).resolve()
+    if include in seen:
+        result["skipped"].append({"line": number, "text": line, "reason": "already read"})
+        return
     if depth >= MAX_INCLUDE_DEPTH:
         result["skipped"].append({"line": number, "text": line, "reason": "includes nested too deep"})
-        return
-    if include in seen:
-        result["skipped"].append({"line": number, "text": line, "reason": "already included"})
         return
     try:
         nested = parse_requirements(include, depth + 1, seen)
@@ -269,12 +269,12 @@ def _include(result: ParsedSpec, line: str, number: int, folder: Path, depth: in
 
 
 #: An environment or requirements file larger than this is not one a person wrote.
-MAX_SPEC_BYTES = 4 << 20
+MAX_SPEC_BYTES = 16 << 20
 
 
 def _read(path: Path) -> str:
     """The file's text: a regular file only (never a blocking FIFO), at most MAX_SPEC_BYTES."""
-    from envdoctor.facts.packages import read_bytes
+    from envdoctor.facts.readfile import read_bytes
 
     try:
         return read_bytes(str(path), MAX_SPEC_BYTES).decode("utf-8")

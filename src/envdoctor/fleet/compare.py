@@ -59,7 +59,7 @@ def _expand(paths: list[str], output: str | None = None) -> list[Path]:
 
 def read_report(path: Path) -> tuple[dict[str, Any] | None, str | None]:
     """(report, None) for a usable envdoctor report, else (None, why it is skipped)."""
-    from envdoctor.facts.packages import read_bytes
+    from envdoctor.facts.readfile import read_bytes
 
     try:
         # A regular file only, never a blocking open, at most MAX_REPORT_BYTES.

@@ -479,3 +479,14 @@ def test_gpu004_end_to_end_through_the_real_probe(tmp_path: Path, monkeypatch: p
     assert found.evidence["gpus_missing"][0]["needs"] == "sm_120"
     assert "not compatible with the current PyTorch installation" in found.evidence["torch_warning"]
     assert [f.rule for f in report.findings] == ["GPU004"]  # CUDA initialised: not GPU001; driver 570: not GPU002
+    # The venv has no pip (venv --without-pip) and torch's INSTALLER says pip: ensurepip, then the venv's own pip.
+    python = str(prefix / "bin" / "python3")
+    install = (python, "-m", "pip", "install", "--force-reinstall", "torch", "--index-url",
+               "https://download.pytorch.org/whl/cu128")
+    assert found.fix_steps == (FixStep.command("pip", python, "-m", "ensurepip"), FixStep.command("pip", *install))
+    assert found.fix.endswith(f"sm_120: {python} -m ensurepip && {' '.join(install)}")
+    from envdoctor.fix.plan import make_plan
+
+    plan = make_plan(report, {"PATH": ""})
+    assert [(s.rule, s.runs, s.argv) for s in plan.steps] == [("GPU004", True, (python, "-m", "ensurepip")),
+                                                              ("GPU004", True, install)]

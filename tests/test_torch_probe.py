@@ -15,6 +15,7 @@ import sys
 import textwrap
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy
 import psutil
@@ -330,6 +331,39 @@ def test_real_torch_probe_agrees_with_the_files() -> None:
     assert probe["intra_op_threads"] >= 1
     assert probe["threadpoolctl_source"] == "target"
     assert probe["start_method"] in ("fork", "spawn", "forkserver") and probe["start_method_set"] is False
+
+
+def _shape(value: Any) -> Any:
+    """The keys of a section, nested, without the values: what a format change alters."""
+    if isinstance(value, dict):
+        return {k: _shape(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return sorted({json.dumps(_shape(v), sort_keys=True) for v in value})
+    return None
+
+
+@pytest.mark.slow
+def test_captured_torch_section_is_in_the_format_the_probe_emits_now() -> None:
+    """fixtures/torch/cpu_build_section.json, which the GPU and runtime tests start from, is not stale."""
+    fixtures = Path(__file__).resolve().parent.parent / "fixtures" / "torch"
+    if not read_torch_files(Facts(Config(no_loader=True))["target"])["installed"]:
+        pytest.skip("torch is not installed here")
+    sys.path.insert(0, str(fixtures))
+    try:
+        import capture
+    finally:
+        sys.path.remove(str(fixtures))
+    fresh = capture.capture()
+    stored = json.loads((fixtures / "cpu_build_section.json").read_text())
+    for section in (stored, fresh):
+        section["probe"].pop("environ")  # which thread variables this shell sets: not the format
+    assert _shape(stored) == _shape(fresh)
+    assert stored["probe"]["cuda"]["arch_list_source"] == fresh["probe"]["cuda"]["arch_list_source"]
+    # Paths name /opt/venv, not the checkout it was taken in, and each library's realpath is kept.
+    assert stored["location"] == fresh["location"]
+    assert fresh["location"].startswith("/opt/venv/lib/python") and fresh["location"].endswith("/site-packages/torch")
+    assert all(pool["realpath"].startswith("/opt/venv/") for pool in stored["threadpools"])
+    assert sys.prefix not in json.dumps(fresh)
 
 
 # --- odd files and odd self-reports: facts, never a failed probe ------------------------------

@@ -18,7 +18,7 @@ import pytest
 
 from envdoctor.config import Config
 from envdoctor.facts import Facts
-from envdoctor.model import Severity
+from envdoctor.model import FixStep, Severity
 from envdoctor.rules.runtime import RULES
 from support import findings, json_report, run_envdoctor
 
@@ -258,3 +258,45 @@ def test_probe_records_the_realpath_of_each_native_library() -> None:
     assert result["threadpools"], result
     for pool in result["threadpools"]:
         assert pool["realpath"] == os.path.realpath(pool["filepath"])
+
+
+# --- PKG010's fix as data: the installed release put back by its owner's tool ---------------------
+
+
+def _failed_import(error: str, version: str = "2.5.1+cu124", cuda: str | None = "12.4") -> dict[str, Any]:
+    torch = torch_with(import_error=error)
+    torch.update(version=version, dist_version=version, cuda_build=cuda, build="cuda" if cuda else "cpu")
+    return torch
+
+
+def test_pkg010_missing_cuda_libraries_reinstall_the_build_from_its_index() -> None:
+    error = "OSError: libcudnn.so.9: cannot open shared object file: No such file or directory"
+    [hit] = run("PKG010", _failed_import(error), system())
+    command = ("/env/bin/python", "-m", "pip", "install", "--force-reinstall", "torch==2.5.1",
+               "--index-url", "https://download.pytorch.org/whl/cu124")
+    assert hit.fix_steps == (FixStep.command("pip", *command),)
+    assert hit.fix == ("the CUDA libraries torch was built against are missing: reinstall the matching build: "
+                       + " ".join(command) + "   # check that LD_LIBRARY_PATH does not point at another CUDA")
+
+
+def test_pkg010_missing_dependency_reinstalls_the_cpu_build_from_the_cpu_index() -> None:
+    # torch 2.13.0+cpu pinned from PyPI would come back as the CUDA build: the local version names the index.
+    [hit] = run("PKG010", _failed_import("ModuleNotFoundError: No module named 'sympy'", "2.13.0+cpu", None),
+                system())
+    assert [s.argv for s in hit.fix_steps] == [("/env/bin/python", "-m", "pip", "install", "--force-reinstall",
+                                                "torch==2.13.0", "--index-url", "https://download.pytorch.org/whl/cpu")]
+    assert hit.fix.startswith("a dependency of torch is missing: reinstall torch with its dependencies: ")
+
+
+def test_pkg010_conda_torch_is_reinstalled_by_conda_and_an_unclear_error_runs_nothing() -> None:
+    torch = _failed_import("ModuleNotFoundError: No module named 'typing_extensions'")
+    torch["installer"] = "conda"
+    facts = Facts.from_dict({"torch": torch, "system": system(),
+                             "target": {"kind": "conda", "prefix": "/opt/conda/envs/train",
+                                        "interpreter": "/opt/conda/envs/train/bin/python"}}, Config(no_loader=True))
+    [hit] = list(RULES["PKG010"](facts))
+    assert hit.fix_steps == (FixStep.command("conda", "conda", "install", "-p", "/opt/conda/envs/train",
+                                             "--force-reinstall", "pytorch=2.5.1"),)
+    # An error that may have another cause (a module shadowing torch, a broken .pth): advice, no steps.
+    [unclear] = run("PKG010", _failed_import("ImportError: cannot import name 'Tensor'"), system())
+    assert unclear.fix_steps == () and "to see the full error" in unclear.fix

@@ -146,6 +146,12 @@ def test_import_error_is_a_finding_within_the_limit(tmp_path: Path, monkeypatch:
     assert hits[0]["evidence"]["torch_version"] == "2.5.1+cu124"
     assert any("libcudnn" in line for line in hits[0]["evidence"]["traceback_tail"])
     assert "whl/cu124" in hits[0]["fix"]
+    # The venv has no pip (venv --without-pip): ensurepip, then its own pip puts the cu124 build back.
+    python = str(prefix / "bin" / "python3")
+    assert hits[0]["fix_steps"] == [
+        {"tool": "pip", "argv": [python, "-m", "ensurepip"]},
+        {"tool": "pip", "argv": [python, "-m", "pip", "install", "--force-reinstall", "torch==2.5.1",
+                                 "--index-url", "https://download.pytorch.org/whl/cu124"]}]
     assert findings(report, "PKG008") == []
 
 

@@ -16,7 +16,9 @@ from typing import TYPE_CHECKING
 from envdoctor.facts import Facts
 from envdoctor.model import Severity
 from envdoctor.rules import Hit
+from envdoctor.rules.install_commands import advice
 from envdoctor.rules.system import BASE_NOFILE, loader_plan
+from envdoctor.rules.torch_install import led, reinstall_torch, wheel_index
 
 if TYPE_CHECKING:  # pragma: no cover
     from envdoctor.facts.torch import ThreadPool, TorchFacts, TorchProbe
@@ -246,21 +248,25 @@ def find_torch_import_failure(facts: Facts) -> Iterator[Hit]:
     if not error:
         return
     traceback_tail = (probe.get("torch_import_traceback") or probe.get("stderr_tail") or "").strip().splitlines()[-6:]
-    version = (torch.get("version") or "").split("+")[0]
-    if "libcudnn" in error or "libcu" in error or "libnccl" in error or "libnv" in error:
-        fix = (f"the CUDA libraries torch was built against are missing: reinstall the matching build "
-               f"(`pip install --force-reinstall torch=={version} --index-url https://download.pytorch.org/whl/"
-               f"cu{(torch.get('cuda_build') or '').replace('.', '')}`), and check LD_LIBRARY_PATH does not "
-               "point at another CUDA")
+    cuda_build = torch.get("cuda_build")
+    missing_cuda = any(name in error for name in ("libcudnn", "libcu", "libnccl", "libnv"))
+    reinstall = reinstall_torch(facts, wheel_index(cuda_build) if missing_cuda and cuda_build else None,
+                                note="check that LD_LIBRARY_PATH does not point at another CUDA" if missing_cuda else "")
+    if reinstall is None:
+        fix = advice(f"run `{interpreter} -c 'import torch'` to see the full error, and reinstall torch the way it "
+                     "was installed")
+    elif missing_cuda:
+        fix = led("the CUDA libraries torch was built against are missing: reinstall the matching build: ", reinstall)
     elif error.startswith("ModuleNotFoundError"):
-        fix = f"`{interpreter} -m pip install --force-reinstall torch=={version}`: a dependency of torch is missing"
+        fix = led("a dependency of torch is missing: reinstall torch with its dependencies: ", reinstall)
     else:
-        fix = (f"run `{interpreter} -c 'import torch'` to see the full error; reinstall torch "
-               f"(`{interpreter} -m pip install --force-reinstall torch=={version}`) if its files are damaged")
+        # The error may have another cause (a shadowing module, a broken .pth): the reinstall is advice.
+        fix = advice(f"run `{interpreter} -c 'import torch'` to see the full error; reinstall torch "
+                     f"(`{reinstall.text}`) if its files are damaged")
     yield Hit(
         message=f"`import torch` fails in the target environment: {error}",
         evidence={**base, "error": error, "traceback_tail": traceback_tail, "returncode": probe.get("returncode")},
-        fix=fix,
+        **fix.hit(),
     )
 
 

@@ -16,10 +16,11 @@ the same command, so the resolver picks builds that match it.
 """
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from envdoctor.rules.install_commands import Fix, advice, conda, fix_of, managed_advice, pip, pip_own
+from envdoctor.rules.install_commands import Fix, advice, conda, fix_of, managed_advice, os_reinstall, pip, pip_own
 
 if TYPE_CHECKING:  # pragma: no cover
     from envdoctor.facts import Facts
@@ -33,6 +34,14 @@ COMPANIONS = ("torchvision", "torchaudio")
 def wheel_index(cuda: str) -> str:
     """'12.4' -> https://download.pytorch.org/whl/cu124"""
     return f"{WHEEL_INDEX}/cu{cuda.replace('.', '')}"
+
+
+def build_index(version: str) -> str | None:
+    """The index a torch build comes from, by its local version: 2.5.1+cu124 -> …/cu124, +cpu -> …/cpu, else PyPI."""
+    local = version.partition("+")[2]
+    if local == "cpu" or re.fullmatch(r"cu\d+|rocm[\d.]+", local):
+        return f"{WHEEL_INDEX}/{local}"
+    return None
 
 
 def target_environment(facts: Facts) -> Mapping[str, Any]:
@@ -89,6 +98,31 @@ def torch_for_cuda(facts: Facts, cuda: str, *, keep_hint: bool = True, note: str
     commands = pip_own(env, *args) if tool == "pip" else pip(env, *args)
     if commands is None:
         return advice(managed_advice(env, f"install torch built for CUDA {cuda} ({url})"))
+    return fix_of(*commands, note=note)
+
+
+def reinstall_torch(facts: Facts, index: str | None = None, note: str = "") -> Fix | None:
+    """Put the installed torch release back as it was built (damaged files, a dependency missing), by its owner.
+
+    pip gets `torch==VERSION` from the index of its build (`index`, else the one its
+    local version names: +cu124, +cpu); None when the version is unknown.
+    """
+    torch = facts["torch"]
+    full = torch.get("version") or torch.get("dist_version") or ""
+    version = full.split("+")[0]
+    if not version:
+        return None
+    env = target_environment(facts)
+    tool, package = torch_owner(env, torch)
+    if tool in ("conda", "pixi"):
+        return fix_of(conda(env, "install", "--force-reinstall", f"pytorch={version}"), note=note)
+    if tool in ("dpkg", "rpm"):
+        return fix_of(os_reinstall(tool, package), note=note) if package else None
+    index = index or build_index(full)
+    args = ("install", "--force-reinstall", f"torch=={version}", *(("--index-url", index) if index else ()))
+    commands = pip_own(env, *args) if tool == "pip" else pip(env, *args)
+    if commands is None:
+        return advice(managed_advice(env, f"reinstall torch {version}"))
     return fix_of(*commands, note=note)
 
 

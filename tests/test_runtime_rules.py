@@ -45,7 +45,8 @@ def torch_with(**probe_changes: Any) -> dict[str, Any]:
 
 def run(rule: str, torch: dict[str, Any], sys_facts: dict[str, Any], kind: str = "venv") -> list:
     facts = Facts.from_dict({"torch": torch, "system": sys_facts,
-                             "target": {"kind": kind, "interpreter": "/env/bin/python"}}, Config(no_loader=True))
+                             "target": {"kind": kind, "prefix": "/env", "interpreter": "/env/bin/python"}},
+                            Config(no_loader=True))
     return list(RULES[rule](facts))
 
 
@@ -175,14 +176,16 @@ def test_pkg008_names_the_extension_from_numpys_traceback() -> None:
     hits = run("PKG008", torch, system(), kind="conda")
     assert hits[0].evidence["extension"] == "torchvision"
     assert hits[0].evidence["numpy_version"] == "2.1.3"
-    assert hits[0].fix.startswith("conda install --upgrade torchvision")
+    # conda has no `install --upgrade`; the commands name the prefix. Which to run is the user's choice: no steps.
+    assert hits[0].fix == "`conda update -p /env torchvision` (a build for NumPy 2), or `conda install -p /env 'numpy<2'`"
+    assert hits[0].fix_steps == ()
 
 
 def test_pkg008_reverse_abi() -> None:
     warning = "numpy.dtype size changed, may indicate binary incompatibility. Expected 96 from C header, got 88"
     hits = run("PKG008", torch_with(import_warnings=[warning], numpy_version="1.26.4"), system())
     assert hits[0].evidence["kind"] == "numpy2-extension-on-numpy1"
-    assert hits[0].fix.startswith('pip install "numpy>=2"')
+    assert hits[0].fix == "`/env/bin/python -m pip install 'numpy>=2'`"  # the target's own pip, not a bare one
 
 
 def test_pkg008_abi_version_message_means_an_old_extension_on_a_new_numpy() -> None:
@@ -204,11 +207,11 @@ def test_pkg008_numpy2_header_messages() -> None:
              "has C-API version 0x12. Check the section C-API incompatibility at the Troubleshooting ImportError")
     [hit] = run("PKG008", torch_with(import_output=newer, import_warnings=[], numpy_version="2.0.2"), system())
     assert hit.evidence["kind"] == "extension-newer-than-numpy"
-    assert hit.fix.startswith('pip install "numpy>=2.3"')
+    assert hit.fix.startswith("`/env/bin/python -m pip install 'numpy>=2.3'`")
     # NumPy 1.x headers, built against a later 1.x: NumPy 2 would not run it either.
     older = "RuntimeError: module compiled against API version 0x10 but this version of numpy is 0xe"
     [hit] = run("PKG008", torch_with(import_output=older, import_warnings=[], numpy_version="1.21.6"), system())
-    assert hit.fix.startswith('pip install --upgrade "numpy<2"')
+    assert hit.fix.startswith("`/env/bin/python -m pip install --upgrade 'numpy<2'`")
 
 
 def test_pkg008_and_pkg010_quiet_on_the_real_capture() -> None:

@@ -126,6 +126,25 @@ def reinstall_torch(facts: Facts, index: str | None = None, note: str = "") -> F
     return fix_of(*commands, note=note)
 
 
+def install_text(facts: Facts, name: str, *specs: str, upgrade: bool = False) -> str:
+    """The command that installs `specs` with the tool that owns the distribution `name` here, as text.
+
+    For advice (no steps): a fix that offers alternatives, where choosing is the user's.
+    """
+    env = target_environment(facts)
+    dist = _installed(env, name.lower().replace("_", "-"))
+    tool = dist["owner"]["tool"] if dist and dist.get("owner") else (
+        "conda" if env.get("kind") in ("conda", "pixi") else "pip")
+    if tool in ("conda", "pixi"):
+        # conda has no `install --upgrade`: `conda update` moves a package to its newest build.
+        return conda(env, "update" if upgrade else "install", *specs).text
+    args = ("install", *(("--upgrade",) if upgrade else ()), *specs)
+    commands = pip_own(env, *args) if tool == "pip" else pip(env, *args)
+    if commands is None:
+        return managed_advice(env, " ".join(specs))
+    return " && ".join(c.text for c in commands)
+
+
 def led(lead: str, fix: Fix) -> Fix:
     """`fix` after a sentence that says what the commands do (the steps stay the same)."""
     return Fix(lead + fix.text, fix.steps)

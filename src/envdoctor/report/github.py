@@ -22,6 +22,8 @@ from envdoctor.report.safe import printable, printable_block
 from envdoctor.report.text import own_message
 
 LEVELS = {"error": "error", "warning": "warning", "info": "notice"}
+#: GitHub shows at most 10 annotations of a level per step and 50 per job; more only fill the log.
+MAX_ANNOTATIONS = 200
 
 
 def escape_data(text: str) -> str:
@@ -60,8 +62,14 @@ def render(report: Report, against: str | None = None, scripts: Sequence[str] = 
            root: Path | None = None) -> str:
     root = root or repository_root()
     anchor = environment_anchor(report.findings, root, against, scripts)
-    lines = [annotation(finding, root, anchor) for finding in report.findings]
-    for error in report.errors:
+    shown = report.findings[:MAX_ANNOTATIONS]
+    lines = [annotation(finding, root, anchor) for finding in shown]
+    if len(report.findings) > len(shown):
+        rest = len(report.findings) - len(shown)
+        props = {"file": anchor.path, "line": anchor.line} if anchor else {}
+        lines.append(_command("warning", {**props, "title": "envdoctor: more findings"},
+                              f"{rest} more findings are not annotated; see the JSON or SARIF report"))
+    for error in report.errors[:MAX_ANNOTATIONS]:
         who = printable(error.get("rule") or f"probe {error.get('probe')}", 80)
         props: dict[str, object] = {"file": anchor.path, "line": anchor.line} if anchor else {}
         props["title"] = f"envdoctor could not check {who}"

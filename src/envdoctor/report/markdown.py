@@ -16,13 +16,13 @@ from typing import Any
 from envdoctor.model import Finding, Report
 from envdoctor.report.safe import MAX_ITEMS, clean_tree, printable, printable_block
 from envdoctor.report.text import (
-    AREAS,
     BLOCK_LIMIT,
     GROUP_LIMIT,
     _evidence_lines,
-    area_status,
+    area_statuses,
     group_findings,
     own_message,
+    severity_counts,
     summary_line,
 )
 
@@ -85,7 +85,7 @@ def _group(group: list[Finding]) -> list[str]:
         lines.append(f"- {where}{prose(own_message(finding))}")
     if len(group) > GROUP_LIMIT:
         lines.append(f"- … and {len(group) - GROUP_LIMIT} more {first.rule} findings")
-    fixes = list(dict.fromkeys(f.fix for f in group if f.fix))
+    fixes = list(dict.fromkeys(f.fix for f in group[:GROUP_LIMIT] if f.fix))
     for fix in fixes[:GROUP_LIMIT]:
         lines += ["", "Fix:", "", code_block(fix)]
     evidence = [f for f in group[:GROUP_LIMIT] if f.evidence]
@@ -119,12 +119,12 @@ def render(report: Report) -> str:
         where = (f"{escape_text(target.get('kind') or '?')} environment {code_span(target.get('prefix') or '?')} "
                  f"(Python {escape_text(target.get('python') or '?')}) on {code_span(report.host.get('hostname', '?'))} "
                  f"({escape_text(report.host.get('platform', '?'))})")
-    counts = report.summary
+    counts = severity_counts(report.findings)
     worst = next((s for s in ("error", "warning", "info") if counts[s]), None)
     lines = [
         "# envdoctor report",
         "",
-        f"**{_MARK[worst]} {summary_line(report)}** — {where}, envdoctor {escape_text(report.tool.get('version', '?'))}, "
+        f"**{_MARK[worst]} {summary_line(report, counts)}** — {where}, envdoctor {escape_text(report.tool.get('version', '?'))}, "
         f"{escape_text(report.generated_at)}",
         "",
     ]
@@ -134,8 +134,7 @@ def render(report: Report) -> str:
         lines += [fleet_markdown(_neutral(clean_tree(fleet))), ""]
     else:
         lines += ["| area | status |", "|---|---|"]
-        for area, _families in AREAS:
-            level, status = area_status(report, area)
+        for area, (level, status) in area_statuses(report).items():
             lines.append(f"| {area} | {_MARK[level]} {_cell(status) if status != '✓' else ''} |".replace("  |", " |"))
         lines.append("")
     groups = group_findings(report.findings)

@@ -1,15 +1,19 @@
-"""How long the smoke test takes, and how close its recommendation is to an exhaustive sweep's best.
+"""Does the smoke test's recommendation hold up on a busy machine? And how long does it take?
 
-For the built-in synthetic dataset and one loader of the test suite (the sleep-bound "remote read"),
-in the same run on the same machine:
+For each fixture loader below, in the same conditions — by default with one core kept busy beside it
+(`python -c 'while True: pass'`, as on a shared node or CI runner; `--quiet-machine` leaves it idle):
 
-- the smoke test's wall time (`envdoctor loader`, default 15 s budget) — the baseline it is
-  compared with is the exhaustive sweep's wall time;
-- the throughput the exhaustive sweep measures at the recommended num_workers, as a ratio of the
-  best throughput the exhaustive sweep finds over num_workers 0, 1, 2, 3, 4, 6, 8 (1.0 = the
-  recommendation is the best; the smoke test aims for >= 0.95 by picking the knee).
+1. the smoke test (`envdoctor loader --dataset …`, `--budget`) and its recommendation, with the trust its
+   paired windows gave it (gain / same / too-noisy / loss / unpaired) and the gain's interval;
+2. an exhaustive re-measurement of every worker count in [0, 1, 2, 4, 8] and the recommended one, each timed
+   for `--point` seconds;
+3. the ratio: exhaustive samples/s at the recommended num_workers over the best exhaustive samples/s.
 
-Run from the repository root:  python benchmarks/bench_loader.py [--budget 15] [--point 1.5]
+A case passes when the ratio is at least 0.9, or when the report said the machine was too noisy to tell
+(trust "too-noisy": the user's setting is kept, never a confident wrong answer). Throughput ratios are
+measured here, never asserted in the test suite.
+
+Run from the repository root:  python benchmarks/bench_loader.py [--budget 15] [--point 1.0] [--quiet-machine]
 """
 from __future__ import annotations
 
@@ -22,48 +26,81 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-EXHAUSTIVE = [0, 1, 2, 3, 4, 6, 8]
+FIXTURES = ROOT / "fixtures"
+EXHAUSTIVE = [0, 1, 2, 4, 8]
+#: The recommendation must reach this share of the best re-measured setting.
+REACH = 0.9
+CASES = [
+    "loaderfixtures.suite:remote_read",
+    "loaderfixtures.suite:tiny_samples",
+    "loaderfixtures.suite:slow_worker_start",
+    "loaderfixtures.suite:cpu_bound",
+    "loaderfixtures.suite:large_samples",
+    "loaderfixtures.trust:large_cheap_samples",
+    "loaderfixtures.trust:tiny_cheap_samples",
+    "loaderfixtures.trust:cloned_rng",
+]
 
 
-def smoke(args: list[str], budget: float) -> tuple[dict, float]:
+def smoke(spec: str, budget: float) -> tuple[dict, float]:
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT / "fixtures"), env.get("PYTHONPATH")]))
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(FIXTURES), env.get("PYTHONPATH")]))
     start = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "envdoctor", "loader", *args, "--budget", str(budget),
-                           "--format", "json"], capture_output=True, text=True, env=env, cwd=str(ROOT / "fixtures"))
+    proc = subprocess.run([sys.executable, "-m", "envdoctor", "loader", "--dataset", spec, "--budget", str(budget),
+                           "--format", "json"], capture_output=True, text=True, env=env, cwd=str(FIXTURES))
     wall = time.monotonic() - start
     return json.loads(proc.stdout)["loader"], wall
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--budget", type=float, default=15.0, help="the smoke test's budget (default 15)")
-    parser.add_argument("--point", type=float, default=1.5, help="seconds each exhaustive point is timed")
+    parser.add_argument("--point", type=float, default=1.0, help="seconds each exhaustive point is timed")
+    parser.add_argument("--quiet-machine", action="store_true", help="do not keep a core busy beside it")
+    parser.add_argument("--only", nargs="*", help="run only these cases (substrings of their names)")
     options = parser.parse_args()
+    sys.path.insert(0, str(FIXTURES))
     from envdoctor.loader import exhaustive_sweep
 
-    cases = [
-        ("synthetic", [], {"kind": "synthetic"}),
-        ("suite:remote_read", ["--dataset", "loaderfixtures.suite:remote_read"],
-         {"kind": "factory", "spec": "loaderfixtures.suite:remote_read", "cwd": str(ROOT / "fixtures")}),
-    ]
-    sys.path.insert(0, str(ROOT / "fixtures"))
-    print(f"{'dataset':<20} {'smoke s':>8} {'sweep s':>8} {'speed-up':>8} {'rec nw':>6} "
-          f"{'best nw':>7} {'ratio':>6}  bottleneck")
-    for name, args, source in cases:
-        loader, smoke_wall = smoke(args, options.budget)
-        start = time.monotonic()
-        section = exhaustive_sweep(source, EXHAUSTIVE, point_s=options.point, cwd=str(ROOT / "fixtures"))
-        sweep_wall = time.monotonic() - start
-        rates = {r["num_workers"]: r["samples_per_s"] for r in section["runs"] if r.get("samples_per_s")}
-        rec = (loader.get("recommendation") or {}).get("num_workers")
-        best_nw = max(rates, key=rates.get) if rates else None
-        ratio = rates.get(rec, 0.0) / rates[best_nw] if rates and rec is not None else float("nan")
-        print(f"{name:<20} {smoke_wall:>8.1f} {sweep_wall:>8.1f} {sweep_wall / smoke_wall:>7.1f}x {rec!s:>6} "
-              f"{best_nw!s:>7} {ratio:>6.2f}  {loader.get('bottleneck')}")
-        print(f"{'':<20} smoke curve {[(r['num_workers'], r['samples_per_s']) for r in loader['runs']]}")
-        print(f"{'':<20} sweep curve {sorted(rates.items())}")
-    return 0
+    busy = None
+    if not options.quiet_machine:
+        busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    cases = [c for c in CASES if not options.only or any(o in c for o in options.only)]
+    failures = 0
+    try:
+        print(f"conditions: {'one core busy beside it' if busy else 'quiet machine'}, {os.cpu_count()} CPUs, "
+              f"budget {options.budget:g} s, exhaustive points of {options.point:g} s")
+        print(f"{'case':<42} {'smoke s':>7} {'bottleneck':<13} {'rec':>3} {'trust':<9} {'gain [95%]':<20} "
+              f"{'best':>4} {'ratio':>5}  verdict")
+        for spec in cases:
+            loader, wall = smoke(spec, options.budget)
+            rec = loader.get("recommendation") or {}
+            nw = rec.get("num_workers")
+            workers = sorted(set(EXHAUSTIVE) | ({nw} if nw is not None else set()))
+            source = {"kind": "factory", "spec": spec, "cwd": str(FIXTURES)}
+            section = exhaustive_sweep(source, workers, point_s=options.point, cwd=str(FIXTURES))
+            rates = {r["num_workers"]: r["samples_per_s"] for r in section["runs"] if r["samples_per_s"]}
+            best_nw = max(rates, key=lambda n: rates[n]) if rates else None
+            ratio = rates.get(nw, 0.0) / rates[best_nw] if rates and nw is not None and best_nw is not None else None
+            trust = rec.get("trust", "-")
+            interval = rec.get("gain_interval")
+            gain = (f"{rec['gain']:.2f} [{interval[0]:.2f}-{interval[1]:.2f}]" if interval and rec.get("gain")
+                    else (f"{rec['gain']:.2f}" if rec.get("gain") else "-"))
+            ok = (ratio is not None and ratio >= REACH) or trust == "too-noisy"
+            failures += not ok
+            ratio_text = f"{ratio:.2f}" if ratio is not None else "-"
+            print(f"{spec.removeprefix('loaderfixtures.'):<42} {wall:>7.1f} {loader.get('bottleneck')!s:<13} "
+                  f"{nw!s:>3} {trust:<9} {gain:<20} {best_nw!s:>4} {ratio_text:>5}  "
+                  f"{'ok' if ok else 'MISS'}{' (too noisy: kept the user setting)' if trust == 'too-noisy' else ''}")
+            print(f"{'':<42} smoke  {[(r['num_workers'], r['samples_per_s']) for r in loader.get('runs', [])]}")
+            print(f"{'':<42} re-measured {sorted(rates.items())}")
+    finally:
+        if busy is not None:
+            busy.kill()
+            busy.wait()
+    print(f"{len(cases) - failures} of {len(cases)} recommendations reach {REACH:g} of the best re-measured "
+          "setting or say the machine was too noisy")
+    return 1 if failures else 0
 
 
 if __name__ == "__main__":

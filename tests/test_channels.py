@@ -14,14 +14,16 @@ PREFIX = "/opt/envs/train"
 def record(name: str, version: str, channel: str | None, build: str = "0", url: str | None = None) -> dict[str, Any]:
     return {"name": name, "version": version, "build": build, "channel": channel, "url": url,
             "subdir": "linux-64", "file": f"{PREFIX}/conda-meta/{name}-{version}-{build}.json",
-            "files_count": 1, "dist_names": [], "checked_files": 1, "missing_count": 0, "changed_count": 0}
+            "files_count": 1, "dist_names": [], "checked_files": 1, "missing_count": 0, "changed_count": 0,
+            "distribution": None, "distribution_from": None, "depends": []}
 
 
 def facts_with(*records: dict[str, Any], kind: str = "conda") -> Facts:
     return Facts.from_dict({"packages": {
         "prefix": PREFIX, "kind": kind, "interpreter": f"{PREFIX}/bin/python3", "python": "3.11.7",
         "markers": None, "conda": {"present": True, "checked_by": "size", "records": list(records)},
-        "site_dirs": [], "distributions": [], "unreadable": []}})
+        "site_dirs": [], "distributions": [], "unreadable": [], "pth_files": [],
+        "installer": {"externally_managed": None, "uv_venv": None, "has_pip": True}, "os_database": None}})
 
 
 @pytest.mark.parametrize("channel, url, expected", [

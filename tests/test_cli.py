@@ -3,11 +3,14 @@ from __future__ import annotations
 
 import json
 import os
+import stat
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from support import findings, json_report, run_envdoctor
+from support import envdoctor_argv, findings, json_report, run_envdoctor
 
 STATIC = ("--no-loader", "--select", "SYS")
 
@@ -144,3 +147,163 @@ def test_the_api_refuses_a_missing_data_path_too(tmp_path: Path) -> None:
 
     with pytest.raises(ConfigError, match="does not exist"):
         envdoctor.check(no_loader=True, data=str(tmp_path / "typo"))
+
+
+# --- settings declared once: flags, pyproject keys and the API all come from Config --------------
+
+@pytest.mark.parametrize("args,fragments", [
+    (("--prefix", ""), ("--prefix", "empty string")),
+    (("--budget", "nan"), ("--budget", "positive, finite", "'nan'")),
+    (("--budget", "inf"), ("--budget", "positive, finite", "'inf'")),
+    (("--budget", "-3"), ("--budget", "positive, finite", "'-3'")),
+    (("--step-time", "0"), ("--step-time", "positive, finite")),
+    (("--severity", "SYS=loud"), ("SYS", "unknown severity 'loud'")),
+    (("--severity", "NOPE9=info"), ("--severity", "unknown rule 'NOPE9'")),
+])
+def test_hostile_setting_values_are_one_line_refusals(args: tuple[str, ...], fragments: tuple[str, ...]) -> None:
+    assert_one_line_error(run_envdoctor("report", "--no-loader", "--select", "SYS003", *args), *fragments)
+
+
+@pytest.mark.parametrize("body,fragment", [
+    ("budget = nan", "budget must be a positive, finite number"),
+    ("budget = -inf", "budget must be a positive, finite number"),
+    ("prefix = ''", "prefix must not be empty"),
+    ("fail-on = 'sometimes'", "must be one of error, warning, info, never"),
+    ("select = 'SYS'", "select must be a list of strings"),
+    ("output = 'x.json'", "unknown key 'output'"),
+])
+def test_hostile_pyproject_values_are_refused(tmp_path: Path, body: str, fragment: str) -> None:
+    cwd = write_pyproject(tmp_path, f"[tool.envdoctor]\n{body}\n")
+    assert_one_line_error(run_envdoctor("check", *STATIC, cwd=str(cwd)), fragment)
+
+
+def test_missing_against_file_is_refused_not_skipped(tmp_path: Path) -> None:
+    proc = run_envdoctor("report", "--no-loader", "--select", "PKG007", "--against", str(tmp_path / "env.yml"))
+    assert_one_line_error(proc, "env.yml", "does not exist", "--against")
+    assert proc.stdout == ""
+
+
+def test_against_a_fifo_is_refused_without_blocking(tmp_path: Path) -> None:
+    fifo = tmp_path / "requirements.txt"
+    os.mkfifo(fifo)
+    proc = run_envdoctor("report", "--no-loader", "--select", "PKG007", "--against", str(fifo), timeout=60)
+    assert_one_line_error(proc, "not a regular file")
+
+
+def test_severity_resolves_families_and_names_like_select() -> None:
+    base = ("report", "--no-loader", "--select", "SYS", "--fail-on", "never")
+    family = json_report(run_envdoctor(*base, "--severity", "SYS=info", prefix_cmd=["taskset", "-c", "0"]))
+    assert [f["severity"] for f in findings(family, "SYS003")] == ["info"]
+    # One rule, by its name, beats its family whatever the order.
+    named = json_report(run_envdoctor(*base, "--severity", "cpu-quota=error,SYS=info",
+                                      prefix_cmd=["taskset", "-c", "0"]))
+    assert [f["severity"] for f in findings(named, "SYS003")] == ["error"]
+
+
+def test_every_setting_has_its_flag_and_pyproject_key() -> None:
+    from envdoctor.cli import build_parser
+    from envdoctor.config import FORMATS, SETTINGS, Config
+    from envdoctor.model import FAIL_ON_CHOICES
+    from envdoctor.report import FORMAT_MODULES
+
+    parser = build_parser()
+    check = parser._subparsers._group_actions[0].choices["check"]
+    by_flag = {flag: action for action in check._actions for flag in action.option_strings}
+    for setting in SETTINGS:
+        assert all(by_flag[flag].dest == setting.name for flag in setting.flags), setting.name
+        assert setting.default == getattr(Config(), setting.name)
+    assert by_flag["--json"].const == "json" and by_flag["--json"].dest == "format"
+    assert tuple(by_flag["--fail-on"].choices) == FAIL_ON_CHOICES
+    assert tuple(by_flag["--format"].choices) == FORMATS == tuple(FORMAT_MODULES)
+
+
+def test_api_check_takes_the_settings_by_name(tmp_path: Path) -> None:
+    import envdoctor
+    from envdoctor.config import ConfigError
+
+    with pytest.raises(ConfigError, match="unknown setting 'budgett'"):
+        envdoctor.check(budgett=3)
+    with pytest.raises(ConfigError, match="budget must be a positive, finite number"):
+        envdoctor.check(no_loader=True, budget_s=float("nan"))
+    with pytest.raises(ConfigError, match="prefix must not be empty"):
+        envdoctor.check(no_loader=True, prefix="")
+
+
+# --- where the report goes: whole or not at all, never into the inspected environment ------------
+
+def _leftovers(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.iterdir() if "envdoctor-tmp" in p.name)
+
+
+def test_a_failed_run_leaves_the_previous_report_unchanged(tmp_path: Path) -> None:
+    keep = tmp_path / "keep.json"
+    keep.write_text('{"previous": "report"}\n')
+    proc = run_envdoctor("report", "--prefix", "/nonexistent", "-o", str(keep))
+    assert_one_line_error(proc, "/nonexistent", "does not exist")
+    assert keep.read_text() == '{"previous": "report"}\n'
+    assert _leftovers(tmp_path) == []
+
+
+def test_a_full_file_system_is_exit_2_and_the_previous_report_stays(tmp_path: Path) -> None:
+    keep = tmp_path / "keep.json"
+    keep.write_text('{"previous": "report"}\n')
+    # RLIMIT_FSIZE makes every write past 2 KiB fail with EFBIG, as a full disk fails with ENOSPC;
+    # the report of this machine is several times larger.
+    proc = run_envdoctor("report", *STATIC, "-o", str(keep), prefix_cmd=["prlimit", "--fsize=2048"])
+    assert_one_line_error(proc, "cannot write the report to", "File too large", "unchanged")
+    assert keep.read_text() == '{"previous": "report"}\n'
+    assert _leftovers(tmp_path) == []
+
+
+def test_dev_full_as_output_or_standard_output_is_exit_2() -> None:
+    assert_one_line_error(run_envdoctor("report", *STATIC, "-o", "/dev/full"),
+                          "cannot write the report to /dev/full", "No space left")
+    for command in ("report", "check"):
+        with open("/dev/full", "w") as full:
+            proc = subprocess.run(envdoctor_argv(command, *STATIC), stdout=full, stderr=subprocess.PIPE,
+                                  text=True, timeout=120, env=dict(os.environ, NO_COLOR="1"))
+        assert proc.returncode == 2, proc.stderr
+        assert proc.stderr.strip() == "envdoctor: error: cannot write the report to standard output: " \
+                                      "No space left on device"
+
+
+def test_output_into_the_inspected_environment_is_refused(tmp_path: Path) -> None:
+    venv = tmp_path / "env"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    cfg = venv / "pyvenv.cfg"
+    before = cfg.read_bytes()
+    for flag in ("-o", "--svg"):
+        proc = run_envdoctor("check", *STATIC, "--prefix", str(venv), flag, str(cfg))
+        assert_one_line_error(proc, "will not write", "inside the inspected environment", str(venv))
+        assert cfg.read_bytes() == before
+    # Through a symlink from outside, too.
+    link = tmp_path / "looks-outside"
+    link.symlink_to(venv / "lib")
+    proc = run_envdoctor("check", *STATIC, "--prefix", str(venv), "-o", str(link / "r.json"))
+    assert_one_line_error(proc, "inside the inspected environment")
+    assert not (venv / "lib" / "r.json").exists()
+
+
+def test_a_report_written_over_an_old_one_keeps_its_permissions(tmp_path: Path) -> None:
+    out = tmp_path / "r.json"
+    out.write_text("old")
+    out.chmod(0o640)
+    proc = run_envdoctor("report", *STATIC, "-o", str(out))
+    assert proc.returncode in (0, 1), proc.stderr
+    assert json.loads(out.read_text())["schema_version"] == 1
+    assert stat.S_IMODE(out.stat().st_mode) == 0o640
+    assert _leftovers(tmp_path) == []
+
+
+def test_a_python_that_cannot_start_is_not_an_all_clear(tmp_path: Path) -> None:
+    env = tmp_path / "broken"
+    (env / "bin").mkdir(parents=True)
+    (env / "pyvenv.cfg").write_text("home = /usr/bin\n")
+    python = env / "bin" / "python"
+    python.write_text("#!/bin/sh\necho 'error while loading shared libraries: libpython3.11.so.1.0' >&2\nexit 127\n")
+    python.chmod(0o755)
+    (env / "bin" / "python3").symlink_to("python")
+    for command in ("check", "report"):
+        proc = run_envdoctor(command, "--no-loader", "--prefix", str(env))
+        assert_one_line_error(proc, "Python cannot start", "exited with status 127")
+        assert "0 errors" not in proc.stdout

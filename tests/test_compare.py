@@ -172,6 +172,52 @@ def test_compare_usage_errors_exit_2(tmp_path: Path) -> None:
     assert "broken.json: not valid JSON" in none_readable.stderr
 
 
+def test_compare_never_reads_its_own_output(real_reports: dict[str, Path], tmp_path: Path) -> None:
+    for name in ("node-a", "node-lownofile"):
+        shutil.copy(real_reports[name], tmp_path / f"{name}.json")
+    out = tmp_path / "fleet.json"
+    for _ in range(2):  # the second run finds the first one's fleet.json in the folder
+        proc = run_envdoctor("compare", str(tmp_path), "--json", "-o", str(out))
+        assert proc.returncode == 0, proc.stderr
+        report = validate_report(json.loads(out.read_text()))
+        assert findings(report, "FLT008") == []
+        assert sorted(n["source"] for n in report["facts"]["fleet"]["nodes"]) == [
+            str(tmp_path / "node-a.json"), str(tmp_path / "node-lownofile.json")]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fleet.json", "node-a.json", "node-lownofile.json"]
+    # Named as an input and as the output: refused before anything is read or written.
+    before = out.read_bytes()
+    proc = run_envdoctor("compare", str(out), str(tmp_path / "node-a.json"), "-o", str(out))
+    assert proc.returncode == 2 and "both a report to compare and the output" in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1 and out.read_bytes() == before
+
+
+def test_fifos_devices_and_huge_files_are_skipped_without_hanging(real_reports: dict[str, Path],
+                                                                  tmp_path: Path) -> None:
+    from envdoctor.fleet.compare import MAX_REPORT_BYTES
+
+    for name in ("node-a", "node-b"):
+        shutil.copy(real_reports[name], tmp_path / f"{name}.json")
+    os.mkfifo(tmp_path / "fifo.json")  # nobody ever writes to it: a blocking open would hang
+    (tmp_path / "zero.json").symlink_to("/dev/zero")  # endless
+    with open(tmp_path / "huge.json", "wb") as fh:  # sparse: costs no disk
+        fh.truncate(MAX_REPORT_BYTES + 1)
+    outside_fifo = tmp_path / "given.fifo"
+    os.mkfifo(outside_fifo)
+    proc = run_envdoctor("compare", str(tmp_path), str(outside_fifo), "/dev/zero", "--json", timeout=60)
+    report = json_report(proc)
+    skipped = {f["evidence"]["path"]: f["evidence"]["reason"] for f in findings(report, "FLT008")}
+    assert skipped == {
+        str(tmp_path / "fifo.json"): "not a regular file (a FIFO, a device or a socket)",
+        str(outside_fifo): "not a regular file (a FIFO, a device or a socket)",
+        "/dev/zero": "not a regular file (a FIFO, a device or a socket)",
+        str(tmp_path / "zero.json"): "not a regular file (a FIFO, a device or a socket)",
+        str(tmp_path / "huge.json"): f"{MAX_REPORT_BYTES + 1:,} bytes, more than the {MAX_REPORT_BYTES:,} "
+                                     "a report may have",
+    }
+    assert len(report["facts"]["fleet"]["nodes"]) == 2  # the readable ones are still compared
+    assert proc.returncode == 0
+
+
 def test_a_single_report_says_there_is_nothing_to_compare(real_reports: dict[str, Path]) -> None:
     report = json_report(_compare(real_reports["node-a"]))
     assert report["findings"] == []
@@ -203,13 +249,8 @@ def test_compare_real_venvs_names_package_differences(tmp_path: Path) -> None:
     paths = [tmp_path / f"{node}.json" for node in venvs]
     reports = [_report(path, args=("--prefix", str(venv))) for path, venv in zip(paths, venvs.values())]
     assert [r["target"]["prefix"] for r in reports] == [str(v) for v in venvs.values()]
+    assert all(r["facts"].get("packages") for r in reports)
     report = json_report(_compare(*paths))
-    if not all(r["facts"].get("packages") for r in reports):
-        # This build has no packages probe yet: compare must say so, not guess.
-        notes = {n["key"]: n["reason"] for n in report["facts"]["fleet"]["not_compared"]}
-        assert notes["packages"] == "0 of 3 reports list their packages"
-        assert report["findings"] == []
-        pytest.skip("the packages facts are not part of this build; compare says so")
     versions = {f["evidence"]["what"]: f for f in findings(report, "FLT002")}
     assert set(versions) == {"tinylib"}
     assert versions["tinylib"]["evidence"]["values"] == {"node-a": "1.0", "node-b": "1.0", "node-c": "1.1"}
@@ -333,7 +374,7 @@ def test_crafted_package_and_channel_drift(real_reports: dict[str, Path], tmp_pa
     assert versions["libnccl"]["fix"] == "on n3: conda install libnccl=2.21.5"
     (extra,) = findings(report, "FLT003")
     assert extra["evidence"] == {"package": "pillow-simd", "source": "pip", "present_on": {"n3": "9.0.0"},
-                                 "absent_on": ["n1", "n2"]}
+                                 "absent_on": ["n1", "n2"], "odd_nodes": ["n3"]}
     (channel,) = findings(report, "FLT004")
     assert channel["evidence"]["channels"] == {"n1": "conda-forge", "n2": "conda-forge", "n3": "pkgs/main"}
     assert channel["fix"] == "on n3: conda install --override-channels -c conda-forge numpy=1.26.4"

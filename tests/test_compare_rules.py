@@ -11,7 +11,6 @@ from typing import Any
 import pytest
 
 from envdoctor.catalog import load_catalog
-from envdoctor.facts import Facts
 from envdoctor.fleet import fleet_report
 from envdoctor.fleet.nodes import node_record
 
@@ -50,12 +49,18 @@ def test_every_flt_rule_is_in_the_catalog_with_its_severity() -> None:
                           "FLT009": "error"}
 
 
-def test_flt_rules_yield_nothing_without_fleet_facts() -> None:
+def test_a_single_machine_check_never_runs_the_flt_rules() -> None:
+    from envdoctor.config import Config, ConfigError
+    from envdoctor.engine import run_check
+
     catalog = load_catalog()
-    facts = Facts.from_dict({"system": _report()["facts"]["system"]})
-    for meta in catalog.rules:
-        if meta.family == "FLT":
-            assert list(catalog.functions[meta.id](facts)) == [], meta.id
+    assert {m.id for m in catalog.rules if m.scope == "fleet"} == {f"FLT00{i}" for i in range(1, 10)}
+    report = run_check(Config(no_loader=True, select=("SYS", "FLT")))
+    ran = {f.rule for f in report.findings} | {e.get("rule") for e in report.errors}
+    assert not {r for r in ran if r and r.startswith("FLT")}
+    assert "fleet" not in report.facts
+    with pytest.raises(ConfigError, match="compare several machines: run them with `envdoctor compare"):
+        run_check(Config(no_loader=True, select=("FLT001",)))
 
 
 def test_sizes_within_ten_percent_are_the_same_limit() -> None:

@@ -65,8 +65,13 @@ def test_two_ranks_give_one_fleet_report_on_rank_0(tmp_path: Path) -> None:
     assert "loader" in rank1["missing_sections"]
     loader_errors = [e for e in report["errors"] if e.get("probe") == "loader"]
     assert all(e["message"].endswith("(ranks 0)") for e in loader_errors)
-    if "loader" not in rank0["missing_sections"]:  # a build with the loader stage measured it there
-        assert "loader_samples_per_s" in rank0["values"]
+    # On a busy machine `import torch` alone can outlast a 3 s budget; then compare says
+    # the speed was not measured rather than showing a number.
+    notes = {n["key"]: n for n in fleet["not_compared"]}
+    if "loader_samples_per_s" not in rank0["values"]:
+        assert notes["loader_samples_per_s"]["missing_on"] == [rank0["node"], rank1["node"]]
+    else:
+        assert notes["loader_samples_per_s"]["missing_on"] == [rank1["node"]]
     # Both ranks ran on one machine with one environment: nothing drifts.
     assert [f for f in report["findings"] if f["rule"] in ("FLT001", "FLT002", "FLT003", "FLT005")] == []
     assert proc.returncode == (1 if report["summary"]["error"] else 0)
@@ -111,16 +116,21 @@ def test_the_text_view_of_a_distributed_run(raising_run: tuple[Any, dict[str, An
     from rich.console import Console
 
     from envdoctor.fleet.view import fleet_markdown, fleet_renderables
+    from envdoctor.model import Finding, Report, Severity
 
-    fleet = raising_run[1]["facts"]["fleet"]
+    saved = raising_run[1]
+    report = Report(tool=saved["tool"], generated_at=saved["generated_at"], host=saved["host"],
+                    target=saved["target"], facts=saved["facts"], errors=saved["errors"],
+                    findings=[Finding(rule=f["rule"], name=f["name"], severity=Severity.parse(f["severity"]),
+                                      message=f["message"], evidence=f["evidence"]) for f in saved["findings"]])
     buffer = io.StringIO()
     console = Console(file=buffer, width=100, no_color=True, force_terminal=False)
-    for item in fleet_renderables(fleet):
+    for item in fleet_renderables(report):
         console.print(item)
     text = buffer.getvalue()
     assert text.startswith("Fleet: 1 of 2 ranks reported")
     assert "comparing needs at least two" in text
-    assert fleet_markdown(fleet).startswith("## Fleet: 1 of 2 ranks reported")
+    assert fleet_markdown(report).startswith("## Fleet: 1 of 2 ranks reported")
 
 
 def test_a_rank_that_hangs_is_reported_as_timed_out_within_the_timeout(tmp_path: Path) -> None:
@@ -129,7 +139,7 @@ def test_a_rank_that_hangs_is_reported_as_timed_out_within_the_timeout(tmp_path:
     (failed,) = findings(report, "FLT007")
     assert failed["evidence"]["rank"] == 1 and failed["evidence"]["status"] == "timed-out"
     assert 4.0 <= failed["evidence"]["waited_s"] < 10
-    assert failed["message"] == "rank 1 did not report within 4 s"
+    assert failed["message"] == f"rank 1 did not report within {failed['evidence']['waited_s']:.0f} s"
     assert report["facts"]["fleet"]["collective"] is None  # no collective with a rank missing
     assert proc.returncode == 1
     assert elapsed < 60  # the hung rank (sleeping 12 s) is stopped by the launcher, not waited for

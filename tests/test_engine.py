@@ -78,14 +78,21 @@ def test_a_failing_probe_skips_only_the_rules_that_need_it(monkeypatch: pytest.M
                           "what": doc, "why": doc, "example": doc, "fix": doc}, "ZZT", "test")]
     combined = _assemble([("shipped", list(catalog.rules), dict(catalog.functions)),
                           ("test", metas, {"ZZT003": needs_gpu})])
-    monkeypatch.setitem(facts_module.PROBES, "gpu", "envdoctor.no_such_module:gather_gpu")
+    monkeypatch.setitem(facts_module.PROBES, "gpu", facts_module.Probe("envdoctor.no_such_module:gather_gpu"))
     config = Config(no_loader=True, select=("ZZT003", "SYS003"))
     report = run_check(config, catalog=combined)
     [skipped] = [e for e in report.errors if e.get("rule") == "ZZT003"]
     assert skipped["message"].startswith("skipped: probe 'gpu' failed: ModuleNotFoundError")
-    [probe] = [e for e in report.errors if e.get("probe") == "gpu"]
+    assert skipped["probe"] == "gpu"
+    [probe] = [e for e in report.errors if e.get("probe") == "gpu" and "rule" not in e]
     assert "envdoctor.no_such_module" in probe["message"]
     assert not [e for e in report.errors if e.get("rule") == "SYS003"]
+    # Not checked is not clean: the verdict says so and the exit code is not 0.
+    from envdoctor.report.text import summary_line
+
+    assert report.not_checked() == {"gpu": ["ZZT003"]}
+    assert report.exit_code("error") == 1 and report.exit_code("never") == 0
+    assert summary_line(report).endswith("not checked: ZZT003 (the gpu probe failed)")
 
 
 def test_select_and_ignore_by_id_name_and_family() -> None:
@@ -127,8 +134,65 @@ def test_every_rule_function_has_a_catalog_entry() -> None:
             assert catalog.functions.get(rule_id) is func, f"{rule_id} in {info.name} is not in the catalog"
 
 
-def test_every_catalog_rule_has_four_doc_parts() -> None:
+def test_explain_prints_every_doc_part_of_every_rule() -> None:
+    from envdoctor.cli import explain_text
+
+    def squeezed(text: str) -> str:  # explain wraps and indents; the words must all be there
+        return "".join(text.split())
+
     for meta in load_catalog(plugins=False).rules:
-        docs = meta.docs()
-        assert set(docs) == {"what", "why", "example", "fix"}
-        assert all(len(text) > 40 for text in docs.values()), meta.id
+        shown = squeezed(explain_text(meta.id))
+        for part, text in meta.docs().items():
+            assert len(text) > 40, (meta.id, part)
+            assert squeezed(text) in shown, (meta.id, part)
+        # Four different texts, not one pasted four times.
+        assert len({squeezed(t) for t in meta.docs().values()}) == 4, meta.id
+
+
+def test_only_the_command_line_imports_the_cli_module() -> None:
+    import ast
+
+    import envdoctor
+
+    src = Path(envdoctor.__file__).parent
+    importers = set()
+    for path in src.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            if "envdoctor.cli" in names:
+                importers.add(path.relative_to(src).as_posix())
+    assert importers <= {"cli.py", "__main__.py"}, importers
+
+
+def test_probe_dependencies_are_declared_known_and_free_of_cycles() -> None:
+    from envdoctor.facts import PROBES
+
+    for name, probe in PROBES.items():
+        assert set(probe.reads) <= set(PROBES) - {name}, name
+        for key, receiver in probe.hands_over.items():
+            assert name in PROBES[receiver].reads, f"{receiver} must read {name} to receive {key}"
+    # Depth-first search: a probe can never wait, through other probes, for itself.
+    state: dict[str, str] = {}
+
+    def visit(name: str, path: tuple[str, ...]) -> None:
+        assert state.get(name) != "open", f"cycle: {' -> '.join((*path, name))}"
+        if state.get(name) == "done":
+            return
+        state[name] = "open"
+        for read in PROBES[name].reads:
+            visit(read, (*path, name))
+        state[name] = "done"
+
+    for name in PROBES:
+        visit(name, ())
+
+
+def test_what_a_probe_hands_over_reaches_its_section_and_leaves_the_report() -> None:
+    from envdoctor.facts import Facts
+
+    shared = {"probe_version": 1, "torch_preimported": False, "sharing_strategy": "file_system"}
+    facts = Facts(Config(), preset={"loader": {"dataset": "synthetic", "runs": [], "torch_probe": shared}})
+    assert facts.handed_over("torch") == {"torch_probe": shared}
+    assert facts.handed_over("system") == {}
+    assert facts.gathered()["loader"] == {"dataset": "synthetic", "runs": []}

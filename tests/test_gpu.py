@@ -303,3 +303,157 @@ def test_job_pids_are_the_sibling_ranks_only_under_a_launcher(launcher_env, tmp_
         assert first["pid"] in second["job"] and second["pid"] in first["job"]
     else:
         assert first["pid"] not in second["job"] and second["pid"] not in first["job"]
+
+
+# --- GPU004 arch-not-in-build -----------------------------------------------------------------
+
+ARCH = GPU / "arch"
+
+
+def arch_case(name: str) -> tuple[Facts, dict[str, Any]]:
+    """A fixture machine: the gpu section from the real read_nvml() over fake_pynvml, the torch probe's cuda."""
+    case = json.loads((ARCH / name).read_text())
+    sys.path.insert(0, str(GPU))
+    try:
+        import fake_pynvml
+
+        fake_pynvml._state = case["nvml_state"]
+        sys.modules["pynvml"] = fake_pynvml
+        from envdoctor.facts.gpu import read_nvml
+
+        gpu = read_nvml()
+    finally:
+        sys.modules.pop("pynvml", None)
+        sys.path.remove(str(GPU))
+    torch = cuda_section(case["cuda_build"])
+    torch.update(version=case["torch_version"], dist_version=case["torch_version"])
+    torch["probe"].update(version=case["torch_version"], cuda=case["probe_cuda"])
+    torch["cuda"] = case["probe_cuda"]
+    return facts_for(gpu, torch), case
+
+
+def test_gpu004_fires_for_blackwell_on_a_wheel_that_stops_at_sm_90() -> None:
+    facts, case = arch_case("rtx5090_cu124.json")
+    [found] = hits("GPU004", facts)
+    assert found.severity is None  # the rule's default: error
+    [gpu] = found.evidence["gpus_missing"]
+    assert gpu == {"index": 0, "name": "NVIDIA GeForce RTX 5090", "capability": "12.0", "needs": "sm_120",
+                   "machine_code": [], "ptx": [], "first_cuda": "12.8"}
+    assert found.evidence["arch_list"] == case["probe_cuda"]["arch_list"]
+    assert "not compatible with the current PyTorch installation" in found.evidence["torch_warning"]
+    assert "no kernel image is available for execution on the device" in found.message
+    # The driver runs CUDA 12.8: the fix is a cu128 (or newer) wheel, not a driver upgrade.
+    assert "download.pytorch.org/whl/cu128" in found.fix and "upgrade the NVIDIA driver" not in found.fix
+
+
+def test_gpu004_fires_for_h100_on_a_build_that_stops_at_sm_86() -> None:
+    facts, _ = arch_case("h100_sm86_build.json")
+    [found] = hits("GPU004", facts)
+    assert [g["needs"] for g in found.evidence["gpus_missing"]] == ["sm_90"]
+    assert found.evidence["torch_cuda_build"] == "11.3"
+    assert "sm_90" in found.fix and "/whl/cu124" in found.fix  # the newest wheel driver 550 runs
+
+
+def test_gpu004_names_a_gpu_older_than_the_build() -> None:
+    facts, _ = arch_case("p100_dropped.json")
+    [found] = hits("GPU004", facts)
+    assert found.evidence["gpus_missing"][0]["capability"] == "6.0"
+    assert "dropped Tesla P100-PCIE-16GB (sm_60)" in found.fix and "TORCH_CUDA_ARCH_LIST=6.0" in found.fix
+
+
+@pytest.mark.parametrize("name", ["rtx5090_cu128.json", "l4_sm86_compatible.json"])
+def test_gpu004_quiet_when_the_build_has_machine_code_for_the_gpu(name: str) -> None:
+    facts, case = arch_case(name)
+    assert case["expect"] == "quiet"
+    assert hits("GPU004", facts) == []
+
+
+def test_gpu004_warns_when_only_ptx_covers_the_gpu() -> None:
+    facts, _ = arch_case("h100_ptx_only.json")
+    [found] = hits("GPU004", facts)
+    assert found.severity is Severity.WARNING
+    assert found.evidence["gpus_missing"] == []
+    [gpu] = found.evidence["gpus_ptx_only"]
+    assert gpu["ptx"] == ["compute_80"] and gpu["machine_code"] == []
+    assert "JIT" in found.message
+
+
+def test_every_arch_fixture_says_what_it_expects() -> None:
+    seen = {}
+    for path in sorted(ARCH.glob("*.json")):
+        facts, case = arch_case(path.name)
+        found = hits("GPU004", facts)
+        got = "quiet" if not found else ("warning" if found[0].severity is Severity.WARNING else "error")
+        seen[path.name] = got
+        assert got == case["expect"], path.name
+    assert set(seen.values()) == {"quiet", "warning", "error"}
+
+
+def test_gpu004_quiet_without_the_probe_or_an_arch_list() -> None:
+    facts, _ = arch_case("rtx5090_cu124.json")
+    torch = facts["torch"]
+    torch["probe"]["cuda"]["arch_list"] = []  # what torch answers when it cannot tell
+    assert hits("GPU004", facts) == []
+    torch["probe"] = {"ran": False, "reason": "no GPU, no loader stage and no --deep: files were enough"}
+    assert hits("GPU004", facts) == []
+
+
+def test_arch_entries_follow_cudas_compatibility_rules() -> None:
+    from envdoctor.rules.gpu import parse_arch
+
+    sm86, sm90a, ptx80, sm120 = (parse_arch(t) for t in ("sm_86", "sm_90a", "compute_80", "sm_120"))
+    assert sm86 and sm90a and ptx80 and sm120
+    assert (sm120.major, sm120.minor) == (12, 0)
+    assert sm86.runs_on(8, 9) and not sm86.runs_on(8, 0) and not sm86.runs_on(9, 0)
+    assert sm90a.runs_on(9, 0) and not sm90a.runs_on(9, 1)
+    assert ptx80.runs_on(12, 0) and ptx80.runs_on(8, 0) and not ptx80.runs_on(7, 5)
+    assert parse_arch("gfx90a") is None and parse_arch("sm_") is None
+
+
+# A torch whose CUDA answers as torch 2.5.1+cu124 does on an RTX 5090: available, capability (12, 0),
+# an arch list that stops at sm_90, and torch's own warning when the capability is asked for.
+BLACKWELL_ON_CU124_TORCH = '''\
+import warnings
+from . import version
+__version__ = version.__version__
+ARCHES = ["sm_50", "sm_60", "sm_70", "sm_75", "sm_80", "sm_86", "sm_90"]
+class _Cuda:
+    def is_available(self):
+        return True
+    def device_count(self):
+        return 1
+    def get_device_capability(self, index):
+        warnings.warn("\\nNVIDIA GeForce RTX 5090 with CUDA capability sm_120 is not compatible with the current "
+                      "PyTorch installation.\\nThe current PyTorch install supports CUDA capabilities "
+                      + " ".join(ARCHES) + ".\\n", UserWarning)
+        return (12, 0)
+    def get_device_name(self, index):
+        return "NVIDIA GeForce RTX 5090"
+    def get_arch_list(self):
+        return list(ARCHES)
+cuda = _Cuda()
+'''
+
+
+def test_gpu004_end_to_end_through_the_real_probe(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """NVML (fake_pynvml) shows the GPU, so the real torch probe runs in the target venv and GPU004 fires."""
+    from envdoctor.engine import run_check
+    from test_torch_probe import fake_torch, make_venv
+
+    prefix, site = make_venv(tmp_path / "env")
+    fake_torch(site, BLACKWELL_ON_CU124_TORCH, version="2.5.1+cu124", cuda="12.4")
+    sys.path.insert(0, str(GPU))
+    try:
+        import fake_pynvml
+    finally:
+        sys.path.remove(str(GPU))
+    monkeypatch.setattr(fake_pynvml, "_state", json.loads((ARCH / "rtx5090_cu124.json").read_text())["nvml_state"])
+    monkeypatch.setitem(sys.modules, "pynvml", fake_pynvml)
+    report = run_check(Config(prefix=str(prefix), no_loader=True, select=["GPU"]))
+    assert report.errors == []
+    probe = report.facts["torch"]["probe"]
+    assert probe["reason"] == "gpu present" and probe["cuda"]["arch_list"][-1] == "sm_90"
+    [found] = report.by_rule("GPU004")
+    assert found.evidence["gpus_missing"][0]["needs"] == "sm_120"
+    assert "not compatible with the current PyTorch installation" in found.evidence["torch_warning"]
+    assert [f.rule for f in report.findings] == ["GPU004"]  # CUDA initialised: not GPU001; driver 570: not GPU002

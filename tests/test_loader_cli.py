@@ -13,6 +13,12 @@ from loadersupport import FIXTURES_DIR, assert_nothing_left, dump, loader_report
 from support import findings, json_report, run_envdoctor
 
 
+def torch_version() -> str:
+    import torch
+
+    return torch.__version__.split("+")[0]
+
+
 @pytest.mark.slow
 def test_synthetic_default_measures_a_curve() -> None:
     before = shm_torch_segments()
@@ -36,9 +42,16 @@ def test_synthetic_default_measures_a_curve() -> None:
         assert run["windows"] >= 1 and "spread" in run
     assert loader["getitem"]["per_sample_s"] > 0
     assert loader["getitem"]["cpu_fraction"] > 0.5  # a CPU-bound transform, not a sleep
-    assert "torch_probe" not in loader or isinstance(loader["torch_probe"], dict)
-    assert loader["bottleneck"] in ("getitem", "cpu-saturated", "ipc")
-    assert loader["recommendation"]["num_workers"] in workers
+    # The runner's torch probe belongs under facts.torch, not in the loader object.
+    assert "torch_probe" not in loader
+    assert loader["torch"]["version"].startswith(torch_version())
+    # The verdict sits beside the facts, and a recommendation names a measured setting (or keeps yours).
+    assert loader["bottleneck"] in ("getitem", "cpu-saturated", "ipc"), dump(report)
+    rec = loader["recommendation"]
+    assert rec["num_workers"] in workers
+    assert rec["trust"] in ("gain", "loss", "too-noisy", "unpaired", "same")
+    if rec["trust"] in ("loss", "too-noisy"):
+        assert rec["num_workers"] == loader["current"]["num_workers"] == 0 and rec["basis"] == "current"
     # The same section drawn as the curve, in Markdown and for rich.
     markdown = loader_markdown(loader)
     assert "| num_workers | samples/s |" in markdown

@@ -1,4 +1,4 @@
-"""DL001–DL006 and SPW003 on recorded smoke-test sections: each fires on its state, stays quiet otherwise.
+"""DL001–DL008 and SPW003 on recorded smoke-test sections: each fires on its state, stays quiet otherwise.
 
 The sections have the exact shape `envdoctor.loader.gather_loader` emits
 (runs, getitem, current, failure …); the classification is run on them the
@@ -15,8 +15,7 @@ import pytest
 from envdoctor.config import Config
 from envdoctor.engine import run_check
 from envdoctor.facts import Facts
-from envdoctor.loader import judge
-from envdoctor.loader.diagnose import classify, knee, recommend
+from envdoctor.rules.loader_verdict import classify, knee, recommend, verdict
 
 SYSTEM = {"cpu": {"count": 2, "affinity": 2, "usable": 2, "quota_cpus": None, "cgroup_version": 2},
           "memory": {"effective_available": 16 * 1024**3, "cgroup_limit": None},
@@ -44,9 +43,11 @@ def section(runs: list[dict[str, Any]], *, getitem: dict[str, Any] | None = None
 
 
 def judged(data: dict[str, Any], step_time: float | None = None, usable: int = 2) -> dict[str, Any]:
+    """The facts with the usable CPUs the loader stage records, and the rule layer's verdict beside them
+    (as the report's `loader` object carries it)."""
     data = copy.deepcopy(data)
-    judge(data, usable, step_time)
-    return data
+    data["usable_cpus"] = usable
+    return {**data, **verdict(data, step_time)}
 
 
 def findings_of(data: dict[str, Any], rule: str, step_time: float | None = None) -> list[Any]:
@@ -398,3 +399,136 @@ def test_blocked_getitem_on_busy_cpus_is_still_storage() -> None:
     # Without the probe's split, 8 waiting workers past 2 CPUs are not "cpu-saturated" either.
     data["getitem"] = {"per_sample_s": 0.016}
     assert classify(data, 2, None)[0] != "cpu-saturated"
+
+
+#: Recorded live (loaderfixtures.trust:large_cheap_samples — 2 MiB float32 samples from a cache — on 2 CPUs
+#: other jobs held): __getitem__ 0.008 ms, but 20 ms a sample at num_workers=0 collating 16 MiB batches; two
+#: workers measured faster only by taking more CPU share. The time is in the batches: IPC, never DL003.
+LARGE_CHEAP = section([run(0, 49.87, 0.18, samples_per_s_max=72.94, main_cpu=0.304),
+                       run(2, 114.68, 0.5, samples_per_s_max=193.73, main_cpu=0.05, worker_cpu=0.126,
+                           worker_runqueue=0.737, worker_blocked=0.137),
+                       run(1, 107.9, 0.43, samples_per_s_max=177.94, main_cpu=0.081, worker_cpu=0.214,
+                           worker_runqueue=0.79, worker_blocked=0.0)],
+                      getitem={"per_sample_s": 9.0e-06, "median_s": 7.9e-06, "cpu_fraction": 0.936,
+                               "blocked_fraction": 0.0},
+                      batch_size=8, batch_bytes=8 * 512 * 1024 * 4,
+                      current={"num_workers": 2, "prefetch_factor": 2, "persistent_workers": False,
+                               "pin_memory": False, "batch_size": 8})
+
+
+def test_large_cheap_samples_are_ipc_not_slow_getitem() -> None:
+    data = judged(LARGE_CHEAP)
+    assert data["bottleneck"] == "ipc", data["bottleneck_reason"]
+    assert "collating and moving batches of 16.0 MiB" in data["bottleneck_reason"]
+    assert findings_of(data, "DL003") == []
+    (hit,) = findings_of(data, "DL002")
+    assert hit.evidence["batch_bytes"] == 16 * 1024**2
+    assert "uint8" in hit.fix and "normalise and augment on the GPU" in hit.fix
+
+
+def test_ipc_told_from_compute_by_cpu_per_sample() -> None:
+    # Workers lose, and each sample costs them 5x the CPU it costs made in the main process: IPC.
+    moved = section([run(0, 1000, main_cpu=0.9), run(1, 400, main_cpu=0.3, worker_cpu=0.95, worker_runqueue=0.0,
+                                                     worker_blocked=0.05),
+                     run(2, 450, main_cpu=0.3, worker_cpu=0.9, worker_runqueue=0.05, worker_blocked=0.05)],
+                    getitem={"per_sample_s": 0.0008, "cpu_fraction": 0.99, "blocked_fraction": 0.0})
+    assert classify(moved, 2, None)[0] == "ipc"
+    # The same loss where the samples cost the workers what they cost the main process: CPUs are short.
+    short = section([run(0, 1000, main_cpu=0.9), run(1, 850, main_cpu=0.02, worker_cpu=0.8, worker_runqueue=0.15,
+                                                     worker_blocked=0.05),
+                     run(2, 880, main_cpu=0.03, worker_cpu=0.42, worker_runqueue=0.55, worker_blocked=0.03)],
+                    getitem={"per_sample_s": 0.0008, "cpu_fraction": 0.99, "blocked_fraction": 0.0})
+    assert classify(short, 2, None)[0] == "cpu-saturated"
+
+
+def paired(current: int, candidate: int, pairs: list[tuple[float, float]]) -> dict[str, Any]:
+    return {"current": current, "candidate": candidate, "window_s": 0.5,
+            "windows": [{"order": "current-first" if k % 2 == 0 else "candidate-first",
+                         "current_samples_per_s": c, "candidate_samples_per_s": n}
+                        for k, (c, n) in enumerate(pairs)], "cut": None}
+
+
+def test_a_gain_that_holds_in_paired_windows_is_recommended_with_its_interval() -> None:
+    data = copy.deepcopy(REMOTE)
+    data["paired"] = paired(0, 8, [(60, 480), (64, 500), (58, 470), (62, 505)])
+    rec = judged(data)["recommendation"]
+    assert rec["num_workers"] == 8 and rec["trust"] == "gain"
+    low, high = rec["gain_interval"]
+    assert 1 < low < rec["gain"] < high and rec["paired_windows"] == 4
+    (hit,) = findings_of(judged(data), "DL005")
+    assert hit.evidence["gain_interval"] == [low, high] and "paired windows" in hit.message
+
+
+def test_too_noisy_to_tell_keeps_the_users_setting() -> None:
+    """Recorded pattern of a loaded run: one sweep point claimed a gain that paired windows cannot confirm."""
+    data = copy.deepcopy(REMOTE)
+    data["paired"] = paired(0, 8, [(60, 120), (200, 70), (65, 130), (150, 80)])
+    judged_data = judged(data)
+    rec = judged_data["recommendation"]
+    assert rec["trust"] == "too-noisy" and rec["num_workers"] == 0 and rec["basis"] == "current"
+    assert rec["candidate_num_workers"] == 8 and rec["gain_interval"][0] < 1 < rec["gain_interval"][1]
+    (hit,) = findings_of(judged_data, "DL005")
+    assert "too noisy to tell" in hit.message and hit.evidence["trust"] == "too-noisy"
+    assert hit.severity.value == "info" and "keep your settings" in hit.fix
+
+
+def test_a_candidate_that_loses_its_own_re_measurement_is_never_recommended() -> None:
+    data = copy.deepcopy(REMOTE)
+    data["paired"] = paired(0, 8, [(66, 50), (64, 48), (67, 51), (65, 47)])
+    rec = judged(data)["recommendation"]
+    assert rec["trust"] == "loss" and rec["num_workers"] == 0
+
+
+def test_dl007_fires_on_repeats_only_workers_make() -> None:
+    data = section([run(0, 900)], iterable=True, length=None,
+                   duplicates={"num_workers": 2, "samples_0": 512, "duplicates_0": 0, "samples_n": 1024,
+                               "duplicates_n": 512, "most_repeats_n": 2, "bounded": True})
+    (hit,) = findings_of(data, "DL007")
+    assert hit.evidence["duplicates_n"] == 512 and hit.evidence["most_repeats_n"] == 2
+    assert "get_worker_info()" in hit.fix
+    sharded = copy.deepcopy(data)
+    sharded["duplicates"].update(duplicates_n=0, most_repeats_n=1)
+    assert findings_of(sharded, "DL007") == []
+    # A stream that repeats itself without workers too: the data, not the workers.
+    repeating = copy.deepcopy(data)
+    repeating["duplicates"].update(duplicates_0=256)
+    assert findings_of(repeating, "DL007") == []
+
+
+def test_dl008_fires_only_when_random_in_main_and_identical_in_workers() -> None:
+    data = section([run(0, 900)], rng={"index": 0, "main_differs": True, "workers_identical": True,
+                                       "num_workers": 2, "worker_init_fn": None})
+    (hit,) = findings_of(data, "DL008")
+    assert hit.evidence["index"] == 0 and "worker_init_fn" in hit.fix
+    for quiet in ({"main_differs": True, "workers_identical": False}, {"main_differs": False,
+                                                                      "workers_identical": None}):
+        other = copy.deepcopy(data)
+        other["rng"].update(quiet)
+        assert findings_of(other, "DL008") == []
+
+
+def test_the_cpus_of_a_node_are_shared_among_its_processes(monkeypatch: pytest.MonkeyPatch) -> None:
+    from envdoctor.loader import cpus_per_process, processes_per_node
+
+    monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
+    assert processes_per_node(None) == 1 and processes_per_node(4) == 4
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "8")
+    assert processes_per_node(None) == 8 and processes_per_node(2) == 2
+    assert cpus_per_process(32, 8) == 4 and cpus_per_process(2, 8) == 1
+    # Judged with the share: 8 computing workers on a 4-CPU share are left out.
+    data = judged(PAST_CPUS, usable=cpus_per_process(16, 8))
+    assert data["recommendation"]["num_workers"] <= 2
+
+
+def test_a_curve_the_budget_cut_before_the_cpus_is_no_knee() -> None:
+    """Recorded under load (torch's import took 5.5 of a 15 s budget): 0 and 1 worker measured alike, 2 was
+    skipped for the budget. num_workers=0 is where the budget ended, not a knee: say so, keep the setting."""
+    data = section([run(0, 63.09), run(1, 67.41, worker_cpu=0.02, worker_blocked=0.97)],
+                   getitem={"per_sample_s": 0.0151, "cpu_fraction": 0.01, "blocked_fraction": 0.99}, batch_size=8,
+                   skipped=[{"what": "num_workers=2", "reason": "not enough of the budget left (0.4 s, about 0.9 s "
+                                                                  "needed)"}])
+    judged_data = judged(data)
+    rec = judged_data["recommendation"]
+    assert rec["trust"] == "incomplete" and rec["unmeasured"] == [2] and rec["basis"] == "current"
+    (hit,) = findings_of(judged_data, "DL005")
+    assert "--budget" in hit.fix and hit.evidence["unmeasured"] == [2]

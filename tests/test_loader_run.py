@@ -113,7 +113,7 @@ def test_cpu_time_without_scheduler_statistics(monkeypatch: pytest.MonkeyPatch) 
 
     probes = str(Path(loader_run.RUNNER_PATH).parent)
     monkeypatch.syspath_prepend(probes)
-    import loader_runner
+    import loader_timing
 
     real_open = builtins.open
 
@@ -126,7 +126,7 @@ def test_cpu_time_without_scheduler_statistics(monkeypatch: pytest.MonkeyPatch) 
     while time.process_time() - start < 0.2:
         pass
     monkeypatch.setattr(builtins, "open", no_schedstat)
-    run_s, wait_s = loader_runner._schedstat(os.getpid())
+    run_s, wait_s = loader_timing.schedstat(os.getpid())
     assert run_s >= 0.15 and wait_s == 0.0
 
 

@@ -64,7 +64,14 @@ def test_fifos_where_metadata_should_be_do_not_block(tmp_path: Path) -> None:
     rep, _ = report(prefix, tmp_path)
     by_name = pkg009_by_name(rep)
     assert set(by_name) == {"fifometa-1.0.dist-info", "fifofolder-1.0.dist-info", "fifo-1.0-0.json",
-                            "folder-1.0-0.json", "loop-1.0-0.json", "deep-1.0-0.json"}
+                            "folder-1.0-0.json", "loop-1.0-0.json", "deep-1.0-0.json", "direct_url.json"}
+    # A bad direct_url.json is a finding about that file; its distribution is still counted.
+    bad_urls = {f["evidence"]["path"]: f["evidence"]["reason"] for f in findings(rep, "PKG009")
+                if f["evidence"]["kind"] == "direct_url"}
+    assert bad_urls == {str(side / "direct_url.json"): "is a FIFO, not a regular file",
+                        str(site / "deepurl-1.0.dist-info" / "direct_url.json"):
+                        bad_urls.get(str(site / "deepurl-1.0.dist-info" / "direct_url.json"), "")}
+    assert bad_urls[str(site / "deepurl-1.0.dist-info" / "direct_url.json")].startswith("not valid JSON: maximum recursion")
     assert by_name["deep-1.0-0.json"]["evidence"]["reason"].startswith("not valid JSON: maximum recursion depth")
     assert by_name["fifometa-1.0.dist-info"]["evidence"]["reason"] == "METADATA is a FIFO, not a regular file"
     assert by_name["fifofolder-1.0.dist-info"]["evidence"]["reason"] == "the dist-info is a FIFO, not a directory"
@@ -128,7 +135,9 @@ def test_non_utf8_file_names_and_garbage_record(tmp_path: Path) -> None:
     assert os.fsencode(hit["evidence"]["path"]) == os.fsencode(str(broken))
     assert hit["evidence"]["reason"] == "METADATA is not UTF-8 (invalid continuation byte at byte 36)"
     # The fix names the folder in a form bash reads back to the same bytes, and asks pip for no made-up name.
-    assert hit["fix"] == f"rm -rf $'{site}/caf\\xe9-1.0.dist-info'   # then reinstall the package it belonged to"
+    assert hit["fix"] == (f"mv $'{site}/caf\\xe9-1.0.dist-info' $'{site}/caf\\xe9-1.0.dist-info.broken'"
+                          "   # then reinstall the package it belonged to")
+    assert hit["fix_steps"] == [{"tool": "file", "move": hit["evidence"]["path"], "to": hit["evidence"]["path"] + ".broken"}]
     names = {d["name"]: d for d in rep["facts"]["packages"]["distributions"]}
     assert names["garbage"]["import_names"] == ["garbage"]
     assert os.fsencode(names["okname"]["path"]).endswith(b"ok\xe9-1.0.dist-info")

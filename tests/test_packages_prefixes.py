@@ -153,9 +153,19 @@ def test_ignore_installed_leaves_two_dist_infos_pkg002(ignore_installed: Path, t
     assert ev["package"] == "numpy" and sorted(ev["versions"]) == ["1.26.4", "2.1.3"]
     assert sorted(ev["installers"]) == ["conda", "pip"]
     assert ev["conda_version"] == "1.26.4"
-    fix = only(report, "PKG002")["fix"]
-    assert f"rm -rf {ignore_installed}/{SITE}/numpy-2.1.3.dist-info" in fix
-    assert fix.endswith(f"conda install -p {ignore_installed} --force-reinstall numpy=1.26.4   # keeps conda's 1.26.4")
+    assert ev["owners"] == [{"tool": "conda", "package": "numpy", "source": "conda-meta"},
+                            {"tool": "pip", "package": None, "source": "INSTALLER"}] or \
+        ev["owners"] == [{"tool": "pip", "package": None, "source": "INSTALLER"},
+                         {"tool": "conda", "package": "numpy", "source": "conda-meta"}]
+    # One folder, two versions: the files are mixed, whatever `import` finds.
+    assert only(report, "PKG002")["severity"] == "error" and ev["same_folder"] is True
+    finding = only(report, "PKG002")
+    stray = f"{ignore_installed}/{SITE}/numpy-2.1.3.dist-info"
+    assert finding["fix"] == (f"mv {stray} {stray}.envdoctor-aside && conda install -p {ignore_installed} "
+                              "--force-reinstall numpy=1.26.4   # keeps conda's 1.26.4")
+    assert finding["fix_steps"] == [
+        {"tool": "file", "move": stray, "to": stray + ".envdoctor-aside"},
+        {"tool": "conda", "argv": ["conda", "install", "-p", str(ignore_installed), "--force-reinstall", "numpy=1.26.4"]}]
 
 
 def test_user_site_shadows_the_prefix_pkg006(conda_world: World, tmp_path_factory: pytest.TempPathFactory,
@@ -355,7 +365,7 @@ def test_venv_without_conda_meta(conda_world: World, tmp_path: Path) -> None:
     report = report_for(healthy_venv, tmp_path)
     assert report["target"]["kind"] == "venv"
     assert rule_ids(report) == []
-    assert report["facts"]["packages"]["conda"] == {"present": False, "records": []}
+    assert report["facts"]["packages"]["conda"] == {"present": False, "records": [], "checked_by": "size"}
 
     broken = w.scenario("venv-broken", lambda p: _make_venv(
         w, p, w.wheel("numpy", "1.26.4"), w.wheel("trainkit", "1.0", requires=(
@@ -368,14 +378,18 @@ def test_venv_without_conda_meta(conda_world: World, tmp_path: Path) -> None:
     pkg003 = {f["evidence"]["dependency"]: f for f in findings(report, "PKG003")}
     assert pkg003["numpy"]["evidence"] == {"package": "trainkit", "version": "1.0", "requirement": "numpy>=2",
                                            "dependency": "numpy", "installed_version": "1.26.4",
-                                           "problem": "out-of-range"}
-    assert pkg003["numpy"]["fix"] == f"{broken}/bin/python3 -m pip install 'numpy>=2'"
+                                           "problem": "out-of-range", "owner": "pip", "dependency_owner": "pip"}
+    # The venv has no pip (made --without-pip): ensurepip first, never a bare `-m pip` that cannot run.
+    python = f"{broken}/bin/python3"
+    assert pkg003["numpy"]["fix"] == f"{python} -m ensurepip && {python} -m pip install 'numpy>=2'"
+    assert pkg003["numpy"]["fix_steps"] == [{"tool": "pip", "argv": [python, "-m", "ensurepip"]},
+                                            {"tool": "pip", "argv": [python, "-m", "pip", "install", "numpy>=2"]}]
     assert pkg003["missingdep"]["evidence"]["problem"] == "missing"
     ev = only(report, "PKG004")["evidence"]
     assert ev["clash"] == "opencv" and ev["keep"] == "opencv-python-headless"
     assert only(report, "PKG004")["fix"] == (
-        f"{broken}/bin/python3 -m pip uninstall -y opencv-python && {broken}/bin/python3 -m pip install "
-        "--force-reinstall --no-deps opencv-python-headless==4.9.0.80")
+        f"{python} -m ensurepip && {python} -m pip uninstall -y opencv-python && "
+        f"{python} -m pip install --force-reinstall --no-deps opencv-python-headless==4.9.0.80")
 
 
 def test_pixi_style_prefix(conda_world: World, tmp_path: Path) -> None:

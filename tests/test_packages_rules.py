@@ -12,17 +12,14 @@ import pytest
 
 from envdoctor.config import Config
 from envdoctor.facts import Facts
+from envdoctor.facts.conda_meta import conda_distribution
 from envdoctor.facts.packages import read_distribution
 from envdoctor.facts.spec import parse_conda_spec, parse_environment_yml
 from envdoctor.facts.target import current_markers, detect_kind
-from envdoctor.rules.packages import (
-    conda_version_matches,
-    find_broken_requirements,
-    find_conda_pip_doubles,
-    find_conflicting_distributions,
-    find_shadowed_packages,
-    find_spec_drift,
-)
+from envdoctor.rules.package_clashes import find_conflicting_distributions
+from envdoctor.rules.package_paths import find_shadowed_packages
+from envdoctor.rules.package_spec import conda_version_matches, find_spec_drift
+from envdoctor.rules.packages import find_broken_requirements, find_conda_pip_doubles
 
 PREFIX = "/opt/envs/train"
 SITE = f"{PREFIX}/lib/python3.11/site-packages"
@@ -37,13 +34,17 @@ def dist(name: str, version: str, requires: tuple[str, ...] = (), installer: str
            "site_dir": site_dir, "location": location, "order": order}
     if conda_record:
         out["conda_record"] = conda_record
+    out["owner"] = ({"tool": "conda", "package": conda_record, "source": "conda-meta"} if conda_record else
+                    {"tool": installer or "unknown", "package": None, "source": "INSTALLER" if installer else "none"})
     return out
 
 
 def record(name: str, version: str, dist_names: tuple[str, ...] = (), channel: str = "conda-forge") -> dict[str, Any]:
     return {"name": name, "version": version, "build": "0", "channel": channel, "url": None, "subdir": "linux-64",
             "file": f"{PREFIX}/conda-meta/{name}-{version}-0.json", "files_count": 3,
-            "dist_names": list(dist_names), "checked_files": 3, "missing_count": 0, "changed_count": 0}
+            "dist_names": list(dist_names), "checked_files": 3, "missing_count": 0, "changed_count": 0,
+            "distribution": conda_distribution(name, {n: n for n in dist_names})[0],
+            "distribution_from": "files" if dist_names else "table", "depends": []}
 
 
 def facts_of(dists: list[dict[str, Any]], records: list[dict[str, Any]] = (), markers: dict[str, str] | None = None,
@@ -52,8 +53,10 @@ def facts_of(dists: list[dict[str, Any]], records: list[dict[str, Any]] = (), ma
     packages = {"prefix": PREFIX, "kind": kind, "interpreter": f"{PREFIX}/bin/python3", "python": "3.11.7",
                 "markers": markers if markers is not None else current_markers(),
                 "conda": {"present": bool(records), "checked_by": "size", "records": list(records)},
-                "site_dirs": site_dirs or [{"path": SITE, "location": "env", "order": 3}],
-                "distributions": dists, "unreadable": []}
+                "site_dirs": [{"real_path": d["path"], "modules": [], "module_files": {}, **d}
+                              for d in site_dirs or [{"path": SITE, "location": "env", "order": 3}]],
+                "distributions": dists, "unreadable": [], "pth_files": [],
+                "installer": {"externally_managed": None, "uv_venv": None, "has_pip": True}, "os_database": None}
     config = Config(against="environment.yml") if spec else Config()
     return Facts.from_dict({"packages": packages, "spec": spec}, config)
 
@@ -63,7 +66,8 @@ def test_markers_are_evaluated_for_the_target_interpreter_not_envdoctors() -> No
     dists = [dist("oldlib", "1.0", requires=('backport>=1; python_version < "3.9"',))]
     [hit] = find_broken_requirements(facts_of(dists, markers=markers))
     assert hit.evidence == {"package": "oldlib", "version": "1.0", "requirement": 'backport>=1; python_version < "3.9"',
-                            "dependency": "backport", "installed_version": None, "problem": "missing"}
+                            "dependency": "backport", "installed_version": None, "problem": "missing",
+                            "owner": "pip", "dependency_owner": None}
     assert hit.fix == f"{PREFIX}/bin/python3 -m pip install 'backport>=1'"
     # The same distribution on a 3.11 target needs nothing.
     markers311 = {**current_markers(), "python_version": "3.11", "python_full_version": "3.11.7"}

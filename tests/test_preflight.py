@@ -51,6 +51,7 @@ def _no_children() -> None:
     assert psutil.Process().children(recursive=True) == []
 
 
+@pytest.mark.slow
 def test_preflight_profiles_the_loaders_own_settings(capfd: pytest.CaptureFixture[str]) -> None:
     loader = DataLoader(Waits(), batch_size=8, num_workers=1)
     report = envdoctor.preflight(loader=loader, budget_s=8, step_time_s=0.002, select=["DL"], fail_on="error")
@@ -73,6 +74,7 @@ def test_preflight_profiles_the_loaders_own_settings(capfd: pytest.CaptureFixtur
     _no_children()
 
 
+@pytest.mark.slow
 def test_with_a_step_time_the_fewest_workers_that_keep_up_are_recommended() -> None:
     """8 samples every 20 ms: 400 samples/s. Four 5 ms workers deliver ~750, enough with headroom;
     eight deliver more, which the step cannot use (processes and memory for nothing)."""
@@ -94,6 +96,7 @@ def test_with_a_step_time_the_fewest_workers_that_keep_up_are_recommended() -> N
     _no_children()
 
 
+@pytest.mark.slow
 def test_preflight_raises_with_the_report_for_unpicklable_spawn_loader() -> None:
     loader = DataLoader(Waits(), batch_size=4, num_workers=2, multiprocessing_context="spawn",
                         collate_fn=lambda batch: default_collate(batch))
@@ -106,6 +109,7 @@ def test_preflight_raises_with_the_report_for_unpicklable_spawn_loader() -> None
     _no_children()
 
 
+@pytest.mark.slow
 def test_preflight_names_the_failing_index() -> None:
     loader = DataLoader(RaisesAt5(), batch_size=4)
     with pytest.raises(envdoctor.PreflightError) as caught:
@@ -116,6 +120,7 @@ def test_preflight_names_the_failing_index() -> None:
     _no_children()
 
 
+@pytest.mark.slow
 def test_preflight_hang_is_bounded() -> None:
     loader = DataLoader(HangsAt2(), batch_size=4)
     start = time.monotonic()
@@ -127,6 +132,7 @@ def test_preflight_hang_is_bounded() -> None:
     _no_children()
 
 
+@pytest.mark.slow
 def test_preflight_fail_on_never_returns_the_report() -> None:
     loader = DataLoader(RaisesAt5(), batch_size=4)
     report = envdoctor.preflight(loader=loader, budget_s=6, select=["DL"], fail_on="never", quiet=True)

@@ -10,7 +10,7 @@ import re
 from pathlib import Path
 
 from envdoctor.model import Finding, Location, Report, Severity
-from envdoctor.report.text import render, save_svg
+from envdoctor.report.text import render, svg_text
 from reportfixtures import SCRIPTS, make_train_repo
 from support import run_envdoctor
 
@@ -125,7 +125,7 @@ def test_svg_is_recorded_at_a_fixed_width_whatever_stdout_is(tmp_path):
     report = _report(findings=[Finding(rule="SYS001", name="nofile-limit-low", severity=Severity.WARNING,
                                        message="the open-file limit is 256", evidence={"soft_limit": 256},
                                        fix="ulimit -n 4096")])
-    save_svg(report, str(tmp_path / "a.svg"))
+    (tmp_path / "a.svg").write_text(svg_text(report))
     first = (tmp_path / "a.svg").read_text(encoding="utf-8")
     for columns in ("40", "200"):
         out = tmp_path / f"cli-{columns}.svg"

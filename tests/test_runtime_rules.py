@@ -224,3 +224,37 @@ def test_pkg010_on_a_probe_that_crashed() -> None:
     hits = run("PKG010", torch, system())
     assert hits[0].evidence["error"] == "the torch probe was killed by SIGSEGV"
     assert hits[0].evidence["returncode"] == -11
+
+
+def test_sys005_one_openmp_library_under_two_names_is_one_runtime(tmp_path: Path) -> None:
+    """libgomp reached through a symlink and through its file: the probe's realpath makes them one runtime."""
+    library = tmp_path / "libgomp-a34b3233.so.1"
+    library.write_bytes(b"\x7fELF")
+    alias = tmp_path / "libgomp.so.1"
+    alias.symlink_to(library.name)
+    pools = [dict(GOMP, filepath=str(alias), realpath=os.path.realpath(alias)),
+             dict(GOMP, filepath=str(library), realpath=os.path.realpath(library))]
+    quiet = run("SYS005", torch_with(threadpools=pools), system(usable=8, environ={"OMP_NUM_THREADS": "1"}))
+    assert quiet == []
+    distinct = [pools[0], dict(GOMP, filepath="/other/libgomp.so.1", realpath="/other/libgomp.so.1")]
+    [clash] = run("SYS005", torch_with(threadpools=distinct), system(usable=8, environ={"OMP_NUM_THREADS": "1"}))
+    assert len(clash.evidence["openmp_runtimes"]) == 2
+
+
+def test_probe_records_the_realpath_of_each_native_library() -> None:
+    import sys
+
+    from envdoctor.facts.torch import PROBE_SCRIPT
+
+    sys.path.insert(0, str(PROBE_SCRIPT.parent))
+    try:
+        import torch_probe
+    finally:
+        sys.path.remove(str(PROBE_SCRIPT.parent))
+    import numpy  # noqa: F401  # loads a BLAS, so threadpoolctl has a pool to list
+
+    result: dict[str, Any] = {}
+    torch_probe._native_libraries(result)
+    assert result["threadpools"], result
+    for pool in result["threadpools"]:
+        assert pool["realpath"] == os.path.realpath(pool["filepath"])

@@ -68,18 +68,28 @@ def stop_group(proc: subprocess.Popen) -> None:
     proc.wait(timeout=30)
 
 
-def run_with_start_method(script: Path, method: str, workdir: Path) -> tuple[str, str]:
-    """Run `script` with `method` forced; ('fails'|'runs', the output's tail)."""
+def run_with_start_method(script: Path | None, method: str, workdir: Path, extra_path: tuple[Path, ...] = (),
+                          stdin: bytes | None = None) -> tuple[str, str]:
+    """Run `script` (or, with `stdin`, code read from standard input in a `__main__` without a file)
+    with `method` forced; ('fails'|'runs', the output's tail)."""
     site = workdir / f"site-{method}"
     site.mkdir(exist_ok=True)
     (site / "sitecustomize.py").write_text(
         "import multiprocessing\n"
         f"multiprocessing.set_start_method({method!r}, force=True)\n", encoding="utf-8")
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(site), env.get("PYTHONPATH", "")])
+    env["PYTHONPATH"] = os.pathsep.join([str(site), *map(str, extra_path), env.get("PYTHONPATH", "")])
     env["PYTHONDONTWRITEBYTECODE"] = "1"
-    proc = subprocess.Popen([sys.executable, "-B", str(script)], cwd=workdir, env=env,
+    # Code from standard input runs through -c, whose __main__ has no __file__ (as a kernel's), where
+    # `python -` would name it "<stdin>" and spawn would try to re-run that path; its lines are "<cells>".
+    argv = ([sys.executable, "-B", "-c", "import sys; exec(compile(sys.stdin.read(), '<cells>', 'exec'))"]
+            if stdin is not None else [sys.executable, "-B", str(script)])
+    proc = subprocess.Popen(argv, cwd=workdir, env=env, stdin=subprocess.PIPE if stdin is not None else None,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True)
+    if stdin is not None:
+        assert proc.stdin is not None
+        proc.stdin.write(stdin)
+        proc.stdin.close()
     output = b""
     deadline = time.monotonic() + RUN_LIMIT_S
     selector = selectors.DefaultSelector()

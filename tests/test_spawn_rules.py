@@ -74,7 +74,8 @@ def test_spw001_through_main_names_the_call_chain_and_the_statement_to_move():
     assert evidence["code"] == "for (batch,) in loader:"
     assert evidence["num_workers"] == 1 and evidence["num_workers_source"] == "literal"
     assert evidence["via"] == ["main() called at line 14"]
-    assert evidence["module_level_statement"] == {"line": 14, "code": "main()"}
+    assert evidence["module_level_statement"] == {"path": str(FIXTURE_DIR / "main_unguarded.py"), "line": 14, "code": "main()"}
+    assert evidence["path_followed"] == [f"{FIXTURE_DIR / 'main_unguarded.py'}:14", f"{FIXTURE_DIR / 'main_unguarded.py'}:10"]
     assert evidence["start_method"] == default_start_method("%d.%d.%d" % sys.version_info[:3], sys.platform)[0]
     assert "Call `main()` (line 14) only from a new `if __name__ == \"__main__\":`" in finding.fix
     assert "bootstrapping phase" in finding.message
@@ -183,7 +184,7 @@ def test_nothing_after_sys_exit_or_a_raise_runs_but_what_comes_before_it_does(tm
         "sys.exit(main())\n"))
     [finding] = check_scripts(loud, select=("SPW001",)).by_rule("SPW001")
     assert (finding.location.line, finding.evidence["module_level_statement"]) == (
-        4, {"line": 7, "code": "sys.exit(main())"})
+        4, {"path": str(loud), "line": 7, "code": "sys.exit(main())"})
 
 
 def test_a_flag_changed_inside_a_loop_is_not_read_as_a_constant(tmp_path):
@@ -484,7 +485,7 @@ def test_a_50000_line_generated_file_is_analysed_completely(tmp_path):
 def test_guard_forms(test, polarity):
     import ast
 
-    from envdoctor.facts.script_analysis import guard_polarity
+    from envdoctor.facts.spawn import guard_polarity
 
     assert guard_polarity(ast.parse(test, mode="eval").body) is polarity
 

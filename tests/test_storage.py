@@ -373,7 +373,7 @@ def test_few_large_files_stay_quiet_dsk003(tmp_path: Path) -> None:
 def test_sample_walk_is_bounded(tmp_path: Path) -> None:
     for i in range(150):
         (tmp_path / f"{i}").write_bytes(b"x")
-    sample = sample_files(str(tmp_path), max_files=100)
+    sample, _ = sample_files(str(tmp_path), max_files=100)
     assert sample["file_count"] == 100 and sample["truncated"] is True
 
 
@@ -453,7 +453,7 @@ def test_dsk004_does_not_call_small_files_slow_to_stream() -> None:
 def test_sequential_pass_counts_the_files_it_read(tmp_path: Path) -> None:
     for i in range(5):
         (tmp_path / f"{i}.bin").write_bytes(os.urandom(3000))
-    result = read_probe(sample_files(str(tmp_path))["_files"], max_bytes=10**6, max_seconds=2.0)
+    result = read_probe(sample_files(str(tmp_path))[1], max_bytes=10**6, max_seconds=2.0)
     assert result["sequential"]["files"] == 5 and result["sequential"]["bytes"] == 15000
 
 
@@ -511,3 +511,93 @@ def test_throttled_disk_fires_dsk004_end_to_end(tmp_path: Path, mounted) -> None
     assert hits[0]["evidence"]["sequential_mib_per_s"] < 10
     assert hits[0]["evidence"]["cache_bypass"] == "o_direct"
     assert findings(report, "DSK001") == []  # a loop device is not a rotating disk
+
+
+# --- hostile data folders: FIFOs, symlink loops, devices, entries that cannot be read ---------
+
+
+def hostile_folder(root: Path) -> Path:
+    """A data folder with every kind of entry a careless or hostile tree holds, and two real files."""
+    root.mkdir()
+    (root / "real.bin").write_bytes(os.urandom(8192))
+    (root / "sub").mkdir()
+    (root / "sub" / "also.bin").write_bytes(os.urandom(4096))
+    os.mkfifo(root / "pipe.bin")  # nobody ever writes: opening it for reading blocks forever
+    (root / "loop_a").symlink_to("loop_b")
+    (root / "loop_b").symlink_to("loop_a")  # a symlink loop: stat raises ELOOP
+    (root / "dangling").symlink_to(root / "gone")
+    (root / "zero").symlink_to("/dev/zero")  # a device: reading never ends
+    (root / "to_pipe").symlink_to("pipe.bin")
+    (root / "self").symlink_to(".")  # a folder loop, were links followed
+    return root
+
+
+def test_walk_counts_only_regular_files_and_never_blocks(tmp_path: Path) -> None:
+    root = hostile_folder(tmp_path / "data")
+    start = time.monotonic()
+    sample, files = sample_files(str(root))
+    assert time.monotonic() - start < 5
+    assert sorted(Path(p).name for p, _ in files) == ["also.bin", "real.bin"]
+    assert sample["file_count"] == 2 and sample["total_bytes"] == 8192 + 4096
+    assert sample["special"] == 3  # the FIFO, the link to it, /dev/zero
+    assert sample["unreadable"] == 3  # two loop links and the dangling one
+    assert sample["directories"] == 1 and sample["truncated"] is False
+
+
+def test_read_probe_skips_a_file_swapped_for_a_fifo(tmp_path: Path) -> None:
+    """A file the walk saw that is a FIFO (or /dev/zero) by the time it is read: skipped, never read or blocked on."""
+    root = hostile_folder(tmp_path / "data")
+    listed = [(str(root / "pipe.bin"), 10**6), (str(root / "zero"), 10**9), (str(root / "real.bin"), 8192)]
+    start = time.monotonic()
+    result = read_probe(listed, max_bytes=10**6, max_seconds=3.0)
+    assert time.monotonic() - start < 4 and result["timed_out"] is False
+    assert result["bytes_read"] == 8192 * 2  # real.bin once in each pass, nothing from the FIFO or the device
+    assert result["sequential"]["files"] == 1
+
+
+def test_hostile_data_folder_is_reported_bounded_and_checked(tmp_path: Path) -> None:
+    """envdoctor report --data on that folder, --deep: finishes, names what it skipped, reads within its bounds."""
+    root = hostile_folder(tmp_path / "data")
+    start = time.monotonic()
+    proc = run_envdoctor("report", "--json", "--data", str(root), "--deep", "--no-loader", "--select", "DSK",
+                         timeout=120)
+    assert time.monotonic() - start < 60
+    assert proc.returncode in (0, 1), proc.stderr[-2000:]
+    report = json_report(proc)
+    storage = report["facts"]["storage"]
+    assert storage["sample"]["file_count"] == 2 and storage["sample"]["special"] == 3
+    probe = storage["read_probe"]
+    assert probe["bytes_read"] <= probe["max_bytes"] and probe["timed_out"] is False
+    assert report["errors"] == []
+
+
+def test_deep_without_data_reads_the_working_directory_within_the_bounds(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    from envdoctor.facts.storage import READ_MAX_BYTES, READ_MAX_SECONDS, gather_storage
+
+    for i in range(4):
+        with open(tmp_path / f"big{i}.bin", "wb") as fh:
+            fh.truncate(64 * 1024**2)  # 256 MiB of sparse files: more than the probe may read
+    monkeypatch.chdir(tmp_path)
+    start = time.monotonic()
+    section = gather_storage(Facts(Config(deep=True, no_loader=True)))
+    assert time.monotonic() - start < READ_MAX_SECONDS + 3
+    probe = section["read_probe"]
+    assert probe["max_bytes"] == READ_MAX_BYTES and 0 < probe["bytes_read"] <= READ_MAX_BYTES
+
+
+@pytest.mark.parametrize("kind", ["fifo", "device"])
+def test_data_path_that_is_a_fifo_or_device_is_not_read(tmp_path: Path, kind: str) -> None:
+    from envdoctor.facts.storage import gather_storage
+
+    if kind == "fifo":
+        data = tmp_path / "data.fifo"
+        os.mkfifo(data)
+    else:
+        data = tmp_path / "data.dev"
+        data.symlink_to("/dev/zero")
+    start = time.monotonic()
+    section = gather_storage(Facts(Config(data=str(data), no_loader=True)))
+    assert time.monotonic() - start < 5
+    assert section["exists"] is True and section["sample"]["file_count"] == 0
+    assert section["read_probe"]["bytes_read"] == 0

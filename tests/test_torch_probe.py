@@ -265,20 +265,18 @@ def test_collect_says_when_torch_was_imported_first(tmp_path: Path) -> None:
 
 def loader_that_asks_for_torch(facts):
     """A loader stage that reads the torch section while it runs (as SYS001 would)."""
-    inner = facts["torch"]
-    return {"torch_probe": {"probe_version": 1, "torch_preimported": False, "sharing_strategy": "file_descriptor",
-                            "seen_inner": inner["probe"]}}
+    facts["torch"]
+    return {"torch_probe": {"probe_version": 1, "torch_preimported": False, "sharing_strategy": "file_descriptor"}}
 
 
-def test_loader_asking_for_torch_does_not_recurse(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_loader_asking_for_torch_is_refused_not_recursed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The loader does not declare it reads torch (facts.PROBES), so the cycle cannot start."""
     from envdoctor import facts as facts_module
 
-    monkeypatch.setitem(facts_module.PROBES, "loader", "test_torch_probe:loader_that_asks_for_torch")
-    facts = Facts(Config())
-    section = facts["torch"]
-    assert section["probe"]["source"] == "loader"
-    assert section["probe"]["seen_inner"] == {"ran": False, "reason": "asked for during the loader stage"}
-    assert facts["torch"] is section
+    monkeypatch.setitem(facts_module.PROBES, "loader", facts_module.Probe(
+        "test_torch_probe:loader_that_asks_for_torch", reads=("target",), hands_over={"torch_probe": "torch"}))
+    with pytest.raises(facts_module.UndeclaredRead, match="the loader probe read the 'torch' section"):
+        Facts(Config())["torch"]
 
 
 def test_no_loader_without_gpu_reads_files_only() -> None:
@@ -332,3 +330,110 @@ def test_real_torch_probe_agrees_with_the_files() -> None:
     assert probe["intra_op_threads"] >= 1
     assert probe["threadpoolctl_source"] == "target"
     assert probe["start_method"] in ("fork", "spawn", "forkserver") and probe["start_method_set"] is False
+
+
+# --- odd files and odd self-reports: facts, never a failed probe ------------------------------
+
+
+@pytest.mark.parametrize(("content", "odd"), [
+    ("__version__ = 123\ncuda = ['12.4']\ndebug = 'yes'\ngit_version = None\n",
+     "__version__ = int, cuda = list, debug = str"),
+    ("__version__ = '2.5.1'\ncuda = {[]: 1}\n", None),  # literal_eval raises TypeError: unknown, not a crash
+    ("__version__ = '2.5.1'\ncuda = " + "(" * 5000 + "1" + ")" * 5000 + "\n", "could not be read"),
+    ("__version__ = '2.5.1'\n" + "# padding\n" * 8000, "could not be read"),  # over the 64 KiB bound
+    ("\x00\xff garbage", "could not be read"),
+])
+def test_odd_version_module_is_a_fact(tmp_path: Path, content: str, odd: str | None) -> None:
+    site = tmp_path / "site"
+    (site / "torch").mkdir(parents=True)
+    (site / "torch" / "version.py").write_text(content, encoding="latin-1")
+    section = read_torch_files({"site_packages": [str(site)], "sys_path": []})
+    assert section["installed"] is True
+    assert section["version"] in (None, "2.5.1") and section["cuda_build"] is None and section["build"] == "cpu"
+    if odd is None:
+        assert "version_module_error" not in section
+    else:
+        assert odd in section["version_module_error"] and str(site / "torch" / "version.py") in section["version_module_error"]
+
+
+def test_version_module_that_is_a_fifo_does_not_block(tmp_path: Path) -> None:
+    site = tmp_path / "site"
+    (site / "torch").mkdir(parents=True)
+    os.mkfifo(site / "torch" / "version.py")
+    start = time.monotonic()
+    section = read_torch_files({"site_packages": [str(site)], "sys_path": []})
+    assert time.monotonic() - start < 5
+    assert section["installed"] is True and "not a regular file" in section["version_module_error"]
+
+
+# torch attributes of odd types, and a sitecustomize that prints its own JSON line after the probe's.
+ODD_TORCH = """\
+    from . import version
+    __version__ = version.__version__
+    def get_num_threads():
+        return "many"
+    """
+HOSTILE_SITECUSTOMIZE = """\
+    import atexit, sys
+    if sys.argv[0].endswith("torch_probe.py"):  # the torch probe only: the target's own query is another's test
+            atexit.register(lambda: sys.stdout.write('\\n{"probe_version": 1, "cuda": "x", "threadpools": 5,'
+                                                 ' "sharing_strategy": 7, "import_error": null, "pid": 1}\\n'))
+    """
+
+
+def test_probe_self_report_with_wrong_types_is_checked_not_fatal(tmp_path: Path) -> None:
+    from envdoctor.rules.gpu import RULES as GPU_RULES
+    from envdoctor.rules.runtime import RULES as RUNTIME_RULES
+
+    prefix, site = make_venv(tmp_path / "env")
+    fake_torch(site, ODD_TORCH)
+    (site / "sitecustomize.py").write_text(textwrap.dedent(HOSTILE_SITECUSTOMIZE))
+    facts = target_facts(prefix, deep=True, no_loader=True)
+    section = gather_torch(facts)
+    probe = section["probe"]
+    assert probe["ran"] is True and probe["source"] == "envdoctor"
+    assert sorted(probe["invalid_fields"]) == ["cuda: str, not TorchCuda", "sharing_strategy: int, not str | None",
+                                               "threadpools: int, not list[ThreadPool] | None"]
+    assert "cuda" not in probe and "threadpools" not in probe and section["sharing_strategy"] is None
+    # Every rule that reads the torch section runs on it without raising.
+    gpu = json.loads((Path(__file__).resolve().parent.parent / "fixtures" / "gpu" / "h100_idle.json").read_text())
+    preset = Facts.from_dict({"torch": section, "gpu": gpu, "system": facts["system"], "target": facts["target"]},
+                             Config(no_loader=True))
+    for rule in (*GPU_RULES.values(), *RUNTIME_RULES.values()):
+        list(rule(preset))
+
+
+def test_probe_reads_compiled_arch_flags_when_cuda_does_not_initialise() -> None:
+    """torch.cuda.get_arch_list() answers [] without a working CUDA; the compiled flags still say."""
+    from types import SimpleNamespace
+
+    sys.path.insert(0, str(PROBE_SCRIPT.parent))
+    try:
+        import torch_probe
+    finally:
+        sys.path.remove(str(PROBE_SCRIPT.parent))
+    fake = SimpleNamespace(cuda=SimpleNamespace(get_arch_list=lambda: []),
+                           _C=SimpleNamespace(_cuda_getArchFlags=lambda: "sm_80 sm_90 compute_90"))
+    cuda: dict = {}
+    torch_probe._arch_list(fake, cuda)
+    assert cuda == {"arch_list": ["sm_80", "sm_90", "compute_90"], "arch_list_source": "torch._C._cuda_getArchFlags"}
+    cpu_only = SimpleNamespace(cuda=SimpleNamespace(get_arch_list=lambda: []), _C=SimpleNamespace())
+    torch_probe._arch_list(cpu_only, cuda)
+    assert cuda["arch_list"] == []
+
+
+def test_loader_relayed_probe_is_checked_too(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The loader's subprocess relays the probe: the same check applies, nested fields one by one."""
+    monkeypatch.setattr(torch_facts, "run_torch_probe", lambda *a, **k: pytest.fail("the loader's result is usable"))
+    relayed = {"probe_version": 1, "torch_preimported": False, "sharing_strategy": "file_system",
+               "intra_op_threads": "4", "threadpools": [{"user_api": "openmp", "num_threads": 2, "filepath": 3}],
+               "cuda": {"available": True, "arch_list": "sm_90", "devices": [{"index": 0, "capability": "9.0"}]},
+               "unknown_key": {"deep": [1, 2]}}
+    section = gather_torch(Facts(Config(), preset={"loader": {"torch_probe": relayed}}))
+    probe = section["probe"]
+    assert sorted(probe["invalid_fields"]) == ["cuda.arch_list: str, not list[str] | None",
+                                               "intra_op_threads: str, not int",
+                                               "threadpools: list, not list[ThreadPool] | None"]
+    assert probe["cuda"] == {"available": True, "devices": [{"index": 0, "capability": "9.0"}]}
+    assert section["sharing_strategy"] == "file_system" and "unknown_key" not in probe
+    assert "intra_op_threads" not in section and "threadpools" not in section

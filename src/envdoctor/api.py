@@ -19,31 +19,21 @@ class PreflightError(RuntimeError):
         self.report = report
 
 
-def check(
-    *,
-    prefix: str | None = None,
-    env_name: str | None = None,
-    data: str | None = None,
-    dataset: str | None = None,
-    scripts: Iterable[str] = (),
-    no_loader: bool = False,
-    budget_s: float = 15.0,
-    step_time_s: float | None = None,
-    deep: bool = False,
-    select: Iterable[str] = (),
-    ignore: Iterable[str] = (),
-    severity: dict[str, str] | None = None,
-    against: str | None = None,
-) -> Report:
-    """Run the checks and return the Report (nothing is printed)."""
-    from envdoctor.config import Config, validate
+def check(*, scripts: Iterable[str] = (), budget_s: float | None = None, step_time_s: float | None = None,
+          **settings: Any) -> Report:
+    """Run the checks and return the Report (nothing is printed).
+
+    `settings` are the settings of `envdoctor check` by their Config names
+    (`prefix`, `env_name`, `data`, `dataset`, `no_loader`, `deep`, `select`,
+    `ignore`, `severity`, `against`, …; see `envdoctor.config.Config`);
+    `budget_s` and `step_time_s` are `budget` and `step_time`. An unknown name
+    or a wrong value raises `envdoctor.config.ConfigError`.
+    """
+    from envdoctor.config import config_from_settings
     from envdoctor.engine import run_check
 
-    config = validate(Config(
-        prefix=prefix, env_name=env_name, data=data, dataset=dataset, scripts=tuple(scripts),
-        no_loader=no_loader, budget=budget_s, step_time=step_time_s, deep=deep,
-        select=tuple(select), ignore=tuple(ignore), severity=dict(severity or {}), against=against,
-    ))
+    config = config_from_settings({**settings, "budget": budget_s, "step_time": step_time_s},
+                                  scripts=tuple(scripts))
     return run_check(config)
 
 
@@ -56,6 +46,7 @@ def preflight(
     select: Iterable[str] = (),
     ignore: Iterable[str] = (),
     quiet: bool = False,
+    procs_per_node: int = 1,
 ) -> Report:
     """Check the environment (and profile `loader`) before training; raise on bad findings.
 
@@ -63,6 +54,10 @@ def preflight(
     batch size, collate_fn, sampler and worker settings. A short summary goes
     to stderr; `PreflightError` carrying the report is raised when a finding
     reaches `fail_on` ("error", "warning", "info" or "never").
+
+    `procs_per_node` is the number of training processes on this node
+    (one per device under DDP): they share its usable CPUs, so num_workers
+    is swept and recommended from each one's share.
 
     Without a loader it checks the environment and profiles the built-in
     synthetic dataset, so it works as a one-liner at the top of a script.
@@ -75,15 +70,14 @@ def preflight(
     in training (SPW003). Without fork (Windows) the dataset, sampler and
     collate_fn cross into a fresh interpreter as a pickle.
     """
-    from envdoctor.config import Config, validate
+    from envdoctor.config import config_from_settings
     from envdoctor.engine import run_check
 
     if loader is not None and not hasattr(loader, "dataset"):
         raise TypeError(f"preflight(loader=...) wants a torch.utils.data.DataLoader, not {type(loader).__name__}")
-    config = validate(Config(
-        budget=budget_s, step_time=step_time_s, select=tuple(select), ignore=tuple(ignore),
-        fail_on=fail_on, loader_object=loader, no_loader=False,
-    ))
+    config = config_from_settings({"budget": budget_s, "step_time": step_time_s, "select": tuple(select),
+                                   "ignore": tuple(ignore), "fail_on": fail_on,
+                                   "procs_per_node": procs_per_node}, loader_object=loader)
     report = run_check(config)
     if not quiet:
         print(preflight_summary(report), file=sys.stderr)

@@ -5,6 +5,8 @@ shipped inside the wheel as ``envdoctor/_catalog``. Each rule family is one TOML
 file named after its prefix (``SYS.toml``, ``PKG.toml`` …) that names the Python
 module holding the family's rule functions and lists its rules with their id,
 kebab-case name, default severity and four doc parts: what, why, example, fix.
+A family whose rules compare several machines says `scope = "fleet"`: its rules
+run in `compare` and `check --distributed` only, never in a single-machine check.
 Lower-case TOML files beside them hold data the rules use (known conflicts,
 channel families, the CUDA driver table …).
 
@@ -58,6 +60,8 @@ class RuleMeta:
     example: str
     fix: str
     origin: str = "envdoctor"
+    #: "node" (one machine's facts) or "fleet" (several nodes' reports, see fleet_report).
+    scope: str = "node"
 
     def docs(self) -> dict[str, str]:
         return {part: getattr(self, part) for part in DOC_PARTS}
@@ -72,13 +76,6 @@ class Catalog:
 
     rules: tuple[RuleMeta, ...]
     functions: Mapping[str, RuleFunction]
-    families: Mapping[str, str]
-
-    def get(self, rule_id: str) -> RuleMeta:
-        for meta in self.rules:
-            if meta.id == rule_id.upper():
-                return meta
-        raise KeyError(rule_id)
 
     def ids(self) -> list[str]:
         return [meta.id for meta in self.rules]
@@ -112,7 +109,10 @@ def load_data(name: str) -> dict[str, Any]:
         return tomllib.load(fh)
 
 
-def _check_meta(entry: Mapping[str, Any], family: str, origin: str) -> RuleMeta:
+SCOPES = ("node", "fleet")
+
+
+def _check_meta(entry: Mapping[str, Any], family: str, origin: str, scope: str = "node") -> RuleMeta:
     rule_id = str(entry.get("id", ""))
     where = f"{origin}: rule {rule_id or '<no id>'}"
     if not _ID_RE.match(rule_id):
@@ -134,7 +134,9 @@ def _check_meta(entry: Mapping[str, Any], family: str, origin: str) -> RuleMeta:
         if _PLACEHOLDER_RE.search(text):
             raise CatalogError(f"{where}: doc part {part!r} holds placeholder text")
         texts[part] = text.strip()
-    return RuleMeta(id=rule_id, name=name, severity=severity, family=family, origin=origin, **texts)
+    if scope not in SCOPES:
+        raise CatalogError(f"{origin}: scope must be one of {', '.join(SCOPES)}, not {scope!r}")
+    return RuleMeta(id=rule_id, name=name, severity=severity, family=family, origin=origin, scope=scope, **texts)
 
 
 def _family_files(directory: Path) -> list[Path]:
@@ -142,22 +144,22 @@ def _family_files(directory: Path) -> list[Path]:
 
 
 def _load_family(path: Path) -> tuple[str, list[RuleMeta], dict[str, RuleFunction]]:
-    """One family file: its checked metadata and the functions of the modules it names.
+    """One family file: its checked metadata and the functions of the module it names.
 
-    The file names its family's module; a rule may name another module of its
-    own (SYS004 lives with the other torch-runtime rules, for instance).
+    A family's rules may live in several modules: one file per module
+    (SYS.toml and SYS-RUNTIME.toml are both family SYS).
     """
     with open(path, "rb") as fh:
         data = tomllib.load(fh)
     family = data.get("family", path.stem)
-    default_module = data.get("module")
+    module_name = data.get("module")
+    scope = data.get("scope", "node")
     metas: list[RuleMeta] = []
     functions: dict[str, RuleFunction] = {}
     for entry in data.get("rule", []):
-        meta = _check_meta(entry, family, path.name)
-        module_name = entry.get("module", default_module)
+        meta = _check_meta(entry, family, path.name, scope)
         if not module_name:
-            raise CatalogError(f"{path.name}: rule {meta.id} names no module")
+            raise CatalogError(f"{path.name}: names no module")
         table = getattr(importlib.import_module(module_name), "RULES", {})
         if meta.id not in table:
             raise CatalogError(f"{path.name}: rule {meta.id} has no function in {module_name}.RULES")
@@ -190,7 +192,6 @@ def _load_plugins() -> Iterable[tuple[str, list[RuleMeta], dict[str, RuleFunctio
 def _assemble(parts: Iterable[tuple[str, list[RuleMeta], dict[str, RuleFunction]]]) -> Catalog:
     rules: list[RuleMeta] = []
     functions: dict[str, RuleFunction] = {}
-    families: dict[str, str] = {}
     seen: dict[str, str] = {}
     for origin, metas, funcs in parts:
         for meta in metas:
@@ -202,14 +203,13 @@ def _assemble(parts: Iterable[tuple[str, list[RuleMeta], dict[str, RuleFunction]
                 raise CatalogError(f"{origin}: rule {meta.id} has no function")
             rules.append(meta)
             functions[meta.id] = func
-            families.setdefault(meta.family, origin)
     rank = {family: i for i, family in enumerate(FAMILY_ORDER)}
     rules.sort(key=lambda m: (m.origin.startswith("plugin"), rank.get(m.family, len(rank)), m.family, m.id))
     names = [m.name for m in rules]
     doubled = {n for n in names if names.count(n) > 1}
     if doubled:
         raise CatalogError(f"rule names used twice: {', '.join(sorted(doubled))}")
-    return Catalog(rules=tuple(rules), functions=functions, families=families)
+    return Catalog(rules=tuple(rules), functions=functions)
 
 
 @lru_cache(maxsize=2)

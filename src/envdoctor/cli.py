@@ -6,84 +6,56 @@ Exit codes: 0 nothing at or above --fail-on, 1 findings at or above it,
 from __future__ import annotations
 
 import argparse
+import contextlib
+import errno
 import os
+import stat
 import sys
+import tempfile
 from collections.abc import Sequence
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from envdoctor import __version__
 from envdoctor.config import FORMATS
 from envdoctor.errors import UsageError
 from envdoctor.model import FAIL_ON_CHOICES
 
+if TYPE_CHECKING:  # pragma: no cover
+    from envdoctor.config import Config
+
 EXIT_OK, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 
 
 class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> None:  # one clear line, exit 2, like every other usage error
+    def error(self, message: str) -> NoReturn:  # one clear line, exit 2, like every other usage error
         self.exit(EXIT_ERROR, f"envdoctor: error: {message} (see `{self.prog} --help`)\n")
 
 
-def _severity_pair(text: str) -> tuple[str, str]:
-    rule, sep, level = text.partition("=")
-    if not sep or not rule or not level:
-        raise argparse.ArgumentTypeError(f"expected RULE=LEVEL (e.g. SYS003=error), not {text!r}")
-    return rule.strip().upper(), level.strip().lower()
-
-
-def _add_check_options(p: argparse.ArgumentParser, default_format: str) -> None:
-    target = p.add_argument_group("what to inspect")
-    target.add_argument("--prefix", metavar="PATH", help="inspect the conda env, venv or pixi env at PATH")
-    target.add_argument("-n", "--name", dest="env_name", metavar="NAME", help="inspect the conda env called NAME")
-    target.add_argument("--data", metavar="PATH", help="where the training data lives (storage checks, file-reading smoke test)")
-    target.add_argument("--dataset", metavar="MODULE:CALLABLE",
-                        help="a factory returning your Dataset, or (Dataset, DataLoader kwargs)")
-    target.add_argument("--against", metavar="FILE", help="environment.yml or requirements file to compare with")
-    run = p.add_argument_group("how to check")
-    run.add_argument("--no-loader", action="store_true", default=None, help="static checks only: skip the DataLoader smoke test")
-    run.add_argument("--budget", type=float, metavar="SECONDS", help="time budget of the loader stage (default 15)")
-    run.add_argument("--step-time", type=float, metavar="SECONDS", help="seconds your training step takes per batch")
-    run.add_argument("--deep", action="store_true", default=None, help="run the slow checks too (file hashes, torch import probe)")
-    run.add_argument("--distributed", action="store_true", default=None,
-                     help="under torchrun: gather every rank's facts to rank 0 and print the fleet view")
-    run.add_argument("--distributed-timeout", type=float, metavar="SECONDS",
-                     help="with --distributed: how long rank 0 waits for the other ranks (default 120)")
-    rules = p.add_argument_group("which rules")
-    # Values may be comma-separated; file names after them are scripts (see _take_scripts).
-    rules.add_argument("--select", nargs="+", action="extend", metavar="RULE[,RULE]",
-                       help="run only these rules or families")
-    rules.add_argument("--ignore", nargs="+", action="extend", metavar="RULE[,RULE]",
-                       help="skip these rules or families")
-    rules.add_argument("--severity", nargs="+", action="extend", metavar="RULE=LEVEL[,...]",
-                       help="override a rule's severity (error, warning, info)")
-    rules.add_argument("--fail-on", choices=("error", "warning", "info", "never"),
-                       help="lowest severity that makes the exit code 1 (default: error)")
-    out = p.add_argument_group("output")
-    out.add_argument("--format", choices=FORMATS, help=f"output format (default: {default_format})")
-    out.add_argument("--json", action="store_const", const="json", dest="format", help="same as --format json")
-    out.add_argument("--output", "-o", metavar="FILE", help="write the report to FILE instead of standard output")
-    out.add_argument("--svg", metavar="FILE", help="also save the text report as an SVG picture")
-    out.add_argument("-v", "--verbose", action="store_true", help="show each finding's evidence")
-
-
 def build_parser() -> argparse.ArgumentParser:
+    """The parser: one sub-parser a command; the checking options come from config.SETTINGS."""
+    from envdoctor.config import add_arguments
+
     parser = _Parser(prog="envdoctor", description="A doctor for PyTorch training environments.")
     parser.add_argument("--version", action="version", version=f"envdoctor {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
 
-    check = sub.add_parser("check", help="run all checks and print a human report")
-    check.add_argument("scripts", nargs="*", metavar="SCRIPT", help="training scripts or folders to check for the spawn guard")
-    _add_check_options(check, "text")
-    report = sub.add_parser("report", help="run all checks and print the JSON report (for CI)")
-    report.add_argument("scripts", nargs="*", metavar="SCRIPT", help="training scripts or folders to check for the spawn guard")
-    _add_check_options(report, "json")
+    for name, help_text, default_format in (("check", "run all checks and print a human report", "text"),
+                                            ("report", "run all checks and print the JSON report (for CI)", "json")):
+        checking = sub.add_parser(name, help=help_text)
+        checking.add_argument("scripts", nargs="*", metavar="SCRIPT",
+                              help="training scripts or folders to check for the spawn guard")
+        add_arguments(checking, defaults={"format": default_format})
+        checking.set_defaults(handler=_cmd_check, default_format=default_format)
     loader = sub.add_parser("loader", help="run only the DataLoader smoke test")
-    _add_check_options(loader, "text")
+    add_arguments(loader)
+    loader.set_defaults(handler=_cmd_check, default_format="text")
 
-    sub.add_parser("rules", help="list the rule catalog, one line each")
+    sub.add_parser("rules", help="list the rule catalog, one line each").set_defaults(handler=_cmd_rules)
     explain = sub.add_parser("explain", help="show one rule's docs: what, why, example, fix")
     explain.add_argument("rule", metavar="RULE", help="a rule id (SYS002) or name (shm-too-small)")
+    explain.set_defaults(handler=_cmd_explain)
 
     rendered = sub.add_parser("render", help="show a saved JSON report in another format (one run, many outputs)")
     rendered.add_argument("report", metavar="REPORT", help="a JSON report written by `envdoctor report`")
@@ -92,88 +64,146 @@ def build_parser() -> argparse.ArgumentParser:
     rendered.add_argument("--against", metavar="FILE", help="the file environment findings are shown on (github, sarif)")
     rendered.add_argument("-v", "--verbose", action="store_true", help="show each finding's evidence")
     rendered.add_argument("--fail-on", choices=FAIL_ON_CHOICES, default="error")
+    rendered.set_defaults(handler=_cmd_render)
 
     compare = sub.add_parser("compare", help="reports from several machines side by side: drift and stragglers")
     compare.add_argument("reports", nargs="+", metavar="REPORT", help="JSON reports, or folders holding them")
-    compare.add_argument("--format", choices=FORMATS, default="text")
-    compare.add_argument("--json", action="store_const", const="json", dest="format")
-    compare.add_argument("--output", "-o", metavar="FILE")
-    compare.add_argument("--fail-on", choices=("error", "warning", "info", "never"), default="error")
+    add_arguments(compare, names=("format", "output", "fail_on"))
+    compare.set_defaults(handler=_cmd_compare)
+
+    from envdoctor.fix.command import add_parser as add_fix_parser
+
+    add_fix_parser(sub)
+
+    sub.add_parser("mcp", help="serve the checks as tools for AI coding agents (Model Context Protocol, stdio)"
+                   ).set_defaults(handler=_cmd_mcp)
     return parser
 
 
-def _config_from_args(args: argparse.Namespace, default_format: str) -> Any:
-    from envdoctor.config import load_config
+def _config_from_args(args: argparse.Namespace) -> Config:
+    from envdoctor.config import load_config, settings_from_args
 
-    cli: dict[str, Any] = {
-        "prefix": args.prefix,
-        "env_name": args.env_name,
-        "data": args.data,
-        "dataset": args.dataset,
-        "against": args.against,
-        "no_loader": args.no_loader,
-        "budget": args.budget,
-        "step_time": args.step_time,
-        "deep": args.deep,
-        "distributed": args.distributed,
-        "distributed_timeout": args.distributed_timeout,
-        "select": tuple(args.select) if args.select else None,
-        "ignore": tuple(args.ignore) if args.ignore else None,
-        "severity": dict(args.severity) if args.severity else None,
-        "fail_on": args.fail_on,
-        "format": args.format,
-        "output": args.output,
-        "svg": args.svg,
-        "scripts": tuple(getattr(args, "scripts", ()) or ()) or None,
-    }
-    return load_config(cli, defaults={"format": default_format})
+    given = settings_from_args(args)
+    scripts = tuple(getattr(args, "scripts", ()) or ())
+    if scripts:
+        given["scripts"] = scripts
+    return load_config(given, defaults={"format": args.default_format})
 
 
-def _open_output(path: str | None) -> Any:
+def check_writable(path: str | None, target_prefix: Path | None = None) -> None:
+    """Fail before the checks run, not after, when the report cannot be written there.
+
+    Nothing is opened for writing: the file the user has stays as it is until
+    the new report is complete (see `write_report`). A path inside the
+    inspected environment is refused: envdoctor never writes into its patient.
+    """
     if path is None:
-        return None
+        return
+    where = Path(path)
+    if target_prefix is not None and target_prefix != Path(target_prefix.anchor):
+        for candidate in (where.parent.resolve() / where.name, where.resolve()):
+            if candidate == target_prefix or target_prefix in candidate.parents:
+                raise UsageError(f"will not write {path} inside the inspected environment {target_prefix} "
+                                 "(envdoctor never changes the environment it checks): choose a path outside it")
+    if where.exists() and not where.is_file():
+        if where.is_dir():
+            raise UsageError(f"cannot write the report to {path}: it is a folder")
+        return  # /dev/stdout, a FIFO a reader waits on: written in place at the end
+    folder = where.parent if str(where.parent) else Path(".")
+    if not folder.is_dir():
+        raise UsageError(f"cannot write the report to {path}: the folder {folder} does not exist")
+    if not os.access(folder, os.W_OK | os.X_OK) or (where.exists() and not os.access(where, os.W_OK)):
+        raise UsageError(f"cannot write the report to {path}: permission denied")
+
+
+def write_report(path: str, text: str, what: str = "the report") -> None:
+    """Write `text` to `path` whole or not at all.
+
+    A regular file is written beside its destination under a temporary name
+    and renamed over it only when every byte is on disk, so a run that fails
+    (or a full disk) leaves the previous file as it was. A device or FIFO
+    (`-o /dev/stdout`) is written in place.
+    """
+    # A file name that is not UTF-8 must not stop the report being written.
+    data = text.encode("utf-8", errors="backslashreplace")
+    where = Path(path)
     try:
-        # A file name that is not UTF-8 must not stop the report being written.
-        return open(path, "w", encoding="utf-8", errors="backslashreplace")
+        if where.exists() and not where.is_file():
+            with open(where, "wb") as handle:
+                handle.write(data)
+            return
+        fd, tmp = tempfile.mkstemp(dir=where.parent if str(where.parent) else ".", prefix=f".{where.name}.",
+                                   suffix=".envdoctor-tmp")
     except OSError as exc:
-        raise UsageError(f"cannot write the report to {path}: {exc.strerror or exc}") from None
+        raise UsageError(f"cannot write {what} to {path}: {exc.strerror or exc}") from None
+    try:
+        try:
+            view = memoryview(data)
+            while view:
+                written = os.write(fd, view)
+                if written <= 0:  # pragma: no cover - os.write raises rather than return 0
+                    raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+                view = view[written:]
+            os.fsync(fd)
+            os.fchmod(fd, _mode_for(where))
+        finally:
+            os.close(fd)
+        os.replace(tmp, where)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise UsageError(f"cannot write {what} to {path}: {exc.strerror or exc} (the previous file, if any, "
+                         "is unchanged)") from None
 
 
-def check_writable(path: str | None) -> None:
-    """Fail before the checks run, not after, when the report cannot be written."""
-    if path is not None:
-        _open_output(path).close()
+def _mode_for(where: Path) -> int:
+    """The permissions the file keeps (or would get from a plain open)."""
+    try:
+        return stat.S_IMODE(where.stat().st_mode)
+    except OSError:
+        umask = os.umask(0)
+        os.umask(umask)
+        return 0o666 & ~umask
+
+
+def _write_stdout(text: str) -> None:
+    try:
+        sys.stdout.write(text)
+        sys.stdout.flush()
+    except BrokenPipeError:
+        raise
+    except OSError as exc:
+        raise UsageError(f"cannot write the report to standard output: {exc.strerror or exc}") from None
 
 
 def emit(report: Any, fmt: str, output: str | None, svg: str | None = None, options: Any = None) -> None:
-    """Render the report to standard output or a file (and an SVG, always 100 columns, when asked)."""
+    """Render the report to standard output or a file (and an SVG, always the same width, when asked)."""
     from envdoctor.report import RenderOptions, render
 
     options = options or RenderOptions()
-    handle = _open_output(output)
-    if fmt == "text" and handle is None:
+    if fmt == "text" and output is None:
         from envdoctor.report.text import make_console, write
 
         # A terminal gets its width; a pipe or log gets 80 columns (or $COLUMNS).
-        write(report, make_console(), verbose=options.verbose)
+        try:
+            write(report, make_console(), verbose=options.verbose)
+        except BrokenPipeError:
+            raise
+        except OSError as exc:
+            raise UsageError(f"cannot write the report to standard output: {exc.strerror or exc}") from None
     else:
         text = render(report, fmt, options)
-        if handle is None:
-            sys.stdout.write(text)
-            sys.stdout.flush()
+        if output is None:
+            _write_stdout(text)
         else:
-            with handle:
-                handle.write(text)
+            write_report(output, text)
     if svg:
-        from envdoctor.report.text import save_svg
+        from envdoctor.report.text import svg_text
 
-        try:
-            save_svg(report, svg, verbose=options.verbose)
-        except OSError as exc:
-            raise UsageError(f"cannot write the SVG to {svg}: {exc.strerror or exc}") from None
+        write_report(svg, svg_text(report, verbose=options.verbose), "the SVG")
 
 
-def _cmd_rules() -> int:
+def _cmd_rules(args: argparse.Namespace) -> int:
     from envdoctor.catalog import load_catalog
 
     catalog = load_catalog()
@@ -181,6 +211,11 @@ def _cmd_rules() -> int:
     for meta in catalog.rules:
         summary = " ".join(meta.summary.split())
         print(f"{meta.id}  {meta.name:<{width}}  {meta.severity.value:<7}  {summary}")
+    return EXIT_OK
+
+
+def _cmd_explain(args: argparse.Namespace) -> int:
+    print(explain_text(args.rule))
     return EXIT_OK
 
 
@@ -210,14 +245,17 @@ def explain_text(rule: str) -> str:
     return "\n".join(out)
 
 
-def _cmd_check(args: argparse.Namespace, default_format: str) -> int:
+def _cmd_check(args: argparse.Namespace) -> int:
     from envdoctor.engine import check_inputs, run_check
+    from envdoctor.facts.target import resolve_prefix
 
-    config = _config_from_args(args, default_format)
+    config = _config_from_args(args)
     if args.command == "loader":
         config = config.with_overrides(select=config.select or ("DL", "SPW003"), no_loader=False)
-    check_writable(config.output)
     check_inputs(config)
+    prefix = resolve_prefix(config.prefix, config.env_name).resolve()
+    check_writable(config.output, prefix)
+    check_writable(config.svg, prefix)
     if config.distributed:
         from envdoctor.fleet.distributed import run_distributed
 
@@ -233,7 +271,7 @@ def _cmd_check(args: argparse.Namespace, default_format: str) -> int:
 def _render_options(args: argparse.Namespace, config: Any) -> Any:
     from envdoctor.report import RenderOptions
 
-    return RenderOptions(verbose=bool(getattr(args, "verbose", False)), against=config.against,
+    return RenderOptions(verbose=config.verbose, against=config.against,
                          scripts=tuple(config.scripts))
 
 
@@ -256,13 +294,21 @@ def _cmd_render(args: argparse.Namespace) -> int:
     return report.exit_code(args.fail_on)
 
 
+def _cmd_mcp(args: argparse.Namespace) -> int:
+    from envdoctor.mcp_server import serve
+
+    return serve()
+
+
 def _cmd_compare(args: argparse.Namespace) -> int:
+    from envdoctor.config import Config, settings_from_args
     from envdoctor.fleet.compare import compare_paths
 
-    check_writable(args.output)
-    report = compare_paths(args.reports)
-    emit(report, args.format, args.output)
-    return report.exit_code(args.fail_on)
+    config = Config(**settings_from_args(args))
+    check_writable(config.output)
+    report = compare_paths(args.reports, output=config.output)
+    emit(report, config.format, config.output)
+    return report.exit_code(config.fail_on)
 
 
 def _looks_like_path(token: str) -> bool:
@@ -276,6 +322,8 @@ def _take_scripts(parser: argparse.ArgumentParser, args: argparse.Namespace, ext
     pre-commit runs `entry args FILE...`, so with `args: [--select, SPW001]` the
     file names follow a rule list; `--` ends the options for any other tool.
     """
+    from envdoctor.config import parse_severity_pairs
+
     scripts: list[str] = list(getattr(args, "scripts", None) or [])
     for key in ("select", "ignore", "severity"):
         values = getattr(args, key, None)
@@ -290,8 +338,8 @@ def _take_scripts(parser: argparse.ArgumentParser, args: argparse.Namespace, ext
                 scripts.append(token)
             elif key == "severity":
                 try:
-                    kept += [_severity_pair(part) for part in parts]
-                except argparse.ArgumentTypeError as exc:
+                    kept.append(parse_severity_pairs(token))
+                except ValueError as exc:
                     parser.error(f"argument --severity: {exc}")
             else:
                 kept += parts
@@ -324,16 +372,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     args = _parse(build_parser(), argv)
     try:
-        if args.command == "rules":
-            return _cmd_rules()
-        if args.command == "explain":
-            print(explain_text(args.rule))
-            return EXIT_OK
-        if args.command == "compare":
-            return _cmd_compare(args)
-        if args.command == "render":
-            return _cmd_render(args)
-        return _cmd_check(args, "json" if args.command == "report" else "text")
+        return int(args.handler(args))
     except (UsageError, ConfigError, TargetError, CatalogError) as exc:
         print(f"envdoctor: error: {exc}", file=sys.stderr)
         return EXIT_ERROR

@@ -1,24 +1,51 @@
 """Settings for one run: defaults, then `[tool.envdoctor]` in pyproject.toml, then flags.
 
-Every setting is declared once in `SETTINGS` with its type; the pyproject
-table is checked against it (unknown keys and wrong types are errors that
-name the key), and the command line overrides what the file says.
+Every setting is declared once, as a field of `Config` made by one of the
+helpers below (`text`, `number`, `switch`, `choice`, `rule_list`,
+`severity_map`). That declaration holds the default, the command-line flags,
+the help text, the allowed choices and whether `[tool.envdoctor]` may set it;
+everything else is derived from it:
+
+* the argparse options (`add_arguments`, used by cli.py),
+* the pyproject reader (`read_pyproject`: unknown keys and wrong types are
+  errors that name the key),
+* the checks on values (`validate`, also what the Python API goes through),
+* the Python API's keyword arguments (`config_from_settings`).
+
+Adding a setting is one entry: a new field here, e.g.
+
+    procs_per_node: int | None = number(None, "--procs-per-node", metavar="N", group=HOW,
+                                        integer=True, help="processes per node sharing the CPUs")
+
+and code that reads `config.procs_per_node`. A field made without a helper
+(`loader_object`, `config_file`, `scripts`) is not a setting: no flag, no key.
 """
 from __future__ import annotations
 
+import math
+import re
 import sys
-from dataclasses import dataclass, field, fields, replace
+from collections.abc import Iterable, Mapping
+from dataclasses import MISSING, Field, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
 from envdoctor.model import FAIL_ON_CHOICES, Severity
+from envdoctor.report import FORMAT_MODULES
 
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
     import tomli as tomllib
 
-FORMATS = ("text", "json", "sarif", "markdown", "github")
+#: The output formats, one per formatter module.
+FORMATS: tuple[str, ...] = tuple(FORMAT_MODULES)
+
+#: What `--platform` may ask the spawn guard about (sys.platform values).
+PLATFORMS = ("linux", "darwin", "win32")
+
+#: The help groups the options are listed under.
+TARGET, HOW, RULES, OUTPUT = "what to inspect", "how to check", "which rules", "output"
 
 
 class ConfigError(Exception):
@@ -26,28 +53,123 @@ class ConfigError(Exception):
 
 
 @dataclass(frozen=True)
-class Config:
-    """All the settings of one check."""
+class Setting:
+    """How one Config field is set: its kind of value, flags, help, choices, pyproject key."""
 
-    prefix: str | None = None
-    env_name: str | None = None
-    data: str | None = None
-    dataset: str | None = None
+    kind: str  # "text", "number", "switch", "choice", "rules", "severity"
+    flags: tuple[str, ...]
+    help: str
+    group: str
+    metavar: str | None = None
+    choices: tuple[str, ...] = ()
+    #: Extra flags that set a fixed value, e.g. {"--json": "json"} for --format.
+    shortcuts: Mapping[str, str] = field(default_factory=dict)
+    #: May `[tool.envdoctor]` set it? (Where the report goes is the caller's business.)
+    in_pyproject: bool = True
+    integer: bool = False
+    name: str = ""
+    default: Any = None
+
+    @property
+    def pyproject_key(self) -> str:
+        return self.name.replace("_", "-")
+
+    @property
+    def flag(self) -> str:
+        """The flag as messages name it (the long one)."""
+        return self.flags[-1]
+
+
+def _declare(default: Any, setting: Setting, factory: Any = None) -> Any:
+    """The dataclass field of a setting (typed Any: it stands for the field's value)."""
+    if factory is not None:
+        return field(default_factory=factory, metadata={"setting": setting})
+    return field(default=default, metadata={"setting": setting})
+
+
+def text(*flags: str, help: str, group: str, metavar: str | None = None, in_pyproject: bool = True) -> Any:
+    """A string setting (a path, a name); never empty. Default None."""
+    return _declare(None, Setting("text", flags, help, group, metavar, in_pyproject=in_pyproject))
+
+
+def number(default: float | None, *flags: str, help: str, group: str, metavar: str = "SECONDS",
+           integer: bool = False, in_pyproject: bool = True) -> Any:
+    """A positive, finite number (seconds unless said otherwise)."""
+    return _declare(default, Setting("number", flags, help, group, metavar, integer=integer,
+                                     in_pyproject=in_pyproject))
+
+
+def switch(*flags: str, help: str, group: str, in_pyproject: bool = True) -> Any:
+    """An on/off setting, off by default; the flag turns it on."""
+    return _declare(False, Setting("switch", flags, help, group, in_pyproject=in_pyproject))
+
+
+def choice(default: str | None, choices: Iterable[str], *flags: str, help: str, group: str,
+           shortcuts: Mapping[str, str] | None = None, in_pyproject: bool = True) -> Any:
+    """One of a fixed set of words."""
+    return _declare(default, Setting("choice", flags, help, group, choices=tuple(choices),
+                                     shortcuts=dict(shortcuts or {}), in_pyproject=in_pyproject))
+
+
+def rule_list(*flags: str, help: str, group: str) -> Any:
+    """Rule ids, names or families; commas allowed."""
+    return _declare((), Setting("rules", flags, help, group, "RULE"))
+
+
+def severity_map(*flags: str, help: str, group: str) -> Any:
+    """RULE=LEVEL pairs (RULE an id, name or family)."""
+    return _declare(None, Setting("severity", flags, help, group, "RULE=LEVEL"), factory=dict)
+
+
+@dataclass(frozen=True)
+class Config:
+    """All the settings of one check, each declared once (see the module docstring)."""
+
+    prefix: str | None = text("--prefix", metavar="PATH", group=TARGET,
+                              help="inspect the conda env, venv or pixi env at PATH")
+    env_name: str | None = text("-n", "--name", metavar="NAME", group=TARGET,
+                                help="inspect the conda env called NAME")
+    data: str | None = text("--data", metavar="PATH", group=TARGET,
+                            help="where the training data lives (storage checks, file-reading smoke test)")
+    dataset: str | None = text("--dataset", metavar="MODULE:CALLABLE", group=TARGET,
+                               help="a factory returning your Dataset, or (Dataset, DataLoader kwargs)")
+    against: str | None = text("--against", metavar="FILE", group=TARGET,
+                               help="environment.yml or requirements file to compare with")
+    no_loader: bool = switch("--no-loader", group=HOW, help="static checks only: skip the DataLoader smoke test")
+    budget: float = number(15.0, "--budget", group=HOW, help="time budget of the loader stage")
+    step_time: float | None = number(None, "--step-time", group=HOW,
+                                     help="seconds your training step takes per batch")
+    deep: bool = switch("--deep", group=HOW, help="run the slow checks too (file hashes, torch import probe)")
+    distributed: bool = switch("--distributed", group=HOW, in_pyproject=False,
+                               help="under torchrun: gather every rank's facts to rank 0 and print the fleet view")
+    distributed_timeout: float = number(120.0, "--distributed-timeout", group=HOW, in_pyproject=False,
+                                        help="with --distributed: how long rank 0 waits for the other ranks")
+    select: tuple[str, ...] = rule_list("--select", group=RULES, help="run only these rules or families")
+    ignore: tuple[str, ...] = rule_list("--ignore", group=RULES, help="skip these rules or families")
+    severity: dict[str, str] = severity_map("--severity", group=RULES,
+                                            help="override the severity (error, warning, info) of a rule, "
+                                                 "or of every rule of a family")
+    fail_on: str = choice("error", FAIL_ON_CHOICES, "--fail-on", group=RULES,
+                          help="lowest severity that makes the exit code 1")
+    format: str = choice("text", FORMATS, "--format", group=OUTPUT, shortcuts={"--json": "json"},
+                         help="output format")
+    output: str | None = text("-o", "--output", metavar="FILE", group=OUTPUT, in_pyproject=False,
+                              help="write the report to FILE instead of standard output")
+    verbose: bool = switch("-v", "--verbose", group=OUTPUT, help="show each finding's evidence")
+    svg: str | None = text("--svg", metavar="FILE", group=OUTPUT, in_pyproject=False,
+                           help="also save the text report as an SVG picture")
+
+    procs_per_node: int | None = number(None, "--procs-per-node", metavar="N", integer=True, group=HOW,
+                                        help="training processes per node that share its CPUs "
+                                             "(default: LOCAL_WORLD_SIZE, else 1)")
+    #: The spawn guard's what-if: judge scripts for this platform / Python (X.Y) instead of the target's.
+    platform: str | None = choice(None, PLATFORMS, "--platform", group=TARGET,
+                                  help="judge the spawn guard for this platform instead of the target's")
+    python_version: str | None = text("--python-version", metavar="X.Y", group=TARGET,
+                                      help="judge the spawn guard for this Python version (e.g. 3.14) instead of the target's")
+
+    #: Not settings. The scripts are positional arguments of `check` and `report`.
     scripts: tuple[str, ...] = ()
-    no_loader: bool = False
-    budget: float = 15.0
-    step_time: float | None = None
-    deep: bool = False
-    select: tuple[str, ...] = ()
-    ignore: tuple[str, ...] = ()
-    severity: dict[str, str] = field(default_factory=dict)
-    fail_on: str = "error"
-    format: str = "text"
-    output: str | None = None
-    against: str | None = None
-    svg: str | None = None
-    distributed: bool = False
-    distributed_timeout: float = 120.0
     #: Filled in by preflight(): the user's own DataLoader object.
     loader_object: Any = None
     #: Where the settings file was read from, if any.
@@ -57,50 +179,194 @@ class Config:
         return replace(self, **{k: v for k, v in changes.items() if v is not None})
 
 
-#: Keys allowed in [tool.envdoctor] and the type each must have.
-SETTINGS: dict[str, tuple[type, ...]] = {
-    "prefix": (str,),
-    "env_name": (str,),
-    "data": (str,),
-    "dataset": (str,),
-    "no_loader": (bool,),
-    "budget": (int, float),
-    "step_time": (int, float),
-    "deep": (bool,),
-    "select": (list,),
-    "ignore": (list,),
-    "severity": (dict,),
-    "fail_on": (str,),
-    "format": (str,),
-    "against": (str,),
-}
+def _setting_of(f: Field[Any]) -> Setting | None:
+    setting = f.metadata.get("setting")
+    if setting is None:
+        return None
+    default = f.default if f.default is not MISSING else (
+        f.default_factory() if f.default_factory is not MISSING else None)
+    return replace(setting, name=f.name, default=default)
 
 
-def _type_name(types: tuple[type, ...]) -> str:
-    names = {"str": "a string", "bool": "true or false", "int": "a number", "float": "a number",
-             "list": "a list of strings", "dict": "a table"}
-    return " or ".join(dict.fromkeys(names[t.__name__] for t in types))
+#: Every setting, in the order `--help` lists them: derived from Config.
+SETTINGS: tuple[Setting, ...] = tuple(s for s in map(_setting_of, fields(Config)) if s is not None)
+SETTINGS_BY_NAME: dict[str, Setting] = {s.name: s for s in SETTINGS}
+
+
+# --- values ---------------------------------------------------------------
+
+def _number_problem(setting: Setting, value: object) -> str | None:
+    """Why `value` is not a valid value of a number setting (None when it is)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return "a number"
+    if not math.isfinite(value) or value <= 0:
+        return "a positive, finite number" + (" of seconds" if setting.metavar == "SECONDS" else "")
+    if setting.integer and value != int(value):
+        return "a whole number"
+    return None
+
+
+def parse_number(setting: Setting, raw: str) -> float | int:
+    """A number flag's value, refused (as the flag) when it is not positive and finite."""
+    try:
+        value: float | int = int(raw) if setting.integer else float(raw)
+    except ValueError:
+        raise ValueError(f"expected {'a whole number' if setting.integer else 'a number'}, not {raw!r}") from None
+    problem = _number_problem(setting, value)
+    if problem:
+        raise ValueError(f"expected {problem}, not {raw!r}")
+    return value
+
+
+def parse_text(raw: str) -> str:
+    if not raw.strip():
+        raise ValueError("expected a value, not an empty string")
+    return raw
+
+
+def parse_severity_pairs(raw: str) -> list[tuple[str, str]]:
+    """`SYS003=error` or `SYS003=error,DL=info` as (rule, level) pairs."""
+    pairs = []
+    for part in raw.split(","):
+        rule, sep, level = part.partition("=")
+        if not sep or not rule.strip() or not level.strip():
+            raise ValueError(f"expected RULE=LEVEL (e.g. SYS003=error), not {raw!r}")
+        pairs.append((rule.strip().upper(), level.strip().lower()))
+    return pairs
+
+
+def _check_value(setting: Setting, value: Any, where: str) -> Any:
+    """`value` as the Config field holds it, or a ConfigError naming `where`."""
+    kind = setting.kind
+    if kind == "text":
+        if not isinstance(value, str):
+            raise ConfigError(f"{where} must be a string, not {value!r}")
+        if not value.strip():
+            raise ConfigError(f"{where} must not be empty")
+        return value
+    if kind == "switch":
+        if not isinstance(value, bool):
+            raise ConfigError(f"{where} must be true or false, not {value!r}")
+        return value
+    if kind == "number":
+        problem = _number_problem(setting, value)
+        if problem:
+            raise ConfigError(f"{where} must be {problem}, not {value!r}")
+        return value
+    if kind == "choice":
+        if value not in setting.choices:
+            raise ConfigError(f"{where} must be one of {', '.join(setting.choices)}, not {value!r}")
+        return value
+    if kind == "rules":
+        if isinstance(value, str) or not isinstance(value, (list, tuple)) \
+                or not all(isinstance(v, str) for v in value):
+            raise ConfigError(f"{where} must be a list of strings, not {value!r}")
+        return tuple(value)
+    if kind == "severity":
+        if not isinstance(value, Mapping) or not all(isinstance(v, str) for v in value.values()):
+            raise ConfigError(f"{where} must be a table of RULE = \"LEVEL\" strings, not {value!r}")
+        for rule_id, level in value.items():
+            try:
+                Severity.parse(level)
+            except ValueError as exc:
+                raise ConfigError(f"{where} for {rule_id}: {exc}") from None
+        return {str(k).upper(): str(v).lower() for k, v in value.items()}
+    raise AssertionError(f"unknown kind of setting {kind!r}")  # pragma: no cover
 
 
 def validate(config: Config) -> Config:
-    """Check values that types alone do not catch."""
-    if config.fail_on not in FAIL_ON_CHOICES:
-        raise ConfigError(f"fail_on must be one of {', '.join(FAIL_ON_CHOICES)}, not {config.fail_on!r}")
-    if config.format not in FORMATS:
-        raise ConfigError(f"format must be one of {', '.join(FORMATS)}, not {config.format!r}")
-    for rule_id, level in config.severity.items():
-        try:
-            Severity.parse(level)
-        except ValueError as exc:
-            raise ConfigError(f"severity for {rule_id}: {exc}") from None
-    if config.budget <= 0:
-        raise ConfigError(f"budget must be a positive number of seconds, not {config.budget}")
-    if config.distributed_timeout <= 0:
-        raise ConfigError(f"distributed_timeout must be a positive number of seconds, not {config.distributed_timeout}")
-    if config.step_time is not None and config.step_time <= 0:
-        raise ConfigError(f"step_time must be a positive number of seconds, not {config.step_time}")
+    """Check every setting's value against its declaration (what types alone do not catch)."""
+    for setting in SETTINGS:
+        value = getattr(config, setting.name)
+        if value is None or (setting.kind == "switch" and value is False) or value == setting.default:
+            continue
+        _check_value(setting, value, setting.name)
+    if config.python_version is not None and not re.fullmatch(r"3\.\d{1,2}", config.python_version):
+        raise ConfigError(f"python_version must be X.Y, such as 3.14, not {config.python_version!r}")
     return config
 
+
+def config_from_settings(settings: Mapping[str, Any], **extra: Any) -> Config:
+    """A validated Config from keyword settings (the Python API); unknown names are errors."""
+    for name in settings:
+        if name not in SETTINGS_BY_NAME:
+            raise ConfigError(f"unknown setting {name!r} (known: {', '.join(SETTINGS_BY_NAME)})")
+    values = {name: _check_value(SETTINGS_BY_NAME[name], value, name)
+              for name, value in settings.items() if value is not None}
+    return validate(Config(**values, **extra))
+
+
+# --- the command line -------------------------------------------------------
+
+def add_arguments(parser: Any, names: Iterable[str] | None = None, defaults: Mapping[str, Any] | None = None) -> None:
+    """Add the options of these settings (all by default) to an argparse parser.
+
+    Every option defaults to None, so `config_from_args` can tell a flag given
+    from one left out (and the pyproject value stands).
+    """
+    import argparse
+
+    wanted = set(names) if names is not None else None
+    groups: dict[str, Any] = {}
+    for setting in SETTINGS:
+        if wanted is not None and setting.name not in wanted:
+            continue
+        target = parser if wanted is not None else groups.setdefault(
+            setting.group, parser.add_argument_group(setting.group))
+        default = (defaults or {}).get(setting.name, setting.default)
+        shown = f"{default:g}" if isinstance(default, float) else default
+        help_text = setting.help + (f" (default: {shown})" if default else "")
+        options: dict[str, Any] = {"dest": setting.name, "help": help_text, "default": None}
+        if setting.kind == "switch":
+            options["action"] = "store_true"
+        elif setting.kind == "choice":
+            options["choices"] = setting.choices
+        else:
+            options["metavar"] = setting.metavar
+            options["type"] = _argparse_type(setting, argparse.ArgumentTypeError)
+            if setting.kind in ("rules", "severity"):
+                # Lists may repeat and take commas; file names after them are scripts (cli._take_scripts),
+                # so a --severity token is parsed there, not here.
+                options.update(nargs="+", action="extend")
+                if setting.kind == "severity":
+                    options["type"] = str
+        target.add_argument(*setting.flags, **options)
+        for flag, const in setting.shortcuts.items():
+            target.add_argument(flag, action="store_const", const=const, dest=setting.name,
+                                help=f"same as {setting.flag} {const}")
+
+
+def _argparse_type(setting: Setting, error: type[Exception]) -> Any:
+    def parse(raw: str) -> Any:
+        try:
+            if setting.kind == "number":
+                return parse_number(setting, raw)
+            if setting.kind == "severity":
+                return parse_severity_pairs(raw)
+            return parse_text(raw)
+        except ValueError as exc:
+            raise error(str(exc)) from None
+
+    parse.__name__ = setting.kind  # argparse names the type in some messages
+    return parse
+
+
+def settings_from_args(args: Any) -> dict[str, Any]:
+    """The settings given on the command line (the others are absent, not None)."""
+    given: dict[str, Any] = {}
+    for setting in SETTINGS:
+        value = getattr(args, setting.name, None)
+        if value is None:
+            continue
+        if setting.kind == "rules":
+            value = tuple(value)
+        elif setting.kind == "severity":
+            value = {rule: level for pairs in value for rule, level in pairs}
+        given[setting.name] = value
+    return given
+
+
+# --- pyproject.toml ---------------------------------------------------------
 
 def find_pyproject(start: Path | None = None) -> Path | None:
     """The nearest pyproject.toml from `start` (the working directory) upwards."""
@@ -126,31 +392,18 @@ def read_pyproject(path: Path) -> dict[str, Any]:
     table = data.get("tool", {}).get("envdoctor", {})
     if not isinstance(table, dict):
         raise ConfigError(f"{path}: [tool.envdoctor] must be a table")
+    allowed = {s.pyproject_key: s for s in SETTINGS if s.in_pyproject}
     settings: dict[str, Any] = {}
     for raw_key, value in table.items():
-        key = raw_key.replace("-", "_")
-        if key not in SETTINGS:
-            known = ", ".join(k.replace("_", "-") for k in SETTINGS)
-            raise ConfigError(f"{path}: unknown key {raw_key!r} in [tool.envdoctor] (known: {known})")
-        types = SETTINGS[key]
-        if isinstance(value, bool) and bool not in types:
-            raise ConfigError(f"{path}: [tool.envdoctor] {raw_key} must be {_type_name(types)}, not {value!r}")
-        if not isinstance(value, types):
-            raise ConfigError(f"{path}: [tool.envdoctor] {raw_key} must be {_type_name(types)}, not {value!r}")
-        if key in ("select", "ignore"):
-            if not all(isinstance(v, str) for v in value):
-                raise ConfigError(f"{path}: [tool.envdoctor] {raw_key} must be a list of strings")
-            value = tuple(value)
-        if key == "severity":
-            if not all(isinstance(v, str) for v in value.values()):
-                raise ConfigError(f"{path}: [tool.envdoctor] severity values must be strings")
-            value = {k.upper(): v for k, v in value.items()}
-        settings[key] = value
+        setting = allowed.get(raw_key.replace("_", "-"))
+        if setting is None:
+            raise ConfigError(f"{path}: unknown key {raw_key!r} in [tool.envdoctor] (known: {', '.join(allowed)})")
+        settings[setting.name] = _check_value(setting, value, f"{path}: [tool.envdoctor] {raw_key}")
     return settings
 
 
-def load_config(cli: dict[str, Any], pyproject: Path | None | bool = True,
-                defaults: dict[str, Any] | None = None) -> Config:
+def load_config(cli: Mapping[str, Any], pyproject: Path | None | bool = True,
+                defaults: Mapping[str, Any] | None = None) -> Config:
     """Defaults, overridden by pyproject.toml, overridden by the command line."""
     base: dict[str, Any] = dict(defaults or {})
     path: Path | None = None
@@ -163,7 +416,6 @@ def load_config(cli: dict[str, Any], pyproject: Path | None | bool = True,
         base["config_file"] = str(path)
     known = {f.name for f in fields(Config)}
     merged = {**base, **{k: v for k, v in cli.items() if v is not None and k in known}}
-    if "severity" in base and "severity" in cli and cli["severity"]:
+    if "severity" in base and cli.get("severity"):
         merged["severity"] = {**base["severity"], **cli["severity"]}
     return validate(Config(**merged))
-

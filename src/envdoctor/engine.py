@@ -17,7 +17,7 @@ from envdoctor.catalog import Catalog, RuleMeta, load_catalog
 from envdoctor.config import Config, ConfigError
 from envdoctor.facts import Facts, ProbeFailed
 from envdoctor.model import Finding, Report, Severity
-from envdoctor.redact import redact_tree
+from envdoctor.redact import redact_finding, redact_tree
 from envdoctor.rules import Hit
 
 
@@ -41,14 +41,34 @@ def select_rules(catalog: Catalog, select: Iterable[str] = (), ignore: Iterable[
     return [m for m in catalog.rules if (not selected or m.id in selected) and m.id not in ignored]
 
 
+def node_rules(metas: list[RuleMeta], select: Iterable[str] = ()) -> list[RuleMeta]:
+    """The rules of a single-machine check: fleet rules compare several nodes' reports instead."""
+    kept = [m for m in metas if m.scope == "node"]
+    if metas and not kept and tuple(select):
+        raise ConfigError(f"{', '.join(m.id for m in metas[:3])}{' …' if len(metas) > 3 else ''} compare "
+                          "several machines: run them with `envdoctor compare REPORT.json ...` or "
+                          "`envdoctor check --distributed` under torchrun")
+    return kept
+
+
 def check_severity_overrides(catalog: Catalog, overrides: dict[str, str]) -> dict[str, Severity]:
-    known = set(catalog.ids())
-    resolved = {}
-    for rule_id, level in overrides.items():
-        if rule_id.upper() not in known:
-            raise ConfigError(f"severity: unknown rule {rule_id!r} (see `envdoctor rules`)")
-        resolved[rule_id.upper()] = Severity.parse(level)
-    return resolved
+    """`--severity` pairs resolved to rule ids: a key may be an id, a name or a family, like `--select`.
+
+    A family's level applies to each of its rules; a pair naming one rule beats its family's.
+    """
+    resolved: dict[str, Severity] = {}
+    exact: dict[str, Severity] = {}
+    for token, level in overrides.items():
+        matched = catalog.resolve(token)
+        if not matched:
+            raise ConfigError(f"--severity: unknown rule {token!r} (see `envdoctor rules`)")
+        try:
+            severity = Severity.parse(level)
+        except ValueError as exc:
+            raise ConfigError(f"--severity {token}: {exc}") from None
+        one_rule = any(m.id == token.strip().upper() or m.name == token.strip().lower() for m in matched)
+        (exact if one_rule else resolved).update({m.id: severity for m in matched})
+    return {**resolved, **exact}
 
 
 def _to_finding(meta: RuleMeta, hit: Hit, overrides: dict[str, Severity]) -> Finding:
@@ -73,7 +93,8 @@ def run_rules(catalog: Catalog, metas: list[RuleMeta], facts: Facts,
         try:
             hits = list(catalog.functions[meta.id](facts) or ())
         except ProbeFailed as exc:
-            errors.append({"rule": meta.id, "message": f"skipped: {exc}"})
+            # Not checked is not clean: Report.not_checked() names it and the exit code says so.
+            errors.append({"rule": meta.id, "probe": exc.section, "message": f"skipped: {exc}"})
             continue
         except Exception as exc:  # one broken rule never hides the others
             errors.append({
@@ -103,8 +124,10 @@ def assemble_report(facts: Facts, findings: list[Finding], errors: list[dict[str
     target = gathered.pop("target", None) or {}
     loader = gathered.pop("loader", None)
     if loader:
-        # The loader's subprocess also ran the torch probe; those facts belong under torch.
-        loader = {k: v for k, v in loader.items() if k != "torch_probe"}
+        # The facts with the rule layer's verdict (bottleneck, recommendation), less the torch probe.
+        from envdoctor.rules.loader_verdict import report_section
+
+        loader = dict(report_section(loader, facts.config.step_time))
     return Report(
         tool={"name": "envdoctor", "version": __version__},
         generated_at=utc_now(),
@@ -116,9 +139,9 @@ def assemble_report(facts: Facts, findings: list[Finding], errors: list[dict[str
             "python": target.get("python"),
         }),
         facts=redact_tree(gathered),
-        findings=findings,
+        findings=[redact_finding(f) for f in findings],
         loader=redact_tree(loader) if loader else None,
-        errors=errors + facts.errors,
+        errors=redact_tree(errors + facts.errors),
     )
 
 
@@ -133,12 +156,21 @@ def check_inputs(config: Config) -> None:
         # A mistyped data path would otherwise end in "0 errors" (no storage to
         # judge, no files to read) and the training run would die on it.
         raise ConfigError(f"the data path {config.data} does not exist (--data, or `data` in pyproject.toml)")
+    if config.against:
+        # Missing, the comparison would be skipped and the run look clean; a FIFO
+        # or a device would block or never end.
+        if not os.path.exists(config.against):
+            raise ConfigError(f"the file to compare with, {config.against}, does not exist "
+                              "(--against, or `against` in pyproject.toml)")
+        if not os.path.isfile(config.against):
+            raise ConfigError(f"--against {config.against} is not a regular file "
+                              "(give an environment.yml or a requirements file)")
 
 
 def run_check(config: Config, catalog: Catalog | None = None, facts: Facts | None = None) -> Report:
     """Run every selected rule against one snapshot of facts and build the Report."""
     catalog = catalog or load_catalog()
-    metas = select_rules(catalog, config.select, config.ignore)
+    metas = node_rules(select_rules(catalog, config.select, config.ignore), config.select)
     overrides = check_severity_overrides(catalog, config.severity)
     facts = facts or Facts(config)
     # The target is resolved first so a wrong --prefix is one clear error, not N skipped rules.
@@ -146,9 +178,14 @@ def run_check(config: Config, catalog: Catalog | None = None, facts: Facts | Non
 
     check_inputs(config)
     try:
-        facts["target"]
+        target = facts["target"]
     except ProbeFailed as exc:
         raise TargetError(exc.reason) from None
+    if target.get("interpreter") and target.get("interpreter_error"):
+        # Every live check and most static ones read the environment through its
+        # own interpreter: a report without it would be a false all-clear.
+        raise TargetError(f"the environment's Python cannot start ({target['interpreter_error']}); "
+                          "repair or recreate the environment, then check it again")
     findings, errors = run_rules(catalog, metas, facts, overrides)
     report = assemble_report(facts, findings, errors)
     report.checked = [m.id for m in metas]

@@ -48,14 +48,19 @@ FAIL_ON_CHOICES = ("error", "warning", "info", "never")
 
 @dataclass(frozen=True)
 class Location:
-    """Where in a file a finding points (1-based line, 1-based column)."""
+    """Where in a file a finding points (1-based line, 1-based column; for a notebook, the 1-based cell
+    and the line within it)."""
 
     path: str
     line: int
     column: int = 1
+    cell: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"path": self.path, "line": self.line, "column": self.column}
+        where: dict[str, Any] = {"path": self.path, "line": self.line, "column": self.column}
+        if self.cell is not None:
+            where["cell"] = self.cell
+        return where
 
 
 #: The tools a fix step may name: who owns the files the step changes.
@@ -150,11 +155,21 @@ class Report:
     def by_rule(self, rule_id: str) -> list[Finding]:
         return [f for f in self.findings if f.rule == rule_id]
 
+    def not_checked(self) -> dict[str, list[str]]:
+        """The selected rules that did not run because a probe they read failed: {probe: [rule, ...]}."""
+        skipped: dict[str, list[str]] = {}
+        for error in self.errors:
+            if error.get("rule") and error.get("probe"):
+                skipped.setdefault(str(error["probe"]), []).append(str(error["rule"]))
+        return skipped
+
     def exit_code(self, fail_on: str = "error") -> int:
-        """0 when nothing reaches `fail_on`, 1 when something does."""
+        """0 when nothing reaches `fail_on`, 1 when something does, or a selected rule could not run."""
         if fail_on == "never":
             return 0
         threshold = Severity.parse(fail_on).rank
+        if self.not_checked():
+            return 1
         return 1 if any(f.severity.rank >= threshold for f in self.findings) else 0
 
     @classmethod

@@ -1,23 +1,62 @@
-"""Keeping secrets out of reports.
+"""Keeping secrets out of reports: by the variable's name, and by the value's shape.
 
 Anything a report shows of the environment passes through `redact_environ`;
-`redact_tree` is the last guard on a whole report: any key shaped like an
-environment variable whose name looks like a secret has its value replaced.
+`redact_tree` is the last guard on a whole report (facts, findings, errors),
+whatever the output format:
+
+* by name: a key shaped like an environment variable whose name looks like a
+  secret (HF_TOKEN, WANDB_PASS, HF_CREDS, NCCL_IB_KEYS, …) has its value
+  replaced, and so has `NAME=value` inside any text;
+* by shape, in every string: the user-info of a URL (`https://user:pw@host`),
+  a conda channel token (`/t/<token>/`), secret query parameters
+  (`?token=…`, `&sig=…`, `X-Amz-Signature=…`) and tokens with a well-known
+  prefix (`hf_…`, `ghp_…`, `github_pat_…`, `xoxb-…`, `AKIA…`, `sk-…`).
+
+What is redacted is replaced by REDACTED; the rest of the string stays, so a
+channel or endpoint is still recognisable.
 """
 from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from typing import Any
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # pragma: no cover
+    from envdoctor.model import Finding
 
 REDACTED = "[redacted]"
 
+#: Name segments that mark a secret. Segments, not substrings, where a substring would
+#: hit ordinary names: KEY is not MONKEY or KEYBOARD, PASS is not BYPASS, AUTH is not AUTHOR.
 _SECRET_NAME = re.compile(
-    r"(TOKEN|SECRET|PASSWORD|PASSWD|PASSPHRASE|PWD$|API_?KEY|ACCESS_?KEY|PRIVATE|CREDENTIAL|"
-    r"(^|_)KEY($|_)|(^|_)AUTH|SESSION|COOKIE|SIGNATURE|DSN$)",
+    r"(SECRET|PASSWORD|PASSWD|PASSPHRASE|PWD$|API_?KEY|ACCESS_?KEY|PRIVATE|CREDENTIAL|"
+    r"TOKENS?($|_)|(^|_)(PASS|CREDS?|KEYS?|AUTH|AUTHORIZATION|COOKIES?|SESSION|SIG|SIGNATURE|PAT|SAS|"
+    r"WEBHOOK|DSN|CONN_?STR|CONNECTION_STRING)($|_)|COOKIE|SESSION|SIGNATURE|DSN$)",
     re.IGNORECASE,
 )
+_NOT_SECRET = frozenset({"PWD", "OLDPWD"})
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+#: scheme://userinfo@ — the userinfo (user, user:password, a token) is dropped whole.
+_URL_USERINFO = re.compile(r"(?P<scheme>\b[A-Za-z][A-Za-z0-9+.-]*://)(?P<userinfo>[^/\s@?#]+)@")
+#: anaconda.org's token channels: https://conda.anaconda.org/t/<token>/<channel> (in URLs only,
+#: so a folder called t in a path is left alone).
+_CONDA_TOKEN = re.compile(r"(?P<lead>://[^/\s]+(?:/[^/\s]+)*?/t/)(?P<token>[^/\s]+)(?=/)")
+#: Query parameters that carry credentials (OAuth, presigned S3/GCS, Azure SAS).
+_SECRET_QUERY = re.compile(
+    r"(?P<lead>[?&](?:access_token|token|api_?key|key|secret|password|passwd|auth|sig|signature|"
+    r"x-amz-signature|x-amz-credential|x-amz-security-token|x-goog-signature|x-goog-credential|code)=)"
+    r"(?P<value>[^&#\s]+)",
+    re.IGNORECASE,
+)
+#: Tokens whose prefix says what they are, wherever they appear.
+_KNOWN_TOKENS = re.compile(
+    r"\b(?:hf_[A-Za-z0-9]{20,}|gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,}|"
+    r"glpat-[A-Za-z0-9_-]{20,}|xox[abposr]-[A-Za-z0-9-]{10,}|AKIA[0-9A-Z]{16}|sk-[A-Za-z0-9_-]{20,})\b"
+)
+#: NAME=value inside text (a command line, a traceback, an env dump).
+_ASSIGNMENT = re.compile(r"\b(?P<name>[A-Za-z_][A-Za-z0-9_]*)=(?P<value>\"[^\"]*\"|'[^']*'|[^\s&;]+)")
 
 #: Environment variables that matter to a training run, shown in system facts.
 RELEVANT_PREFIXES = (
@@ -28,29 +67,75 @@ RELEVANT_PREFIXES = (
 
 
 def looks_secret(name: str) -> bool:
-    return bool(_SECRET_NAME.search(name)) and name not in ("PWD", "OLDPWD")
+    """Whether an environment variable's name says its value is a secret."""
+    return bool(_SECRET_NAME.search(name)) and name not in _NOT_SECRET
+
+
+def redact_text(text: str) -> str:
+    """`text` with credentials of a known shape replaced by REDACTED (see the module's list)."""
+    if not text:
+        return text
+    if "://" in text:
+        text = _URL_USERINFO.sub(lambda m: f"{m['scheme']}{REDACTED}@", text)
+        text = _CONDA_TOKEN.sub(lambda m: f"{m['lead']}{REDACTED}", text)
+    if "=" in text:
+        text = _SECRET_QUERY.sub(lambda m: f"{m['lead']}{REDACTED}", text)
+    text = _KNOWN_TOKENS.sub(REDACTED, text)
+    if "=" not in text:
+        return text
+    return _ASSIGNMENT.sub(
+        lambda m: f"{m['name']}={REDACTED}" if looks_secret(m["name"]) and m["value"] != REDACTED else m[0], text)
+
+
+def redact_url(text: str) -> str:
+    """A URL (a conda channel, an index) with the credentials it carries by shape removed.
+
+    The same rules as `redact_text`: `user:pw@`, anaconda's `/t/<token>/`, signed
+    query parameters. For probes that store URLs, so that a secret is not even
+    kept in memory past the probe.
+    """
+    return redact_text(text)
+
+
+def redact_value(name: str, value: str) -> str:
+    """One environment variable's value as a report may show it."""
+    return REDACTED if looks_secret(name) else redact_text(value)
 
 
 def redact_environ(environ: Mapping[str, str], relevant_only: bool = True) -> dict[str, str]:
-    """The environment variables worth showing, with secrets redacted."""
+    """The environment variables worth showing, with secrets redacted by name and by shape."""
     shown = {}
     for name in sorted(environ):
         if relevant_only and not name.startswith(RELEVANT_PREFIXES):
             continue
-        shown[name] = REDACTED if looks_secret(name) else environ[name]
+        shown[name] = redact_value(name, environ[name])
     return shown
 
 
+def _secret_key(key: Any) -> bool:
+    return isinstance(key, str) and bool(_ENV_NAME.match(key)) and key.isupper() and looks_secret(key)
+
+
 def redact_tree(value: Any) -> Any:
-    """A copy of a JSON-like tree with secret-looking variables redacted everywhere."""
+    """A copy of a JSON-like tree with secrets redacted everywhere: by key name, and every string by shape."""
     if isinstance(value, dict):
         out = {}
         for key, item in value.items():
-            if isinstance(key, str) and _ENV_NAME.match(key) and key.isupper() and looks_secret(key) and isinstance(item, str):
-                out[key] = REDACTED
-            else:
-                out[key] = redact_tree(item)
+            name = redact_text(key) if isinstance(key, str) else key
+            out[name] = REDACTED if _secret_key(key) and item not in (None, "") else redact_tree(item)
         return out
-    if isinstance(value, list):
+    if isinstance(value, (list, tuple)):
         return [redact_tree(item) for item in value]
+    if isinstance(value, str):
+        return redact_text(value)
     return value
+
+
+def redact_finding(finding: Finding) -> Finding:
+    """The finding as a report shows it: message, evidence, fix and fix steps redacted."""
+    steps = tuple(
+        replace(step, argv=tuple(redact_text(a) for a in step.argv)) if step.argv else step
+        for step in finding.fix_steps
+    )
+    return replace(finding, message=redact_text(finding.message), evidence=redact_tree(dict(finding.evidence)),
+                   fix=redact_text(finding.fix), fix_steps=steps)

@@ -8,12 +8,20 @@ saved and fed back to the rules as a fixture with `Facts.from_dict`.
 
 A probe that raises is recorded once under the report's errors and every rule
 that needs that section is skipped with the reason, never crashed.
+
+Facts flow one way. Each probe declares in `PROBES` which sections it may read
+while it gathers (`reads`, checked: reading another is an error that names the
+fix) and which of its keys it gathered for another section (`hands_over`: the
+loader stage's subprocess also runs the torch probe, and hands that result to
+the torch section). The declared reads form no cycle (tests check it), so no
+probe can end up waiting for itself.
 """
 from __future__ import annotations
 
 import importlib
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, overload
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -28,19 +36,36 @@ if TYPE_CHECKING:  # pragma: no cover
     from envdoctor.facts.torch import TorchFacts
     from envdoctor.loader import LoaderFacts
 
-#: Section name -> "module:function" of its probe, in the order a report lists them.
-PROBES: dict[str, str] = {
-    "target": "envdoctor.facts.target:gather_target",
-    "system": "envdoctor.facts.system:gather_system",
-    "packages": "envdoctor.facts.packages:gather_packages",
-    "spec": "envdoctor.facts.spec:gather_spec",
-    "torch": "envdoctor.facts.torch:gather_torch",
-    "gpu": "envdoctor.facts.gpu:gather_gpu",
-    "storage": "envdoctor.facts.storage:gather_storage",
-    "scripts": "envdoctor.facts.scripts:gather_scripts",
-    "loader": "envdoctor.loader:gather_loader",
-    "fleet": "envdoctor.fleet:gather_fleet",
+@dataclass(frozen=True)
+class Probe:
+    """How one section is gathered, and what it depends on."""
+
+    #: "module:function" of the probe; the function takes the Facts and returns the section.
+    gather: str
+    #: The sections this probe may ask for while it gathers.
+    reads: tuple[str, ...] = ()
+    #: Keys of this section gathered for another section: {key: section}. The other
+    #: section gets them through `Facts.handed_over`; the report leaves them out here.
+    hands_over: Mapping[str, str] = field(default_factory=dict)
+
+
+#: Section name -> its probe, in the order a report lists them.
+PROBES: dict[str, Probe] = {
+    "target": Probe("envdoctor.facts.target:gather_target"),
+    "system": Probe("envdoctor.facts.system:gather_system", reads=("target",)),
+    "packages": Probe("envdoctor.facts.packages:gather_packages", reads=("target", "system")),
+    "spec": Probe("envdoctor.facts.spec:gather_spec", reads=("target", "packages")),
+    "torch": Probe("envdoctor.facts.torch:gather_torch", reads=("target", "system", "gpu", "loader")),
+    "gpu": Probe("envdoctor.facts.gpu:gather_gpu", reads=("target", "system")),
+    "storage": Probe("envdoctor.facts.storage:gather_storage", reads=("target", "system")),
+    "scripts": Probe("envdoctor.facts.scripts:gather_scripts", reads=("target", "system")),
+    "loader": Probe("envdoctor.loader:gather_loader", reads=("target", "system", "gpu"),
+                    hands_over={"torch_probe": "torch"}),
 }
+
+
+class UndeclaredRead(Exception):
+    """A probe asked for a section its PROBES entry does not declare: a bug in envdoctor."""
 
 
 class ProbeFailed(Exception):
@@ -66,6 +91,8 @@ class Facts:
         self.config = config if config is not None else Config()
         self._sections: dict[str, Any] = dict(preset or {})
         self._failed: dict[str, str] = {}
+        #: The sections whose probes are running now, outermost first.
+        self._gathering: list[str] = []
         self.errors: list[dict[str, Any]] = []
 
     @classmethod
@@ -106,9 +133,16 @@ class Facts:
             raise ProbeFailed(section, self._failed[section])
         if section not in PROBES:
             raise KeyError(f"no probe gathers a section called {section!r}")
+        if self._gathering:
+            asking = self._gathering[-1]
+            if section not in PROBES[asking].reads:
+                raise UndeclaredRead(f"the {asking} probe read the {section!r} section without declaring it: "
+                                     f"add it to PROBES[{asking!r}].reads in envdoctor/facts/__init__.py "
+                                     "(and keep the reads free of cycles)")
+        self._gathering.append(section)
         try:
-            value = _load_probe(PROBES[section])(self)
-        except ProbeFailed:
+            value = _load_probe(PROBES[section].gather)(self)
+        except (ProbeFailed, UndeclaredRead):
             raise
         except Exception as exc:  # a probe must never take the report down
             reason = f"{type(exc).__name__}: {exc}"
@@ -121,6 +155,8 @@ class Facts:
                 }
             )
             raise ProbeFailed(section, reason) from exc
+        finally:
+            self._gathering.pop()
         self._sections[section] = value
         return value
 
@@ -132,8 +168,32 @@ class Facts:
             return default
         return default if value is None else value
 
+    def handed_over(self, section: str) -> dict[str, Any]:
+        """What other probes gathered for `section` (see `Probe.hands_over`), gathering them if need be.
+
+        Only the probes `section` declares it reads are asked; one that failed hands over nothing.
+        """
+        handed: dict[str, Any] = {}
+        for name in PROBES[section].reads:
+            keys = [key for key, receiver in PROBES[name].hands_over.items() if receiver == section]
+            if not keys:
+                continue
+            source = self.get(name)
+            if isinstance(source, Mapping):
+                handed.update({key: source[key] for key in keys if key in source})
+        return handed
+
     def gathered(self) -> dict[str, Any]:
-        """The sections gathered so far, in probe order."""
+        """The sections gathered so far, in probe order, without what they gathered for others."""
         order = list(PROBES)
         names = sorted(self._sections, key=lambda n: order.index(n) if n in order else len(order))
-        return {name: self._sections[name] for name in names if self._sections[name] is not None}
+        sections: dict[str, Any] = {}
+        for name in names:
+            value = self._sections[name]
+            if value is None:
+                continue
+            private = PROBES[name].hands_over if name in PROBES else {}
+            if private and isinstance(value, Mapping):
+                value = {k: v for k, v in value.items() if k not in private}
+            sections[name] = value
+        return sections

@@ -14,20 +14,67 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any, TypedDict
 
 from envdoctor.facts.kernel_files import read_kernel_file
 
 
-class GpuFacts(TypedDict, total=False):
-    """The `gpu` facts section (what `gather_gpu` returns; the report's facts.gpu)."""
+class GpuProcess(TypedDict):
+    """A process NVML lists on a GPU; `used_memory` is None where NVML cannot say (containers, MIG)."""
 
-    available: Any
-    device_count: Any
-    devices: Any
-    pci_gpus: Any
-    reason: Any
+    pid: int
+    name: str | None
+    used_memory: int | None
+    kinds: list[str]
+
+
+class GpuDevice(TypedDict):
+    """One GPU as NVML reports it. Values NVML does not support on it (MIG slices, old drivers) are None."""
+
+    index: int
+    name: str
+    uuid: str | None
+    memory_total: int | None
+    memory_used: int | None
+    utilization_gpu: int | None
+    utilization_memory: int | None
+    #: "major.minor", e.g. "9.0" for an H100, "12.0" for an RTX 5090.
+    compute_capability: str | None
+    processes: list[GpuProcess]
+
+
+class PciGpu(TypedDict):
+    """An NVIDIA display/3D controller on the PCI bus, seen whatever the driver's state."""
+
+    address: str
+    device_id: str | None
+    #: The kernel driver bound to it (nvidia, nouveau, vfio-pci), None when none is.
+    driver: str | None
+
+
+class _GpuRequired(TypedDict):
+    available: bool
+    device_count: int
+    devices: list[GpuDevice]
+    pci_gpus: list[PciGpu]
+
+
+class GpuFacts(_GpuRequired, total=False):
+    """The `gpu` facts section (what `gather_gpu` returns; the report's facts.gpu).
+
+    With NVML (`available` true) the driver keys are set; without it, `reason` says why.
+    """
+
+    reason: str
+    driver_version: str
+    nvml_version: str | None
+    #: The newest CUDA the driver supports, "12.4".
+    cuda_driver_version: str | None
+    own_pid: int
+    #: The rest of envdoctor's own job (children; sibling ranks under a launcher).
+    job_pids: list[int]
 
 
 NVIDIA_PCI_VENDOR = "0x10de"
@@ -35,9 +82,9 @@ NVIDIA_PCI_VENDOR = "0x10de"
 GPU_PCI_CLASSES = ("0x0300", "0x0302")
 
 
-def pci_nvidia_gpus(pci_root: Path = Path("/sys/bus/pci/devices")) -> list[dict[str, str]]:
+def pci_nvidia_gpus(pci_root: Path = Path("/sys/bus/pci/devices")) -> list[PciGpu]:
     """NVIDIA display/3D controllers on the PCI bus, whatever the driver's state."""
-    found = []
+    found: list[PciGpu] = []
     try:
         devices = sorted(pci_root.iterdir())
     except OSError:
@@ -83,16 +130,17 @@ def _process_name(pid: int) -> str | None:
     try:
         import psutil
 
-        return psutil.Process(pid).name()
+        name: str = psutil.Process(pid).name()
+        return name
     except Exception:  # gone, or in another PID namespace
         return None
 
 
-def _processes(pynvml: Any, handle: Any) -> list[dict[str, Any]]:
-    seen: dict[int, dict[str, Any]] = {}
+def _processes(pynvml: Any, handle: Any) -> list[GpuProcess]:
+    seen: dict[int, GpuProcess] = {}
     for kind, getter in (("compute", "nvmlDeviceGetComputeRunningProcesses"),
                          ("graphics", "nvmlDeviceGetGraphicsRunningProcesses")):
-        listed = _optional(lambda: getattr(pynvml, getter)(handle)) or []
+        listed = _optional(partial(getattr(pynvml, getter), handle)) or []
         for proc in listed:
             used = getattr(proc, "usedGpuMemory", None)
             # NVML reports "not available" as a huge sentinel value.
@@ -104,37 +152,35 @@ def _processes(pynvml: Any, handle: Any) -> list[dict[str, Any]]:
     return list(seen.values())
 
 
-def read_nvml() -> dict[str, Any]:
+def _unavailable(reason: str) -> GpuFacts:
+    return {"available": False, "reason": reason, "device_count": 0, "devices": [], "pci_gpus": []}
+
+
+def read_nvml() -> GpuFacts:
     """Driver and devices as NVML reports them; `available: false` with the reason when it cannot."""
     try:
         import pynvml
     except ImportError as exc:
-        return {"available": False, "reason": f"nvidia-ml-py is not installed ({exc})"}
+        return _unavailable(f"nvidia-ml-py is not installed ({exc})")
     try:
         pynvml.nvmlInit()
     except pynvml.NVMLError as exc:
-        return {"available": False, "reason": f"NVML could not start: {_text(exc)}"}
+        return _unavailable(f"NVML could not start: {_text(exc)}")
     except OSError as exc:  # pragma: no cover - a broken libnvidia-ml
-        return {"available": False, "reason": f"NVML could not be loaded: {exc}"}
+        return _unavailable(f"NVML could not be loaded: {exc}")
     try:
         cuda = _optional(pynvml.nvmlSystemGetCudaDriverVersion_v2) or _optional(pynvml.nvmlSystemGetCudaDriverVersion)
-        info: dict[str, Any] = {
-            "available": True,
-            "driver_version": _text(pynvml.nvmlSystemGetDriverVersion()),
-            "nvml_version": _optional(lambda: _text(pynvml.nvmlSystemGetNVMLVersion())),
-            "cuda_driver_version": cuda_version_text(cuda),
-            "own_pid": os.getpid(),
-        }
-        devices = []
+        devices: list[GpuDevice] = []
         for index in range(pynvml.nvmlDeviceGetCount()):
             handle = pynvml.nvmlDeviceGetHandleByIndex(index)
-            memory = _optional(lambda: pynvml.nvmlDeviceGetMemoryInfo(handle))
-            utilization = _optional(lambda: pynvml.nvmlDeviceGetUtilizationRates(handle))
-            capability = _optional(lambda: pynvml.nvmlDeviceGetCudaComputeCapability(handle))
+            memory = _optional(partial(pynvml.nvmlDeviceGetMemoryInfo, handle))
+            utilization = _optional(partial(pynvml.nvmlDeviceGetUtilizationRates, handle))
+            capability = _optional(partial(pynvml.nvmlDeviceGetCudaComputeCapability, handle))
+            uuid = _optional(partial(pynvml.nvmlDeviceGetUUID, handle))
             devices.append({
                 "index": index,
                 "name": _text(pynvml.nvmlDeviceGetName(handle)),
-                "uuid": _optional(lambda: _text(pynvml.nvmlDeviceGetUUID(handle))),
+                "uuid": _text(uuid) if uuid is not None else None,
                 "memory_total": memory.total if memory else None,
                 "memory_used": memory.used if memory else None,
                 "utilization_gpu": utilization.gpu if utilization else None,
@@ -142,11 +188,19 @@ def read_nvml() -> dict[str, Any]:
                 "compute_capability": f"{capability[0]}.{capability[1]}" if capability else None,
                 "processes": _processes(pynvml, handle),
             })
-        info["device_count"] = len(devices)
-        info["devices"] = devices
-        return info
+        nvml_version = _optional(pynvml.nvmlSystemGetNVMLVersion)
+        return {
+            "available": True,
+            "driver_version": _text(pynvml.nvmlSystemGetDriverVersion()),
+            "nvml_version": _text(nvml_version) if nvml_version is not None else None,
+            "cuda_driver_version": cuda_version_text(cuda),
+            "own_pid": os.getpid(),
+            "device_count": len(devices),
+            "devices": devices,
+            "pci_gpus": [],
+        }
     except pynvml.NVMLError as exc:
-        return {"available": False, "reason": f"NVML failed while reading the devices: {_text(exc)}"}
+        return _unavailable(f"NVML failed while reading the devices: {_text(exc)}")
     finally:
         try:
             pynvml.nvmlShutdown()
@@ -180,18 +234,16 @@ def job_pids(environ: Any = None) -> list[int]:
     return sorted(pids)
 
 
-def gather_gpu(facts: Any) -> dict[str, Any]:
+def gather_gpu(facts: Any) -> GpuFacts:
     """The gpu section: NVML's view, and the NVIDIA GPUs on the PCI bus."""
     section = read_nvml()
-    if section.get("available"):
+    if section["available"]:
         section["job_pids"] = job_pids()
-    section.setdefault("device_count", 0)
-    section.setdefault("devices", [])
     section["pci_gpus"] = pci_nvidia_gpus()
     return section
 
 
-def gpu_present(gpu: dict[str, Any] | None) -> bool:
+def gpu_present(gpu: GpuFacts | None) -> bool:
     """True when NVML lists a GPU or one sits on the PCI bus."""
     if not gpu:
         return False

@@ -1,132 +1,255 @@
-"""The "scripts" facts section: what each training script given to check does at run time.
+"""The "scripts" facts section: what each training script or notebook given to check does at run time.
 
-`envdoctor check train.py tools/` hands its positional arguments to
-`config.scripts`; folders are expanded to the Python files under them. Each
-file is read as bytes, decoded the way the interpreter would (a coding
-cookie or BOM, else UTF-8), parsed, and walked by `script_analysis` — never
-imported or executed. A file that cannot be read, decoded or parsed is a
-fact too (status "unreadable" or "unparsable", with the position), so one bad
-file never stops the others being checked.
+`envdoctor check train.py tools/ explore.ipynb` hands its positional
+arguments to `config.scripts`; folders are expanded to the Python files and
+notebooks under them. Each file is read with bounds (regular files only, a
+size limit), decoded the way the interpreter would (a coding cookie or BOM,
+else UTF-8), parsed, and walked by `envdoctor.facts.spawn` together with the
+project modules it imports — never imported or executed. A file that cannot
+be read, decoded or parsed is a fact too (status "unreadable" or
+"unparsable", with the position), so one bad file never stops the others
+being checked.
 
 Nothing is gathered when no scripts were given: the section is then None.
 """
 from __future__ import annotations
 
 import ast
-import io
 import os
 import sys
-import tokenize
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import Any, Literal, TypedDict, cast
+
+from envdoctor.facts.spawn.project import ModuleProblem
+from envdoctor.facts.spawn.reading import SourceProblem, read_source
 
 
-class ScriptsFacts(TypedDict, total=False):
+class CodeAt(TypedDict, total=False):
+    """A place in a file: the module-level statement of a start, or one call of the chain."""
+
+    path: str
+    line: int
+    code: str
+    call: str | None
+    function: str
+    cell: int
+
+
+class ConstructedAt(TypedDict, total=False):
+    path: str
+    line: int
+    column: int
+    cell: int
+
+
+class MainObject(TypedDict):
+    """Something a notebook defines that DataLoader workers must unpickle."""
+
+    role: str  # dataset, sampler, batch_sampler, collate_fn, worker_init_fn
+    name: str
+    kind: str  # class, function
+    line: int
+
+
+class _EventBase(TypedDict):
+    kind: str
+    path: str
+    line: int
+    column: int
+    code: str
+    guarded: bool
+    seq: int
+    entry: CodeAt
+    via: list[CodeAt]
+
+
+class WorkerStart(_EventBase, total=False):
+    """Where worker processes start: iterating a DataLoader, Process.start(), a Pool …"""
+
+    starts: str
+    context: str | None
+    num_workers: int | None
+    num_workers_source: str
+    constructed_at: ConstructedAt
+    persistent_workers: bool
+    worker_uses_cuda: bool
+    main_objects: list[MainObject]
+    callee: str
+    reason: str | None
+    cell: int
+
+
+class StartMethodCall(_EventBase, total=False):
+    method: str | None
+    cell: int
+
+
+class CudaInit(_EventBase, total=False):
+    call: str
+    cell: int
+
+
+class _ScriptBase(TypedDict):
+    path: str
+    status: Literal["ok", "unreadable", "unparsable"]
+
+
+class ScriptFile(_ScriptBase, total=False):
+    """One script or notebook: its status and, when it parses, where it starts workers."""
+
+    kind: Literal["script", "notebook"]
+    error: str
+    line: int
+    column: int
+    code: str
+    encoding: str | None
+    parser_python: str
+    lines: int
+    cell: int
+    guard_lines: list[int]
+    worker_starts: list[WorkerStart]
+    start_method_calls: list[StartMethodCall]
+    cuda_inits: list[CudaInit]
+    calls_followed: int
+    truncated: bool
+    modules_followed: list[str]
+    module_problems: list[ModuleProblem]
+    skipped_cells: list[dict[str, Any]]
+
+
+class ScriptsFacts(TypedDict):
     """The `scripts` facts section (the report's facts.scripts)."""
 
-    given: Any
-    files: Any
+    given: list[str]
+    files: list[ScriptFile]
 
 
 #: Folders never descended into when a directory is given.
 SKIPPED_DIRS = frozenset({"__pycache__", "site-packages", "node_modules"})
+#: What a folder is expanded to.
+SUFFIXES = (".py", ".ipynb")
 
 
 def expand_paths(paths: tuple[str, ...] | list[str]) -> Iterator[tuple[str, bool]]:
-    """(path, exists) for every script: files as given, folders expanded to their *.py files.
+    """(path, exists) for every script: files as given, folders expanded to their *.py and *.ipynb files.
 
-    Hidden folders, caches and virtual environments under a folder are skipped;
-    a file named explicitly is always checked, whatever its suffix.
+    Hidden folders, caches and virtual environments under a folder are skipped,
+    and symbolic links to folders are not followed (no loops); a file named
+    explicitly is always checked, whatever its suffix.
     """
     seen: set[str] = set()
     for given in paths:
         path = Path(given)
         if path.is_dir():
-            for root, dirs, files in os.walk(given):
+            for root, dirs, files in os.walk(given, onerror=lambda _err: None):
                 dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d not in SKIPPED_DIRS
                                  and not (Path(root) / d / "pyvenv.cfg").exists())
                 for name in sorted(files):
-                    if name.endswith(".py"):
+                    if name.endswith(SUFFIXES):
                         full = os.path.join(root, name)
                         if full not in seen:
                             seen.add(full)
                             yield full, True
         elif given not in seen:
             seen.add(given)
-            yield given, path.exists()
+            yield given, path.exists() or path.is_symlink()
 
 
-def _position(data: bytes, offset: int) -> tuple[int, int]:
-    line = data.count(b"\n", 0, offset) + 1
-    column = offset - (data.rfind(b"\n", 0, offset) + 1) + 1
-    return line, column
-
-
-def read_script(path: str) -> tuple[str | None, str | None, dict[str, Any]]:
+def read_script(path: str) -> tuple[str | None, str | None, SourceProblem]:
     """(text, encoding, problem): the decoded source, or a problem dict saying why not."""
-    try:
-        data = Path(path).read_bytes()
-    except OSError as exc:
-        return None, None, {"status": "unreadable", "error": exc.strerror or str(exc)}
-    try:
-        encoding, _ = tokenize.detect_encoding(io.BytesIO(data).readline)
-    except SyntaxError as exc:  # an unknown encoding named in the coding cookie
-        return None, None, {"status": "unparsable", "error": str(exc), "line": 1, "column": 1}
-    try:
-        text = data.decode(encoding)
-    except UnicodeDecodeError as exc:
-        line, column = _position(data, exc.start)
-        declared = encoding != "utf-8"
-        return None, encoding, {
-            "status": "unparsable",
-            "error": (f"byte 0x{data[exc.start]:02x} at line {line}, column {column} is not valid "
-                      f"{encoding}" + ("" if declared else " and the file declares no other encoding")),
-            "line": line, "column": column, "encoding": encoding,
-        }
-    if text.startswith("\ufeff"):
-        text = text[1:]
-    return text, encoding, {}
+    return read_source(path)
 
 
-def analyse_script(path: str) -> dict[str, Any]:
-    """The facts for one script: its status and, when it parses, where it starts workers."""
-    from envdoctor.facts.script_analysis import analyse_source
-
-    text, encoding, problem = read_script(path)
-    info: dict[str, Any] = {"path": path}
-    if problem:
-        info.update(problem)
-        return info
-    assert text is not None
-    info["encoding"] = encoding
-    info["lines"] = text.count("\n") + (0 if text.endswith("\n") or not text else 1)
+def _parse(text: str, path: str, info: ScriptFile) -> ast.Module | None:
     try:
-        tree = ast.parse(text, filename=path)
+        return ast.parse(text, filename=path)
     except SyntaxError as exc:
         # The grammar is envdoctor's own interpreter's: the rule compares it with the target's.
         info.update({"status": "unparsable", "error": f"SyntaxError: {exc.msg}",
                      "line": max(exc.lineno or 1, 1), "column": max(exc.offset or 1, 1),
                      "code": (exc.text or "").strip()[:200],
                      "parser_python": "{}.{}".format(*sys.version_info[:2])})
-        return info
     except (ValueError, RecursionError, MemoryError) as exc:  # null bytes; absurd nesting
         info.update({"status": "unparsable", "error": f"{type(exc).__name__}: {exc}", "line": 1, "column": 1})
+    return None
+
+
+def analyse_script(path: str, project: bool = True) -> ScriptFile:
+    """The facts for one script or notebook: its status and, when it parses, where it starts workers."""
+    from envdoctor.facts.spawn import analyse_source
+
+    if path.endswith(".ipynb"):
+        return analyse_notebook(path, project)
+    text, encoding, problem = read_script(path)
+    info: ScriptFile = {"path": path, "status": "ok", "kind": "script"}
+    if text is None:
+        info.update(cast(ScriptFile, problem))
         return info
-    info["status"] = "ok"
-    info.update(analyse_source(tree, text))
+    info["encoding"] = encoding
+    info["lines"] = text.count("\n") + (0 if text.endswith("\n") or not text else 1)
+    tree = _parse(text, path, info)
+    if tree is None:
+        return info
+    info.update(cast(ScriptFile, analyse_source(tree, text, path=path, project=project)))
     return info
 
 
-def gather_scripts(facts: Any) -> dict[str, Any] | None:
+def analyse_notebook(path: str, project: bool = True) -> ScriptFile:
+    """The facts for one notebook: its code cells walked as one `__main__` that spawn does not re-run."""
+    from envdoctor.facts.spawn import analyse_source
+    from envdoctor.facts.spawn.notebook import read_notebook
+
+    text, encoding, problem = read_script(path)
+    info: ScriptFile = {"path": path, "status": "ok", "kind": "notebook"}
+    if text is None:
+        info.update(cast(ScriptFile, problem))
+        return info
+    try:
+        notebook = read_notebook(text)
+    except ValueError as exc:
+        info.update({"status": "unparsable", "error": str(exc), "line": 1, "column": 1})
+        return info
+    info["encoding"] = encoding
+    info["lines"] = len(notebook.origin)
+    info["skipped_cells"] = [dict(c) for c in notebook.skipped]
+    tree = _parse(notebook.text, path, info)
+    if tree is None:
+        return info
+    found = analyse_source(tree, notebook.text, path=path, project=project, reruns=False)
+    for key in ("worker_starts", "start_method_calls", "cuda_inits"):
+        for event in found[key]:
+            _place_in_cells(event, path, notebook.place)
+    info.update(cast(ScriptFile, found))
+    return info
+
+
+def _place_in_cells(event: dict[str, Any], path: str, place: Any) -> None:
+    """Lines of the joined notebook source become (cell, line in cell)."""
+    built = event.get("constructed_at")
+    if isinstance(built, dict) and built.get("path") == path and isinstance(event.get("starts"), str):
+        cell, line = place(built["line"])
+        event["starts"] = event["starts"].replace(f"built at line {built['line']}", f"built at cell {cell}, line {line}")
+    for where in [event, event.get("entry"), event.get("constructed_at"), *event.get("via", [])]:
+        if isinstance(where, dict) and where.get("path") == path and isinstance(where.get("line"), int):
+            where["cell"], where["line"] = place(where["line"])
+    for obj in event.get("main_objects", []):
+        obj["cell"], obj["line"] = place(obj["line"])
+
+
+def gather_scripts(facts: Any) -> ScriptsFacts | None:
     """The scripts section: one entry per script, or None when no scripts were given."""
     scripts = tuple(facts.config.scripts or ())
     if not scripts:
         return None
-    files = []
+    files: list[ScriptFile] = []
     for path, exists in expand_paths(scripts):
         if not exists:
             files.append({"path": path, "status": "unreadable", "error": "no such file or directory"})
             continue
-        files.append(analyse_script(path))
+        try:
+            files.append(analyse_script(path))
+        except Exception as exc:  # one file must never blind the others: it becomes SPW004 for itself
+            files.append({"path": path, "status": "unparsable", "line": 1, "column": 1,
+                          "error": f"envdoctor could not analyse it: {type(exc).__name__}: {exc}"})
     return {"given": list(scripts), "files": files}

@@ -22,6 +22,7 @@ import errno
 import mmap
 import os
 import random
+import stat
 import statistics
 import threading
 import time
@@ -31,18 +32,123 @@ from typing import Any, TypedDict
 from envdoctor.facts.kernel_files import read_kernel_file
 
 
-class StorageFacts(TypedDict, total=False):
+class BlockDevice(TypedDict, total=False):
+    """A disk from /sys/block: medium nvme, ssd, hdd, virtual, ram, loop, stacked, mixed or unknown."""
+
+    name: str
+    dev: str
+    rotational: bool | None
+    rotational_note: str
+    sysfs_path: str
+    medium: str
+    backing_file: str | None
+    #: The devices a device-mapper or md device is built on.
+    slaves: list[BlockDevice]
+
+
+class MountChain(TypedDict, total=False):
+    """The mount behind a path, and (`backing`) what it rests on: an overlay's layer, a loop's file."""
+
+    path: str
+    mount_point: str | None
+    fstype: str | None
+    source: str
+    mount_root: str
+    mount_options: str
+    #: local, ram, network, fuse (a FUSE daemon not known to be local or remote) or unknown.
+    kind: str
+    backend: str
+    fuse: bool
+    device: BlockDevice | None
+    bind_of: str
+    overlay: dict[str, list[str]]
+    backing: MountChain | None
+    backing_note: str
+    layer: str
+
+
+class EffectiveMedium(TypedDict):
+    """The bottom of the mount chain: what reads of the data really hit."""
+
+    kind: str | None
+    fstype: str | None
+    mount_point: str | None
+    medium: str
+    rotational: bool | None
+    device: str | None
+
+
+class FileSample(TypedDict):
+    """The bounded walk's count of the data's files and their sizes."""
+
+    file_count: int
+    directories: int
+    truncated: bool
+    #: Entries that could not be read or stat-ed (permissions, symlink loops, vanished files).
+    unreadable: int
+    #: FIFOs, sockets and devices met on the walk: never opened.
+    special: int
+    total_bytes: int
+    median_bytes: int | None
+    p90_bytes: int | None
+    max_files: int
+    seconds: float
+
+
+class ReadPass(TypedDict, total=False):
+    """One pass of the read probe: sequential (largest files, front to back) or random."""
+
+    bytes: int
+    files: int
+    reads: int
+    seconds: float
+    mib_per_s: float | None
+    reads_per_s: float | None
+
+
+class ReadProbe(TypedDict, total=False):
+    """The read probe's figures, or `skipped` with the reason it did not run."""
+
+    skipped: str
+    max_bytes: int
+    max_seconds: float
+    seconds: float
+    timed_out: bool
+    sequential: ReadPass | None
+    random: ReadPass | None
+    bytes_read: int
+    #: How the page cache was kept out of the figures: o_direct, fadvise_dontneed, none.
+    cache_bypass: str | None
+    note: str
+
+
+class FastMount(TypedDict):
+    """A local NVMe/SSD mount with room: somewhere to copy the data to."""
+
+    mount_point: str
+    device: str
+    medium: str
+    free_bytes: int
+
+
+class _StorageRequired(TypedDict):
+    path: str
+    #: "--data", or "working directory" when no data path was given.
+    source: str
+    exists: bool
+
+
+class StorageFacts(_StorageRequired, total=False):
     """The `storage` facts section (what `gather_storage` returns; the report's facts.storage)."""
 
-    effective: Any
-    exists: Any
-    fast_local_mounts: Any
-    mount: Any
-    path: Any
-    read_probe: Any
-    realpath: Any
-    sample: Any
-    source: Any
+    error: str
+    realpath: str
+    mount: MountChain | None
+    mount_error: str
+    effective: EffectiveMedium
+    fast_local_mounts: list[FastMount]
+    sample: FileSample
+    read_probe: ReadProbe
 
 
 #: File system types whose data travels over a network.
@@ -131,7 +237,13 @@ def find_mount(path: str, mounts: list[dict[str, Any]]) -> dict[str, Any] | None
     return best
 
 
-def classify_fstype(fstype: str, source: str = "") -> dict[str, Any]:
+class FsKind(TypedDict, total=False):
+    kind: str
+    backend: str
+    fuse: bool
+
+
+def classify_fstype(fstype: str, source: str = "") -> FsKind:
     """What kind of file system a type names: local, ram, network, fuse (network or local)."""
     base, _, sub = fstype.partition(".")
     if fstype in NETWORK_FSTYPES:
@@ -152,7 +264,7 @@ def classify_fstype(fstype: str, source: str = "") -> dict[str, Any]:
     return {"kind": "local", "backend": fstype}
 
 
-def describe_block_device(dev: str, sys_root: Path = Path("/sys"), depth: int = 0) -> dict[str, Any] | None:
+def describe_block_device(dev: str, sys_root: Path = Path("/sys"), depth: int = 0) -> BlockDevice | None:
     """The disk behind a `major:minor`: name, rotational, medium, and what it stacks on.
 
     A partition is described by its disk; device-mapper and md devices by the
@@ -170,7 +282,7 @@ def describe_block_device(dev: str, sys_root: Path = Path("/sys"), depth: int = 
     name = real.name
     rotational = read_kernel_file(real / "queue" / "rotational")
     device_path = str(real)
-    info: dict[str, Any] = {
+    info: BlockDevice = {
         "name": name,
         "dev": dev,
         "rotational": None if rotational is None else rotational == "1",
@@ -200,7 +312,7 @@ def describe_block_device(dev: str, sys_root: Path = Path("/sys"), depth: int = 
     info["medium"] = medium
     slaves_dir = real / "slaves"
     if depth < 4 and slaves_dir.is_dir():
-        lower = []
+        lower: list[BlockDevice] = []
         for slave in sorted(slaves_dir.iterdir()):
             slave_dev = read_kernel_file(slave / "dev")
             if slave_dev:
@@ -211,7 +323,7 @@ def describe_block_device(dev: str, sys_root: Path = Path("/sys"), depth: int = 
             info["slaves"] = lower
             info["rotational"] = any(s.get("rotational") for s in lower)
             # LVM or RAID is as fast as its slowest member.
-            media = {s["medium"] for s in lower}
+            media = {s.get("medium", "unknown") for s in lower}
             if info["rotational"]:
                 info["medium"] = "hdd" if media <= {"hdd", "stacked"} else "mixed"
             elif media <= {"nvme"}:
@@ -231,13 +343,13 @@ def _overlay_layers(super_options: str) -> dict[str, list[str]]:
 
 
 def resolve_storage(path: str, mounts: list[dict[str, Any]], sys_root: Path = Path("/sys"),
-                    depth: int = 0) -> dict[str, Any]:
+                    depth: int = 0) -> MountChain:
     """The mount behind `path` and what it rests on, followed as far as this namespace sees."""
     mount = find_mount(path, mounts)
     if mount is None:
         return {"path": path, "mount_point": None, "fstype": None, "kind": "unknown"}
     kind = classify_fstype(mount["fstype"], mount["source"])
-    info: dict[str, Any] = {
+    info: MountChain = {
         "path": path,
         "mount_point": mount["mount_point"],
         "fstype": mount["fstype"],
@@ -258,8 +370,9 @@ def resolve_storage(path: str, mounts: list[dict[str, Any]], sys_root: Path = Pa
         for key in ("upperdir", "lowerdir"):
             for layer in layers.get(key, []):
                 if depth < 3 and os.path.isdir(layer):
-                    info["backing"] = resolve_storage(layer, mounts, sys_root, depth + 1)
-                    info["backing"]["layer"] = key
+                    backing = resolve_storage(layer, mounts, sys_root, depth + 1)
+                    backing["layer"] = key
+                    info["backing"] = backing
                     break
             if "backing" in info:
                 break
@@ -269,24 +382,34 @@ def resolve_storage(path: str, mounts: list[dict[str, Any]], sys_root: Path = Pa
     elif kind["kind"] in ("local",) and not mount["dev"].startswith("0:"):
         device = describe_block_device(mount["dev"], sys_root)
         info["device"] = device
-        if device and device.get("backing_file") and depth < 3:
-            backing_file = device["backing_file"].removesuffix(" (deleted)")
-            info["backing"] = resolve_storage(backing_file, mounts, sys_root, depth + 1)
-            info["backing"]["layer"] = "loop"
+        backing_file = device.get("backing_file") if device else None
+        if backing_file and depth < 3:
+            backing = resolve_storage(backing_file.removesuffix(" (deleted)"), mounts, sys_root, depth + 1)
+            backing["layer"] = "loop"
+            info["backing"] = backing
     return info
 
 
-def effective_medium(info: dict[str, Any]) -> dict[str, Any]:
+def bottom_of(chain: MountChain) -> MountChain:
+    """The last mount of the chain: the one whose file system holds the bytes."""
+    node = chain
+    while True:
+        below = node.get("backing")
+        if not below:
+            return node
+        node = below
+
+
+def effective_medium(info: MountChain) -> EffectiveMedium:
     """The bottom of the chain: the medium, rotational flag and kind that reads really hit."""
-    node = info
-    while node.get("backing"):
-        node = node["backing"]
-    device = node.get("device") or {}
+    node = bottom_of(info)
+    device: BlockDevice = node.get("device") or {}
     medium = device.get("medium")
-    if node.get("kind") == "ram":
+    kind = node.get("kind")
+    if kind == "ram":
         medium = "ram"
-    elif node.get("kind") in ("network", "fuse"):
-        medium = node["kind"]
+    elif kind in ("network", "fuse"):
+        medium = kind
     return {
         "kind": node.get("kind"),
         "fstype": node.get("fstype"),
@@ -303,16 +426,20 @@ def _quantile(sorted_values: list[int], q: float) -> int:
 
 
 def sample_files(root: str, max_files: int = SAMPLE_MAX_FILES,
-                 max_seconds: float = SAMPLE_MAX_SECONDS) -> dict[str, Any]:
-    """A bounded breadth-first walk: how many files, and how big.
+                 max_seconds: float = SAMPLE_MAX_SECONDS) -> tuple[FileSample, list[tuple[str, int]]]:
+    """A bounded breadth-first walk: how many files, and how big; and the (path, size) list it saw.
 
     Stops at `max_files` files or `max_seconds`, whichever comes first, and
-    says so (`truncated`), so a huge tree never stalls the report.
+    says so (`truncated`), so a huge tree never stalls the report. Only regular
+    files are counted: FIFOs, sockets and devices are never opened (`special`),
+    symlinked folders are not followed (no loops), and an entry that cannot be
+    stat-ed (a symlink loop, no permission) is counted as `unreadable`.
     """
     start = time.monotonic()
     files: list[tuple[str, int]] = []
     directories = 0
     unreadable = 0
+    special = 0
     truncated = False
     if os.path.isfile(root):
         try:
@@ -332,26 +459,31 @@ def sample_files(root: str, max_files: int = SAMPLE_MAX_FILES,
                         if entry.is_dir(follow_symlinks=False):
                             directories += 1
                             queue.append(entry.path)
-                        elif entry.is_file():
-                            files.append((entry.path, entry.stat().st_size))
+                            continue
+                        info = entry.stat()  # follows a symlink to a file; a loop raises ELOOP
                     except OSError:
                         unreadable += 1
+                        continue
+                    if stat.S_ISREG(info.st_mode):
+                        files.append((entry.path, info.st_size))
+                    elif not stat.S_ISDIR(info.st_mode):
+                        special += 1
         except OSError:
             unreadable += 1
     sizes = sorted(size for _, size in files)
-    result: dict[str, Any] = {
+    sample: FileSample = {
         "file_count": len(files),
         "directories": directories,
         "truncated": truncated or bool(queue),
         "unreadable": unreadable,
+        "special": special,
         "total_bytes": sum(sizes),
         "median_bytes": int(statistics.median(sizes)) if sizes else None,
         "p90_bytes": _quantile(sizes, 0.9) if sizes else None,
         "max_files": max_files,
         "seconds": round(time.monotonic() - start, 4),
     }
-    result["_files"] = files  # kept in memory for the read probe, dropped before the report
-    return result
+    return sample, files
 
 
 class _Budget:
@@ -378,6 +510,18 @@ def _drop_cache(fd: int) -> bool:
         return False
 
 
+def _open_regular(path: str, extra_flags: int) -> int:
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0) | extra_flags
+    fd = os.open(path, flags)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, f"{path} is not a regular file")
+    except OSError:
+        os.close(fd)
+        raise
+    return fd
+
+
 class _Reader:
     """Opens files bypassing the page cache if it can, and remembers how it did."""
 
@@ -388,15 +532,19 @@ class _Reader:
         self._buffer = mmap.mmap(-1, SEQUENTIAL_CHUNK)
 
     def open(self, path: str) -> tuple[int, bool]:
+        """A descriptor of the regular file at `path`; OSError for anything else.
+
+        Opened non-blocking and checked with fstat on that very descriptor: a
+        file swapped for a FIFO after the walk would otherwise block the probe.
+        """
         if self._direct_ok:
             try:
-                fd = os.open(path, os.O_RDONLY | os.O_DIRECT)
-                return fd, True
+                return _open_regular(path, os.O_DIRECT), True
             except OSError as exc:
                 if exc.errno != errno.EINVAL:
                     raise
                 # tmpfs and some FUSE file systems refuse O_DIRECT: read through the cache.
-        fd = os.open(path, os.O_RDONLY)
+        fd = _open_regular(path, 0)
         # Drop pages a previous reader left, so this read reaches the device.
         _drop_cache(fd)
         return fd, False
@@ -427,7 +575,7 @@ class _Reader:
         os.close(fd)
 
 
-def _sequential(files: list[tuple[str, int]], budget: _Budget, reader: _Reader) -> dict[str, Any]:
+def _sequential(files: list[tuple[str, int]], budget: _Budget, reader: _Reader) -> ReadPass:
     """Largest files first, front to back in 1 MiB reads: the streaming rate."""
     done = 0
     opened = 0
@@ -465,7 +613,7 @@ def _sequential(files: list[tuple[str, int]], budget: _Budget, reader: _Reader) 
             "mib_per_s": round(done / 1024**2 / seconds, 2) if done and seconds > 0 else None}
 
 
-def _random(files: list[tuple[str, int]], budget: _Budget, reader: _Reader, rng: random.Random) -> dict[str, Any]:
+def _random(files: list[tuple[str, int]], budget: _Budget, reader: _Reader, rng: random.Random) -> ReadPass:
     """Random reads the way a map-style Dataset does them: whole small files, or blocks of big ones."""
     done = 0
     reads = 0
@@ -506,51 +654,52 @@ def _random(files: list[tuple[str, int]], budget: _Budget, reader: _Reader, rng:
 
 
 def read_probe(files: list[tuple[str, int]], max_bytes: int = READ_MAX_BYTES,
-               max_seconds: float = READ_MAX_SECONDS, seed: int = 0) -> dict[str, Any]:
+               max_seconds: float = READ_MAX_SECONDS, seed: int = 0) -> ReadProbe:
     """Measure sequential and random reads on real files, within `max_bytes` and `max_seconds`.
 
     Half of each budget goes to each pass. The reads run in a thread so a
     file system that stops answering (a hung NFS server) cannot hold the
     report past the limit: the probe then says it timed out.
     """
-    result: dict[str, Any] = {}
-    state: dict[str, Any] = {}
+    sequential: list[ReadPass] = []
+    random_pass: list[ReadPass] = []
+    methods: set[str] = set()
 
     def work() -> None:
         reader = _Reader()
         seq_budget = _Budget(max_bytes // 2, max_seconds / 2)
-        state["sequential"] = _sequential(files, seq_budget, reader)
+        sequential.append(_sequential(files, seq_budget, reader))
         rand_budget = _Budget(max_bytes - seq_budget.read, max_seconds - (time.monotonic() - seq_budget.start))
-        state["random"] = _random(files, rand_budget, reader, random.Random(seed))
-        state["methods"] = reader.methods
+        random_pass.append(_random(files, rand_budget, reader, random.Random(seed)))
+        methods.update(reader.methods)
 
     thread = threading.Thread(target=work, name="envdoctor-read-probe", daemon=True)
     start = time.monotonic()
     thread.start()
     thread.join(max_seconds + 1.0)
     elapsed = time.monotonic() - start
-    methods = sorted(state.get("methods", ()))
-    result.update({
+    used = sorted(methods)
+    passes = [*sequential, *random_pass]
+    return {
         "max_bytes": max_bytes,
         "max_seconds": max_seconds,
         "seconds": round(elapsed, 4),
         "timed_out": thread.is_alive(),
-        "sequential": state.get("sequential"),
-        "random": state.get("random"),
-        "bytes_read": sum((state.get(k) or {}).get("bytes", 0) for k in ("sequential", "random")),
-        "cache_bypass": ("o_direct" if methods == ["o_direct"] else "+".join(methods) or None),
-    })
-    return result
+        "sequential": sequential[0] if sequential else None,
+        "random": random_pass[0] if random_pass else None,
+        "bytes_read": sum(p.get("bytes", 0) for p in passes),
+        "cache_bypass": ("o_direct" if used == ["o_direct"] else "+".join(used) or None),
+    }
 
 
 def fast_local_mounts(mounts: list[dict[str, Any]], sys_root: Path = Path("/sys"),
-                      statvfs: Any = os.statvfs) -> list[dict[str, Any]]:
+                      statvfs: Any = os.statvfs) -> list[FastMount]:
     """Mounts on local NVMe or SSD disks, with free space, most free first: where to copy data to.
 
     Only block-device mounts are looked at (statvfs on a hung network mount
     would block), and each device once, at its first writable mount point.
     """
-    found: dict[str, dict[str, Any]] = {}
+    found: dict[str, FastMount] = {}
     for mount in mounts:
         if mount["dev"].startswith("0:") or mount["dev"] in found or mount["root"] not in ("/", ""):
             continue
@@ -559,14 +708,15 @@ def fast_local_mounts(mounts: list[dict[str, Any]], sys_root: Path = Path("/sys"
         if mount["options"].split(",")[0] != "rw":
             continue
         device = describe_block_device(mount["dev"], sys_root)
-        if not device or device["medium"] not in ("nvme", "ssd"):
+        medium = device.get("medium") if device else None
+        if not device or medium not in ("nvme", "ssd"):
             continue
         try:
             st = statvfs(mount["mount_point"])
         except OSError:
             continue
-        found[mount["dev"]] = {"mount_point": mount["mount_point"], "device": device["name"],
-                               "medium": device["medium"], "free_bytes": st.f_bavail * st.f_frsize}
+        found[mount["dev"]] = {"mount_point": mount["mount_point"], "device": device.get("name", "?"),
+                               "medium": medium, "free_bytes": st.f_bavail * st.f_frsize}
     return sorted(found.values(), key=lambda m: -m["free_bytes"])
 
 
@@ -578,14 +728,13 @@ def _mountinfo_text(path: Path) -> str:
 
 
 def gather_storage(facts: Any, mountinfo: Path = Path("/proc/self/mountinfo"),
-                   sys_root: Path = Path("/sys")) -> dict[str, Any]:
+                   sys_root: Path = Path("/sys")) -> StorageFacts:
     """The storage section: the data path's mount, device, file sample and read speed."""
     config = facts.config
     given = config.data
     path = given or os.getcwd()
-    section: dict[str, Any] = {"path": path, "source": "--data" if given else "working directory"}
+    section: StorageFacts = {"path": path, "source": "--data" if given else "working directory", "exists": False}
     if not os.path.exists(path):
-        section["exists"] = False
         section["error"] = f"{path} does not exist"
         return section
     section["exists"] = True
@@ -600,13 +749,14 @@ def gather_storage(facts: Any, mountinfo: Path = Path("/proc/self/mountinfo"),
         section["mount"] = mount
         section["effective"] = effective_medium(mount)
         section["fast_local_mounts"] = fast_local_mounts(mounts, sys_root)
-    sample = sample_files(real)
-    files = sample.pop("_files")
+    sample, files = sample_files(real)
     section["sample"] = sample
     if given or config.deep:
-        section["read_probe"] = read_probe(files)
-        if (section.get("effective") or {}).get("medium") == "ram":
-            section["read_probe"]["note"] = "RAM-backed: these figures are memory speed, whatever the cache method"
+        # Bounded like every read here: READ_MAX_BYTES and READ_MAX_SECONDS, --deep or not.
+        probe = read_probe(files)
+        if section.get("effective", {}).get("medium") == "ram":
+            probe["note"] = "RAM-backed: these figures are memory speed, whatever the cache method"
+        section["read_probe"] = probe
     else:
         section["read_probe"] = {"skipped": "no --data given: the working directory is not read"}
     return section

@@ -18,19 +18,67 @@ from envdoctor.facts.kernel_files import read_kernel_file
 from envdoctor.redact import redact_environ
 
 
-class SystemFacts(TypedDict, total=False):
+class CpuFacts(TypedDict):
+    """CPUs: what os.cpu_count() says, and what affinity and the cgroup quota leave usable."""
+
+    count: int | None
+    affinity: int | None
+    cgroup_version: int | None
+    quota_cpus: float | None
+    usable: int
+
+
+class MemoryFacts(TypedDict):
+    """Memory in bytes: the machine's, the tightest cgroup limit, and what is left under both."""
+
+    total: int
+    available: int
+    cgroup_limit: int | None
+    cgroup_usage: int | None
+    effective_available: int
+
+
+class NofileLimit(TypedDict):
+    """RLIMIT_NOFILE; a limit is None when unlimited (or unknown, on Windows)."""
+
+    soft: int | None
+    hard: int | None
+    soft_unlimited: bool
+    hard_unlimited: bool
+
+
+class LimitsFacts(TypedDict):
+    nofile: NofileLimit
+
+
+class ShmFacts(TypedDict):
+    """statvfs of /dev/shm, in bytes."""
+
+    path: str
+    total: int
+    free: int
+
+
+class ContainerFacts(TypedDict):
+    in_container: bool
+    kind: str | None
+    evidence: list[str]
+
+
+class SystemFacts(TypedDict):
     """The `system` facts section (what `gather_system` returns; the report's facts.system)."""
 
-    container: Any
-    cpu: Any
-    environ: Any
-    hostname: Any
-    kernel: Any
-    limits: Any
-    memory: Any
-    os: Any
-    python: Any
-    shm: Any
+    hostname: str
+    os: str
+    kernel: str
+    python: str
+    cpu: CpuFacts
+    memory: MemoryFacts
+    limits: LimitsFacts
+    shm: ShmFacts | None
+    container: ContainerFacts
+    #: The relevant environment variables, secrets redacted (envdoctor.redact).
+    environ: dict[str, str]
 
 
 SHM_PATH = "/dev/shm"
@@ -68,6 +116,14 @@ def _v1_mount(cgroup_root: Path, controller: str) -> Path | None:
     return None
 
 
+def _integer(text: str | None) -> int | None:
+    """A kernel file's integer ("-1" included), or None when it is missing or not a number."""
+    try:
+        return int(text) if text else None
+    except ValueError:
+        return None
+
+
 def read_cpu_quota(proc_cgroup: Path = Path("/proc/self/cgroup"),
                    cgroup_root: Path = Path("/sys/fs/cgroup")) -> dict[str, Any]:
     """The tightest CPU quota on this process's cgroup and its ancestors, in CPUs."""
@@ -80,17 +136,17 @@ def read_cpu_quota(proc_cgroup: Path = Path("/proc/self/cgroup"),
             text = read_kernel_file(folder / "cpu.max")
             if text:
                 quota, _, period = text.partition(" ")
-                if quota != "max" and period:
+                if quota.isdigit() and period.isdigit() and int(period) > 0:
                     quotas.append(int(quota) / int(period))
     elif "cpu" in paths:
         mount = _v1_mount(cgroup_root, "cpu")
         if mount is not None:
             version = 1
             for folder in _candidates(mount, paths["cpu"]):
-                quota = read_kernel_file(folder / "cpu.cfs_quota_us")
-                period = read_kernel_file(folder / "cpu.cfs_period_us")
-                if quota and period and int(quota) > 0 and int(period) > 0:
-                    quotas.append(int(quota) / int(period))
+                quota_text = _integer(read_kernel_file(folder / "cpu.cfs_quota_us"))
+                period_text = _integer(read_kernel_file(folder / "cpu.cfs_period_us"))
+                if quota_text and period_text and quota_text > 0 and period_text > 0:
+                    quotas.append(quota_text / period_text)
     return {"cgroup_version": version, "quota_cpus": min(quotas) if quotas else None}
 
 
@@ -107,27 +163,26 @@ def read_memory_limit(proc_cgroup: Path = Path("/proc/self/cgroup"),
 
     if "" in paths and (cgroup_root / "cgroup.controllers").exists():
         for folder in _candidates(cgroup_root, paths[""]):
-            text = read_kernel_file(folder / "memory.max")
-            if text and text != "max":
-                consider(int(text), _usage(folder, "memory.current", "inactive_file"))
+            limit = _integer(read_kernel_file(folder / "memory.max"))  # "max" is no limit
+            if limit is not None:
+                consider(limit, _usage(folder, "memory.current", "inactive_file"))
     elif "memory" in paths:
         mount = _v1_mount(cgroup_root, "memory")
         if mount is not None:
             for folder in _candidates(mount, paths["memory"]):
-                text = read_kernel_file(folder / "memory.limit_in_bytes")
+                limit = _integer(read_kernel_file(folder / "memory.limit_in_bytes"))
                 # v1 reports "no limit" as a huge page-aligned number.
-                if text and int(text) < 2**60:
-                    consider(int(text), _usage(folder, "memory.usage_in_bytes", "total_inactive_file"))
+                if limit is not None and limit < 2**60:
+                    consider(limit, _usage(folder, "memory.usage_in_bytes", "total_inactive_file"))
     if best is None:
         return {"cgroup_limit": None, "cgroup_usage": None}
     return {"cgroup_limit": best[0], "cgroup_usage": best[1]}
 
 
 def _usage(folder: Path, usage_file: str, inactive_key: str) -> int | None:
-    text = read_kernel_file(folder / usage_file)
-    if not text:
+    usage = _integer(read_kernel_file(folder / usage_file))
+    if usage is None:
         return None
-    usage = int(text)
     for line in (read_kernel_file(folder / "memory.stat") or "").splitlines():
         key, _, value = line.partition(" ")
         if key == inactive_key and value.strip().isdigit():
@@ -143,7 +198,7 @@ def usable_cpus(cpu_count: int | None, affinity: int | None, quota_cpus: float |
     return max(1, usable)
 
 
-def read_shm(path: str = SHM_PATH) -> dict[str, Any] | None:
+def read_shm(path: str = SHM_PATH) -> ShmFacts | None:
     try:
         st = os.statvfs(path)
     except OSError:
@@ -151,10 +206,10 @@ def read_shm(path: str = SHM_PATH) -> dict[str, Any] | None:
     return {"path": path, "total": st.f_blocks * st.f_frsize, "free": st.f_bavail * st.f_frsize}
 
 
-def detect_container(root: Path = Path("/"), environ: dict[str, str] | None = None) -> dict[str, Any]:
+def detect_container(root: Path = Path("/"), environ: dict[str, str] | None = None) -> ContainerFacts:
     environ = dict(os.environ) if environ is None else environ
     evidence: list[str] = []
-    kind = None
+    kind: str | None = None
     if (root / ".dockerenv").exists():
         kind, evidence = "docker", evidence + ["/.dockerenv exists"]
     if (root / "run/.containerenv").exists():
@@ -173,18 +228,18 @@ def detect_container(root: Path = Path("/"), environ: dict[str, str] | None = No
     return {"in_container": bool(evidence), "kind": kind, "evidence": evidence}
 
 
-def read_nofile() -> dict[str, Any]:
+def read_nofile() -> NofileLimit:
     try:
         import resource
     except ImportError:  # pragma: no cover - Windows
-        return {"soft": None, "hard": None}
+        return {"soft": None, "hard": None, "soft_unlimited": False, "hard_unlimited": False}
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     unlimited = resource.RLIM_INFINITY
     return {"soft": None if soft == unlimited else soft, "hard": None if hard == unlimited else hard,
             "soft_unlimited": soft == unlimited, "hard_unlimited": hard == unlimited}
 
 
-def gather_system(facts: Any) -> dict[str, Any]:
+def gather_system(facts: Any) -> SystemFacts:
     import psutil
 
     cpu_count = os.cpu_count()

@@ -14,43 +14,76 @@ from __future__ import annotations
 import json
 import os
 import platform
+import re
 import site
 import sys
 from pathlib import Path
 from typing import Any, TypedDict
 
+from envdoctor.facts.sitepath import PthFile, expand_site_dirs, import_path, user_site_enabled
 from envdoctor.process import quiet_python_env, run_bounded
 
 INTERPRETER_TIMEOUT_S = 20.0
 
-# Printed by the target interpreter about itself. Standard library only: it
-# must run on any Python the target may have, and import nothing it inspects.
+# Printed by the target interpreter about itself, started with `-I -S`: site is
+# off, so none of the environment's `.pth` files or sitecustomize run. The site
+# folders come from the `site` module's own getsitepackages(), which only
+# computes paths (distributions patch it: Debian's dist-packages) and is called
+# here with the prefixes site.main() would use; what site.main() would then
+# add is worked out from files by envdoctor.facts.sitepath. Standard library
+# only: it must run on any Python the target may have.
 _SELF_REPORT = r"""
 import json, os, site, sys, sysconfig
+def _venv():
+    exe_dir = os.path.dirname(os.path.abspath(sys.executable))
+    for folder in (exe_dir, os.path.dirname(exe_dir)):
+        conf = os.path.join(folder, "pyvenv.cfg")
+        if os.path.isfile(conf):
+            system_site = True
+            try:
+                with open(conf, "rb") as handle:
+                    text = handle.read(65536).decode("utf-8", "replace")
+            except OSError:
+                text = ""
+            for line in text.splitlines():
+                key, sep, value = line.partition("=")
+                if sep and key.strip().lower() == "include-system-site-packages":
+                    system_site = value.strip().lower() == "true"
+            return os.path.dirname(exe_dir), system_site
+    return None, None
+def _sites(prefixes):
+    try:
+        return list(site.getsitepackages(prefixes))
+    except Exception:
+        return []
+venv_prefix, system_site = _venv()
+base_prefix, base_exec_prefix = sys.prefix, sys.exec_prefix
+if venv_prefix:
+    sys.prefix = sys.exec_prefix = venv_prefix  # what site.venv() would set
+    venv_sites = _sites([venv_prefix])
+    base_sites = _sites([base_prefix, base_exec_prefix]) if system_site else []
+else:
+    venv_sites, base_sites = [], _sites([sys.prefix, sys.exec_prefix])
 try:
     user_site = site.getusersitepackages()
 except Exception:
     user_site = None
-try:
-    site_packages = site.getsitepackages()
-except Exception:
-    site_packages = []
+paths = sysconfig.get_paths()
 print(json.dumps({
     "python": "%d.%d.%d" % sys.version_info[:3],
     "implementation": sys.implementation.name,
     "executable": sys.executable,
     "sys_prefix": sys.prefix,
-    "base_prefix": getattr(sys, "base_prefix", sys.prefix),
-    "sys_path": [os.path.abspath(p) if p else os.getcwd() for p in sys.path],
-    "site_packages": site_packages,
-    "purelib": sysconfig.get_paths().get("purelib"),
+    "base_prefix": base_prefix,
+    "stdlib_path": [os.path.abspath(p) for p in sys.path if p],
+    "venv_sites": venv_sites,
+    "base_sites": base_sites,
+    "venv_system_site": system_site,
+    "purelib": paths.get("purelib"),
     "user_site": user_site,
-    "user_site_enabled": bool(site.ENABLE_USER_SITE),
     "platform": sys.platform,
     "machine": __import__("platform").machine(),
-    "stdlib": sorted({sysconfig.get_paths().get("stdlib") or "", sysconfig.get_paths().get("platstdlib") or ""} - {""}),
-    "cwd": os.getcwd(),
-    "pythonpath": [os.path.abspath(p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p],
+    "stdlib": sorted({paths.get("stdlib") or "", paths.get("platstdlib") or ""} - {""}),
     "markers": MARKERS,
 }))
 """
@@ -80,31 +113,50 @@ MARKERS = {
 }
 """
 
+#: The self-report's fields and the types each must have (a hostile or broken
+#: interpreter may print anything; a wrong type is a PKG009, not a crash).
+_STR, _OPT_STR, _STRS, _OPT_BOOL = "str", "str|None", "list[str]", "bool|None"
+SELF_REPORT_FIELDS: dict[str, str] = {
+    "python": _STR, "implementation": _STR, "executable": _STR, "sys_prefix": _STR, "base_prefix": _STR,
+    "stdlib_path": _STRS, "venv_sites": _STRS, "base_sites": _STRS, "venv_system_site": _OPT_BOOL,
+    "purelib": _OPT_STR, "user_site": _OPT_STR, "platform": _STR, "machine": _STR, "stdlib": _STRS,
+}
+
 
 class TargetFacts(TypedDict, total=False):
     """The `target` facts section (what `gather_target` returns; the report's facts.target)."""
 
-    base_prefix: Any
-    cwd: Any
-    executable: Any
-    implementation: Any
-    interpreter: Any
-    is_current: Any
-    kind: Any
-    machine: Any
-    markers: Any
-    name: Any
-    platform: Any
-    prefix: Any
-    purelib: Any
-    python: Any
-    pythonpath: Any
-    site_packages: Any
-    stdlib: Any
-    sys_path: Any
-    sys_prefix: Any
-    user_site: Any
-    user_site_enabled: Any
+    prefix: str
+    #: conda, pixi, venv or system
+    kind: str
+    name: str | None
+    is_current: bool
+    platform: str
+    interpreter: str | None
+    interpreter_error: str
+    executable: str | None
+    python: str | None
+    implementation: str
+    sys_prefix: str
+    base_prefix: str
+    #: sys.path of a run started here, `.pth` entries included (read, not run)
+    sys_path: list[str]
+    #: the site folders in the order `site` adds them
+    site_packages: list[str]
+    purelib: str | None
+    user_site: str | None
+    user_site_enabled: bool
+    machine: str
+    stdlib: list[str]
+    cwd: str
+    pythonpath: list[str]
+    markers: dict[str, str]
+    #: pyvenv.cfg's keys (`uv = 0.5.1` marks a uv venv), or None outside a venv
+    pyvenv: dict[str, str] | None
+    #: the EXTERNALLY-MANAGED marker (PEP 668) of a system interpreter, or None
+    externally_managed: str | None
+    #: `.pth` files that add paths or hold code, read as data
+    pth_files: list[PthFile]
 
 
 class TargetError(Exception):
@@ -190,7 +242,9 @@ def resolve_prefix(prefix: str | None, env_name: str | None) -> Path:
         raise TargetError("give either --prefix or -n/--name, not both")
     if env_name:
         return find_named_env(env_name)
-    if prefix:
+    if prefix is not None:
+        if not prefix.strip():
+            raise TargetError("--prefix is empty: give the environment's folder (or leave --prefix out)")
         path = Path(prefix).expanduser()
         if not path.exists():
             raise TargetError(f"no environment at {prefix}: the folder does not exist")
@@ -225,6 +279,13 @@ def _current_self_report() -> dict[str, Any]:
         site_packages = []
     import sysconfig
 
+    user_site = site.getusersitepackages()
+    enabled = bool(site.ENABLE_USER_SITE)
+    # This process's `.pth` files have run already (it is envdoctor's own interpreter); they are
+    # still read as data, so PKG011 sees the same facts here as for any other target.
+    sites = ([user_site] if enabled and user_site else []) + site_packages
+    version = (sys.version_info[0], sys.version_info[1])
+    _, pth_files = expand_site_dirs(sites, [], version)
     return {
         "python": "%d.%d.%d" % sys.version_info[:3],
         "implementation": sys.implementation.name,
@@ -234,15 +295,20 @@ def _current_self_report() -> dict[str, Any]:
         "sys_path": _import_path_of_a_run_from_here(),
         "site_packages": site_packages,
         "purelib": sysconfig.get_paths().get("purelib"),
-        "user_site": site.getusersitepackages(),
-        "user_site_enabled": bool(site.ENABLE_USER_SITE),
+        "user_site": user_site,
+        "user_site_enabled": enabled,
         "platform": sys.platform,
         "machine": platform.machine(),
         "stdlib": sorted({sysconfig.get_paths().get("stdlib") or "", sysconfig.get_paths().get("platstdlib") or ""} - {""}),
         "cwd": os.getcwd(),
-        "pythonpath": [os.path.abspath(p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p],
+        "pythonpath": _pythonpath(),
         "markers": current_markers(),
+        "pth_files": pth_files,
     }
+
+
+def _pythonpath() -> list[str]:
+    return [os.path.abspath(p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
 
 
 def current_markers() -> dict[str, str]:
@@ -252,18 +318,77 @@ def current_markers() -> dict[str, str]:
     return dict(scope["MARKERS"])
 
 
+def _type_error(report: Any) -> str | None:
+    """Why a self-report does not have the fields and types asked for, or None."""
+    if not isinstance(report, dict):
+        return f"is a JSON {type(report).__name__}, not an object"
+    checks = {"str": lambda v: isinstance(v, str), "str|None": lambda v: v is None or isinstance(v, str),
+              "bool|None": lambda v: v is None or isinstance(v, bool),
+              "list[str]": lambda v: isinstance(v, list) and all(isinstance(i, str) and "\x00" not in i for i in v)}
+    for key, wanted in SELF_REPORT_FIELDS.items():
+        if not checks[wanted](report.get(key)):
+            return f"field {key!r} is {type(report.get(key)).__name__}, expected {wanted}"
+    markers = report.get("markers")
+    if not isinstance(markers, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in markers.items()):
+        return "field 'markers' is not an object of strings"
+    if not re.fullmatch(r"\d+\.\d+\.\d+", report["python"]):
+        return f"field 'python' is {report['python'][:40]!r}, not a version"
+    return None
+
+
 def ask_interpreter(interpreter: Path, timeout: float = INTERPRETER_TIMEOUT_S) -> dict[str, Any]:
-    """The target interpreter's own account of itself (version, sys.path …)."""
-    run = run_bounded([str(interpreter), "-B", "-c", _MARKERS + _SELF_REPORT], timeout, env=quiet_python_env())
+    """The target interpreter's own account of itself (version, site folders …), asked with
+    site disabled, so none of its `.pth` files runs; its sys.path is then computed from files."""
+    run = run_bounded([str(interpreter), "-I", "-S", "-B", "-c", _MARKERS + _SELF_REPORT], timeout,
+                      env=quiet_python_env())
     if not run.ok:
         raise TargetError(f"the interpreter {interpreter} {run.describe_failure()}")
     try:
-        return json.loads(run.stdout.strip().splitlines()[-1])
-    except (ValueError, IndexError):
+        report = json.loads(run.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError, RecursionError):
         raise TargetError(f"the interpreter {interpreter} printed no readable self-report") from None
+    problem = _type_error(report)
+    if problem:
+        raise TargetError(f"the self-report of the interpreter {interpreter} {problem}")
+    major, minor = (int(part) for part in report["python"].split(".")[:2])
+    venv_system_site = report.pop("venv_system_site")
+    enabled = user_site_enabled(os.environ, venv_system_site)
+    user = report["user_site"]
+    sites = [*report.pop("venv_sites"), *([user] if enabled and user else []), *report.pop("base_sites")]
+    cwd, pythonpath = os.getcwd(), _pythonpath()
+    sys_path, pth_files = import_path(report.pop("stdlib_path"), sites, cwd, pythonpath, (major, minor))
+    return {**report, "sys_path": sys_path, "site_packages": sites, "user_site_enabled": enabled,
+            "cwd": cwd, "pythonpath": pythonpath, "pth_files": pth_files}
 
 
-def gather_target(facts: Any) -> dict[str, Any]:
+def read_pyvenv(prefix: Path) -> dict[str, str] | None:
+    """pyvenv.cfg's keys (read as data, bounded), or None when the prefix is no venv."""
+    from envdoctor.facts.packages import read_bytes
+
+    try:
+        text = read_bytes(str(prefix / "pyvenv.cfg"), 1 << 16, head=True).decode("utf-8", errors="replace")
+    except OSError:
+        return None
+    keys: dict[str, str] = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition("=")
+        if sep and key.strip():
+            keys[key.strip().lower()] = value.strip()
+    return keys
+
+
+def externally_managed(stdlib: list[str], kind: str) -> str | None:
+    """The PEP 668 marker that makes pip refuse to install into this interpreter (never in a venv)."""
+    if kind not in ("system", "conda"):
+        return None
+    for folder in stdlib:
+        marker = os.path.join(folder, "EXTERNALLY-MANAGED")
+        if os.path.isfile(marker):
+            return marker
+    return None
+
+
+def gather_target(facts: Any) -> TargetFacts:
     config = facts.config
     prefix = resolve_prefix(config.prefix, config.env_name)
     current = Path(sys.prefix).resolve() == prefix.resolve()
@@ -274,6 +399,7 @@ def gather_target(facts: Any) -> dict[str, Any]:
         "name": prefix.name if kind in ("conda", "pixi") else None,
         "is_current": current,
         "platform": conda_platform(),
+        "pyvenv": read_pyvenv(prefix) if kind == "venv" else None,
     }
     if current:
         info.update(_current_self_report())
@@ -291,4 +417,5 @@ def gather_target(facts: Any) -> dict[str, Any]:
                 info["python"] = None
                 info["interpreter_error"] = str(exc)
         info["executable"] = info.get("executable") or info["interpreter"]
-    return info
+    info["externally_managed"] = externally_managed(info.get("stdlib") or [], kind)
+    return info  # type: ignore[return-value]  # built key by key from checked parts; TargetFacts is its shape

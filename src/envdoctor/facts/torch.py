@@ -23,38 +23,157 @@ import os
 import re
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import Any, Literal, TypedDict, cast
 
 from envdoctor.process import quiet_python_env, run_bounded
 
 
-class TorchFacts(TypedDict, total=False):
-    """The `torch` facts section (what `gather_torch` returns; the report's facts.torch)."""
+class ProbeWarning(TypedDict):
+    category: str
+    message: str
+    filename: str
 
-    build: Any
-    cuda: Any
-    cuda_build: Any
-    cudnn: Any
-    cudnn_wheel: Any
-    debug: Any
-    dist_version: Any
-    git_version: Any
-    hip_build: Any
-    import_error: Any
-    import_warnings: Any
-    installed: Any
-    installer: Any
-    intra_op_threads: Any
-    location: Any
-    numpy_version: Any
-    nvidia_wheels: Any
-    probe: Any
-    requires_nvidia: Any
-    rocm_build: Any
-    sharing_strategy: Any
-    start_method: Any
-    threadpools: Any
-    version: Any
+
+class TorchCudaDevice(TypedDict, total=False):
+    """A device as torch sees it (CUDA_VISIBLE_DEVICES applied); `error` when torch could not describe it."""
+
+    index: int
+    name: str
+    #: "major.minor", from torch.cuda.get_device_capability().
+    capability: str
+    error: str
+
+
+class TorchCuda(TypedDict, total=False):
+    """What the import probe learnt of torch's CUDA: the build, whether it initialises, the devices."""
+
+    built: str | None
+    hip: str | None
+    available: bool
+    device_count: int
+    devices: list[TorchCudaDevice]
+    #: torch.cuda.get_arch_list() (or the compiled arch flags when CUDA does not initialise):
+    #: "sm_90" is machine code for capability 9.x, "compute_90" PTX that the driver can JIT.
+    arch_list: list[str] | None
+    arch_list_source: str
+    error: str
+    init_output: str
+    init_warnings: list[ProbeWarning]
+
+
+class ThreadPool(TypedDict, total=False):
+    """A native thread pool loaded in the target (threadpoolctl.threadpool_info() entry)."""
+
+    user_api: str
+    internal_api: str
+    prefix: str
+    filepath: str
+    #: The library's path with symlinks resolved, observed by the probe: two names of one file are one runtime.
+    realpath: str
+    version: str | None
+    num_threads: int
+    threading_layer: str
+    architecture: str
+
+
+class TorchProbe(TypedDict, total=False):
+    """The import probe (probes/torch_probe.py) as envdoctor ran it, or why it did not run."""
+
+    ran: bool
+    reason: str
+    source: str
+    seconds: float
+    timeout_s: float
+    timed_out: bool
+    error: str
+    returncode: int | None
+    stderr_tail: str
+    stdout_tail: str
+    #: Keys of the probe's self-report that had the wrong type and were dropped.
+    invalid_fields: list[str]
+    probe_version: int
+    python: str
+    executable: str
+    pid: int
+    environ: dict[str, str]
+    torch_preimported: bool
+    numpy_version: str | None
+    numpy_file: str | None
+    numpy_import_error: str
+    numpy_import_traceback: str
+    numpy_import_seconds: float
+    numpy_import_output: str
+    numpy_import_warnings: list[ProbeWarning]
+    torch_import_error: str
+    torch_import_traceback: str
+    torch_import_seconds: float
+    torch_import_output: str
+    torch_import_warnings: list[ProbeWarning]
+    import_error: str | None
+    import_warnings: list[str]
+    import_output: str
+    describe_error: str
+    version: str | None
+    file: str | None
+    git_version: str | None
+    debug: bool | None
+    cudnn: int | None
+    cudnn_error: str
+    cuda: TorchCuda
+    sharing_strategy: str | None
+    sharing_strategies: list[str]
+    sharing_strategy_error: str
+    intra_op_threads: int
+    inter_op_threads: int
+    threads_error: str
+    parallel_info: str | None
+    start_method: str | None
+    start_method_set: bool
+    start_method_error: str
+    threadpools: list[ThreadPool] | None
+    threadpools_error: str
+    threadpoolctl_source: str | None
+
+
+class _TorchRequired(TypedDict):
+    installed: bool
+    probe: TorchProbe
+    #: From the probe; None when it did not run (SYS001/SYS004 then assume torch's Linux default).
+    sharing_strategy: str | None
+
+
+class TorchFacts(_TorchRequired, total=False):
+    """The `torch` facts section (what `gather_torch` returns; the report's facts.torch).
+
+    File facts (no import) always; the probe's keys rules read are copied to the top
+    level when it ran.
+    """
+
+    searched: list[str]
+    location: str
+    #: torch/version.py could not be read or held values of odd types (they are None here).
+    version_module_error: str
+    version: str | None
+    cuda_build: str | None
+    hip_build: str | None
+    rocm_build: str | None
+    git_version: str | None
+    debug: bool | None
+    dist_version: str | None
+    installer: str | None
+    requires_nvidia: list[str]
+    nvidia_wheels: dict[str, str]
+    cudnn_wheel: str | None
+    build: Literal["cuda", "rocm", "cpu"]
+    start_method: str | None
+    intra_op_threads: int
+    threadpools: list[ThreadPool] | None
+    cudnn: int | None
+    import_error: str | None
+    import_warnings: list[str]
+    timed_out: bool
+    cuda: TorchCuda
+    numpy_version: str | None
 
 
 #: How long `import torch` and the probe may take in the target (cold caches, network file systems).
@@ -65,11 +184,23 @@ PROBE_SCRIPT = Path(__file__).resolve().parent.parent / "probes" / "torch_probe.
 THREADPOOLCTL_ENV = "ENVDOCTOR_THREADPOOLCTL_PATH"
 
 _VERSION_FIELDS = ("__version__", "cuda", "hip", "rocm", "xpu", "git_version", "debug")
+#: torch/version.py is a few hundred bytes; anything past this is not torch's.
+VERSION_MODULE_MAX_BYTES = 64 * 1024
 
 
 def read_version_module(path: Path) -> dict[str, Any]:
-    """The literal assignments of torch/version.py, without executing it."""
-    tree = ast.parse(path.read_text(encoding="utf-8", errors="replace"))
+    """The literal assignments of torch/version.py, without executing it.
+
+    Read bounded (a regular file of at most VERSION_MODULE_MAX_BYTES); raises
+    OSError, SyntaxError or ValueError for a file that is not one.
+    """
+    from envdoctor.facts.packages import read_bytes
+
+    text = read_bytes(str(path), VERSION_MODULE_MAX_BYTES).decode("utf-8", errors="replace")
+    try:
+        tree = ast.parse(text)
+    except (RecursionError, MemoryError) as exc:  # deeply nested expressions
+        raise ValueError(f"too deeply nested to parse ({type(exc).__name__})") from None
     values: dict[str, Any] = {}
     for node in tree.body:
         targets: list[ast.expr] = []
@@ -83,9 +214,23 @@ def read_version_module(path: Path) -> dict[str, Any]:
             if isinstance(target, ast.Name) and target.id in _VERSION_FIELDS:
                 try:
                     values[target.id] = ast.literal_eval(value)
-                except ValueError:
-                    values[target.id] = None
+                except (ValueError, TypeError, SyntaxError, RecursionError, MemoryError):
+                    values[target.id] = None  # not a literal (an f-string, a call): unknown
     return values
+
+
+def _typed_version_values(values: dict[str, Any]) -> tuple[dict[str, Any], list[str]]:
+    """Keep the values of the types torch writes (str or None; debug a bool); name the others."""
+    typed: dict[str, Any] = {}
+    odd: list[str] = []
+    for name, value in values.items():
+        wanted: tuple[type, ...] = (bool,) if name == "debug" else (str,)
+        if value is None or isinstance(value, wanted):
+            typed[name] = value
+        else:
+            typed[name] = None
+            odd.append(f"{name} = {type(value).__name__}")
+    return typed, odd
 
 
 def _site_dirs(target: dict[str, Any]) -> list[Path]:
@@ -148,19 +293,25 @@ def _nvidia_wheels(sites: Iterable[Path]) -> dict[str, str]:
     return dict(sorted(found.items()))
 
 
-def read_torch_files(target: dict[str, Any]) -> dict[str, Any]:
+def read_torch_files(target: dict[str, Any]) -> TorchFacts:
     """What the target's installed files say about torch, with no import."""
     sites = _site_dirs(target)
     for site in sites:
         version_py = site / "torch" / "version.py"
-        if not version_py.is_file():
+        # lexists, not is_file: a FIFO or a dangling link there is torch with a broken
+        # version module (said so below), not "torch is not installed".
+        if not (site / "torch").is_dir() or not os.path.lexists(version_py):
             continue
-        info: dict[str, Any] = {"installed": True, "location": str(site / "torch")}
+        info: TorchFacts = {"installed": True, "location": str(site / "torch"), "sharing_strategy": None,
+                            "probe": {"ran": False}}
         try:
-            values = read_version_module(version_py)
+            values, odd = _typed_version_values(read_version_module(version_py))
+            if odd:
+                info["version_module_error"] = (f"{version_py} assigns values of unexpected types "
+                                                f"({', '.join(odd)}); they are treated as unknown")
         except (OSError, SyntaxError, ValueError) as exc:
             values = {}
-            info["version_module_error"] = f"{type(exc).__name__}: {exc}"
+            info["version_module_error"] = f"{version_py} could not be read: {type(exc).__name__}: {exc}"
         info["version"] = values.get("__version__")
         info["cuda_build"] = values.get("cuda")
         info["hip_build"] = values.get("hip")
@@ -174,15 +325,15 @@ def read_torch_files(target: dict[str, Any]) -> dict[str, Any]:
             info["installer"] = meta.get("installer")
             info["requires_nvidia"] = sorted({r.split()[0].split(";")[0] for r in meta["requires"]
                                               if r.lower().startswith("nvidia-")})
-        info["nvidia_wheels"] = _nvidia_wheels(sites)
-        cudnn = next((v for k, v in info["nvidia_wheels"].items() if k.startswith("nvidia-cudnn")), None)
-        info["cudnn_wheel"] = cudnn
+        nvidia_wheels = _nvidia_wheels(sites)
+        info["nvidia_wheels"] = nvidia_wheels
+        info["cudnn_wheel"] = next((v for k, v in nvidia_wheels.items() if k.startswith("nvidia-cudnn")), None)
         info["build"] = build_flavour(info)
         return info
-    return {"installed": False, "searched": [str(s) for s in sites]}
+    return {"installed": False, "searched": [str(s) for s in sites], "sharing_strategy": None, "probe": {"ran": False}}
 
 
-def build_flavour(info: dict[str, Any]) -> str:
+def build_flavour(info: TorchFacts) -> Literal["cuda", "rocm", "cpu"]:
     """cuda, rocm or cpu, from the version module."""
     if info.get("cuda_build"):
         return "cuda"
@@ -221,11 +372,11 @@ def probe_environment() -> dict[str, str]:
     return env
 
 
-def run_torch_probe(interpreter: str, timeout: float | None = None) -> dict[str, Any]:
+def run_torch_probe(interpreter: str, timeout: float | None = None) -> TorchProbe:
     """Run probes/torch_probe.py with the target's interpreter; failures become facts."""
     timeout = probe_timeout() if timeout is None else timeout
     run = run_bounded([interpreter, "-B", str(PROBE_SCRIPT)], timeout, env=probe_environment())
-    base = {"ran": True, "source": "envdoctor", "seconds": round(run.seconds, 3), "timeout_s": timeout}
+    base: TorchProbe = {"ran": True, "source": "envdoctor", "seconds": round(run.seconds, 3), "timeout_s": timeout}
     if run.timed_out:
         return {**base, "timed_out": True,
                 "error": f"the torch probe did not finish within {timeout:g} s (import torch hung?)",
@@ -234,7 +385,23 @@ def run_torch_probe(interpreter: str, timeout: float | None = None) -> dict[str,
     if result is None:
         return {**base, "timed_out": False, "error": f"the torch probe {run.describe_failure()}",
                 "returncode": run.returncode, "stderr_tail": run.stderr[-2000:], "stdout_tail": run.stdout[-2000:]}
-    return {**base, "timed_out": False, **result}
+    return {**checked_probe(result), **base, "timed_out": False}
+
+
+def checked_probe(raw: dict[str, Any]) -> TorchProbe:
+    """The probe's self-report with every value of the wrong type dropped and named in `invalid_fields`.
+
+    The report comes from the target's interpreter (or the loader's subprocess
+    relaying it): an environment that prints its own JSON, or a torch whose
+    attributes are odd, must not make rules crash on a `str` where a list was due.
+    """
+    from envdoctor.facts.shapes import conform_typeddict
+
+    clean, problems = conform_typeddict(raw, TorchProbe)
+    probe = cast(TorchProbe, clean)
+    if problems:
+        probe["invalid_fields"] = problems[:50]
+    return probe
 
 
 def _last_json(stdout: str) -> dict[str, Any] | None:
@@ -243,7 +410,7 @@ def _last_json(stdout: str) -> dict[str, Any] | None:
         if line.startswith("{"):
             try:
                 value = json.loads(line)
-            except ValueError:
+            except (ValueError, RecursionError):  # not JSON, or nested past the parser's depth
                 continue
             if isinstance(value, dict):
                 return value
@@ -263,41 +430,37 @@ def _probe_reason(facts: Any) -> str | None:
     return None
 
 
-def _loader_probe(facts: Any) -> dict[str, Any] | None:
+def _loader_probe(facts: Any) -> TorchProbe | None:
     """The probe result the loader stage gathered in its own subprocess, if it did."""
-    if facts.config.no_loader or getattr(facts, "_envdoctor_gathering_torch", False):
+    if facts.config.no_loader:
         return None
-    facts._envdoctor_gathering_torch = True  # the loader may ask for torch facts in turn
-    try:
-        loader = facts.get("loader") or {}
-    finally:
-        facts._envdoctor_gathering_torch = False
-    probe = loader.get("torch_probe") if isinstance(loader, dict) else None
-    if not isinstance(probe, dict) or "probe_version" not in probe:
+    raw = facts.handed_over("torch").get("torch_probe")  # declared in facts.PROBES
+    if not isinstance(raw, dict) or "probe_version" not in raw:
         return None  # not run, or it failed in the loader's process: run our own
-    if probe.get("torch_preimported"):
+    if raw.get("torch_preimported"):
         # The loader imported torch before the probe, so the import-time output
         # (the NumPy ABI message, PKG008) was missed: worth our own 2-3 s run.
         return None
-    return dict(probe, source="loader")
+    probe = checked_probe(raw)
+    probe["source"] = "loader"
+    return probe
 
 
-def gather_torch(facts: Any) -> dict[str, Any]:
+#: The probe's keys that rules read at the top of the section (SYS001 reads sharing_strategy).
+_LIFTED = ("sharing_strategy", "start_method", "intra_op_threads", "threadpools", "cudnn",
+           "import_error", "import_warnings", "timed_out", "cuda", "numpy_version")
+
+
+def gather_torch(facts: Any) -> TorchFacts:
     """The torch section: file facts always, the import probe's facts when warranted."""
     target = facts["target"]
     section = read_torch_files(target)
     reason = _probe_reason(facts)
-    # SYS001 reads this key; None until the probe says otherwise.
-    section["sharing_strategy"] = None
     if not section["installed"]:
         section["probe"] = {"ran": False, "reason": "torch is not installed in the target environment"}
         return section
     if reason is None:
         section["probe"] = {"ran": False, "reason": "no GPU, no loader stage and no --deep: files were enough"}
-        return section
-    if getattr(facts, "_envdoctor_gathering_torch", False):
-        # Asked by the loader stage while we wait for it: the file facts must do.
-        section["probe"] = {"ran": False, "reason": "asked for during the loader stage"}
         return section
     probe = _loader_probe(facts)
     if probe is None:
@@ -309,9 +472,8 @@ def gather_torch(facts: Any) -> dict[str, Any]:
     probe.setdefault("ran", True)
     probe["reason"] = reason
     section["probe"] = probe
-    # The keys other rules read at the top of the section (SYS001 reads sharing_strategy).
-    for key in ("sharing_strategy", "start_method", "intra_op_threads", "threadpools", "cudnn",
-                "import_error", "import_warnings", "timed_out", "cuda", "numpy_version"):
-        if key in probe:
-            section[key] = probe[key]
+    lifted, reported = cast(dict[str, Any], section), cast(dict[str, Any], probe)
+    for key in _LIFTED:
+        if key in reported:
+            lifted[key] = reported[key]
     return section

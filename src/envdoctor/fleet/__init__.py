@@ -7,8 +7,10 @@ record (`fleet.nodes`), put the records in the `fleet` facts section and run
 the FLT rules over it (`fleet_report`), so the result is an ordinary Report
 that every formatter renders and whose exit code works as for `check`.
 
-In a normal single-machine check the `fleet` section is None (`gather_fleet`),
-so the FLT rules yield nothing there.
+The FLT rules run only here: their catalog family has `scope = "fleet"`, and a
+single-machine check leaves such rules out. What they decide (drift,
+stragglers) is carried in their findings' evidence, and the fleet view
+renders it from there.
 """
 from __future__ import annotations
 
@@ -17,11 +19,6 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # pragma: no cover
     from envdoctor.model import Finding, Report, Severity
-
-
-def gather_fleet(facts: Any) -> None:
-    """The fleet section of a single-machine check: there is no fleet to compare."""
-    return None
 
 
 def fleet_report(
@@ -43,7 +40,7 @@ def fleet_report(
     from envdoctor.facts import Facts
 
     catalog = load_catalog()
-    metas = engine.select_rules(catalog, ("FLT",), ignore)
+    metas = [m for m in engine.select_rules(catalog, (), ignore) if m.scope == "fleet"]
     facts = Facts.from_dict({"target": dict(target or {}), "fleet": fleet})
     findings, rule_errors = engine.run_rules(catalog, metas, facts, overrides or {})
     order = {rule_id: i for i, rule_id in enumerate(catalog.ids())}

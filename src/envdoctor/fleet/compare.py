@@ -10,6 +10,8 @@ view is drawn from.
 from __future__ import annotations
 
 import json
+import os
+import stat
 from pathlib import Path
 from typing import Any
 
@@ -18,31 +20,75 @@ from envdoctor.model import SCHEMA_VERSION, Report
 FLEET_REPORT_REASON = "a fleet report (from compare or --distributed), not one node's report"
 
 
-def _expand(paths: list[str]) -> list[Path]:
-    """The report files: files as given, and the *.json files directly inside folders."""
+#: A report bigger than this is not read (a node's report is a few MB at most).
+MAX_REPORT_BYTES = 64 * 2**20
+
+
+def _same_file(a: Path, b: Path) -> bool:
+    try:
+        return a.resolve() == b.resolve() or os.path.samefile(a, b)
+    except OSError:
+        return False
+
+
+def _expand(paths: list[str], output: str | None = None) -> list[Path]:
+    """The report files: files as given, and the *.json files directly inside folders.
+
+    The output path is never one of them: in `compare reports/ -o reports/fleet.json`
+    it holds the previous run's fleet report, not a node's.
+    """
     from envdoctor.errors import UsageError
 
+    mine = Path(output) if output else None
     files: list[Path] = []
     for raw in paths:
         path = Path(raw)
         if path.is_dir():
-            found = sorted(p for p in path.glob("*.json") if p.is_file())
+            found = sorted(p for p in path.glob("*.json")
+                           if not p.is_dir() and not (mine is not None and _same_file(p, mine)))
             if not found:
                 raise UsageError(f"{raw} is a folder without any .json report in it")
             files += found
-        elif path.exists():
+        elif mine is not None and _same_file(path, mine):
+            raise UsageError(f"{raw} is both a report to compare and the output (-o): give another output path")
+        elif path.exists() or path.is_symlink():
             files.append(path)
         else:
             raise UsageError(f"no report at {raw}: the file does not exist")
     return list(dict.fromkeys(files))
 
 
+def _read_bounded(path: Path) -> bytes:
+    """The file's bytes: a regular file only, at most MAX_REPORT_BYTES, never a blocking open."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise ValueError("not a regular file (a FIFO, a device or a socket)")
+        if info.st_size > MAX_REPORT_BYTES:
+            raise ValueError(f"{info.st_size:,} bytes, more than the {MAX_REPORT_BYTES:,} a report may have")
+        chunks, left = [], MAX_REPORT_BYTES + 1
+        while left > 0:
+            chunk = os.read(fd, min(left, 1 << 20))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            left -= len(chunk)
+        if left <= 0:  # it grew while we read
+            raise ValueError(f"more than the {MAX_REPORT_BYTES:,} bytes a report may have")
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
+
+
 def read_report(path: Path) -> tuple[dict[str, Any] | None, str | None]:
     """(report, None) for a usable envdoctor report, else (None, why it is skipped)."""
     try:
-        text = path.read_text(encoding="utf-8")
+        text = _read_bounded(path).decode("utf-8")
     except UnicodeDecodeError:
         return None, "not a text file (undecodable bytes)"
+    except ValueError as exc:
+        return None, str(exc)
     except OSError as exc:
         return None, f"cannot be read: {exc.strerror or exc}"
     if not text.strip():
@@ -51,6 +97,8 @@ def read_report(path: Path) -> tuple[dict[str, Any] | None, str | None]:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
         return None, f"not valid JSON ({exc.msg}: line {exc.lineno} column {exc.colno})"
+    except RecursionError:
+        return None, "not usable JSON (nested too deep)"
     if not isinstance(data, dict) or not isinstance(data.get("tool"), dict) \
             or data["tool"].get("name") != "envdoctor":
         return None, "not an envdoctor report (no tool.name = envdoctor)"
@@ -76,8 +124,11 @@ def _labels(loaded: list[tuple[Path, dict[str, Any]]]) -> list[str]:
     return [str(path) for path, _ in loaded]
 
 
-def compare_paths(paths: list[str]) -> Report:
-    """The fleet Report of the reports at `paths` (files, or folders of *.json files)."""
+def compare_paths(paths: list[str], output: str | None = None) -> Report:
+    """The fleet Report of the reports at `paths` (files, or folders of *.json files).
+
+    `output`, where the fleet report will be written, is never read as a node's report.
+    """
     from envdoctor.errors import UsageError
     from envdoctor.fleet import fleet_report
     from envdoctor.fleet.drift import not_compared
@@ -85,7 +136,7 @@ def compare_paths(paths: list[str]) -> Report:
 
     loaded: list[tuple[Path, dict[str, Any]]] = []
     unreadable: list[dict[str, str]] = []
-    for path in _expand(paths):
+    for path in _expand(paths, output):
         report, reason = read_report(path)
         if report is None:
             unreadable.append({"source": str(path), "reason": str(reason)})

@@ -197,12 +197,13 @@ def _merge_node_findings(payloads: dict[int, dict[str, Any]]) -> tuple[list[Find
             key = (item["rule"], item["message"], item.get("fix") or "")
             findings.setdefault(key, (item, []))[1].append(rank)
         for item in payload.get("errors") or []:
-            key = (str(item.get("rule") or item.get("probe")), str(item.get("message")))
-            errors.setdefault(key, (item, []))[1].append(rank)
+            error_key = (str(item.get("rule") or item.get("probe")), str(item.get("message")))
+            errors.setdefault(error_key, (item, []))[1].append(rank)
     merged = [_finding_from_dict(item, ranks) for item, ranks in findings.values()]
     merged_errors = []
     for item, ranks in errors.values():
-        who = {"rule": item["rule"]} if item.get("rule") else {"probe": str(item.get("probe"))}
+        # A rule skipped for a failed probe keeps both names: the fleet report is "not checked" too.
+        who = {name: str(item[name]) for name in ("rule", "probe") if item.get(name)} or {"probe": "?"}
         merged_errors.append({**who, "message": f"{item.get('message')} (ranks {', '.join(map(str, ranks))})"})
     return merged, merged_errors
 
@@ -215,7 +216,7 @@ def _fleet_report(config: Config, placement: dict[str, Any], payloads: dict[int,
     from envdoctor.fleet.drift import not_compared
 
     nodes, failed = [], list(missing)
-    for rank, payload in sorted(payloads.items()):
+    for _rank, payload in sorted(payloads.items()):
         if payload.get("status") != "ok":
             failed.append({k: payload.get(k) for k in ("rank", "hostname", "reason")} | {"status": "failed"})
             continue

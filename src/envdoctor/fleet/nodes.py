@@ -158,8 +158,8 @@ def _read_loader(report: Mapping[str, Any]) -> float | None:
     """The best steady-state samples/s the node's loader stage measured."""
     loader = report.get("loader")
     runs = loader.get("runs") if isinstance(loader, Mapping) else None
-    rates = [r.get("samples_per_s") for r in runs or [] if isinstance(r, Mapping)]
-    rates = [float(r) for r in rates if isinstance(r, (int, float))]
+    measured = [r.get("samples_per_s") for r in runs or [] if isinstance(r, Mapping)]
+    rates = [float(r) for r in measured if isinstance(r, (int, float))]
     return max(rates) if rates else None
 
 
@@ -241,12 +241,9 @@ FIELDS: tuple[Field, ...] = (
     Field("disk_read_bytes_per_s", "disk read", "throughput", ("storage",), _read_disk, "bytes-rate"),
 )
 
-FIELDS_BY_KEY = {f.key: f for f in FIELDS}
-
-
 def show_value(value: Any, kind: str = "version") -> str:
     """A node's value as people read it: sizes in GiB, speeds per second, absent as "absent"."""
-    from envdoctor.rules.system import human_bytes
+    from envdoctor.units import human_bytes
 
     if value is None:
         return "absent"
@@ -335,7 +332,8 @@ def node_record(label: str, report: Mapping[str, Any], source: str, **extra: Any
             value = None
         if value is not None:
             values[fld.key] = value
-    summary = report.get("summary") if isinstance(report.get("summary"), Mapping) else {}
+    given = report.get("summary")
+    summary: Mapping[str, Any] = given if isinstance(given, Mapping) else {}
     return {
         "node": label,
         "hostname": _dig(report, "host", "hostname"),

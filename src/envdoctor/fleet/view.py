@@ -1,62 +1,68 @@
 """How the fleet is shown: what differs across nodes, side by side.
 
 Text and Markdown reports call these when a Report carries `fleet` facts
-(from `compare` or `--distributed`). With a few nodes every node is a column;
-with many, each row lists its values with the nodes that have them, so the
-view stays readable for 64 nodes.
+(from `compare` or `--distributed`). What differs is what the FLT rules
+decided: each row is drawn from one finding's evidence (drift, stragglers,
+packages, channels), never recomputed here, so the table and the findings
+always agree. With a few nodes every node is a column; with many, each row
+lists its values with the nodes that have them, so the view stays readable
+for 64 nodes.
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
-from envdoctor.fleet.drift import (
-    SIZE_TOLERANCE,
-    channel_drift,
-    nodes_of,
-    not_compared,
-    package_drift,
-    stragglers,
-    value_drift,
-)
-from envdoctor.fleet.nodes import FIELDS, show_value
+from envdoctor.fleet.drift import SIZE_TOLERANCE, nodes_of
+from envdoctor.fleet.nodes import FIELDS, Field, show_value
+from envdoctor.model import Finding, Report
 
 #: Up to this many nodes are drawn as columns; beyond it rows group nodes by value.
 MAX_COLUMNS = 6
 ODD_MARK = " *"
 
+_FIELDS: dict[str, Field] = {f.key: f for f in FIELDS}
 
-def difference_rows(fleet: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """One row per thing that differs: its label, each node's value as text, the odd nodes."""
+
+def _value_row(evidence: Mapping[str, Any], kind_of_package: str = "version") -> dict[str, Any]:
+    fld = _FIELDS.get(str(evidence.get("what")))
+    label, kind = (fld.label, fld.kind) if fld and "source" not in evidence else (evidence["what"], kind_of_package)
+    return {"what": label, "odd": list(evidence["odd_nodes"]),
+            "values": {n: show_value(v, kind) for n, v in evidence["values"].items()}}
+
+
+def difference_rows(findings: Iterable[Finding]) -> list[dict[str, Any]]:
+    """One row per thing that differs, from the FLT findings: its label, each node's value, the odd nodes."""
     rows: list[dict[str, Any]] = []
-    for group in ("core", "version", "limit"):
-        for drift in value_drift(fleet, group):
-            rows.append({"what": drift["label"], "odd": drift["odd_nodes"],
-                         "values": {n: show_value(v, drift["kind"]) for n, v in drift["values"].items()}})
     slow_by_metric: dict[str, dict[str, Any]] = {}
-    for slow in stragglers(fleet):
-        row = slow_by_metric.setdefault(slow["key"], {
-            "what": slow["label"], "odd": [],
-            "values": {n: show_value(v, slow["kind"]) for n, v in slow["values"].items()}})
-        row["odd"].append(slow["node"])
-    rows += slow_by_metric.values()
-    packages = package_drift(fleet)
-    for drift in packages["versions"]:
-        rows.append({"what": drift["package"], "odd": drift["odd_nodes"], "values": dict(drift["values"])})
-    for drift in packages["presence"]:
-        odd = drift["absent_on"] if drift["majority"] == "present" else list(drift["present_on"])
-        values = {n: drift["present_on"].get(n, "absent") for n in [*drift["present_on"], *drift["absent_on"]]}
-        rows.append({"what": drift["package"], "odd": odd, "values": values})
-    for drift in channel_drift(fleet):
-        rows.append({"what": f"{drift['package']} channel", "odd": drift["odd_nodes"],
-                     "values": dict(drift["channels"])})
+    order = ("FLT001", "FLT002", "FLT005", "FLT006", "FLT003", "FLT004")
+    for finding in sorted((f for f in findings if f.rule in order), key=lambda f: order.index(f.rule)):
+        evidence = finding.evidence
+        if finding.rule in ("FLT001", "FLT002", "FLT005"):
+            rows.append(_value_row(evidence))
+        elif finding.rule == "FLT006":
+            fld = _FIELDS.get(str(evidence["metric"]))
+            kind = fld.kind if fld else "rate"
+            row = slow_by_metric.setdefault(str(evidence["metric"]), {
+                "what": fld.label if fld else evidence["metric"], "odd": [],
+                "values": {n: show_value(v, kind) for n, v in evidence["values"].items()}})
+            if not row["odd"]:
+                rows.append(row)
+            row["odd"].append(evidence["node"])
+        elif finding.rule == "FLT003":
+            present, absent = evidence["present_on"], evidence["absent_on"]
+            values = {n: present.get(n, "absent") for n in [*present, *absent]}
+            rows.append({"what": evidence["package"], "odd": list(evidence["odd_nodes"]), "values": values})
+        else:
+            rows.append({"what": f"{evidence['package']} channel", "odd": list(evidence["odd_nodes"]),
+                         "values": dict(evidence["channels"])})
     return rows
 
 
-def same_everywhere(fleet: Mapping[str, Any]) -> list[str]:
-    """'Python 3.11.7'-style notes for the fields every node has with one value."""
+def same_everywhere(fleet: Mapping[str, Any], rows: list[dict[str, Any]]) -> list[str]:
+    """'Python 3.11.7'-style notes for the fields every node has and no row says differ."""
     nodes = nodes_of(fleet)
-    differing = {row["what"] for row in difference_rows(fleet)}
+    differing = {row["what"] for row in rows}
     notes = []
     for fld in FIELDS:
         values = [n["values"][fld.key] for n in nodes if fld.key in (n.get("values") or {})]
@@ -95,18 +101,18 @@ def _title(fleet: Mapping[str, Any]) -> str:
     return f"Fleet: {len(nodes)} report{plural} compared" + (f", {skipped} skipped" if skipped else "")
 
 
-def _notes(fleet: Mapping[str, Any]) -> list[str]:
+def _notes(fleet: Mapping[str, Any], rows: list[dict[str, Any]]) -> list[str]:
     lines = []
     collective = fleet.get("collective")
     if isinstance(collective, Mapping):
         outcome = "ok" if collective.get("ok") else f"FAILED ({collective.get('error')})"
         lines.append(f"{collective.get('backend', 'gloo')} all_reduce across {collective.get('world_size')} "
                      f"ranks: {outcome} in {collective.get('seconds', 0):.2f} s")
-    same = same_everywhere(fleet)
+    same = same_everywhere(fleet, rows)
     if same:
         lines.append("same on every node: " + ", ".join(same))
     by_reason: dict[str, list[str]] = {}
-    for note in not_compared(fleet):
+    for note in fleet.get("not_compared") or []:
         by_reason.setdefault(note["reason"], []).append(note["label"])
     if by_reason:
         lines.append("not compared: " + "; ".join(
@@ -114,13 +120,14 @@ def _notes(fleet: Mapping[str, Any]) -> list[str]:
     return lines
 
 
-def fleet_renderables(fleet: Mapping[str, Any]) -> list[Any]:
+def fleet_renderables(report: Report) -> list[Any]:
     """Rich renderables: the title, the side-by-side table, what agreed, what was not compared."""
     from rich.table import Table
     from rich.text import Text
 
+    fleet = report.facts["fleet"]
     nodes = [n["node"] for n in nodes_of(fleet)]
-    rows = difference_rows(fleet)
+    rows = difference_rows(report.findings)
     items: list[Any] = [Text(_title(fleet), style="bold")]
     if not rows:
         items.append(Text("no differences across the nodes in what was compared", style="green"))
@@ -141,7 +148,7 @@ def fleet_renderables(fleet: Mapping[str, Any]) -> list[Any]:
         for row in rows:
             table.add_row(row["what"], _grouped_cell(row), ", ".join(row["odd"]))
         items.append(table)
-    items += [Text(line, style="dim") for line in _notes(fleet)]
+    items += [Text(line, style="dim") for line in _notes(fleet, rows)]
     return items
 
 
@@ -149,9 +156,10 @@ def _md(text: Any) -> str:
     return " ".join(str(text).split()).replace("|", "\\|")
 
 
-def fleet_markdown(fleet: Mapping[str, Any]) -> str:
+def fleet_markdown(report: Report) -> str:
+    fleet = report.facts["fleet"]
     nodes = [n["node"] for n in nodes_of(fleet)]
-    rows = difference_rows(fleet)
+    rows = difference_rows(report.findings)
     lines = [f"## {_title(fleet)}", ""]
     if not rows:
         lines.append("No differences across the nodes in what was compared.")
@@ -165,7 +173,7 @@ def fleet_markdown(fleet: Mapping[str, Any]) -> str:
     else:
         lines += ["| | values | odd nodes |", "|---|---|---|"]
         lines += [f"| {_md(r['what'])} | {_md(_grouped_cell(r))} | {_md(', '.join(r['odd']))} |" for r in rows]
-    lines += ["", *(f"- {_md(line)}" for line in _notes(fleet))]
+    lines += ["", *(f"- {_md(line)}" for line in _notes(fleet, rows))]
     return "\n".join(lines)
 
 

@@ -4,9 +4,10 @@
 (`preflight(loader=...)`), a dataset factory (`--dataset MODULE:CALLABLE`),
 an image folder (`--data PATH`) or the built-in synthetic dataset — runs the
 measurements in the target interpreter under a hard time budget (`run`),
-and judges them (`diagnose`). The section it returns is the report's
-top-level `loader` object; the DL and SPW003 rules and the SYS rules'
-estimates of workers, batches and memory read it.
+and files what the runner observed into a `LoaderFacts` (types in
+`section`). It judges nothing: the bottleneck class, the knee and the
+recommendation are the rule layer's (`envdoctor.rules.loader_verdict`),
+which the DL rules read and the engine adds to the report's `loader` object.
 """
 from __future__ import annotations
 
@@ -14,58 +15,41 @@ import os
 import pickle
 import sys
 import tempfile
-from typing import Any, TypedDict
+from typing import Any, cast
 
-from envdoctor.loader.diagnose import classify, knee, recommend
 from envdoctor.loader.progress import current_sink
 from envdoctor.loader.run import StageRun, run_stage
-
-
-class LoaderFacts(TypedDict, total=False):
-    """The `loader` section: what the smoke test measured (the report's top-level `loader`)."""
-
-    batch_bytes: Any
-    batch_size: Any
-    bottleneck: Any
-    bottleneck_reason: Any
-    budget_s: Any
-    current: Any
-    dataset: Any
-    failure: Any
-    getitem: Any
-    iterable: Any
-    knee: Any
-    length: Any
-    non_tensor_types: Any
-    persistent: Any
-    pickle: Any
-    recommendation: Any
-    runner: Any
-    runs: Any
-    sample_types: Any
-    skipped: Any
-    source: Any
-    start_method: Any
-    step_time_s: Any
-    tensors_per_batch: Any
-    torch: Any
-    usable_cpus: Any
-    wall_s: Any
-    worker_rss_bytes: Any
-    torch_probe: Any
-
+from envdoctor.loader.section import FailureFacts, LoaderFacts
 
 #: Seconds of the budget kept back for starting the runner and tearing it down.
 STAGE_OVERHEAD_S = 0.7
+#: The environment variable torchrun (and Lightning, Accelerate) set to the processes on this node.
+LOCAL_WORLD_SIZE_ENV = "LOCAL_WORLD_SIZE"
 
 
-def gather_loader(facts: Any) -> dict[str, Any] | None:
+def processes_per_node(setting: int | None) -> int:
+    """Training processes sharing this node's CPUs: the setting, else LOCAL_WORLD_SIZE, else 1."""
+    if setting:
+        return max(1, int(setting))
+    try:
+        return max(1, int(os.environ.get(LOCAL_WORLD_SIZE_ENV, "1")))
+    except ValueError:
+        return 1
+
+
+def cpus_per_process(usable: int, procs: int) -> int:
+    """The CPUs one training process (and its workers) may use: its share of the usable CPUs."""
+    return max(1, usable // max(1, procs))
+
+
+def gather_loader(facts: Any) -> LoaderFacts | None:
     """The loader section: None when the stage is switched off (--no-loader)."""
     config = facts.config
     if config.no_loader:
         return None
     system = facts.get("system") or {}
-    usable = (system.get("cpu") or {}).get("usable") or 1
+    procs = processes_per_node(config.procs_per_node)
+    usable = cpus_per_process(int((system.get("cpu") or {}).get("usable") or 1), procs)
     available = (system.get("memory") or {}).get("effective_available")
     source, objects, description = choose_source(config)
     section = empty_section(description)
@@ -73,11 +57,14 @@ def gather_loader(facts: Any) -> dict[str, Any] | None:
     section["source"] = {"kind": source["kind"]}
     section["budget_s"] = config.budget
     section["step_time_s"] = config.step_time
+    section["usable_cpus"] = usable
+    section["procs_per_node"] = procs
     plan: dict[str, Any] = {
         "budget_s": config.budget,
         "budget_left_s": max(1.0, config.budget - STAGE_OVERHEAD_S),
         "source": source,
         "usable_cpus": usable,
+        "step_time_s": config.step_time,
         "torch_probe": True,
         "check_cuda": True,
     }
@@ -104,14 +91,12 @@ def gather_loader(facts: Any) -> dict[str, Any] | None:
         outcome = run_stage(plan, objects=objects, budget_s=config.budget, available_bytes=available,
                             progress=current_sink())
     assemble(section, outcome)
-    judge(section, usable, config.step_time)
     return section
 
 
-def empty_section(description: str) -> dict[str, Any]:
-    return {"dataset": description, "runs": [], "bottleneck": None, "recommendation": None, "skipped": [],
-            "batch_bytes": None, "tensors_per_batch": None, "worker_rss_bytes": None, "current": None,
-            "failure": None}
+def empty_section(description: str) -> LoaderFacts:
+    return {"dataset": description, "runs": [], "skipped": [], "batch_bytes": None, "tensors_per_batch": None,
+            "worker_rss_bytes": None, "current": None, "failure": None}
 
 
 def choose_source(config: Any) -> tuple[dict[str, Any], dict[str, Any] | None, str]:
@@ -192,8 +177,10 @@ def _unlink(path: str) -> None:
         pass
 
 
-def assemble(section: dict[str, Any], outcome: StageRun) -> None:
+def assemble(facts_section: LoaderFacts, outcome: StageRun) -> None:
     """Fill the section from the runner's events and from how the run ended."""
+    # The events are the runner's JSON: filed as they came, their shapes are LoaderFacts' parts.
+    section = cast(dict[str, Any], facts_section)
     for event in outcome.events:
         kind = event.get("ev")
         if kind == "result":
@@ -244,19 +231,23 @@ def _take_result(section: dict[str, Any], key: str | None, value: Any) -> None:
         section["skipped"].append(value)
     elif key == "pin":
         section["pin_memory"] = value
-    elif key in ("torch", "torch_probe", "getitem", "pickle", "persistent"):
+    elif key in ("torch", "torch_probe", "getitem", "pickle", "persistent", "paired", "duplicates", "rng"):
         section[key] = value
 
 
-def _failure_from_outcome(outcome: StageRun, section: dict[str, Any]) -> dict[str, Any] | None:
+def _failure_from_outcome(outcome: StageRun, section: dict[str, Any]) -> FailureFacts | None:
     """A failure the runner could not report itself: killed by us, or died."""
+    return cast("FailureFacts | None", _describe_outcome(outcome, section))
+
+
+def _describe_outcome(outcome: StageRun, section: dict[str, Any]) -> dict[str, Any] | None:
     phase = (outcome.last_phase or {}).get("name")
     index = outcome.last_index if phase in ("getitem", "collate") else None
     workers = (outcome.last_phase or {}).get("num_workers")
     base = {"index": index, "num_workers": workers if phase == "run" else (0 if phase == "getitem" else None),
             "where": "__getitem__" if phase in ("getitem", "run") else phase, "exception": None, "signal": None}
     if outcome.killed_for == "memory":
-        from envdoctor.rules.system import human_bytes
+        from envdoctor.units import human_bytes
 
         return {**base, "kind": "memory",
                 "message": (f"the smoke test's processes grew to {human_bytes(outcome.peak_rss_bytes)}, above "
@@ -286,28 +277,9 @@ def _failure_from_outcome(outcome: StageRun, section: dict[str, Any]) -> dict[st
     return None
 
 
-def judge(section: dict[str, Any], usable: int, step_time: float | None) -> None:
-    """Classify the bottleneck and recommend settings (in place)."""
-    from envdoctor.loader.diagnose import measured_runs
-
-    section["usable_cpus"] = usable
-    bottleneck, reason = classify(section, usable, step_time)
-    section["bottleneck"] = bottleneck
-    section["bottleneck_reason"] = reason
-    cuda = bool((section.get("torch") or {}).get("cuda_available"))
-    section["recommendation"] = recommend(section, bottleneck, cuda, usable, step_time)
-    chosen = knee(measured_runs(section), usable)
-    section["knee"] = chosen["num_workers"] if chosen else None
-    if step_time and section.get("batch_size"):
-        section["consumer_samples_per_s"] = round(section["batch_size"] / step_time, 2)
-
-
-__all__ = ["gather_loader"]
-
-
 def exhaustive_sweep(source: dict[str, Any], workers: list[int], point_s: float = 1.5, *,
                      interpreter: str | None = None, cwd: str | None = None,
-                     budget_s: float | None = None) -> dict[str, Any]:
+                     budget_s: float | None = None) -> LoaderFacts:
     """Every worker count in `workers`, each timed for `point_s` seconds: the baseline the smoke test's
     recommendation is judged against (tests and benchmarks/bench_loader.py)."""
     import sys
@@ -318,5 +290,9 @@ def exhaustive_sweep(source: dict[str, Any], workers: list[int], point_s: float 
     outcome = run_stage(plan, interpreter=interpreter or sys.executable, budget_s=budget, cwd=cwd or os.getcwd())
     section = empty_section(source.get("spec") or source["kind"])
     section["source"] = {"kind": source["kind"]}
+    section["usable_cpus"] = max(workers)
     assemble(section, outcome)
     return section
+
+
+__all__ = ["LoaderFacts", "cpus_per_process", "exhaustive_sweep", "gather_loader", "processes_per_node"]

@@ -35,7 +35,10 @@ def describe(event: dict[str, Any]) -> str | None:
             "pickle": "checking that the dataset pickles",
             "getitem": "timing __getitem__ in the main process",
             "collate": "collating one batch",
-        }.get(name, str(name))
+            "paired": f"re-measuring num_workers={event.get('num_workers')} against yours in paired windows",
+            "duplicates": "counting repeated samples across workers",
+            "rng": "checking that workers draw different random values",
+        }.get(str(name), str(name))
     if kind == "result" and event.get("key") == "run":
         run = event.get("value") or {}
         rate = run.get("samples_per_s")

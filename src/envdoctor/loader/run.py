@@ -10,13 +10,20 @@ process — and supervises it:
   runner and all its workers together; whichever is overstepped, the whole
   process group is killed, workers included;
 - every event the runner wrote is kept, so a kill loses nothing measured;
-- afterwards no process of the group survives, and `/dev/shm/torch_<pid>_*`
-  segments that a killed process of the group left behind are removed, as are
-  the named semaphores (`/dev/shm/sem.mp-*`, which spawn and forkserver
-  queues use) that its processes held when they were killed.
+- afterwards no process of the group survives, nor any descendant that left
+  the group for a session of its own (every descendant's pid is tracked, with
+  its start time, while the stage runs); `/dev/shm/torch_<pid>_*` segments
+  that a killed process left behind are removed, as are the other /dev/shm
+  files created during the stage that its processes had mapped — named
+  semaphores (`sem.mp-*`, which spawn and forkserver queues use) and
+  `multiprocessing.shared_memory` segments (`psm_*`);
+- SIGTERM and SIGHUP to envdoctor while the stage runs (how CI cancels a job)
+  end the stage the same way — nothing left running, no plan file left — and
+  are then delivered again to whatever handled them before.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -24,8 +31,9 @@ import select
 import signal
 import sys
 import tempfile
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,8 +45,10 @@ RUNNER_PATH = Path(__file__).resolve().parent.parent / "probes" / "loader_runner
 STAGE_GRACE_S = 3.0
 #: Extra seconds past a phase's own limit before the group is killed (the runner's watchdog goes first).
 PHASE_GRACE_S = 2.0
-#: How often the memory of the group is read.
+#: How often the memory of the group is read (and its descendants' pids noted).
 MEMORY_POLL_S = 0.2
+#: How often the /dev/shm files the descendants map are noted.
+MAPS_POLL_S = 1.0
 #: Overrides the memory cap (bytes, or with a K/M/G suffix), mainly for tests.
 MEMORY_CAP_ENV = "ENVDOCTOR_LOADER_MEMORY_CAP"
 #: The cap never goes below this: importing torch alone takes a few hundred MiB.
@@ -64,9 +74,11 @@ class StageRun:
     memory_cap_bytes: int | None = None
     log_tail: str = ""
     shm_removed: list[str] = field(default_factory=list)
-    #: Every pid seen in the group, to tell its /dev/shm segments from other processes'.
+    #: Every pid seen among the runner's descendants, to tell its /dev/shm segments from other processes'.
     pids: set[int] = field(default_factory=set)
-    #: Inodes of the named semaphores the group's processes had mapped when they were killed.
+    #: The same descendants with their start times, to kill those that left the group (setsid).
+    procs: dict[int, float] = field(default_factory=dict)
+    #: Inodes of the /dev/shm files (semaphores, shared memory) the descendants had mapped.
     semaphores: set[int] = field(default_factory=set)
 
     @property
@@ -109,7 +121,7 @@ def _shm_names() -> set[str]:
         return set()
 
 
-def _group_rss(pid: int, seen: set[int]) -> int:
+def _group_rss(pid: int, seen: set[int], started: dict[int, float] | None = None) -> int:
     """Private resident memory of a process and all its descendants; records their pids.
 
     File-backed and shared-memory pages (the libraries every forked worker maps,
@@ -120,22 +132,24 @@ def _group_rss(pid: int, seen: set[int]) -> int:
 
     try:
         root = psutil.Process(pid)
-        procs = [root, *root.children(recursive=True)]
+        family = [root, *root.children(recursive=True)]
     except psutil.Error:
         return 0
     total = 0
-    for proc in procs:
+    for proc in family:
         try:
             info = proc.memory_info()
             total += max(0, info.rss - getattr(info, "shared", 0))
             seen.add(proc.pid)
+            if started is not None and proc.pid not in started:
+                started[proc.pid] = proc.create_time()
         except psutil.Error:
             continue
     return total
 
 
-def _mapped_semaphores(pids: set[int]) -> set[int]:
-    """Inodes of the /dev/shm semaphores these processes have mapped.
+def _mapped_shm(pids: set[int]) -> set[int]:
+    """Inodes of the /dev/shm files (named semaphores, shared memory segments) these processes have mapped.
 
     Inodes, not names: sem_open creates a semaphore under a temporary name,
     maps it, then links it to its real name, so the mapping shows the
@@ -146,7 +160,7 @@ def _mapped_semaphores(pids: set[int]) -> set[int]:
         try:
             with open(f"/proc/{pid}/maps", encoding="utf-8", errors="replace") as fh:
                 for line in fh:
-                    if "/dev/shm/sem." in line:
+                    if " /dev/shm/" in line:
                         fields = line.split()
                         if len(fields) >= 6 and fields[4].isdigit():
                             inodes.add(int(fields[4]))
@@ -156,10 +170,38 @@ def _mapped_semaphores(pids: set[int]) -> set[int]:
 
 
 def _kill(outcome: StageRun, pid: int) -> None:
-    """Kill the whole group, first noting the named semaphores it holds: killed, nobody unlinks them."""
-    _group_rss(pid, outcome.pids)
-    outcome.semaphores |= _mapped_semaphores(outcome.pids | {pid})
+    """Kill the whole group, and every descendant seen that left it for a session of its own; first note
+    the /dev/shm files they map (semaphores, shared memory): killed, nobody unlinks them."""
+    _group_rss(pid, outcome.pids, outcome.procs)
+    outcome.semaphores |= _mapped_shm(outcome.pids | {pid})
     kill_group(pid)
+    _kill_tracked(outcome.procs)
+
+
+def _kill_tracked(procs: dict[int, float]) -> None:
+    """SIGKILL each tracked process that still runs and is the one we saw (same start time)."""
+    import psutil
+
+    for tracked, started in procs.items():
+        try:
+            proc = psutil.Process(tracked)
+            if abs(proc.create_time() - started) < 0.01:
+                proc.kill()
+        except psutil.Error:
+            continue
+
+
+def _tracked_alive(procs: dict[int, float]) -> bool:
+    import psutil
+
+    for tracked, started in procs.items():
+        try:
+            proc = psutil.Process(tracked)
+            if abs(proc.create_time() - started) < 0.01 and proc.status() != psutil.STATUS_ZOMBIE:
+                return True
+        except psutil.Error:
+            continue
+    return False
 
 
 def _reap(pid: int, wait_s: float) -> int | None:
@@ -227,10 +269,55 @@ def _start_fork(plan: dict[str, Any], write_fd: int, read_fd: int, log: Any, obj
         os._exit(code)
 
 
+class StageInterrupted(BaseException):
+    """SIGTERM or SIGHUP arrived while the stage ran (a BaseException: no `except Exception` swallows it)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(f"signal {signum}")
+        self.signum = signum
+
+
+#: Signals that end the stage cleanly, then reach whatever handled them before.
+STAGE_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+
+
+@contextlib.contextmanager
+def _signals_end_the_stage() -> Iterator[None]:
+    """While the stage runs, SIGTERM/SIGHUP raise StageInterrupted (so its cleanup runs); afterwards the
+    signal is delivered again under the handler that was there before (by default: the process ends)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum: int, frame: Any) -> None:
+        raise StageInterrupted(signum)
+
+    previous = {sig: signal.signal(sig, interrupt) for sig in STAGE_SIGNALS}
+    try:
+        yield
+    except StageInterrupted as stop:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        previous = {}
+        signal.raise_signal(stop.signum)
+        raise
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
 def run_stage(plan: dict[str, Any], *, interpreter: str | None = None, objects: dict[str, Any] | None = None,
               budget_s: float, cwd: str | None = None, available_bytes: int | None = None,
               progress: ProgressSink | None = None) -> StageRun:
     """Start the runner, follow its events, enforce every limit, leave nothing behind."""
+    with _signals_end_the_stage():
+        return _run_stage(plan, interpreter=interpreter, objects=objects, budget_s=budget_s, cwd=cwd,
+                          available_bytes=available_bytes, progress=progress)
+
+
+def _run_stage(plan: dict[str, Any], *, interpreter: str | None, objects: dict[str, Any] | None,
+               budget_s: float, cwd: str | None, available_bytes: int | None,
+               progress: ProgressSink | None) -> StageRun:
     outcome = StageRun(memory_cap_bytes=memory_cap(available_bytes))
     shm_before = _shm_names()
     read_fd, write_fd = os.pipe()
@@ -248,6 +335,8 @@ def run_stage(plan: dict[str, Any], *, interpreter: str | None = None, objects: 
         write_fd = -1
         _follow(outcome, pid, read_fd, start + budget_s + STAGE_GRACE_S, progress)
     finally:
+        # A SIGTERM now must not cut the cleanup short: it waits until everything is gone.
+        blocked = _block_stage_signals()
         if write_fd >= 0:
             os.close(write_fd)
         if pid is not None:
@@ -256,7 +345,7 @@ def run_stage(plan: dict[str, Any], *, interpreter: str | None = None, objects: 
             if outcome.returncode is None:
                 outcome.returncode = code
             outcome.pids.add(pid)
-            _wait_group_gone(pid)
+            _wait_group_gone(pid, outcome.procs)
             outcome.shm_removed = _clean_shm(shm_before, outcome.pids, outcome.semaphores)
         os.close(read_fd)
         log.seek(0)
@@ -269,7 +358,16 @@ def run_stage(plan: dict[str, Any], *, interpreter: str | None = None, objects: 
             except OSError:
                 pass
         outcome.wall_s = time.monotonic() - start
+        if blocked:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, STAGE_SIGNALS)
     return outcome
+
+
+def _block_stage_signals() -> bool:
+    if threading.current_thread() is not threading.main_thread():
+        return False
+    signal.pthread_sigmask(signal.SIG_BLOCK, STAGE_SIGNALS)
+    return True
 
 
 def _follow(outcome: StageRun, pid: int, read_fd: int, hard_deadline: float,
@@ -277,6 +375,7 @@ def _follow(outcome: StageRun, pid: int, read_fd: int, hard_deadline: float,
     pending = b""
     phase_deadline: float | None = None
     next_poll = 0.0
+    next_maps = 0.0
     while True:
         now = time.monotonic()
         ready, _, _ = select.select([read_fd], [], [], 0.05)
@@ -334,7 +433,11 @@ def _follow(outcome: StageRun, pid: int, read_fd: int, hard_deadline: float,
         if now >= next_poll:
             # Also collects the group's pids, so its leftover /dev/shm segments can be told apart.
             next_poll = now + MEMORY_POLL_S
-            rss = _group_rss(pid, outcome.pids)
+            rss = _group_rss(pid, outcome.pids, outcome.procs)
+            if now >= next_maps:
+                # Shared memory a worker creates and is killed holding: noted while it is mapped.
+                next_maps = now + MAPS_POLL_S
+                outcome.semaphores |= _mapped_shm(outcome.pids)
             outcome.peak_rss_bytes = max(outcome.peak_rss_bytes, rss)
             if outcome.memory_cap_bytes and rss > outcome.memory_cap_bytes:
                 outcome.killed_for = "memory"
@@ -377,11 +480,13 @@ def _group_alive(pgid: int) -> bool:
     return True
 
 
-def _wait_group_gone(pgid: int, wait_s: float = 3.0) -> None:
+def _wait_group_gone(pgid: int, procs: dict[int, float] | None = None, wait_s: float = 3.0) -> None:
     """Killed processes take a moment to go; orphans are reaped by init, not by us."""
     end = time.monotonic() + wait_s
-    while _group_alive(pgid) and time.monotonic() < end:
+    while (_group_alive(pgid) or (procs and _tracked_alive(procs))) and time.monotonic() < end:
         kill_group(pgid)
+        if procs:
+            _kill_tracked(procs)
         time.sleep(0.02)
 
 
@@ -392,13 +497,14 @@ def _inode(name: str) -> int | None:
         return None
 
 
-def _clean_shm(before: set[str], pids: set[int], semaphores: set[int] = frozenset()) -> list[str]:
-    """Remove torch segments that processes of the killed group created and left, and the named
-    semaphores (by inode) that appeared during the stage and that its processes held."""
+def _clean_shm(before: set[str], pids: set[int], semaphores: set[int] | frozenset[int] = frozenset()) -> list[str]:
+    """Remove torch segments that processes of the killed group created and left, and the /dev/shm files
+    (named semaphores, shared memory segments; by inode) that appeared during the stage and that its
+    processes had mapped."""
     removed = []
     for name in sorted(_shm_names() - before):
         match = _SHM_NAME.match(name)
-        if (match and int(match.group(1)) in pids) or (name.startswith("sem.") and _inode(name) in semaphores):
+        if (match and int(match.group(1)) in pids) or _inode(name) in semaphores:
             try:
                 os.unlink(os.path.join(SHM_DIR, name))
                 removed.append(name)

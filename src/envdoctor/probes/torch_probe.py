@@ -116,6 +116,8 @@ def _threadpoolctl():
         return None, None
     import importlib.util
     spec = importlib.util.spec_from_file_location("threadpoolctl", path)
+    if spec is None or spec.loader is None:
+        return None, None
     module = importlib.util.module_from_spec(spec)
     sys.modules["threadpoolctl"] = module
     try:
@@ -134,7 +136,12 @@ def _native_libraries(result):
         return
     result["threadpoolctl_source"] = source
     try:
-        result["threadpools"] = module.threadpool_info()
+        pools = [dict(pool) for pool in module.threadpool_info()]
+        for pool in pools:
+            # Two names (symlinks) of one library file are one runtime, not two.
+            if isinstance(pool.get("filepath"), str):
+                pool["realpath"] = os.path.realpath(pool["filepath"])
+        result["threadpools"] = pools
     except Exception as exc:
         result["threadpools"] = None
         result["threadpools_error"] = _error_text(exc)
@@ -150,8 +157,33 @@ def _default_start_method():
     return multiprocessing.get_all_start_methods()[0], False
 
 
+def _arch_list(torch, cuda):
+    """The architectures torch was compiled for: sm_XY (machine code), compute_XY (PTX).
+
+    torch.cuda.get_arch_list() answers [] whenever CUDA does not initialise; the
+    compiled flags it reads are asked for directly then, so a GPU torch cannot
+    use still has its arch list to compare with.
+    """
+    try:
+        arches = list(torch.cuda.get_arch_list())
+        source = "torch.cuda.get_arch_list"
+    except Exception:
+        arches, source = [], None
+    if not arches:
+        flags = getattr(torch._C, "_cuda_getArchFlags", None)
+        try:
+            text = flags() if flags is not None else None
+        except Exception:
+            text = None
+        if text:
+            arches, source = str(text).split(), "torch._C._cuda_getArchFlags"
+    cuda["arch_list"] = [str(arch) for arch in arches]
+    cuda["arch_list_source"] = source
+
+
 def _cuda(torch, result):
     cuda = {"built": getattr(torch.version, "cuda", None), "hip": getattr(torch.version, "hip", None)}
+    devices = []
     with _CapturedOutput() as captured:
         try:
             cuda["available"] = bool(torch.cuda.is_available())
@@ -159,33 +191,39 @@ def _cuda(torch, result):
             cuda["available"] = False
             cuda["error"] = _error_text(exc)
         try:
-            cuda["device_count"] = int(torch.cuda.device_count())
+            count = int(torch.cuda.device_count())
         except Exception as exc:
-            cuda["device_count"] = 0
+            count = 0
             cuda.setdefault("error", _error_text(exc))
+        cuda["device_count"] = count
         if not cuda["available"] and (cuda["built"] or cuda["hip"]) and "error" not in cuda:
             # is_available() only says False; init() says why (no driver, driver too old …).
             try:
                 torch.cuda.init()
             except Exception as exc:
                 cuda["error"] = _error_text(exc)
-        devices = []
         if cuda["available"]:
-            for index in range(cuda["device_count"]):
+            for index in range(count):
                 try:
+                    # Asking the capability initialises CUDA: torch warns here when the
+                    # device's architecture is not in its build ("not compatible with the
+                    # current PyTorch installation"), and the warning is kept.
                     major, minor = torch.cuda.get_device_capability(index)
-                    devices.append({"index": index, "name": torch.cuda.get_device_name(index),
+                    devices.append({"index": index, "name": str(torch.cuda.get_device_name(index)),
                                     "capability": "%d.%d" % (major, minor)})
                 except Exception as exc:
                     devices.append({"index": index, "error": _error_text(exc)})
-        cuda["devices"] = devices
-        try:
-            cuda["arch_list"] = list(torch.cuda.get_arch_list())
-        except Exception:
-            cuda["arch_list"] = None
+        _arch_list(torch, cuda)
+    cuda["devices"] = devices
     cuda["init_output"] = captured.output
     cuda["init_warnings"] = captured.warning_list()
     result["cuda"] = cuda
+
+
+def captured_warnings(result, key):
+    """The warnings recorded while importing `key` (a list of dicts)."""
+    caught = result.get(key + "_import_warnings")
+    return list(caught) if isinstance(caught, list) else []
 
 
 def collect():
@@ -206,8 +244,9 @@ def collect():
     torch = _import("torch", result, "torch")
     # The names the rules read, whatever was printed where.
     result["import_error"] = result.get("torch_import_error")
-    result["import_warnings"] = [w["message"] for w in result["numpy_import_warnings"] + result["torch_import_warnings"]]
-    result["import_output"] = (result["numpy_import_output"] + result["torch_import_output"])[-_MAX_OUTPUT:]
+    caught = captured_warnings(result, "numpy") + captured_warnings(result, "torch")
+    result["import_warnings"] = [w["message"] for w in caught]
+    result["import_output"] = (str(result["numpy_import_output"]) + str(result["torch_import_output"]))[-_MAX_OUTPUT:]
     if torch is not None:
         try:
             _describe_torch(torch, result)

@@ -8,13 +8,15 @@ it) and as Markdown (CI job summaries).
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
+
+from envdoctor.loader.section import LoaderReport, Recommendation, RunFacts
 
 BAR_WIDTH = 20
 
 
-def _runs(loader: dict[str, Any]) -> list[dict[str, Any]]:
-    return sorted(loader.get("runs") or [], key=lambda r: r.get("num_workers", 0))
+def _runs(loader: LoaderReport) -> list[RunFacts]:
+    return sorted(loader["runs"], key=lambda r: r["num_workers"])
 
 
 def _bar(value: float | None, best: float, width: int = BAR_WIDTH) -> str:
@@ -34,99 +36,126 @@ def _fmt_s(value: Any) -> str:
     return f"{value:.3f}" if isinstance(value, (int, float)) else "—"
 
 
-def _spread(run: dict[str, Any]) -> str:
+def _spread(run: RunFacts) -> str:
     spread = run.get("spread")
     return f"±{spread * 50:.0f}%" if isinstance(spread, (int, float)) else "—"
 
 
-def _marks(loader: dict[str, Any], run: dict[str, Any]) -> str:
+def _marks(loader: LoaderReport, run: RunFacts) -> str:
     marks = []
-    rec = loader.get("recommendation") or {}
-    current = loader.get("current") or {}
-    if rec.get("num_workers") == run.get("num_workers"):
-        marks.append("◀ knee")
-    if current.get("num_workers") == run.get("num_workers"):
+    rec = loader.get("recommendation")
+    current = loader["current"]
+    if rec is not None and rec["num_workers"] == run["num_workers"]:
+        marks.append("◀ knee" if rec["basis"] != "current" else "◀ kept")
+    if current is not None and current.get("num_workers") == run["num_workers"]:
         marks.append("current")
     return ", ".join(marks)
 
 
-def _rows(loader: dict[str, Any]) -> list[tuple[str, ...]]:
+def _rows(loader: LoaderReport) -> list[tuple[str, str, str, str, str, str]]:
     runs = _runs(loader)
-    best = max((r.get("samples_per_s") or 0 for r in runs), default=0)
+    best = max((r["samples_per_s"] or 0 for r in runs), default=0)
     rows = []
     for run in runs:
-        rows.append((str(run.get("num_workers")), _fmt_rate(run.get("samples_per_s")), _spread(run),
-                     _fmt_s(run.get("first_batch_s")), _bar(run.get("samples_per_s"), best), _marks(loader, run)))
+        rows.append((str(run["num_workers"]), _fmt_rate(run["samples_per_s"]), _spread(run),
+                     _fmt_s(run["first_batch_s"]), _bar(run["samples_per_s"], best), _marks(loader, run)))
     return rows
 
 
-def settings_line(rec: dict[str, Any]) -> str:
+def settings_line(rec: Recommendation) -> str:
     parts = [f"num_workers={rec['num_workers']}"]
-    if rec.get("num_workers"):
-        parts += [f"prefetch_factor={rec.get('prefetch_factor')}", f"persistent_workers={rec.get('persistent_workers')}"]
-    parts.append(f"pin_memory={rec.get('pin_memory')}")
+    if rec["num_workers"]:
+        parts += [f"prefetch_factor={rec['prefetch_factor']}", f"persistent_workers={rec['persistent_workers']}"]
+    parts.append(f"pin_memory={rec['pin_memory']}")
     return ", ".join(parts)
 
 
-def _summary_lines(loader: dict[str, Any]) -> list[tuple[str, str]]:
+def _recommendation_line(rec: Recommendation) -> str:
+    text = settings_line(rec) + f" → {_fmt_rate(rec['samples_per_s'])} samples/s"
+    interval = rec.get("gain_interval")
+    if rec["trust"] == "incomplete":
+        return (f"keep your settings ({settings_line(rec)}): the budget ended before num_workers="
+                f"{', '.join(str(n) for n in rec['unmeasured'])} could be measured; raise --budget")
+    if rec["trust"] in ("too-noisy", "loss"):
+        verdict = "too noisy to tell" if rec["trust"] == "too-noisy" else "it lost"
+        text = (f"keep your settings ({settings_line(rec)}): num_workers={rec['candidate_num_workers']} was "
+                f"re-measured against them in {rec['paired_windows']} paired windows and {verdict}")
+        if interval and rec["gain"]:
+            text += f" ({rec['gain']:.2f}×, 95% interval {interval[0]:.2f}–{interval[1]:.2f})"
+        return text
+    if rec["gain"]:
+        text += f" ({rec['gain']:.2f}× your settings"
+        if interval:
+            text += f", 95% interval {interval[0]:.2f}–{interval[1]:.2f} over {rec['paired_windows']} paired windows"
+        text += ")"
+    return text
+
+
+def _summary_lines(loader: LoaderReport) -> list[tuple[str, str]]:
     """(label, text) pairs shown under the curve."""
     lines: list[tuple[str, str]] = []
-    failure = loader.get("failure")
+    failure = loader["failure"]
     if failure:
         at = f" at index {failure['index']}" if failure.get("index") is not None else ""
         lines.append(("failure", f"{failure.get('kind')}{at}: {failure.get('message')}"))
-    getitem = loader.get("getitem") or {}
-    if getitem.get("per_sample_s") is not None:
+    getitem = loader.get("getitem", {})
+    if "per_sample_s" in getitem:
         text = f"{getitem['per_sample_s'] * 1e3:.2f} ms a sample in the main process"
-        if getitem.get("read_s") is not None:
+        if "read_s" in getitem and "decode_s" in getitem:
             text += f" (read {getitem['read_s'] * 1e3:.2f} ms, decode {getitem['decode_s'] * 1e3:.2f} ms)"
-        if getitem.get("blocked_fraction") is not None:
-            text += f", blocked {getitem['blocked_fraction']:.0%} of the time"
+        blocked = getitem.get("blocked_fraction")
+        if blocked is not None:
+            text += f", blocked {blocked:.0%} of the time"
         lines.append(("__getitem__", text))
-    if loader.get("bottleneck") is not None:
+    bottleneck = loader.get("bottleneck")
+    if bottleneck is not None:
         reason = loader.get("bottleneck_reason")
-        lines.append(("bottleneck", f"{loader['bottleneck']}" + (f" — {reason}" if reason else "")))
+        lines.append(("bottleneck", f"{bottleneck}" + (f" — {reason}" if reason else "")))
     rec = loader.get("recommendation")
     if rec:
-        gain = rec.get("gain")
-        text = settings_line(rec) + f" → {_fmt_rate(rec.get('samples_per_s'))} samples/s"
-        if gain:
-            text += f" ({gain:.2f}× your settings)"
-        lines.append(("recommended", text))
-    if loader.get("batch_bytes"):
-        from envdoctor.rules.system import human_bytes
+        lines.append(("recommended", _recommendation_line(rec)))
+    if loader.get("procs_per_node", 1) > 1:
+        lines.append(("cpus", f"{loader.get('usable_cpus')} usable CPU(s) per training process "
+                              f"({loader.get('procs_per_node')} processes share the node)"))
+    batch_bytes = loader["batch_bytes"]
+    if batch_bytes:
+        from envdoctor.units import human_bytes
 
-        text = f"{human_bytes(loader['batch_bytes'])} in {loader.get('tensors_per_batch')} tensor(s)"
-        if loader.get("worker_rss_bytes"):
+        text = f"{human_bytes(batch_bytes)} in {loader['tensors_per_batch']} tensor(s)"
+        if loader["worker_rss_bytes"]:
             text += f"; peak worker memory {human_bytes(loader['worker_rss_bytes'])}"
         lines.append(("batch", text))
-    persistent = loader.get("persistent") or {}
-    if persistent.get("saving_s") is not None:
-        first = persistent.get("epoch2_first_batch_s") or {}
+    persistent = loader.get("persistent", {})
+    saving = persistent.get("saving_s")
+    if saving is not None:
+        first = persistent.get("epoch2_first_batch_s", {})
         if persistent.get("measured", True) and first:
             lines.append(("persistent", f"second epoch's first batch {_fmt_s(first.get('false'))} s without, "
                                         f"{_fmt_s(first.get('true'))} s with persistent_workers"))
         else:
-            lines.append(("persistent", f"about {_fmt_s(persistent['saving_s'])} s saved each epoch "
+            lines.append(("persistent", f"about {_fmt_s(saving)} s saved each epoch "
                                         "(estimated from the measured start-up)"))
-    for skipped in loader.get("skipped") or []:
-        lines.append(("skipped", f"{skipped.get('what')}: {skipped.get('reason')}"))
+    for skipped in loader["skipped"]:
+        lines.append(("skipped", f"{skipped['what']}: {skipped['reason']}"))
     return lines
 
 
-def _title(loader: dict[str, Any]) -> str:
+def _title(loader: LoaderReport) -> str:
     extra = []
     if loader.get("batch_size"):
-        extra.append(f"batch_size {loader['batch_size']}")
-    if loader.get("start_method"):
-        extra.append(loader["start_method"])
-    if loader.get("wall_s") is not None:
-        extra.append(f"{loader['wall_s']:.1f} s")
-    return f"DataLoader smoke test: {loader.get('dataset', '?')}" + (f" ({', '.join(extra)})" if extra else "")
+        extra.append(f"batch_size {loader.get('batch_size')}")
+    start_method = loader.get("start_method")
+    if start_method:
+        extra.append(start_method)
+    wall = loader.get("wall_s")
+    if wall is not None:
+        extra.append(f"{wall:.1f} s")
+    return f"DataLoader smoke test: {loader['dataset']}" + (f" ({', '.join(extra)})" if extra else "")
 
 
-def loader_renderables(loader: dict[str, Any]) -> list[Any]:
+def loader_renderables(report_loader: LoaderReport | dict[str, Any]) -> list[Any]:
     """The smoke test for a rich console: the curve as a table, then the summary."""
+    loader = cast(LoaderReport, report_loader)  # the report's `loader` object: the facts and the verdict
     from rich import box
     from rich.table import Table
     from rich.text import Text
@@ -141,11 +170,12 @@ def loader_renderables(loader: dict[str, Any]) -> list[Any]:
     # At 80 columns the bar gives way (cropped), never the marks beside it.
     table.add_column("throughput", justify="left", no_wrap=True, overflow="crop")
     table.add_column("", justify="left", no_wrap=True, min_width=len("◀ knee, current"))
-    rec = (loader.get("recommendation") or {}).get("num_workers")
+    chosen = loader.get("recommendation")
+    rec = chosen["num_workers"] if chosen else None
     for row in _rows(loader):
         style = "bold green" if row[0] == str(rec) else None
         table.add_row(*row[:4], Text(row[4], style="green" if style else "blue"), row[5], style=style)
-    out: list[Any] = [table] if loader.get("runs") else []
+    out: list[Any] = [table] if loader["runs"] else []
     for label, text in _summary_lines(loader):
         styled = Text()
         styled.append(f"{label}: ", style="bold red" if label == "failure" else "bold")
@@ -154,10 +184,11 @@ def loader_renderables(loader: dict[str, Any]) -> list[Any]:
     return out
 
 
-def loader_markdown(loader: dict[str, Any]) -> str:
+def loader_markdown(report_loader: LoaderReport | dict[str, Any]) -> str:
     """The smoke test as Markdown: the curve as a table with bars, then the summary as a list."""
+    loader = cast(LoaderReport, report_loader)
     lines = [f"## {_title(loader)}", ""]
-    if loader.get("runs"):
+    if loader["runs"]:
         lines += ["| num_workers | samples/s | spread | first batch (s) | throughput | |",
                   "|---:|---:|---:|---:|:---|:---|"]
         for row in _rows(loader):

@@ -131,7 +131,7 @@ def render(report: Report) -> str:
     if fleet:  # the side-by-side view comes before the findings
         from envdoctor.fleet.view import fleet_markdown
 
-        lines += [fleet_markdown(_neutral(clean_tree(fleet))), ""]
+        lines += [fleet_markdown(report), ""]
     else:
         lines += ["| area | status |", "|---|---|"]
         for area, (level, status) in area_statuses(report).items():

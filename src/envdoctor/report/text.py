@@ -58,6 +58,10 @@ def summary_line(report: Report, counts: dict[str, int] | None = None) -> str:
     parts = [f"{counts['error']} error{'s' if counts['error'] != 1 else ''}",
              f"{counts['warning']} warning{'s' if counts['warning'] != 1 else ''}",
              f"{counts['info']} info"]
+    skipped = report.not_checked()
+    if skipped:  # a probe that could not run is not an all-clear
+        parts.append("not checked: " + "; ".join(f"{', '.join(rules)} (the {probe} probe failed)"
+                                                  for probe, rules in skipped.items()))
     return ", ".join(parts)
 
 
@@ -322,6 +326,8 @@ def _heading(report: Report) -> str:
 def _verdict(report: Report, statuses: dict[str, tuple[str | None, str]] | None = None) -> tuple[str, str]:
     counts = severity_counts(report.findings)
     worst = next((s for s in ("error", "warning", "info") if counts[s]), None)
+    if worst is None and report.not_checked():
+        worst = "warning"  # nothing found, but not everything could be looked at
     text = f"{_MARK.get(worst or '', '✓')} {summary_line(report, counts)}"
     unchecked = [area for area, (level, _) in (statuses or {}).items() if level == "unchecked"]
     if unchecked:
@@ -341,7 +347,7 @@ def write(report: Report, console: Any, verbose: bool = False) -> None:
         text, style = _verdict(report)
         out.line(text, style=style)
         out.line()
-        for item in fleet_renderables(fleet):
+        for item in fleet_renderables(report):
             console.print(item)
     else:
         out.line(_heading(report), style="bold")
@@ -416,9 +422,9 @@ def render(report: Report, width: int = 80, verbose: bool = False) -> str:
     return buffer.getvalue()
 
 
-def save_svg(report: Report, path: str, verbose: bool = False) -> None:
+def svg_text(report: Report, verbose: bool = False) -> str:
     """The text report as an SVG picture, always drawn SVG_WIDTH columns wide, whatever stdout is."""
     with open(os.devnull, "w", encoding="utf-8") as sink:
         console = make_console(sink, width=SVG_WIDTH, record=True, color=True)
         write(report, console, verbose=verbose)
-        console.save_svg(path, title="envdoctor")
+        return str(console.export_svg(title="envdoctor"))

@@ -14,22 +14,24 @@ from urllib.parse import urlparse
 
 from envdoctor.catalog import load_data
 from envdoctor.facts import Facts
+from envdoctor.facts.conda_meta import CondaRecord
 from envdoctor.rules import Hit
-from envdoctor.rules.install_commands import conda, pip
+from envdoctor.rules.install_commands import conda, fix_of, pip
 
 #: Platform subdirs that end a channel URL and are not part of the channel's name.
 SUBDIRS = {"noarch", "linux-64", "linux-aarch64", "linux-ppc64le", "linux-s390x", "linux-32",
            "osx-64", "osx-arm64", "win-64", "win-32", "win-arm64", "emscripten-wasm32", "wasi-wasm32"}
 
 
-def channel_name(record: dict[str, Any]) -> str | None:
+def channel_name(record: CondaRecord | dict[str, Any]) -> str | None:
     """A record's channel as people write it: `conda-forge`, `pkgs/main`, `pytorch`, or a file URL.
 
     Read from the record's `channel` field (a name or a URL), else from its `url`.
     """
     raw = record.get("channel") or ""
-    if not raw and record.get("url"):
-        raw = record["url"].rsplit("/", 1)[0]
+    url = record.get("url")
+    if not raw and url:
+        raw = url.rsplit("/", 1)[0]
     raw = raw.strip().rstrip("/")
     if not raw:
         return None
@@ -64,12 +66,11 @@ def channel_family(name: str | None) -> str | None:
     return None
 
 
-def conda_records(facts: Facts) -> list[dict[str, Any]]:
-    packages = facts["packages"]
-    return list((packages.get("conda") or {}).get("records") or [])
+def conda_records(facts: Facts) -> list[CondaRecord]:
+    return list(facts["packages"]["conda"]["records"])
 
 
-def _label(record: dict[str, Any]) -> str:
+def _label(record: CondaRecord) -> str:
     return f"{record['name']} {record['version']}"
 
 
@@ -77,12 +78,12 @@ def find_mixed_channels(facts: Facts) -> Iterator[Hit]:
     data = load_data("channels")
     sensitive = set(data["abi_sensitive"])
     incompatible = set(data["incompatible"])
-    by_family: dict[str, list[dict[str, Any]]] = {}
+    by_family: dict[str, list[CondaRecord]] = {}
     for record in conda_records(facts):
         if record["name"] not in sensitive:
             continue
         family = channel_family(channel_name(record))
-        if family in incompatible:
+        if family is not None and family in incompatible:
             by_family.setdefault(family, []).append(record)
     if len(by_family) < 2:
         return
@@ -103,10 +104,10 @@ def find_mixed_channels(facts: Facts) -> Iterator[Hit]:
                           "family": family} for family, records in sorted(by_family.items()) for r in records],
             "keep_family": keep,
         },
-        fix=(conda(packages, "install", "--override-channels", "-c", channel_arg, "--force-reinstall",
-                   *sorted({r["name"] for r in movers}))
-             + (f"   # then keep one channel family: conda config --file {packages['prefix']}/.condarc "
-                f"--set channel_priority strict" if packages.get("kind") != "pixi" else "")),
+        **fix_of(conda(packages, "install", "--override-channels", "-c", channel_arg, "--force-reinstall",
+                       *sorted({r["name"] for r in movers})),
+                 note=(f"then keep one channel family: conda config --file {packages['prefix']}/.condarc "
+                       "--set channel_priority strict" if packages["kind"] != "pixi" else "")).hit(),
     )
 
 
@@ -129,20 +130,20 @@ def find_retired_pytorch_channel(facts: Facts) -> Iterator[Hit]:
         installable = [n for n in names if n not in ("pytorch-mutex", "pytorch-cuda")]
         # conda remove takes what depends on pytorch along (lightning, torchmetrics from conda …): reinstall them.
         takes = sorted(r["name"] for r in records if r["name"] not in names
-                       and set(names) & set(r.get("depends") or ()))
+                       and set(names) & set(r["depends"]))
         yield Hit(
             message=f"{record['name']} {record['version']} is installed from the {channel} channel: {why}",
             evidence={"package": record["name"], "version": record["version"], "channel": channel,
                       "build": record["build"],
                       "companions": [{"package": r["name"], "version": r["version"]} for r in companions],
                       "last_release": data["last_release"] if channel in retired else None},
-            fix=(conda(packages, "remove", *names) + " && "
-                 + conda(packages, "install", "--override-channels", "-c", "conda-forge", *installable, *takes)
-                 + f"   # or pip: {pip(packages, 'install', 'torch')}"),
+            **fix_of(conda(packages, "remove", *names),
+                     conda(packages, "install", "--override-channels", "-c", "conda-forge", *installable, *takes),
+                     note=f"or pip: {' && '.join(c.text for c in pip(packages, 'install', 'torch') or [])}").hit(),
         )
 
 
-def _matches(record: dict[str, Any], pattern: str) -> bool:
+def _matches(record: CondaRecord, pattern: str) -> bool:
     name, _, build = pattern.partition("=")
     if record["name"] != name:
         return False
@@ -161,7 +162,7 @@ def find_mixed_blas(facts: Facts) -> Iterator[Hit]:
     names = {p.partition("=")[0] for patterns in implementations.values() for p in patterns}
     every = conda_records(facts)
     records = [r for r in every if r["name"] in names]
-    found: dict[str, list[dict[str, Any]]] = {}
+    found: dict[str, list[CondaRecord]] = {}
     for impl, patterns in implementations.items():
         hits = [r for r in records if any(_matches(r, p) for p in patterns)]
         # intel-openmp alone is an OpenMP runtime, not a BLAS.
@@ -178,22 +179,23 @@ def find_mixed_blas(facts: Facts) -> Iterator[Hit]:
     own = {impl: {r["name"] for r in hits} - set(BLAS_SELECTORS) for impl, hits in found.items()}
     blas_names = set().union(*own.values()) | set(BLAS_SELECTORS)
     needed_by = {impl: sorted({r["name"] for r in every if r["name"] not in blas_names
-                               and own[impl] & set(r.get("depends") or ())}) for impl in found}
+                               and own[impl] & set(r["depends"])}) for impl in found}
     keep = selected or ("mkl" if "mkl" in found else sorted(found)[0])
     needed = [impl for impl in found if needed_by[impl]]
     if len(needed) == 1 and not needed_by[keep]:
         keep = needed[0]
     others = sorted({name for impl in found if impl != keep for name in own[impl]})
-    held = {name: sorted({r["name"] for r in every if r["name"] not in blas_names and name in (r.get("depends") or ())})
+    held = {name: sorted({r["name"] for r in every if r["name"] not in blas_names and name in r["depends"]})
             for name in others}
     removable = [name for name in others if not held[name]]
     packages = facts["packages"]
     selector = libblas["name"] if libblas else "libblas"
-    fix = conda(packages, "install", f"{selector}=*=*{keep}")
+    commands = [conda(packages, "install", f"{selector}=*=*{keep}")]
     if removable:
-        fix += " && " + conda(packages, "remove", *removable)
+        commands.append(conda(packages, "remove", *removable))
     stays = "; ".join(f"{name} stays: {', '.join(held[name])} depend on it" for name in others if held[name])
-    fix += f"   # one BLAS ({keep}) for every package" + (f" ({stays}; rebuild those against {keep})" if stays else "")
+    fix = fix_of(*commands, note=f"one BLAS ({keep}) for every package"
+                 + (f" ({stays}; rebuild those against {keep})" if stays else ""))
     yield Hit(
         message=(f"{len(found)} BLAS implementations are installed ({', '.join(sorted(found))}): "
                  "numpy, scipy and torch may each load a different one, with two OpenMP runtimes "
@@ -202,7 +204,7 @@ def find_mixed_blas(facts: Facts) -> Iterator[Hit]:
                   "libblas": f"{libblas['name']} {libblas['version']} {libblas['build']}" if libblas else None,
                   "libblas_selects": selected, "keep": keep,
                   "needed_by": {impl: deps for impl, deps in sorted(needed_by.items()) if deps}},
-        fix=fix,
+        **fix.hit(),
     )
 
 

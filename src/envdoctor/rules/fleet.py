@@ -19,7 +19,7 @@ from envdoctor.facts import Facts
 from envdoctor.fleet.drift import channel_drift, package_drift, stragglers, value_drift
 from envdoctor.fleet.nodes import NOT_INSTALLED, UNLIMITED, show_value
 from envdoctor.rules import Hit
-from envdoctor.rules.system import human_bytes
+from envdoctor.units import human_bytes
 
 
 def _fleet(facts: Facts) -> Mapping[str, Any] | None:
@@ -155,7 +155,8 @@ def find_package_set_drift(facts: Facts) -> Iterator[Hit]:
             message=(f"{name} ({', '.join(versions)}) is installed on {_nodes_text(list(present))} "
                      f"but not on {_nodes_text(absent)}"),
             evidence={"package": name, "source": drift["source"], "present_on": dict(present),
-                      "absent_on": list(absent)},
+                      "absent_on": list(absent),
+                      "odd_nodes": list(absent) if drift["majority"] == "present" else list(present)},
             fix=fix,
         )
 

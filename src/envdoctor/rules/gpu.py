@@ -1,21 +1,28 @@
-"""GPU rules: an NVIDIA GPU that torch cannot use, a driver too old for torch's CUDA, a busy GPU.
+"""GPU rules: an NVIDIA GPU that torch cannot use, a driver too old for torch's CUDA, a busy GPU,
+a GPU whose architecture torch was not compiled for.
 
-GPU001 cuda-unusable, GPU002 driver-too-old, GPU003 gpu-busy. They read the
-`gpu` section (NVML and the PCI bus) and the `torch` section (the build read
-from files, and the import probe's CUDA facts when it ran). The driver table
-is data: rules/cuda_drivers.toml.
+GPU001 cuda-unusable, GPU002 driver-too-old, GPU003 gpu-busy, GPU004
+arch-not-in-build. They read the `gpu` section (NVML and the PCI bus) and the
+`torch` section (the build read from files, and the import probe's CUDA facts
+when it ran). The driver and architecture tables are data: rules/cuda_drivers.toml.
 """
 from __future__ import annotations
 
 import re
 from collections.abc import Iterator
-from typing import Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from envdoctor.catalog import load_data
 from envdoctor.facts import Facts
 from envdoctor.facts.gpu import gpu_present
 from envdoctor.model import Severity
 from envdoctor.rules import Hit
+
+if TYPE_CHECKING:  # pragma: no cover
+    from envdoctor.facts.gpu import GpuFacts
+    from envdoctor.facts.system import SystemFacts
+    from envdoctor.facts.torch import TorchCuda, TorchFacts
 
 #: A GPU with more than this share of its memory held by others is busy.
 BUSY_MEMORY_SHARE = 0.10
@@ -31,8 +38,15 @@ def version_tuple(text: str | None) -> tuple[int, ...]:
     return tuple(int(part) for part in re.findall(r"\d+", str(text))[:4])
 
 
+def _target_field(facts: Facts, key: str) -> str | None:
+    """A text field of the target section (platform, kind), None when the section is missing."""
+    target = facts.get("target")
+    value = target.get(key) if isinstance(target, dict) else None
+    return value if isinstance(value, str) else None
+
+
 def _os_key(facts: Facts) -> str:
-    platform = (facts.get("target") or {}).get("platform") or ""
+    platform = _target_field(facts, "platform") or ""
     return "windows" if platform.startswith("win") else "linux"
 
 
@@ -64,8 +78,8 @@ def _plain_version(version: str | None) -> str | None:
     return version.split("+")[0] if version else None
 
 
-def install_commands(torch: dict[str, Any], cuda: str | None, target_kind: str | None) -> str:
-    """pip and conda commands that install this torch version built for `cuda`."""
+def install_commands(torch: TorchFacts, cuda: str | None, target_kind: str | None, keep_hint: bool = True) -> str:
+    """pip and conda commands that install torch built for `cuda` (with how to keep the version, if `keep_hint`)."""
     if cuda is None:
         return ("no CUDA build of PyTorch supports this driver: upgrade the NVIDIA driver first "
                 "(https://www.nvidia.com/drivers)")
@@ -77,17 +91,25 @@ def install_commands(torch: dict[str, Any], cuda: str | None, target_kind: str |
     pip = f"pip install --force-reinstall torch --index-url {WHEEL_INDEX}/{tag}"
     conda = f'conda install -c conda-forge "pytorch=*=cuda*" "cuda-version={cuda}"'
     keep = (f"; to stay on torch {version}, first check that {WHEEL_INDEX}/{tag}/torch/ lists it, and move "
-            "torchvision/torchaudio to the same index" if version else "")
+            "torchvision/torchaudio to the same index" if version and keep_hint else "")
     if torch.get("installer") == "conda" or (target_kind in ("conda", "pixi") and torch.get("installer") != "pip"):
         return f"{conda}   (or with pip: {pip}){keep}"
     return f"{pip}   (in a conda env: {conda}){keep}"
 
 
-def _device_names(gpu: dict[str, Any]) -> list[str]:
-    names = [d.get("name") for d in gpu.get("devices") or [] if d.get("name")]
+def _device_names(gpu: GpuFacts) -> list[str]:
+    names = [d["name"] for d in gpu["devices"] if d["name"]]
     if not names:
-        names = [f"PCI {p['address']} (device {p.get('device_id')})" for p in gpu.get("pci_gpus") or []]
+        names = [f"PCI {p['address']} (device {p['device_id']})" for p in gpu["pci_gpus"]]
     return names
+
+
+def _probe_cuda(torch: TorchFacts) -> TorchCuda | None:
+    """What the import probe saw of CUDA, or None when it did not run, failed or timed out."""
+    probe = torch["probe"]
+    if not probe.get("ran") or probe.get("timed_out") or probe.get("import_error"):
+        return None
+    return probe.get("cuda") or None
 
 
 def find_unusable_cuda(facts: Facts) -> Iterator[Hit]:
@@ -95,9 +117,9 @@ def find_unusable_cuda(facts: Facts) -> Iterator[Hit]:
     if not gpu_present(gpu):
         return
     torch = facts["torch"]
-    if not torch or not torch.get("installed"):
+    if not torch["installed"]:
         return
-    target_kind = (facts.get("target") or {}).get("kind")
+    target_kind = _target_field(facts, "kind")
     names = _device_names(gpu)
     driver = gpu.get("driver_version")
     driver_cuda = gpu.get("cuda_driver_version")
@@ -107,8 +129,9 @@ def find_unusable_cuda(facts: Facts) -> Iterator[Hit]:
         "torch_version": torch.get("version"), "torch_build": torch.get("build"),
         "torch_cuda_build": torch.get("cuda_build"), "nvml": gpu.get("available"),
     }
-    if not gpu.get("available"):
-        in_container = ((facts.get("system") or {}).get("container") or {}).get("in_container")
+    if not gpu["available"]:
+        system: SystemFacts | None = facts.get("system")
+        in_container = bool(system and system["container"]["in_container"])
         fix = ("start the container with the GPU passed in: `docker run --gpus all …` (NVIDIA Container "
                "Toolkit installed on the host), or on Kubernetes request `nvidia.com/gpu`"
                if in_container else
@@ -121,19 +144,19 @@ def find_unusable_cuda(facts: Facts) -> Iterator[Hit]:
             fix=fix,
         )
         return
-    if torch.get("build") in ("cpu", "rocm"):
+    build = torch.get("build")
+    if build in ("cpu", "rocm"):
         cuda = best_wheel_cuda(driver_cuda, driver, os_key)
         yield Hit(
             message=(f"{len(names)} NVIDIA GPU(s) ({', '.join(names)}) with driver {driver} (CUDA {driver_cuda}) "
-                     f"but torch {torch.get('version')} is a {torch.get('build').upper()}-only build: "
+                     f"but torch {torch.get('version')} is a {str(build).upper()}-only build: "
                      "torch.cuda.is_available() is False"),
             evidence={**evidence, "suggested_cuda": cuda},
             fix=install_commands(torch, cuda, target_kind),
         )
         return
-    probe = torch.get("probe") or {}
-    cuda_facts = probe.get("cuda") or {}
-    if not probe.get("ran") or probe.get("timed_out") or probe.get("import_error") or not cuda_facts:
+    cuda_facts = _probe_cuda(torch)
+    if cuda_facts is None:
         return  # nothing measured (PKG010 reports a probe that failed)
     if cuda_facts.get("available"):
         return
@@ -144,8 +167,10 @@ def find_unusable_cuda(facts: Facts) -> Iterator[Hit]:
         fix = (f"upgrade the NVIDIA driver to {needs['toolkit_driver'] or needs['family_minimum']} or newer, "
                f"or install a torch built for CUDA {cuda}: {install_commands(torch, cuda, target_kind)}")
     else:
+        system = facts.get("system")
+        visible = system["environ"].get("CUDA_VISIBLE_DEVICES", "<unset>") if system else "<unset>"
         fix = ("check that the process sees the devices (CUDA_VISIBLE_DEVICES="
-               f"{((facts.get('system') or {}).get('environ') or {}).get('CUDA_VISIBLE_DEVICES', '<unset>')}), "
+               f"{visible}), "
                "that /dev/nvidia* are accessible, and that `nvidia-smi` works; then reinstall the CUDA build: "
                + install_commands(torch, needs["cuda"] or best_wheel_cuda(driver_cuda, driver, os_key), target_kind))
     yield Hit(
@@ -158,28 +183,29 @@ def find_unusable_cuda(facts: Facts) -> Iterator[Hit]:
 
 def find_old_driver(facts: Facts) -> Iterator[Hit]:
     gpu = facts["gpu"]
-    if not gpu or not gpu.get("available"):
+    if not gpu["available"]:
         return
     torch = facts["torch"]
-    if not torch or not torch.get("installed") or not torch.get("cuda_build"):
+    cuda_build = torch.get("cuda_build")
+    if not torch["installed"] or not cuda_build:
         return
     driver = gpu.get("driver_version")
     driver_cuda = gpu.get("cuda_driver_version")
     os_key = _os_key(facts)
-    needs = driver_needs(torch["cuda_build"], os_key)
-    evidence = {
-        "torch_version": torch.get("version"), "torch_cuda_build": torch["cuda_build"],
+    needs = driver_needs(cuda_build, os_key)
+    evidence: dict[str, Any] = {
+        "torch_version": torch.get("version"), "torch_cuda_build": cuda_build,
         "driver_version": driver, "driver_cuda": driver_cuda,
         "family_minimum_driver": needs["family_minimum"], "toolkit_driver": needs["toolkit_driver"],
     }
-    build_major = version_tuple(torch["cuda_build"])[:1]
+    build_major = version_tuple(cuda_build)[:1]
     too_old = bool(needs["family_minimum"]) and version_tuple(driver) < version_tuple(needs["family_minimum"])
     if driver_cuda and build_major and version_tuple(driver_cuda)[:1] < build_major:
         too_old = True
     cuda = best_wheel_cuda(driver_cuda, driver, os_key)
-    target_kind = (facts.get("target") or {}).get("kind")
-    probe = torch.get("probe") or {}
-    initialised = bool(probe.get("ran") and (probe.get("cuda") or {}).get("available"))
+    target_kind = _target_field(facts, "kind")
+    probe_cuda = _probe_cuda(torch)
+    initialised = bool(probe_cuda and probe_cuda.get("available"))
     if too_old and initialised:
         # The import probe saw CUDA start: a CUDA forward-compatibility package (cuda-compat,
         # as NGC containers on older hosts use) supplies a newer libcuda than the kernel
@@ -189,7 +215,7 @@ def find_old_driver(facts: Facts) -> Iterator[Hit]:
         evidence["cuda_initialised"] = True
     if too_old:
         yield Hit(
-            message=(f"torch {torch.get('version')} is built for CUDA {torch['cuda_build']}, which needs NVIDIA driver "
+            message=(f"torch {torch.get('version')} is built for CUDA {cuda_build}, which needs NVIDIA driver "
                      f"{needs['family_minimum'] or 'newer'} or newer, but driver {driver} supports CUDA {driver_cuda} "
                      "at most: CUDA will not initialise"),
             evidence=evidence,
@@ -216,29 +242,31 @@ def find_old_driver(facts: Facts) -> Iterator[Hit]:
 
 def find_busy_gpus(facts: Facts) -> Iterator[Hit]:
     gpu = facts["gpu"]
-    if not gpu or not gpu.get("available"):
+    if not gpu["available"]:
         return
     # Our own process and the rest of our job (the other ranks under torchrun or srun)
     # are not "other jobs".
-    ours = {gpu.get("own_pid"), *(gpu.get("job_pids") or [])}
-    busy = []
+    own_pid = gpu.get("own_pid")
+    ours = {own_pid, *gpu.get("job_pids", [])}
+    busy: list[dict[str, Any]] = []
     same_job = []
-    for device in gpu.get("devices") or []:
-        others = [p for p in device.get("processes") or [] if p.get("pid") not in ours]
-        same_job += [{"index": device.get("index"), "pid": p.get("pid"), "name": p.get("name")}
-                     for p in device.get("processes") or [] if p.get("pid") in ours - {gpu.get("own_pid")}]
-        if not others and any(p.get("pid") in ours for p in device.get("processes") or []):
+    for device in gpu["devices"]:
+        processes = device["processes"]
+        others = [p for p in processes if p["pid"] not in ours]
+        same_job += [{"index": device["index"], "pid": p["pid"], "name": p["name"]}
+                     for p in processes if p["pid"] in ours and p["pid"] != own_pid]
+        if not others and any(p["pid"] in ours for p in processes):
             continue  # what this GPU holds is our job's
-        total, used = device.get("memory_total"), device.get("memory_used")
+        total, used = device["memory_total"], device["memory_used"]
         share = (used / total) if total and used is not None else None
-        util = device.get("utilization_gpu")
+        util = device["utilization_gpu"]
         if others or (share is not None and share > BUSY_MEMORY_SHARE) or (util is not None and util >= BUSY_UTILIZATION):
             busy.append({
-                "index": device.get("index"), "name": device.get("name"),
+                "index": device["index"], "name": device["name"],
                 "memory_used": used, "memory_total": total,
                 "memory_used_share": round(share, 3) if share is not None else None,
                 "utilization_gpu": util,
-                "processes": [{"pid": p.get("pid"), "name": p.get("name"), "used_memory": p.get("used_memory")}
+                "processes": [{"pid": p["pid"], "name": p["name"], "used_memory": p["used_memory"]}
                               for p in others],
             })
     if not busy:
@@ -246,9 +274,9 @@ def find_busy_gpus(facts: Facts) -> Iterator[Hit]:
     parts = []
     for b in busy:
         who = ", ".join(f"{p['name'] or 'pid'} ({p['pid']})" for p in b["processes"]) or "processes not visible here"
-        share = f"{b['memory_used_share']:.0%}" if b["memory_used_share"] is not None else "?"
-        parts.append(f"GPU {b['index']} ({b['name']}): {share} of memory used, {b['utilization_gpu']}% busy, by {who}")
-    free = [d.get("index") for d in gpu.get("devices") or [] if d.get("index") not in {b["index"] for b in busy}]
+        used_share = f"{b['memory_used_share']:.0%}" if b["memory_used_share"] is not None else "?"
+        parts.append(f"GPU {b['index']} ({b['name']}): {used_share} of memory used, {b['utilization_gpu']}% busy, by {who}")
+    free = [d["index"] for d in gpu["devices"] if d["index"] not in {b["index"] for b in busy}]
     fix = ("wait for or stop the other jobs (`nvidia-smi` lists them), or pick free GPUs with "
            f"CUDA_VISIBLE_DEVICES={','.join(map(str, free))}" if free else
            "wait for or stop the other jobs (`nvidia-smi` lists them); every GPU here is in use")
@@ -259,8 +287,165 @@ def find_busy_gpus(facts: Facts) -> Iterator[Hit]:
     )
 
 
+class Arch(NamedTuple):
+    """One entry of torch.cuda.get_arch_list(): "sm_86" (machine code) or "compute_90" (PTX)."""
+
+    text: str
+    ptx: bool
+    major: int
+    minor: int
+    #: "a" (sm_90a: this exact GPU only), "f" (sm_100f: its family), "" (plain).
+    suffix: str
+
+    def runs_on(self, major: int, minor: int) -> bool:
+        """Whether this code runs on a GPU of capability major.minor without being rebuilt.
+
+        CUDA's rules: machine code for X.Y runs on X.Z for Z >= Y (same major only);
+        arch-specific code ("a") only on exactly X.Y; PTX for X.Y is compiled by the
+        driver (JIT) for any X.Y or newer GPU, across majors.
+        """
+        if self.suffix == "a":
+            return (major, minor) == (self.major, self.minor)
+        if self.ptx:
+            return (major, minor) >= (self.major, self.minor)
+        return major == self.major and minor >= self.minor
+
+
+_ARCH = re.compile(r"^(sm|compute)_(\d+)([af]?)$")
+
+
+def parse_arch(text: str) -> Arch | None:
+    """'sm_120' -> Arch(major=12, minor=0); 'compute_90' -> PTX 9.0; anything else (gfx…) -> None."""
+    match = _ARCH.match(text.strip())
+    if not match or len(match.group(2)) < 2:
+        return None
+    digits = match.group(2)
+    return Arch(text, match.group(1) == "compute", int(digits[:-1]), int(digits[-1]), match.group(3))
+
+
+def parse_capability(text: str | None) -> tuple[int, int] | None:
+    """'8.6' -> (8, 6); None or junk -> None."""
+    match = re.match(r"^(\d+)\.(\d+)$", text or "")
+    return (int(match.group(1)), int(match.group(2))) if match else None
+
+
+@dataclass(frozen=True)
+class GpuArch:
+    index: int
+    name: str
+    capability: str
+
+
+def _gpu_capabilities(gpu: GpuFacts, cuda: TorchCuda) -> list[GpuArch]:
+    """Each GPU's compute capability: NVML's, else what torch read in the import probe."""
+    found = [GpuArch(d["index"], d["name"], d["compute_capability"])
+             for d in gpu["devices"] if d["compute_capability"]]
+    if not found:
+        found = [GpuArch(d.get("index", i), d.get("name", "?"), d["capability"])
+                 for i, d in enumerate(cuda.get("devices", [])) if "capability" in d]
+    return [g for g in found if parse_capability(g.capability)]
+
+
+def first_cuda_for(capability: str) -> str | None:
+    """The first CUDA release that compiles for this capability (rules/cuda_drivers.toml)."""
+    return load_data("cuda_drivers")["arch_first_cuda"].get(capability)
+
+
+def _torch_warning(cuda: TorchCuda) -> str | None:
+    """torch's own words, when it warned at CUDA init that a GPU is not in its build."""
+    for warning in cuda.get("init_warnings", []):
+        message = warning.get("message") or ""
+        if "is not compatible with the current PyTorch installation" in message or "no longer supports" in message:
+            return message.strip()[:600]
+    return None
+
+
+def _arch_fix(torch: TorchFacts, gpus: list[dict[str, Any]], arches: list[Arch], facts: Facts) -> str:
+    """The torch build to install: newer CUDA for GPUs past the build, older for GPUs below it."""
+    gpu = facts["gpu"]
+    os_key = _os_key(facts)
+    target_kind = _target_field(facts, "kind")
+    oldest = min(((a.major, a.minor) for a in arches if not a.ptx), default=None)
+    too_old = [g for g in gpus if oldest and (parse_capability(g["capability"]) or (0, 0)) < oldest]
+    if too_old:
+        names = ", ".join(f"{g['name']} (sm_{g['capability'].replace('.', '')})" for g in too_old)
+        return (f"this torch build dropped {names}: install an older torch release or a build for an older CUDA whose "
+                "arch list still has it (PyTorch's release notes list the architectures each release dropped), "
+                "or build torch from source with TORCH_CUDA_ARCH_LIST=" + ";".join(g["capability"] for g in too_old))
+    wanted = max((first_cuda_for(g["capability"]) or "" for g in gpus), key=version_tuple) or None
+    wheels = sorted(load_data("cuda_drivers")["pytorch_wheels"]["cuda"], key=version_tuple)
+    best = best_wheel_cuda(gpu.get("cuda_driver_version"), gpu.get("driver_version"), os_key)
+    if wanted and best and version_tuple(best) >= version_tuple(wanted):
+        cuda: str | None = best
+        prefix = ""
+    else:
+        cuda = next((w for w in wheels if wanted and version_tuple(w) >= version_tuple(wanted)), None)
+        prefix = (f"upgrade the NVIDIA driver (it runs CUDA {gpu.get('cuda_driver_version')} at most) "
+                  f"to one for CUDA {wanted} or newer, then " if gpu["available"] else "")
+    return (prefix + f"install a torch built for CUDA {cuda or wanted or 'newer'}, whose arch list includes "
+            + ", ".join(sorted({"sm_" + g["capability"].replace(".", "") for g in gpus}))
+            # No "stay on this version" hint: a release older than the GPU has no build for it.
+            + f": {install_commands(torch, cuda, target_kind, keep_hint=False)}")
+
+
+def find_arch_not_in_build(facts: Facts) -> Iterator[Hit]:
+    gpu = facts["gpu"]
+    torch = facts["torch"]
+    if not torch["installed"] or torch.get("build") != "cuda":
+        return  # no CUDA build (GPU001), or ROCm (gfx arch names)
+    cuda = _probe_cuda(torch)
+    if cuda is None:
+        return  # the import probe did not run: the arch list is only known by importing torch
+    arch_texts = cuda.get("arch_list") or []
+    arches = [a for a in (parse_arch(t) for t in arch_texts) if a]
+    if not arches:
+        return  # an empty list is what torch reports when it cannot tell: nothing to compare
+    gpus = _gpu_capabilities(gpu, cuda)
+    missing: list[dict[str, Any]] = []
+    ptx_only: list[dict[str, Any]] = []
+    for g in gpus:
+        major, minor = parse_capability(g.capability) or (0, 0)
+        machine = [a.text for a in arches if not a.ptx and a.runs_on(major, minor)]
+        ptx = [a.text for a in arches if a.ptx and a.runs_on(major, minor)]
+        entry = {"index": g.index, "name": g.name, "capability": g.capability,
+                 "needs": f"sm_{major}{minor}", "machine_code": machine, "ptx": ptx,
+                 "first_cuda": first_cuda_for(g.capability)}
+        if not machine and ptx:
+            ptx_only.append(entry)
+        elif not machine:
+            missing.append(entry)
+    if not missing and not ptx_only:
+        return
+    evidence = {"arch_list": arch_texts, "arch_list_source": cuda.get("arch_list_source"),
+                "torch_version": torch.get("version"), "torch_cuda_build": torch.get("cuda_build"),
+                "gpus_missing": missing, "gpus_ptx_only": ptx_only, "torch_warning": _torch_warning(cuda),
+                "driver_version": gpu.get("driver_version"), "driver_cuda": gpu.get("cuda_driver_version")}
+    listed = " ".join(arch_texts)
+    if missing:
+        who = ", ".join(f"GPU {g['index']} {g['name']} (compute capability {g['capability']}, {g['needs']})"
+                        for g in missing)
+        yield Hit(
+            message=(f"torch {torch.get('version')} has no kernels for {who}: its arch list is [{listed}], so "
+                     "CUDA work fails with 'no kernel image is available for execution on the device'"),
+            evidence=evidence,
+            fix=_arch_fix(torch, missing, arches, facts),
+        )
+        return
+    who = ", ".join(f"GPU {g['index']} {g['name']} ({g['capability']}, via {'/'.join(g['ptx'])})" for g in ptx_only)
+    yield Hit(
+        message=(f"torch {torch.get('version')} has machine code for none of {who}, only PTX: the driver "
+                 "JIT-compiles every kernel on first use (minutes at start-up, again whenever the JIT cache "
+                 "~/.nv/ComputeCache is cold or too small), and a driver older than the PTX's CUDA cannot compile it"),
+        evidence=evidence,
+        fix=_arch_fix(torch, ptx_only, arches, facts)
+        + "; meanwhile CUDA_CACHE_MAXSIZE=4294967296 keeps the JIT results between runs",
+        severity=Severity.WARNING,
+    )
+
+
 RULES = {
     "GPU001": find_unusable_cuda,
     "GPU002": find_old_driver,
     "GPU003": find_busy_gpus,
+    "GPU004": find_arch_not_in_build,
 }

@@ -11,12 +11,15 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING
 
 from envdoctor.facts import Facts
 from envdoctor.model import Severity
 from envdoctor.rules import Hit
 from envdoctor.rules.system import BASE_NOFILE, loader_plan
+
+if TYPE_CHECKING:  # pragma: no cover
+    from envdoctor.facts.torch import ThreadPool, TorchFacts, TorchProbe
 
 #: Messages numpy and torch print when an extension meets a NumPy of the other ABI, as
 #: numpy's own headers (numpy/_core/include/numpy/__multiarray_api.h, _import_array)
@@ -42,11 +45,11 @@ NUMPY_ABI_PATTERNS = (
 _SITE_FRAME = re.compile(r'File "([^"]*[/\\](?:site|dist)-packages[/\\]([^/\\"]+))')
 
 
-def _probe(facts: Facts) -> dict[str, Any] | None:
+def _probe(facts: Facts) -> TorchProbe | None:
     torch = facts["torch"]
-    if not torch or not torch.get("installed"):
+    if not torch["installed"]:
         return None
-    probe = torch.get("probe") or {}
+    probe = torch["probe"]
     return probe if probe.get("ran") else None
 
 
@@ -56,15 +59,15 @@ def _usable(facts: Facts) -> int:
 
 def find_sharing_strategy(facts: Facts) -> Iterator[Hit]:
     torch = facts["torch"]
-    if not torch or not torch.get("installed"):
+    if not torch["installed"]:
         return
     nofile = facts["system"]["limits"]["nofile"]
-    soft, hard = nofile.get("soft"), nofile.get("hard")
-    strategy = torch.get("sharing_strategy")
+    soft, hard = nofile["soft"], nofile["hard"]
+    strategy = torch["sharing_strategy"]
     source = "probe"
     if strategy is None:
         # Without the probe: torch's default is file_descriptor wherever it is supported (Linux).
-        if facts["system"].get("os") != "Linux":
+        if facts["system"]["os"] != "Linux":
             return
         strategy, source = "file_descriptor", "torch's Linux default (probe not run)"
     if strategy != "file_descriptor" or soft is None:
@@ -95,8 +98,9 @@ def find_sharing_strategy(facts: Facts) -> Iterator[Hit]:
     )
 
 
-def _torch_lib_dir(torch: dict[str, Any], probe: dict[str, Any]) -> str | None:
-    location = torch.get("location") or (os.path.dirname(probe["file"]) if probe.get("file") else None)
+def _torch_lib_dir(torch: TorchFacts, probe: TorchProbe) -> str | None:
+    probe_file = probe.get("file")
+    location = torch.get("location") or (os.path.dirname(probe_file) if probe_file else None)
     return os.path.join(location, "lib") if location else None
 
 
@@ -107,7 +111,7 @@ def find_thread_oversubscription(facts: Facts) -> Iterator[Hit]:
     torch = facts["torch"]
     pools = probe.get("threadpools") or []
     usable = _usable(facts)
-    environ = {**((facts["system"] or {}).get("environ") or {}), **(probe.get("environ") or {})}
+    environ = {**facts["system"]["environ"], **probe.get("environ", {})}
     omp_set = "OMP_NUM_THREADS" in environ
     workers = loader_plan(facts)["num_workers"]
     torch_lib = _torch_lib_dir(torch, probe)
@@ -116,10 +120,11 @@ def find_thread_oversubscription(facts: Facts) -> Iterator[Hit]:
     # count it started with in each worker.
     inherited = [p for p in pools if not (torch_lib and str(p.get("filepath") or "").startswith(torch_lib))]
     per_worker = max([p.get("num_threads") or 1 for p in inherited] or [1])
-    openmp = {}
+    # One library reached by two names (symlinks) is one runtime: the probe resolved the paths.
+    openmp: dict[str, ThreadPool] = {}
     for pool in pools:
         if pool.get("user_api") == "openmp":
-            openmp.setdefault(os.path.realpath(str(pool.get("filepath"))), pool)
+            openmp.setdefault(pool.get("realpath") or pool.get("filepath") or "?", pool)
     libraries = [{"user_api": p.get("user_api"), "internal_api": p.get("internal_api"), "prefix": p.get("prefix"),
                   "filepath": p.get("filepath"), "version": p.get("version"), "num_threads": p.get("num_threads")}
                  for p in pools]
@@ -179,12 +184,10 @@ def find_numpy_abi_mismatch(facts: Facts) -> Iterator[Hit]:
     texts = [probe.get("import_output") or "", *(probe.get("import_warnings") or []), probe.get("import_error") or "",
              probe.get("torch_import_traceback") or ""]
     joined = "\n".join(texts)
-    for kind, pattern in NUMPY_ABI_PATTERNS:
-        match = pattern.search(joined)
-        if match:
-            break
-    else:
+    found = next(((kind, match) for kind, pattern in NUMPY_ABI_PATTERNS if (match := pattern.search(joined))), None)
+    if found is None:
         return
+    kind, match = found
     numpy_version = probe.get("numpy_version")
     culprit = _culprit(joined)
     line = joined[max(0, match.start() - 40):match.end() + 40].strip().replace("\n", " ")

@@ -6,10 +6,15 @@ re-imports the script and dies bootstrapping.
 SPW002 start-method: which start method the workers will use on the target
 (from its Python version and platform, and what the script itself sets), what
 spawn/forkserver cost, and CUDA initialised before forked workers.
-SPW004 unparsable-script: a script given to check cannot be read or parsed.
+SPW004 unparsable-script: a script given to check (or a project module it
+imports, or a notebook cell) cannot be read or parsed.
+SPW005 notebook-main-objects: a notebook defines a Dataset, sampler,
+collate_fn or worker_init_fn that DataLoader workers must unpickle; spawn
+does not re-run a notebook, so under spawn/forkserver the workers cannot find it.
 
 They judge the "scripts" section (facts/scripts.py) and the target's Python
-version and platform; SPW003 (unpicklable dataset) lives with the loader.
+version and platform — or the ones asked about with `--platform` and
+`--python-version`; SPW003 (unpicklable dataset) lives with the loader.
 """
 from __future__ import annotations
 
@@ -18,12 +23,15 @@ from collections.abc import Iterator
 from typing import Any
 
 from envdoctor.facts import Facts
+from envdoctor.facts.scripts import ScriptFile, StartMethodCall, WorkerStart
 from envdoctor.model import Location, Severity
 from envdoctor.rules import Hit
 
 BOOTSTRAP_ERROR = ("An attempt has been made to start a new process before the current process "
                    "has finished its bootstrapping phase")
-STARTS_PROCESSES = ("dataloader", "process-start", "pool", "manager", "process-pool", "torch-spawn", "lightning")
+STARTS_PROCESSES = ("dataloader", "process-start", "pool", "manager", "process-pool", "torch-spawn", "lightning",
+                    "loader-passed")
+SPAWN_PLACES = "macOS, Windows and Linux with Python 3.14+"
 WORKER_COST = ("each worker is a fresh interpreter that re-imports the main script and everything it "
                "imports (torch alone takes 1-3 s), and the dataset, collate_fn and worker_init_fn are "
                "pickled and sent to every worker each time an iterator is created (every epoch unless "
@@ -79,40 +87,75 @@ def _version_tuple(python: str | None) -> tuple[int, int] | None:
 
 
 def _target(facts: Facts) -> tuple[str | None, str | None]:
+    """The target's Python version and platform, or the ones `--python-version`/`--platform` ask about."""
     target = facts.get("target") or {}
-    return target.get("python"), target.get("platform")
+    python = getattr(facts.config, "python_version", None) or target.get("python")
+    platform = getattr(facts.config, "platform", None) or target.get("platform")
+    return python, platform
 
 
-def _files(facts: Facts) -> list[dict[str, Any]]:
+def _default_method(facts: Facts) -> tuple[str | None, str]:
+    """The target's default start method and why; says so when `--platform`/`--python-version` asked."""
+    python, platform = _target(facts)
+    method, reason = default_start_method(python, platform)
+    asked = [f"--{flag.replace('_', '-')} {value}" for flag in ("platform", "python_version")
+             if (value := getattr(facts.config, flag, None))]
+    if asked:
+        reason += f" (as asked with {' and '.join(asked)})"
+    return method, reason
+
+
+def _files(facts: Facts) -> list[ScriptFile]:
     section = facts["scripts"]
-    return list((section or {}).get("files", []))
+    return list(section["files"]) if section is not None else []
 
 
-def effective_method(start: dict[str, Any], script: dict[str, Any], default: str | None) -> tuple[str | None, str]:
+def path_followed(start: WorkerStart) -> list[str]:
+    """file:line of each step from the module-level statement to the start itself."""
+    def at(where: Any) -> str:
+        cell = f" (cell {where['cell']})" if where.get("cell") else ""
+        return f"{where['path']}:{where['line']}{cell}"
+    steps = [at(step) for step in start["via"]] + [at(start)]
+    return [s for i, s in enumerate(steps) if i == 0 or s != steps[i - 1]]
+
+
+def effective_method(start: WorkerStart, script: ScriptFile, default: str | None) -> tuple[str | None, str]:
     """The start method one worker start will use: its own context, the script's choice, the default."""
-    if start.get("context"):
+    context = start.get("context")
+    if context:
         how = "torch.multiprocessing.spawn" if start["kind"] == "torch-spawn" else "its multiprocessing_context"
-        return start["context"], f"set by {how} (line {start['line']})"
-    chosen = None
+        cell = f"cell {start['cell']}, " if start.get("cell") else ""
+        return context, f"set by {how} ({cell}line {start['line']})"
+    chosen: StartMethodCall | None = None
     for call in script.get("start_method_calls", []):
         if call["seq"] < start["seq"] and call.get("method"):
             chosen = call
     if chosen is not None:
-        return chosen["method"], f"set by set_start_method({chosen['method']!r}) at line {chosen['line']}"
+        cell = f"cell {chosen['cell']}, " if chosen.get("cell") else ""
+        return chosen.get("method"), f"set by set_start_method({chosen.get('method')!r}) at {cell}line {chosen['line']}"
     return default, "the default"
 
 
-def _via_text(start: dict[str, Any]) -> list[str]:
-    return [f"{step['function']}() called at line {step['line']}" for step in start.get("via", [])]
+def _via_text(start: WorkerStart, script_path: str) -> list[str]:
+    steps = []
+    for step in start["via"]:
+        where = f"line {step['line']}" if step["path"] == script_path else f"{step['path']}:{step['line']}"
+        steps.append(f"{step.get('function')}{'' if str(step.get('function')).startswith('import ') else '()'} "
+                     f"{'at' if str(step.get('function')).startswith('import ') else 'called at'} {where}")
+    return steps
 
 
-def _guard_fix(script: dict[str, Any], start: dict[str, Any]) -> str:
+def _guard_fix(script: ScriptFile, start: WorkerStart) -> str:
     name = script["path"]
     entry = start["entry"]
     guard = script.get("guard_lines") or []
     where = (f"the existing `if __name__ == \"__main__\":` block at line {guard[0]}" if guard
              else "a new `if __name__ == \"__main__\":` block at the end of the file")
-    if start.get("via"):
+    if start["kind"] == "loader-passed":
+        return (f"Call `{entry['code']}` (line {entry['line']}) only from {where}, or make "
+                f"{start.get('callee')} readable so envdoctor can tell whether it iterates the loader:\n"
+                f"    if __name__ == \"__main__\":\n        {entry['code']}")
+    if start["via"]:
         return (f"Call `{entry['code']}` (line {entry['line']}) only from {where}:\n"
                 f"    if __name__ == \"__main__\":\n        {entry['code']}\n"
                 f"so the workers, which re-import {name}, do not run it.")
@@ -123,67 +166,88 @@ def _guard_fix(script: dict[str, Any], start: dict[str, Any]) -> str:
 
 
 def find_missing_main_guard(facts: Facts) -> Iterator[Hit]:
-    """SPW001: workers or processes started at import time, outside the main guard."""
-    python, platform = _target(facts)
-    default, default_reason = default_start_method(python, platform)
+    """SPW001: workers or processes started at import time, outside the main guard.
+
+    Never on a notebook: spawn does not re-run it, so a main guard is not the fix (SPW005 is).
+    """
+    default, default_reason = _default_method(facts)
     for script in _files(facts):
-        if script.get("status") != "ok":
+        if script["status"] != "ok" or script.get("kind") == "notebook":
             continue
         for start in script.get("worker_starts", []):
             if start["guarded"] or start["kind"] not in STARTS_PROCESSES:
                 continue
             if suppressed(start["code"], "SPW001") or suppressed(start["entry"]["code"], "SPW001"):
                 continue
-            method, method_source = effective_method(start, script, default)
-            forced_fork = method == "fork" and method_source != "the default"
-            workers = start.get("num_workers")
-            workers_text = (f"num_workers={workers}" if workers is not None
-                            else f"num_workers={start.get('num_workers_source')} (not known before run time)")
-            what = (f"{start['starts']} ({workers_text})" if start["kind"] == "dataloader" else start["starts"])
-            via = _via_text(start)
-            if method in ("spawn", "forkserver"):
-                here = f"this target uses {method} ({method_source}), so the run dies here"
-            elif method is None:
-                here = f"the start method on this target could not be worked out ({default_reason})"
-            elif forced_fork:
-                here = ("it works only because the script forces fork, which Windows lacks and which "
-                        "macOS considers unsafe")
-            else:
-                here = ("it runs on this target only because fork is the default here; it dies on macOS, "
-                        "Windows and Linux with Python 3.14+")
-            message = (f"{script['path']}:{start['line']}: {what} at import time, outside "
-                       f"`if __name__ == \"__main__\":`"
-                       + (f" (reached through {' -> '.join(via)})" if via else "")
-                       + f". Under spawn/forkserver every worker re-imports the script and fails with "
-                       f"\"{BOOTSTRAP_ERROR}\"; {here}.")
-            yield Hit(
-                message=message,
-                evidence={
-                    "path": script["path"],
-                    "line": start["line"],
-                    "code": start["code"],
-                    "starts": start["starts"],
-                    "kind": start["kind"],
-                    **({"num_workers": workers, "num_workers_source": start.get("num_workers_source")}
-                       if start["kind"] == "dataloader" else {}),
-                    "via": via,
-                    "module_level_statement": {"line": start["entry"]["line"], "code": start["entry"]["code"]},
-                    "start_method": method,
-                    "start_method_source": method_source if method_source != "the default" else default_reason,
-                },
-                fix=_guard_fix(script, start),
-                location=Location(script["path"], start["line"], start["column"]),
-                # Forced fork works today; a worker count only known at run time (args.workers)
-                # may be 0. Both are real risks but not certain deaths: warnings, not errors.
-                severity=Severity.WARNING if forced_fork or (start["kind"] == "dataloader" and workers is None)
-                else None,
-            )
+            yield _missing_guard_hit(script, start, default, default_reason)
+
+
+def _missing_guard_hit(script: ScriptFile, start: WorkerStart, default: str | None, default_reason: str) -> Hit:
+    method, method_source = effective_method(start, script, default)
+    forced_fork = method == "fork" and method_source != "the default"
+    workers = start.get("num_workers")
+    loaderish = start["kind"] in ("dataloader", "loader-passed")
+    workers_text = (f"num_workers={workers}" if workers is not None
+                    else f"num_workers={start.get('num_workers_source')} (not known before run time)")
+    what = f"{start.get('starts')} ({workers_text})" if loaderish else str(start.get("starts"))
+    via = _via_text(start, script["path"])
+    followed = path_followed(start)
+    if method in ("spawn", "forkserver"):
+        source_text = default_reason if method_source == "the default" else method_source
+        here = f"this target uses {method} ({source_text}), so the run dies here"
+    elif method is None:
+        here = f"the start method on this target could not be worked out ({default_reason})"
+    elif forced_fork:
+        here = ("it works only because the script forces fork, which Windows lacks and which "
+                "macOS considers unsafe")
+    else:
+        here = f"it runs on this target only because fork is the default here; it dies on {SPAWN_PLACES}"
+    where = f"{start['path']}:{start['line']}"
+    if start["kind"] == "loader-passed":
+        message = (f"{where}: at import time, outside `if __name__ == \"__main__\":`, the script {what}. "
+                   f"If {start.get('callee')}() iterates the loader, every worker re-imports the script under "
+                   f"spawn/forkserver and fails with \"{BOOTSTRAP_ERROR}\"; {here}.")
+    else:
+        message = (f"{where}: {what} at import time, outside `if __name__ == \"__main__\":`"
+                   + (f" (reached through {' -> '.join(via)}; path followed: {' → '.join(followed)})"
+                      if via else "")
+                   + f". Under spawn/forkserver every worker re-imports the script and fails with "
+                   f"\"{BOOTSTRAP_ERROR}\"; {here}.")
+    evidence: dict[str, Any] = {
+        "path": start["path"],
+        "script": script["path"],
+        "line": start["line"],
+        "code": start["code"],
+        "starts": start.get("starts"),
+        "kind": start["kind"],
+        "via": via,
+        "path_followed": followed,
+        "module_level_statement": {"path": start["entry"].get("path", script["path"]),
+                                   "line": start["entry"]["line"], "code": start["entry"]["code"]},
+        "start_method": method,
+        "start_method_source": method_source if method_source != "the default" else default_reason,
+    }
+    if loaderish:
+        evidence.update(num_workers=workers, num_workers_source=start.get("num_workers_source"))
+    if start["kind"] == "loader-passed":
+        evidence.update(callee=start.get("callee"), unreadable_because=start.get("reason"))
+    return Hit(
+        message=message,
+        evidence=evidence,
+        fix=_guard_fix(script, start),
+        location=Location(start["path"], start["line"], start["column"]),
+        # Forced fork works today; a worker count only known at run time (args.workers)
+        # may be 0; a function envdoctor cannot read may not iterate the loader. Real
+        # risks but not certain deaths: warnings, not errors.
+        severity=Severity.WARNING if forced_fork or start["kind"] == "loader-passed"
+        or (start["kind"] == "dataloader" and workers is None) else None,
+    )
 
 
 def find_start_method(facts: Facts) -> Iterator[Hit]:
     """SPW002: the start method DataLoader workers will use, its cost, and CUDA before fork."""
     python, platform = _target(facts)
-    default, default_reason = default_start_method(python, platform)
+    default, default_reason = _default_method(facts)
     section = facts["scripts"]
     if section is None:
         if default in ("spawn", "forkserver"):
@@ -195,14 +259,14 @@ def find_start_method(facts: Facts) -> Iterator[Hit]:
                 fix=_cost_fix(default, persistent=False),
             )
         return
-    for script in section.get("files", []):
-        if script.get("status") != "ok":
+    for script in section["files"]:
+        if script["status"] != "ok":
             continue
         loaders = [s for s in script.get("worker_starts", []) if s["kind"] == "dataloader"]
         if not loaders:
             continue
         set_calls = [{"method": c.get("method"), "line": c["line"]} for c in script.get("start_method_calls", [])]
-        by_method: dict[str, list[tuple[dict[str, Any], str]]] = {}
+        by_method: dict[str, list[tuple[WorkerStart, str]]] = {}
         for start in loaders:
             method, source = effective_method(start, script, default)
             by_method.setdefault(method or "unknown", []).append((start, source))
@@ -310,17 +374,92 @@ def find_unparsable_script(facts: Facts) -> Iterator[Hit]:
                        "was not checked, the other scripts still are.")
             fix = f"Fix the syntax error at line {line}; `python -m py_compile {path}` shows it."
             location = Location(path, line or 1, column or 1)
-        evidence = {"path": path, "status": status, "error": error}
+        evidence: dict[str, Any] = {"path": path, "status": status, "error": error}
         if script.get("parser_python"):
-            evidence.update(parser_python=script["parser_python"], target_python=target_python)
+            evidence.update(parser_python=script.get("parser_python"), target_python=target_python)
         for key in ("line", "column", "code", "encoding"):
             if script.get(key) is not None:
-                evidence[key] = script[key]
+                evidence[key] = script.get(key)
         yield Hit(message=message, evidence=evidence, fix=fix, location=location)
+    yield from _unreadable_modules_and_cells(facts)
+
+
+def _unreadable_modules_and_cells(facts: Facts) -> Iterator[Hit]:
+    """SPW004 for a project module a script imports, and for a notebook cell, that cannot be parsed."""
+    seen: set[str] = set()
+    for script in _files(facts):
+        for problem in script.get("module_problems", []):
+            if problem["path"] in seen:
+                continue
+            seen.add(problem["path"])
+            yield Hit(
+                message=(f"{problem['path']}:{problem['line']}: the project module {problem['module']}, imported by "
+                         f"{script['path']}, cannot be read or parsed ({problem['error']}); what it does with "
+                         "loaders was not followed, the rest still was."),
+                evidence={"path": problem["path"], "module": problem["module"], "imported_by": script["path"],
+                          "error": problem["error"], "line": problem["line"], "status": "unparsable"},
+                fix=f"Fix {problem['path']}; `python -m py_compile {problem['path']}` shows what is wrong.",
+                location=Location(problem["path"], problem["line"], 1),
+            )
+        for cell in script.get("skipped_cells", []):
+            yield Hit(
+                message=(f"{script['path']}: cell {cell['cell']}, line {cell['line']} cannot be parsed even with "
+                         f"IPython's magics and shell escapes set aside ({cell['error']}); the other cells are "
+                         "still checked."),
+                evidence={"path": script["path"], "cell": cell["cell"], "line": cell["line"], "error": cell["error"],
+                          "status": "unparsable"},
+                fix="Fix the cell's syntax, or move IPython-only code into a line that starts with % or !.",
+                location=Location(script["path"], cell["line"], 1, cell=cell["cell"]),
+            )
+
+
+def find_notebook_main_objects(facts: Facts) -> Iterator[Hit]:
+    """SPW005: a notebook defines what DataLoader workers must unpickle; spawn cannot find it there."""
+    python, platform = _target(facts)
+    default, default_reason = _default_method(facts)
+    for script in _files(facts):
+        if script["status"] != "ok" or script.get("kind") != "notebook":
+            continue
+        for start in script.get("worker_starts", []):
+            objects = start.get("main_objects") or []
+            if start["kind"] not in ("dataloader", "loader-passed") or not objects:
+                continue
+            method, source = effective_method(start, script, default)
+            source_text = default_reason if source == "the default" else source
+            names = ", ".join(f"{o['name']} ({o['role']}, cell {o.get('cell', '?')} line {o['line']})"
+                              for o in objects)
+            first = objects[0]
+            failure = f"AttributeError: Can't get attribute '{first['name']}' on <module '__main__' (built-in)>"
+            if method in ("spawn", "forkserver"):
+                verdict = f"this target uses {method} ({source_text}), so the workers fail here"
+            else:
+                verdict = (f"works here under {method or 'an unknown start method'} ({source_text}); "
+                           f"fails on {SPAWN_PLACES}")
+            cell = start.get("cell")
+            workers = start.get("num_workers")
+            workers_text = workers if workers is not None else start.get("num_workers_source")
+            yield Hit(
+                message=(f"{script['path']}: cell {cell}, line {start['line']}: {start.get('starts')} "
+                         f"(num_workers={workers_text})"
+                         f" hands the workers {names}, defined in the notebook. A notebook is `__main__` "
+                         f"and spawn/forkserver workers do not re-run it, so they cannot unpickle what it defines "
+                         f"and fail with \"{failure}\"; {verdict}."),
+                evidence={"path": script["path"], "cell": cell, "line": start["line"], "code": start["code"],
+                          "objects": objects, "num_workers": start.get("num_workers"),
+                          "num_workers_source": start.get("num_workers_source"),
+                          "start_method": method, "start_method_source": source_text,
+                          "python": python, "platform": platform},
+                fix=(f"Move {', '.join(o['name'] for o in objects)} into a module next to the notebook (e.g. "
+                     f"`data_utils.py`) and import it in the notebook: `from data_utils import {first['name']}`. "
+                     "A main guard does not help in a notebook; num_workers=0 avoids the workers entirely."),
+                location=Location(script["path"], start["line"], start["column"], cell=cell),
+                severity=Severity.ERROR if method in ("spawn", "forkserver") else Severity.WARNING,
+            )
 
 
 RULES = {
     "SPW001": find_missing_main_guard,
     "SPW002": find_start_method,
     "SPW004": find_unparsable_script,
+    "SPW005": find_notebook_main_objects,
 }

@@ -8,11 +8,21 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, NamedTuple
 
 from envdoctor.facts import Facts
+from envdoctor.facts.storage import (
+    EffectiveMedium,
+    FileSample,
+    MountChain,
+    ReadPass,
+    ReadProbe,
+    StorageFacts,
+    bottom_of,
+)
 from envdoctor.rules import Hit
-from envdoctor.rules.system import human_bytes, loader_plan
+from envdoctor.rules.system import loader_plan
+from envdoctor.units import human_bytes
 
 #: A folder with at least this many files …
 MANY_FILES = 1000
@@ -32,27 +42,38 @@ MIN_JUDGED_SECONDS = 0.25
 MIN_STREAMED_BYTES_PER_FILE = 1024**2
 
 
-def _storage(facts: Facts) -> dict[str, Any] | None:
+class _Located(NamedTuple):
+    """A storage section whose data path was found on a mount: what every DSK rule needs."""
+
+    section: StorageFacts
+    mount: MountChain
+    bottom: MountChain
+    effective: EffectiveMedium | None
+    probe: ReadProbe
+    sample: FileSample | None
+
+
+def _storage(facts: Facts) -> _Located | None:
     storage = facts["storage"]
-    if not storage or not storage.get("exists") or not storage.get("mount"):
+    mount = storage.get("mount")
+    if not storage["exists"] or not mount:
         return None
-    return storage
+    return _Located(storage, mount, bottom_of(mount), storage.get("effective"), storage.get("read_probe", {}),
+                    storage.get("sample"))
 
 
-def _where(storage: dict[str, Any]) -> dict[str, Any]:
-    mount = storage["mount"]
-    effective = storage.get("effective") or {}
-    return {"path": storage["path"], "mount_point": mount.get("mount_point"), "fstype": mount.get("fstype"),
-            "source": mount.get("source"), "backing_fstype": effective.get("fstype"),
-            "backing_mount": effective.get("mount_point")}
+def _where(at: _Located) -> dict[str, Any]:
+    return {"path": at.section["path"], "mount_point": at.mount.get("mount_point"), "fstype": at.mount.get("fstype"),
+            "source": at.mount.get("source"), "backing_fstype": at.effective["fstype"] if at.effective else None,
+            "backing_mount": at.effective["mount_point"] if at.effective else None}
 
 
-def _local_copy_hint(storage: dict[str, Any]) -> str:
+def _local_copy_hint(at: _Located) -> str:
     """An rsync to the roomiest local NVMe/SSD mount seen here, else to the job's local scratch."""
-    source = storage["path"].rstrip("/")
+    source = at.section["path"].rstrip("/")
     name = os.path.basename(source) or "data"
-    mount_point = (storage.get("mount") or {}).get("mount_point")
-    for candidate in storage.get("fast_local_mounts") or []:
+    mount_point = at.mount.get("mount_point")
+    for candidate in at.section.get("fast_local_mounts", []):
         if candidate["mount_point"] != mount_point:
             destination = os.path.join(candidate["mount_point"], name)
             return (f"rsync -a {source}/ {destination}/ ({candidate['device']}, {candidate['medium']}, "
@@ -60,61 +81,62 @@ def _local_copy_hint(storage: dict[str, Any]) -> str:
     return f"rsync -a {source}/ \"${{TMPDIR:-/tmp}}/{name}/\" on node-local NVMe or SSD, and point --data there"
 
 
-def _chain(storage: dict[str, Any]) -> str:
+def _chain(at: _Located) -> str:
     """The mount chain as a phrase: overlay on ext4 on loop0 …"""
     parts = []
-    node = storage["mount"]
+    node: MountChain | None = at.mount
     while node:
-        device = (node.get("device") or {}).get("name")
-        parts.append(f"{node.get('fstype')} at {node.get('mount_point')}" + (f" on {device}" if device else ""))
+        device = node.get("device")
+        name = device.get("name") if device else None
+        parts.append(f"{node.get('fstype')} at {node.get('mount_point')}" + (f" on {name}" if name else ""))
         node = node.get("backing")
     return " -> ".join(parts)
 
 
+def _rate(read_pass: ReadPass | None, key: str) -> float | None:
+    """A figure of one read-probe pass (mib_per_s, reads_per_s), None when the pass did not run."""
+    value = read_pass.get(key) if read_pass else None
+    return float(value) if isinstance(value, (int, float)) else None
+
+
 def find_rotational_disk(facts: Facts) -> Iterator[Hit]:
-    storage = _storage(facts)
-    if storage is None:
+    at = _storage(facts)
+    if at is None or at.effective is None:
         return
-    effective = storage.get("effective") or {}
+    effective = at.effective
     # A virtual disk's rotational flag is the hypervisor's default, not the host's hardware.
-    if effective.get("rotational") is not True or effective.get("medium") in ("virtual", "ram"):
+    if effective["rotational"] is not True or effective["medium"] in ("virtual", "ram"):
         return
-    probe = storage.get("read_probe") or {}
-    random_reads = (probe.get("random") or {}).get("reads_per_s")
+    random_reads = _rate(at.probe.get("random"), "reads_per_s")
     yield Hit(
-        message=(f"the data at {storage['path']} is on a rotating disk ({effective.get('device')}, "
-                 f"{_chain(storage)}): random reads cost a seek each (~100-200 a second)"
+        message=(f"the data at {at.section['path']} is on a rotating disk ({effective['device']}, "
+                 f"{_chain(at)}): random reads cost a seek each (~100-200 a second)"
                  + (f"; the probe measured {random_reads:g} reads/s" if random_reads else "")),
-        evidence={**_where(storage), "device": effective.get("device"), "medium": effective.get("medium"),
+        evidence={**_where(at), "device": effective["device"], "medium": effective["medium"],
                   "rotational": True, "random_reads_per_s": random_reads,
-                  "sequential_mib_per_s": (probe.get("sequential") or {}).get("mib_per_s")},
-        fix=(f"copy the data to an SSD/NVMe disk ({_local_copy_hint(storage)}), or pack it into large "
+                  "sequential_mib_per_s": _rate(at.probe.get("sequential"), "mib_per_s")},
+        fix=(f"copy the data to an SSD/NVMe disk ({_local_copy_hint(at)}), or pack it into large "
              "sequentially-read shards (WebDataset .tar shards, LMDB, HDF5) so the disk streams instead of seeking"),
     )
 
 
 def find_network_filesystem(facts: Facts) -> Iterator[Hit]:
-    storage = _storage(facts)
-    if storage is None:
+    at = _storage(facts)
+    if at is None or at.effective is None or at.effective["kind"] not in ("network", "fuse"):
         return
-    effective = storage.get("effective") or {}
-    node = storage["mount"]
-    while node.get("backing"):
-        node = node["backing"]
-    if effective.get("kind") not in ("network", "fuse"):
-        return
+    node = at.bottom
     backend = node.get("backend") or node.get("fstype")
-    known = "network" if effective.get("kind") == "network" else "FUSE (user-space)"
+    known = "network" if at.effective["kind"] == "network" else "FUSE (user-space)"
     usable = facts["system"]["cpu"]["usable"]
     workers = loader_plan(facts)["num_workers"]
     yield Hit(
-        message=(f"the data at {storage['path']} is on a {known} file system: {node.get('fstype')} "
+        message=(f"the data at {at.section['path']} is on a {known} file system: {node.get('fstype')} "
                  f"({backend}) from {node.get('source')} at {node.get('mount_point')}; every read pays a "
                  "round trip, and many small reads stall the loader"),
-        evidence={**_where(storage), "backend": backend, "kind": effective.get("kind"),
+        evidence={**_where(at), "backend": backend, "kind": at.effective["kind"],
                   "fuse": bool(node.get("fuse")), "mount_options": node.get("mount_options"),
                   "num_workers": workers, "usable_cpus": usable},
-        fix=(f"copy the data to local disk before training ({_local_copy_hint(storage)}); or stream packed shards "
+        fix=(f"copy the data to local disk before training ({_local_copy_hint(at)}); or stream packed shards "
              "(WebDataset .tar, LMDB, HDF5) so reads are few and large; and use more workers than CPUs, since "
              f"they mostly wait on the network (e.g. num_workers={max(2 * usable, workers)}, "
              "persistent_workers=True, prefetch_factor=4)"),
@@ -122,34 +144,34 @@ def find_network_filesystem(facts: Facts) -> Iterator[Hit]:
 
 
 def find_many_small_files(facts: Facts) -> Iterator[Hit]:
-    storage = _storage(facts)
+    at = _storage(facts)
     # Only the user's data is judged: a working directory full of source files and
     # a virtual environment is not a dataset, whatever its file sizes.
-    if storage is None or storage.get("source") != "--data":
+    if at is None or at.section["source"] != "--data" or at.sample is None:
         return
-    sample = storage.get("sample") or {}
-    count = sample.get("file_count") or 0
-    median = sample.get("median_bytes")
+    sample = at.sample
+    count = sample["file_count"]
+    median = sample["median_bytes"]
     if count < MANY_FILES or median is None or median >= SMALL_MEDIAN:
         return
-    counted = f"at least {count}" if sample.get("truncated") else str(count)
+    counted = f"at least {count}" if sample["truncated"] else str(count)
     yield Hit(
-        message=(f"{storage['path']} holds {counted} files with a median size of {human_bytes(median)} "
-                 f"(p90 {human_bytes(sample.get('p90_bytes'))}): each sample costs an open, a stat and a small read"),
-        evidence={"path": storage["path"], "file_count": count, "truncated": bool(sample.get("truncated")),
-                  "median_bytes": median, "p90_bytes": sample.get("p90_bytes"), "threshold_files": MANY_FILES,
-                  "threshold_median_bytes": SMALL_MEDIAN, "fstype": storage["mount"].get("fstype")},
+        message=(f"{at.section['path']} holds {counted} files with a median size of {human_bytes(median)} "
+                 f"(p90 {human_bytes(sample['p90_bytes'])}): each sample costs an open, a stat and a small read"),
+        evidence={"path": at.section["path"], "file_count": count, "truncated": sample["truncated"],
+                  "median_bytes": median, "p90_bytes": sample["p90_bytes"], "threshold_files": MANY_FILES,
+                  "threshold_median_bytes": SMALL_MEDIAN, "fstype": at.mount.get("fstype")},
         fix=("pack the files into shards of ~100 MB-1 GB: WebDataset (`tar --sort=name -cf shard-000000.tar ...`, "
              "or webdataset.ShardWriter), LMDB or HDF5, and read them sequentially"),
     )
 
 
-def _needed_rate(facts: Facts, storage: dict[str, Any]) -> dict[str, Any] | None:
+def _needed_rate(facts: Facts, at: _Located) -> dict[str, Any] | None:
     """Bytes a second the loader must read to keep up, when the step time and batch size are known."""
     step_time = facts.config.step_time
     loader = facts.get("loader") if not facts.config.no_loader else None
     batch_size = (loader or {}).get("batch_size")
-    median = (storage.get("sample") or {}).get("median_bytes")
+    median = at.sample["median_bytes"] if at.sample else None
     if not step_time or not batch_size or not median:
         return None
     samples_per_s = batch_size / step_time
@@ -158,48 +180,52 @@ def _needed_rate(facts: Facts, storage: dict[str, Any]) -> dict[str, Any] | None
 
 
 def find_slow_reads(facts: Facts) -> Iterator[Hit]:
-    storage = _storage(facts)
-    if storage is None:
+    at = _storage(facts)
+    if at is None:
         return
-    probe = storage.get("read_probe") or {}
+    probe = at.probe
     if probe.get("skipped"):
         return
-    sequential = probe.get("sequential") or {}
-    random_pass = probe.get("random") or {}
-    evidence = {"path": storage["path"], "fstype": storage["mount"].get("fstype"),
-                "sequential_mib_per_s": sequential.get("mib_per_s"), "random_mib_per_s": random_pass.get("mib_per_s"),
-                "random_reads_per_s": random_pass.get("reads_per_s"), "bytes_read": probe.get("bytes_read"),
-                "probe_seconds": probe.get("seconds"), "cache_bypass": probe.get("cache_bypass"),
-                "timed_out": bool(probe.get("timed_out"))}
+    sequential: ReadPass = probe.get("sequential") or {}
+    random_pass: ReadPass = probe.get("random") or {}
+    seq_rate = sequential.get("mib_per_s")
+    random_rate, random_reads = random_pass.get("mib_per_s"), random_pass.get("reads_per_s")
+    evidence: dict[str, Any] = {
+        "path": at.section["path"], "fstype": at.mount.get("fstype"),
+        "sequential_mib_per_s": seq_rate, "random_mib_per_s": random_rate,
+        "random_reads_per_s": random_reads, "bytes_read": probe.get("bytes_read"),
+        "probe_seconds": probe.get("seconds"), "cache_bypass": probe.get("cache_bypass"),
+        "timed_out": bool(probe.get("timed_out"))}
     reasons = []
-    needed = _needed_rate(facts, storage)
+    needed = _needed_rate(facts, at)
     if probe.get("timed_out"):
-        reasons.append(f"the read probe did not finish within {probe.get('max_seconds'):g} s")
-    streamed = (sequential.get("bytes", 0) / sequential["files"]) if sequential.get("files") else None
-    judge_sequential = sequential.get("mib_per_s") is not None and (
+        reasons.append(f"the read probe did not finish within {probe.get('max_seconds', 0):g} s")
+    files_read = sequential.get("files")
+    streamed = (sequential.get("bytes", 0) / files_read) if files_read else None
+    judge_sequential = seq_rate is not None and (
         sequential.get("bytes", 0) >= MIN_JUDGED_BYTES or sequential.get("seconds", 0) >= MIN_JUDGED_SECONDS) and (
         streamed is None or streamed >= MIN_STREAMED_BYTES_PER_FILE)
-    judge_random = random_pass.get("reads_per_s") is not None and (
+    judge_random = random_reads is not None and (
         random_pass.get("reads", 0) >= MIN_JUDGED_READS or random_pass.get("seconds", 0) >= MIN_JUDGED_SECONDS)
     if needed and judge_random:
         evidence["needed"] = needed
-        if random_pass["mib_per_s"] < needed["mib_per_s"]:
-            reasons.append(f"random reads give {random_pass['mib_per_s']:g} MiB/s but {needed['samples_per_s']:.0f} "
+        if random_rate is not None and random_rate < needed["mib_per_s"]:
+            reasons.append(f"random reads give {random_rate:g} MiB/s but {needed['samples_per_s']:.0f} "
                            f"samples/s × {human_bytes(needed['bytes_per_sample'])} need {needed['mib_per_s']:.1f} MiB/s")
     elif not needed:
-        if judge_sequential and sequential["mib_per_s"] < SLOW_SEQUENTIAL_MIB_S:
-            reasons.append(f"sequential reads give {sequential['mib_per_s']:g} MiB/s "
+        if judge_sequential and seq_rate is not None and seq_rate < SLOW_SEQUENTIAL_MIB_S:
+            reasons.append(f"sequential reads give {seq_rate:g} MiB/s "
                            f"(below {SLOW_SEQUENTIAL_MIB_S:g})")
-        if judge_random and random_pass["reads_per_s"] < SLOW_RANDOM_READS_S:
-            reasons.append(f"random reads manage {random_pass['reads_per_s']:g} a second "
+        if judge_random and random_reads is not None and random_reads < SLOW_RANDOM_READS_S:
+            reasons.append(f"random reads manage {random_reads:g} a second "
                            f"(below {SLOW_RANDOM_READS_S:g})")
     if not reasons:
         return
     usable = facts["system"]["cpu"]["usable"]
     yield Hit(
-        message=f"reading {storage['path']} is slow: " + "; ".join(reasons),
+        message=f"reading {at.section['path']} is slow: " + "; ".join(reasons),
         evidence=evidence,
-        fix=(f"copy the data to faster local storage ({_local_copy_hint(storage)}); pack small files into "
+        fix=(f"copy the data to faster local storage ({_local_copy_hint(at)}); pack small files into "
              "shards (WebDataset, LMDB, HDF5); and read in parallel with more workers "
              f"(num_workers={2 * usable} or more for network storage)"),
     )

@@ -8,14 +8,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from envdoctor.facts import Facts
 from envdoctor.model import Severity
 from envdoctor.rules import Hit
+from envdoctor.units import GIB, MIB, human_bytes
 
-MIB = 1024**2
-GIB = 1024**3
+if TYPE_CHECKING:  # pragma: no cover
+    from envdoctor.facts.torch import TorchFacts
 
 #: With no estimate of the bytes in flight, /dev/shm below this is too small.
 SHM_FLOOR = 512 * MIB
@@ -27,16 +28,6 @@ BASE_NOFILE = 1024
 RECOMMENDED_NOFILE = 65536
 
 
-def human_bytes(n: float | None) -> str:
-    if n is None:
-        return "unknown"
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if abs(n) < 1024 or unit == "TiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n /= 1024
-    return f"{n:.1f} TiB"  # pragma: no cover
-
-
 def loader_plan(facts: Facts) -> dict[str, Any]:
     """The worker settings a run will use: measured by the loader stage, else assumed.
 
@@ -44,11 +35,18 @@ def loader_plan(facts: Facts) -> dict[str, Any]:
     worker_bytes and `source` ("loader" when the smoke test measured them,
     "usable-cpus" when num_workers is assumed from the usable CPUs).
     """
+    from envdoctor.loader import cpus_per_process, processes_per_node
+    from envdoctor.rules.loader_verdict import verdict
+
     system = facts["system"]
-    loader = facts.get("loader") or {}
-    recommendation = loader.get("recommendation") or {}
+    section = facts.get("loader")
+    # The loader's recommendation is the rule layer's verdict on its facts, not a fact itself.
+    recommendation: dict[str, Any] = dict(verdict(section, facts.config.step_time)["recommendation"] or {}) \
+        if section else {}
+    loader: dict[str, Any] = dict(section or {})
     current = loader.get("current") or {}
-    usable = system["cpu"]["usable"]
+    # One training process's share of the node's CPUs (--procs-per-node, LOCAL_WORLD_SIZE).
+    usable = cpus_per_process(system["cpu"]["usable"], processes_per_node(facts.config.procs_per_node))
     if recommendation.get("num_workers") is not None or current.get("num_workers") is not None:
         workers = max(recommendation.get("num_workers") or 0, current.get("num_workers") or 0)
         prefetch = recommendation.get("prefetch_factor") or current.get("prefetch_factor") or 2
@@ -65,17 +63,22 @@ def loader_plan(facts: Facts) -> dict[str, Any]:
     }
 
 
+def _sharing_strategy(facts: Facts) -> str | None:
+    """torch's sharing strategy as the probe saw it; None when torch's facts are missing or unprobed."""
+    torch: TorchFacts | None = facts.get("torch")
+    return torch["sharing_strategy"] if torch else None
+
+
 def find_low_nofile_limit(facts: Facts) -> Iterator[Hit]:
     nofile = facts["system"]["limits"]["nofile"]
-    soft, hard = nofile.get("soft"), nofile.get("hard")
+    soft, hard = nofile["soft"], nofile["hard"]
     if soft is None:
         return
     plan = loader_plan(facts)
     workers = plan["num_workers"]
     if workers == 0:
         return
-    torch_facts = facts.get("torch") or {}
-    strategy = torch_facts.get("sharing_strategy") or "file_descriptor"
+    strategy = _sharing_strategy(facts) or "file_descriptor"
     # Under file_descriptor every tensor a worker hands over holds an open file
     # until the main process frees it; keep room for batches the loop keeps alive.
     in_flight = workers * plan["prefetch_factor"] * plan["tensors_per_batch"]
@@ -105,7 +108,7 @@ def find_low_nofile_limit(facts: Facts) -> Iterator[Hit]:
 
 
 def find_small_shm(facts: Facts) -> Iterator[Hit]:
-    shm = facts["system"].get("shm")
+    shm = facts["system"]["shm"]
     if not shm:
         return
     plan = loader_plan(facts)
@@ -141,15 +144,16 @@ def find_cpu_quota(facts: Facts) -> Iterator[Hit]:
     if not count or usable >= count:
         return
     limits = []
-    if cpu.get("affinity") is not None and cpu["affinity"] < count:
-        limits.append(f"CPU affinity allows {cpu['affinity']}")
-    if cpu.get("quota_cpus") is not None and cpu["quota_cpus"] < count:
-        limits.append(f"the cgroup quota is {cpu['quota_cpus']:g} CPUs")
+    affinity, quota = cpu["affinity"], cpu["quota_cpus"]
+    if affinity is not None and affinity < count:
+        limits.append(f"CPU affinity allows {affinity}")
+    if quota is not None and quota < count:
+        limits.append(f"the cgroup quota is {quota:g} CPUs")
     yield Hit(
         message=(f"only {usable} of the {count} CPUs that os.cpu_count() reports are usable "
                  f"({'; '.join(limits)}): worker counts derived from os.cpu_count() oversubscribe"),
-        evidence={"usable_cpus": usable, "cpu_count": count, "affinity": cpu.get("affinity"),
-                  "quota_cpus": cpu.get("quota_cpus"), "cgroup_version": cpu.get("cgroup_version")},
+        evidence={"usable_cpus": usable, "cpu_count": count, "affinity": affinity,
+                  "quota_cpus": quota, "cgroup_version": cpu["cgroup_version"]},
         fix=(f"use num_workers={usable} at most, derived from len(os.sched_getaffinity(0)) and the "
              f"cgroup quota, not os.cpu_count(); set OMP_NUM_THREADS={max(1, usable)} as well"),
     )
@@ -168,11 +172,11 @@ def find_low_memory_headroom(facts: Facts) -> Iterator[Hit]:
     if available >= need:
         return
     fits = max(0, int((available - batches) * 0.8 // per_worker))
-    limited_by = "the cgroup memory limit" if memory.get("cgroup_limit") else "the machine's free memory"
+    limited_by = "the cgroup memory limit" if memory["cgroup_limit"] else "the machine's free memory"
     yield Hit(
         message=(f"{human_bytes(available)} of memory is available ({limited_by}) but {workers} workers "
                  f"need about {human_bytes(need)}: expect the OOM killer to end workers"),
-        evidence={"available_bytes": available, "cgroup_limit": memory.get("cgroup_limit"),
+        evidence={"available_bytes": available, "cgroup_limit": memory["cgroup_limit"],
                   "num_workers": workers, "per_worker_bytes": per_worker,
                   "per_worker_source": "measured" if plan["worker_bytes"] else "assumed",
                   "batch_bytes_in_flight": batches, "estimated_need": need},

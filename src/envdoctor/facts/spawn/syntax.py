@@ -1,0 +1,128 @@
+"""Questions answered from the syntax tree alone: guards, generators, bound names, CUDA mentions."""
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+
+
+def _own_nodes(func: ast.AST) -> Iterator[ast.AST]:
+    """The nodes of a function body, not descending into nested functions or classes."""
+    todo = list(ast.iter_child_nodes(func))
+    while todo:
+        node = todo.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+            continue
+        yield node
+        todo.extend(ast.iter_child_nodes(node))
+
+
+def _target_names(node: ast.AST) -> Iterator[str]:
+    for sub in ast.walk(node):
+        if isinstance(sub, ast.Name) and isinstance(sub.ctx, (ast.Store, ast.Del)):
+            yield sub.id
+        elif isinstance(sub, ast.MatchAs) and sub.name:
+            yield sub.name
+
+
+_BODIES = ("body", "orelse", "finalbody", "handlers", "cases")
+
+
+def bound_names(body: list[ast.stmt], memo: dict[int, frozenset[str]]) -> set[str]:
+    """Every name a block may bind in its own scope (assignments, loops, with, imports, defs …).
+
+    Nested blocks are looked up in `memo`, so long elif chains cost linear time.
+    """
+    names: set[str] = set()
+    for stmt in body:
+        cached = memo.get(id(stmt))
+        if cached is None:
+            found: set[str] = set()
+            if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                found.add(stmt.name)  # what the body binds is local to it
+            elif isinstance(stmt, (ast.Import, ast.ImportFrom)):
+                found.update((a.asname or a.name).split(".")[0] for a in stmt.names)
+            else:
+                for field_name, value in ast.iter_fields(stmt):
+                    if field_name in _BODIES and isinstance(value, list):
+                        for child in value:
+                            if isinstance(child, (ast.ExceptHandler, ast.match_case)):
+                                if isinstance(child, ast.ExceptHandler) and child.name:
+                                    found.add(child.name)
+                                if isinstance(child, ast.match_case):
+                                    found.update(_target_names(child.pattern))
+                                found |= bound_names(child.body, memo)
+                        if value and isinstance(value[0], ast.stmt):
+                            found |= bound_names(value, memo)
+                    elif isinstance(value, ast.AST):
+                        found.update(_target_names(value))  # targets, walrus in tests
+                    elif isinstance(value, list):
+                        for item in value:
+                            if isinstance(item, ast.AST):
+                                found.update(_target_names(item))
+            cached = memo[id(stmt)] = frozenset(found)
+        names |= cached
+    return names
+
+
+def is_generator_node(func: ast.AST) -> bool:
+    return any(isinstance(n, (ast.Yield, ast.YieldFrom)) for n in _own_nodes(func))
+
+
+def mentions_cuda(func: ast.AST) -> bool:
+    for node in ast.walk(func):
+        if isinstance(node, ast.Attribute) and node.attr == "cuda":
+            return True
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value.startswith("cuda"):
+            return True
+    return False
+
+
+def guard_polarity(test: ast.expr) -> bool | None:
+    """True for `__name__ == "__main__"` (any order, either quotes), False for `!=`, else None.
+
+    `if __name__ == "__main__" and x:` still guards its body; `or` does not.
+    """
+    if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And):
+        if any(guard_polarity(v) is True for v in test.values):
+            return True
+        return None
+    if not isinstance(test, ast.Compare) or len(test.ops) != 1:
+        return None
+    left, op, right = test.left, test.ops[0], test.comparators[0]
+
+    def is_name(n: ast.expr) -> bool:
+        return isinstance(n, ast.Name) and n.id == "__name__"
+
+    def is_main(n: ast.expr) -> bool:
+        if isinstance(n, ast.Constant):
+            return n.value == "__main__"
+        if isinstance(n, (ast.Tuple, ast.List, ast.Set)):
+            # `__name__ in ("__main__", "__mp_main__")` is true in spawned workers too
+            # (they import the script as __mp_main__): that is no guard.
+            names = {e.value for e in n.elts if isinstance(e, ast.Constant)}
+            return "__main__" in names and "__mp_main__" not in names
+        return False
+
+    if isinstance(op, (ast.In, ast.NotIn)):
+        if is_name(left) and is_main(right):
+            return isinstance(op, ast.In)
+        return None
+    if (is_name(left) and is_main(right)) or (is_main(left) and is_name(right)):
+        if isinstance(op, (ast.Eq, ast.Is)):
+            return True
+        if isinstance(op, (ast.NotEq, ast.IsNot)):
+            return False
+    return None
+
+
+def matches_only_main(pattern: ast.pattern) -> bool:
+    """A case pattern that matches "__main__" and not "__mp_main__" (what spawned workers see)."""
+    if isinstance(pattern, ast.MatchValue):
+        return isinstance(pattern.value, ast.Constant) and pattern.value.value == "__main__"
+    if isinstance(pattern, ast.MatchOr):
+        return (any(matches_only_main(p) for p in pattern.patterns)
+                and not any(isinstance(p, ast.MatchValue) and isinstance(p.value, ast.Constant)
+                            and p.value.value == "__mp_main__" for p in pattern.patterns))
+    return False
+
+

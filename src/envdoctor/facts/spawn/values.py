@@ -1,0 +1,352 @@
+"""The value lattice: what an expression may evaluate to, just enough to follow loaders and processes."""
+from __future__ import annotations
+
+import ast
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+
+class Value:
+    """Something an expression may evaluate to; the base is "unknown"."""
+
+    def text(self) -> str:
+        return "?"
+
+
+def unparse(node: ast.AST) -> str:
+    try:
+        text = ast.unparse(node)
+    except Exception:  # pragma: no cover - unparse covers every node we meet
+        text = "?"
+    return text if len(text) <= 120 else text[:117] + "..."
+
+
+@dataclass(eq=False)
+class Unknown(Value):
+    source: str = "?"
+    node: ast.AST | None = None  # unparsed only when the text is needed: unparse is slow
+    #: Objects defined in the walk that this value may carry (`Subset(MyDataset(), idx)`).
+    holds: list[Value] = field(default_factory=list)
+
+    def text(self) -> str:
+        if self.node is not None:
+            self.source, self.node = unparse(self.node), None
+        return self.source
+
+
+@dataclass(eq=False)
+class Const(Value):
+    value: Any
+    origin: str | None = None  # "N = 2 (line 5)" when it came through a name
+
+    def text(self) -> str:
+        return repr(self.value)
+
+
+@dataclass(eq=False)
+class QualName(Value):
+    """A module or an object imported from one, by its fully qualified name."""
+
+    name: str
+    #: Why the module it names could not be read, when it should have been (a project module).
+    missing: str | None = None
+
+    def text(self) -> str:
+        return self.name
+
+
+@dataclass(eq=False)
+class Seq(Value):
+    items: list[Value]
+
+
+@dataclass(eq=False)
+class Mapping_(Value):
+    items: dict[str, Value]
+    open: bool = False  # may hold keys we could not read
+    #: What any key we could not read holds (a dict comprehension's value).
+    default: Value | None = None
+
+    def every_value(self) -> list[Value]:
+        """What a subscript with an unknown key may give: every value."""
+        return [*self.items.values(), *([self.default] if self.default is not None else [])]
+
+
+@dataclass(eq=False)
+class Site:
+    line: int
+    column: int
+    path: str = ""
+
+
+class Step(NamedTuple):
+    """One link of the chain from module level to a start: a call, or an import."""
+
+    call: str
+    path: str
+    line: int
+    code: str
+
+
+@dataclass(eq=False)
+class Module(Value):
+    """One file the walk reads: the script, a project module it imports, or a notebook.
+
+    `reruns` is what spawn does with it: a script is re-imported in every worker as
+    `__mp_main__`, an imported module is imported again, a notebook is not re-run at
+    all (so what it defines cannot be found by the workers).
+    """
+
+    name: str
+    path: str
+    lines: list[str]
+    tree: ast.Module | None
+    package: str = ""
+    is_main: bool = False
+    reruns: bool = True
+    scope: dict[str, Value] = field(default_factory=dict)
+    star_modules: list[str] = field(default_factory=list)
+    state: str = "new"  # new, running, done
+    #: Why the module could not be read or parsed, when it could not.
+    problem: str | None = None
+
+    def text(self) -> str:
+        return self.name
+
+    def code(self, line: int) -> str:
+        if 1 <= line <= len(self.lines):
+            return self.lines[line - 1].strip()[:200]
+        return ""
+
+    def column(self, line: int, col_offset: int) -> int:
+        """The 1-based character column of a node: ast counts UTF-8 bytes, editors and SARIF characters."""
+        if 1 <= line <= len(self.lines):
+            text = self.lines[line - 1]
+            if not text.isascii():
+                return len(text.encode("utf-8")[:col_offset].decode("utf-8", "replace")) + 1
+        return col_offset + 1
+
+
+@dataclass(eq=False)
+class Loader(Value):
+    site: Site
+    num_workers: Value
+    context: str | None = None
+    persistent: bool = False
+    dataset: Value | None = None
+    worker_fns: list[Value] = field(default_factory=list)
+    class_name: str = "DataLoader"
+    started: bool = False
+    #: What the workers must unpickle, by the DataLoader parameter that passes it.
+    shipped: dict[str, Value] = field(default_factory=dict)
+
+    def text(self) -> str:
+        return f"{self.class_name}(num_workers={self.num_workers.text()})"
+
+
+@dataclass(eq=False)
+class Iterating(Value):
+    """An iterator over a loader (already started) or a wrapper that will iterate it (tqdm …)."""
+
+    loader: Loader
+    started: bool
+    #: A wrapper known to iterate what it wraps (tqdm …); an unknown one counts only
+    #: where its items are unpacked (`for x, y in wrapper(loader)`).
+    known: bool = True
+
+
+@dataclass(eq=False)
+class Context(Value):
+    method: str | None
+
+
+@dataclass(eq=False)
+class ProcessObj(Value):
+    site: Site
+    context: str | None
+    kind: str = "Process"
+
+
+@dataclass(eq=False)
+class PoolObj(Value):
+    kind: str
+
+
+@dataclass(eq=False)
+class Executor(Value):
+    site: Site
+    context: str | None
+
+
+@dataclass(eq=False)
+class TrainerObj(Value):
+    site: Site
+
+
+@dataclass(eq=False)
+class Device(Value):
+    cuda: bool
+
+
+@dataclass(eq=False)
+class ClassInfo(Value):
+    node: ast.ClassDef
+    bases: list[Value]
+    namespace: dict[str, Value]
+    module: Module | None = None
+
+    def lookup(self, name: str) -> Value | None:
+        if name in self.namespace:
+            return self.namespace[name]
+        for base in self.bases:
+            if isinstance(base, ClassInfo):
+                found = base.lookup(name)
+                if found is not None:
+                    return found
+        return None
+
+    def inherits(self, names: frozenset[str]) -> bool:
+        for base in self.bases:
+            if isinstance(base, QualName) and base.name in names:
+                return True
+            if isinstance(base, ClassInfo) and base.inherits(names):
+                return True
+        return False
+
+
+@dataclass(eq=False)
+class Instance(Value):
+    cls: ClassInfo
+    attrs: dict[str, Value] = field(default_factory=dict)
+
+
+@dataclass(eq=False)
+class Function(Value):
+    node: ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda
+    defaults: dict[str, Value]
+    owner: ClassInfo | None = None
+    #: The scopes of the functions it is nested in, innermost first (its closure).
+    closure: list[dict[str, Value]] = field(default_factory=list)
+    module: Module | None = None
+
+    @property
+    def name(self) -> str:
+        return "<lambda>" if isinstance(self.node, ast.Lambda) else self.node.name
+
+
+@dataclass(eq=False)
+class Bound(Value):
+    """A method looked up on a value: obj.attr, not yet called."""
+
+    obj: Value
+    attr: str
+    func: Function | None = None
+    node: ast.AST | None = None
+
+    def text(self) -> str:
+        return unparse(self.node) if self.node is not None else f"?.{self.attr}"
+
+
+@dataclass(eq=False)
+class Deferred(Value):
+    """A generator or coroutine: its body runs when it is consumed or awaited."""
+
+    func: Function
+    scope: dict[str, Value]
+    call_site: Step
+
+
+@dataclass(eq=False)
+class GuardFlag(Value):
+    """The value of `__name__ == "__main__"` kept in a name: `IS_MAIN = __name__ == "__main__"`."""
+
+    polarity: bool
+
+
+@dataclass(eq=False)
+class SuperObj(Value):
+    instance: Value
+    cls: ClassInfo | None
+
+
+def is_plain(value: Value, depth: int = 0) -> bool:
+    """Values that cannot start anything: binding them inside a function changes no memo."""
+    if isinstance(value, (Unknown, Const, QualName, Function, ClassInfo, GuardFlag)):
+        return True
+    if depth < 2 and isinstance(value, Seq):
+        return all(is_plain(v, depth + 1) for v in value.items[:16]) and len(value.items) <= 16
+    if depth < 2 and isinstance(value, Mapping_):
+        return all(is_plain(v, depth + 1) for v in list(value.items.values())[:16]) and len(value.items) <= 16
+    return False
+
+
+def loaderish(value: Value) -> Loader | None:
+    if isinstance(value, Loader):
+        return value
+    if isinstance(value, Iterating) and not value.started:
+        return value.loader
+    return None
+
+
+def join(a: Value | None, b: Value | None) -> Value:
+    """The value of a name after two branches: keep what can start workers."""
+    if a is None:
+        return b if b is not None else Unknown()
+    if b is None or a is b:
+        return a
+    if isinstance(a, Const) and isinstance(b, Const):
+        if a.value == b.value:
+            return a
+        return Unknown(f"{a.text()} or {b.text()}")
+    if isinstance(a, Mapping_) and isinstance(b, Mapping_):
+        # `{"num_workers": 2} if cuda else {}`: a key either branch sets may be set.
+        keys = list(dict.fromkeys([*a.items, *b.items]))
+        return Mapping_({k: join(a.items.get(k), b.items.get(k)) for k in keys}, open=a.open or b.open)
+    return a if _rank(a) >= _rank(b) else b
+
+
+def _rank(value: Value) -> int:
+    """How much a value matters to the guard: a loader that may start workers most."""
+    if isinstance(value, (Unknown, Const)):
+        return 0
+    loader = loaderish(value)
+    if loader is None:
+        return 1
+    workers = loader.num_workers
+    return 2 if isinstance(workers, Const) and workers.value == 0 else 3
+
+
+def any_of(values: list[Value]) -> Value:
+    """One value standing for several (a subscript with an unknown key): the one that matters most."""
+    if not values:
+        return Unknown()
+    return max(values, key=_rank)
+
+
+def defined_in_main(value: Value | None, depth: int = 0) -> list[Value]:
+    """The classes' instances and functions in `value` that a module not re-run by the workers defines.
+
+    A notebook is `__main__` for its kernel, and spawn does not re-run it: what it
+    defines cannot be unpickled by a worker.
+    """
+    if value is None or depth > 3:
+        return []
+    if isinstance(value, Instance) and value.cls.module is not None and not value.cls.module.reruns:
+        return [value]
+    if isinstance(value, ClassInfo) and value.module is not None and not value.module.reruns:
+        return [value]
+    if isinstance(value, Function) and value.module is not None and not value.module.reruns:
+        return [value]
+    if isinstance(value, Unknown):
+        return [found for held in value.holds for found in defined_in_main(held, depth + 1)]
+    if isinstance(value, Seq):
+        return [found for item in value.items[:16] for found in defined_in_main(item, depth + 1)]
+    return []
+
+
+def is_cuda(value: Value | None) -> bool:
+    if isinstance(value, Device):
+        return value.cuda
+    return isinstance(value, Const) and isinstance(value.value, str) and value.value.startswith("cuda")
+
+

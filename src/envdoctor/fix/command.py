@@ -1,0 +1,134 @@
+"""`envdoctor fix` and `envdoctor fix --undo`: options, confirmation and exit codes.
+
+Exit codes: 0 every planned finding is gone (or there was nothing to fix; for
+--undo: everything restored), 1 some remain or a new one appeared (undo:
+something could not be restored), 2 nothing could run, the user declined,
+or no terminal and no --yes.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable
+from typing import Any
+
+EXIT_OK, EXIT_REMAIN, EXIT_NOTHING = 0, 1, 2
+
+
+#: The checking settings `fix` takes, declared once in envdoctor.config.
+FIX_SETTINGS = ("prefix", "env_name", "select", "ignore")
+
+
+def add_parser(sub: Any) -> None:
+    """The `fix` subcommand (called by envdoctor.cli.build_parser)."""
+    from envdoctor.config import add_arguments
+
+    fix = sub.add_parser("fix", help="apply the fixes of the current findings, re-check, journal for undo",
+                         description="Plan from a fresh static check, run each finding's fix steps with the tool "
+                                     "that owns the files, move removed files into a journal, then check again.")
+    add_arguments(fix, names=FIX_SETTINGS)
+    fix.add_argument("--dry-run", action="store_true", help="print the plan and change nothing")
+    fix.add_argument("--yes", "-y", action="store_true", help="run the plan without asking")
+    fix.add_argument("--undo", action="store_true", help="put back what the last fix changed, byte for byte")
+    fix.add_argument("--format", choices=("text", "json"), default="text", help="output format (default: text)")
+    fix.set_defaults(handler=run)
+
+
+def _say(lines: list[str], fmt: str) -> None:
+    # With --format json, stdout carries only the JSON: the human lines go to stderr.
+    stream = sys.stderr if fmt == "json" else sys.stdout
+    for line in lines:
+        print(line, file=stream)
+
+
+def _confirm(count: int, prefix: str) -> bool | None:
+    """True/False from a terminal user; None when there is no terminal to ask."""
+    if not sys.stdin.isatty():
+        return None
+    try:
+        answer = input(f"Run these {count} step(s) on {prefix}? [y/N] ")
+    except EOFError:
+        return False
+    return answer.strip().lower() in ("y", "yes")
+
+
+def run(args: argparse.Namespace, check: Callable[[Any], Any] | None = None) -> int:
+    """Run `fix` as parsed; `check` is the checker that plans and re-checks (the engine's run_check)."""
+    from envdoctor.fix.journal import JournalError
+
+    try:
+        return _run(args, check)
+    except JournalError as exc:
+        print(f"envdoctor: error: {exc}", file=sys.stderr)
+        return EXIT_NOTHING
+
+
+def _run(args: argparse.Namespace, check: Callable[[Any], Any] | None) -> int:
+    from envdoctor.fix import render
+
+    if args.undo:
+        from envdoctor.fix.undo import undo_last
+
+        undone = undo_last()
+        if args.format == "json":
+            print(json.dumps(undone.to_dict(), indent=2))
+        else:
+            _say(render.undo_text(undone), "text")
+        return undone.exit_code
+    if check is None:
+        from envdoctor.engine import run_check
+
+        check = run_check
+    return _fix(args, check)
+
+
+def _fix(args: argparse.Namespace, run_check: Callable[[Any], Any]) -> int:
+    from envdoctor.config import load_config, settings_from_args
+    from envdoctor.fix import render
+    from envdoctor.fix.execute import Executor, recheck
+    from envdoctor.fix.journal import Journal
+    from envdoctor.fix.plan import make_plan
+
+    given = {k: v for k, v in settings_from_args(args).items() if k in FIX_SETTINGS}
+    config = load_config(given, defaults={"format": "text"})
+    config = config.with_overrides(no_loader=True, distributed=False, format="text", scripts=())
+    before = run_check(config)
+    plan = make_plan(before)
+    fmt = args.format
+
+    def finish(code: int, message: str, results: list[Any] | None = None, outcome: Any = None,
+               journal: str | None = None) -> int:
+        if fmt == "json":
+            sys.stdout.write(render.fix_json(plan, dry_run=args.dry_run, journal=journal, results=results or [],
+                                             outcome=outcome, exit_code=code, message=message))
+        else:
+            _say(render.results_text(results or [], outcome, journal) + ([message] if message else []), "text")
+        return code
+
+    _say(render.plan_text(plan), fmt)
+    if not plan.planned and before.errors:
+        skipped = "; ".join(f"{e.get('rule')}: {e.get('message')}" for e in before.errors[:3])
+        return finish(EXIT_NOTHING, f"the check could not run every selected rule, so nothing is planned ({skipped})")
+    if not plan.planned:
+        return finish(EXIT_OK if not plan.without_steps else EXIT_NOTHING,
+                      "nothing to fix" if not plan.without_steps else "no finding has a fix envdoctor can run")
+    if not plan.runnable:
+        return finish(EXIT_NOTHING, "nothing could run: every step was skipped (reasons above)")
+    if args.dry_run:
+        return finish(EXIT_OK, "dry run: nothing was changed")
+    if not args.yes:
+        answer = _confirm(len(plan.runnable), str(plan.target.get("prefix")))
+        if answer is None:
+            return finish(EXIT_NOTHING, "envdoctor: error: fix changes the environment and there is no terminal "
+                                        "to ask: pass --yes to run the plan (or --dry-run to only see it)")
+        if not answer:
+            return finish(EXIT_NOTHING, "nothing was changed")
+    journal = Journal.create(dict(before.target))
+    results = Executor(plan, journal).run()
+    if not any(r.status == "done" for r in results):
+        return finish(EXIT_NOTHING, "nothing could run", results, journal=str(journal.path))
+    outcome = recheck(config, plan, before, run_check)
+    code = EXIT_OK if not outcome.remaining and not outcome.new else EXIT_REMAIN
+    summary = f"{len(outcome.fixed)} fixed, {len(outcome.remaining)} still there, {len(outcome.new)} new"
+    return finish(code, summary, results, outcome, str(journal.path))

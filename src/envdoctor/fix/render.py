@@ -1,0 +1,85 @@
+"""How a fix shows itself: the plan, each step's result and the re-check, as text or JSON.
+
+The JSON shape (documented in the README, "Fixing"):
+`{"fix_version": 1, "target": {...}, "dry_run": bool, "journal": path|null,
+"plan": {"steps": [...], "findings": [...], "findings_without_steps": [...]},
+"results": [{"step", "status", "detail"}], "outcome": {"fixed", "remaining", "new"}|null,
+"exit_code": 0|1|2, "message": str}`.
+"""
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from envdoctor.fix.execute import Outcome, StepResult
+from envdoctor.fix.plan import Plan
+from envdoctor.fix.undo import UndoResult
+
+FIX_JSON_VERSION = 1
+
+
+def _clean(text: str) -> str:
+    """One line, no control characters from metadata reaching the terminal."""
+    return "".join(ch if ch.isprintable() else "?" for ch in " ".join(str(text).split()))
+
+
+def plan_text(plan: Plan) -> list[str]:
+    """The plan, one block per finding: the finding it should clear, then its steps, one line each."""
+    lines = [f"envdoctor fix: {plan.target.get('prefix')} ({plan.target.get('kind')})"]
+    if not plan.steps and not plan.without_steps:
+        lines.append("  no finding to fix")
+    last = None
+    for step in plan.steps:
+        if (step.rule, step.finding) != last:
+            lines.append(f"  {step.rule} {_clean(step.finding)}")
+            last = (step.rule, step.finding)
+        mark = "run " if step.runs else "skip"
+        lines.append(f"    {step.number:>2}. [{mark}] {step.step.tool}: {_clean(step.describe())}")
+        if step.skip:
+            lines.append(f"        not run: {_clean(step.skip)}")
+    for finding in plan.without_steps:
+        lines.append(f"  {finding.rule} {_clean(finding.message)}")
+        lines.append("        no step envdoctor can run: see `envdoctor check` for its fix")
+    return lines
+
+
+def results_text(results: list[StepResult], outcome: Outcome | None, journal: str | None) -> list[str]:
+    lines = ["ran:"] if results else []
+    for result in results:
+        lines.append(f"    {result.number:>2}. {result.status}: {_clean(result.detail)}")
+    if journal:
+        lines.append(f"journal: {journal} (undo with `envdoctor fix --undo`)")
+    if outcome is not None:
+        lines.append("checked again:")
+        for label, items in (("fixed", outcome.fixed), ("still there", outcome.remaining), ("new", outcome.new)):
+            for finding in items:
+                lines.append(f"  {label}: {finding.rule} {_clean(finding.message)}")
+    return lines
+
+
+def fix_json(plan: Plan, *, dry_run: bool, journal: str | None, results: list[StepResult],
+             outcome: Outcome | None, exit_code: int, message: str) -> str:
+    data: dict[str, Any] = {
+        "fix_version": FIX_JSON_VERSION,
+        "target": plan.target,
+        "dry_run": dry_run,
+        "journal": journal,
+        "plan": plan.to_dict(),
+        "results": [r.to_dict() for r in results],
+        "outcome": outcome.to_dict() if outcome is not None else None,
+        "exit_code": exit_code,
+        "message": message,
+    }
+    return json.dumps(data, indent=2, default=str) + "\n"
+
+
+def undo_text(result: UndoResult) -> list[str]:
+    lines = [f"envdoctor fix --undo: {result.journal or 'no journal'}"]
+    if result.refused:
+        lines.append("refused, nothing was changed:")
+        lines += [f"  {_clean(r)}" for r in result.refused]
+    lines += [f"  {_clean(r)}" for r in result.restored]
+    lines += [f"  problem: {_clean(p)}" for p in result.problems]
+    if not result.refused and not result.problems:
+        lines.append("every path the fix touched holds again what it held before (same hashes)")
+    return lines

@@ -1,0 +1,90 @@
+"""`PreflightCallback` for the Hugging Face Trainer: preflight on the Trainer's own train DataLoader.
+
+    from envdoctor.integrations.transformers import PreflightCallback
+    trainer = Trainer(model=model, args=args, train_dataset=ds, callbacks=[PreflightCallback()])
+
+At `on_train_begin` the Trainer passes the train DataLoader it built (as
+Accelerate prepared it: sharded across processes) and no step has run yet.
+The node's local process 0 runs the checks and profiles that loader; the
+node's usable CPUs are shared by its processes (`LOCAL_WORLD_SIZE`, set by
+torchrun and `accelerate launch`) when num_workers is recommended. Every
+process then learns whether any node failed, so all of them stop together.
+
+Importing this module imports transformers; `import envdoctor` does not.
+"""
+from __future__ import annotations
+
+import importlib
+import os
+from typing import Any
+
+from envdoctor.integrations.node import NodePreflight, PreflightStopped, first_dataloader
+
+
+def _callback_base() -> Any:
+    try:
+        return importlib.import_module("transformers").TrainerCallback
+    except ImportError:
+        raise ImportError("envdoctor.integrations.transformers needs transformers: "
+                          "pip install 'envdoctor[transformers]'") from None
+
+
+# Typed Any on purpose: the same code type-checks whether or not transformers is installed.
+TrainerCallback: Any = _callback_base()
+
+
+class PreflightCallback(TrainerCallback):
+    """Run envdoctor's checks and profile the train DataLoader once per node, before the first step.
+
+    `fail_on` ("error", "warning", "info" or "never") decides what stops
+    training with `envdoctor.PreflightError`; findings below it are printed
+    and raised as a `PreflightWarning`. After the run, `report` holds the
+    Report on each node's local process 0 (None elsewhere).
+    """
+
+    def __init__(self, fail_on: str = "error", budget_s: float = 15.0, step_time_s: float | None = None,
+                 select: tuple[str, ...] | list[str] = (), ignore: tuple[str, ...] | list[str] = ()) -> None:
+        self.preflight = NodePreflight(fail_on=fail_on, budget_s=budget_s, step_time_s=step_time_s,
+                                       select=tuple(select), ignore=tuple(ignore))
+
+    @property
+    def report(self) -> Any:
+        return self.preflight.report
+
+    def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        if self.preflight.done:
+            return
+        loader = first_dataloader(kwargs.get("train_dataloader"))
+        failure: Exception | None = None
+        try:
+            self.preflight.run(loader, framework="transformers", local_rank=0 if state.is_local_process_zero else 1,
+                               procs_per_node=processes_on_this_node(args))
+        except Exception as exc:  # re-raised below, once every process knows
+            failure = exc
+        stop = _any_process(failure is not None, args)
+        if failure is not None:
+            raise failure
+        if stop:
+            raise PreflightStopped(self.preflight.fail_on)
+
+
+def processes_on_this_node(args: Any) -> int:
+    """Training processes on this node: LOCAL_WORLD_SIZE (torchrun, accelerate launch), else the world size."""
+    local = os.environ.get("LOCAL_WORLD_SIZE", "")
+    if local.isdigit() and int(local) > 0:
+        return int(local)
+    return max(1, int(getattr(args, "world_size", 1) or 1))
+
+
+def _any_process(flag: bool, args: Any) -> bool:
+    """True on every process when `flag` is True on any (a collective, when torch.distributed is running)."""
+    import torch.distributed as dist
+
+    import torch
+
+    if not (dist.is_available() and dist.is_initialized()):
+        return flag
+    # NCCL reduces tensors on the process's GPU; gloo on the CPU. args.device is the one the Trainer uses.
+    tensor = torch.tensor([int(flag)], device=args.device)
+    dist.all_reduce(tensor, op=dist.ReduceOp.MAX)
+    return bool(tensor.item())

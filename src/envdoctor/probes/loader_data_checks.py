@@ -1,0 +1,152 @@
+"""What the loader feeds training, not how fast: repeated samples (DL007) and cloned randomness (DL008).
+
+Part of the standalone runner (see loader_runner.py). Both are bounded in
+samples and time and run inside the stage's budget; the workers they start
+are shut down before they return.
+
+- duplicates: an IterableDataset's sample identities (a hash of each
+  sample's tensors) over one bounded epoch in this process, then over the same
+  number of samples and more with two workers. A dataset that ignores
+  `get_worker_info()` yields each record once per worker.
+- rng: one index drawn twice in this process (different results: the sample
+  is random), then drawn first by each of two workers; identical results mean
+  the workers share a cloned generator (one the dataset made in `__init__`).
+"""
+from __future__ import annotations
+
+import hashlib
+import time
+from collections import Counter
+from typing import Any
+
+from loader_session import Session
+from loader_timing import shutdown
+
+#: Samples one side of the duplicates check reads at most, and seconds it may take.
+DUP_MAX_SAMPLES = 512
+DUP_MAX_S = 0.75
+#: Workers the checks start.
+CHECK_WORKERS = 2
+
+
+def sample_identity(sample: Any, torch: Any) -> str:
+    """A hash of what a sample holds: tensor and array bytes, numbers and strings, in order."""
+    digest = hashlib.blake2b(digest_size=16)
+    stack = [sample]
+    seen = 0
+    while stack and seen < 1000:
+        item = stack.pop()
+        seen += 1
+        if isinstance(item, torch.Tensor):
+            tensor = item.detach().cpu().contiguous()
+            digest.update(str((tuple(tensor.shape), str(tensor.dtype))).encode())
+            try:
+                digest.update(tensor.numpy().tobytes())
+            except Exception:  # dtypes numpy lacks (bfloat16), or no numpy
+                digest.update(repr(tensor.flatten().tolist()).encode())
+        elif hasattr(item, "tobytes") and hasattr(item, "dtype"):
+            digest.update(item.tobytes())
+        elif isinstance(item, dict):
+            stack.extend(item[k] for k in sorted(item, key=repr))
+        elif isinstance(item, (list, tuple)):
+            stack.extend(reversed(item))
+        else:
+            digest.update(repr(item).encode())
+    return digest.hexdigest()
+
+
+def _worker_options(s: Session, timeout: float) -> dict[str, Any]:
+    options: dict[str, Any] = {"batch_size": None, "num_workers": CHECK_WORKERS, "timeout": timeout}
+    for key in ("worker_init_fn", "multiprocessing_context", "generator"):
+        if s.user_kwargs.get(key) is not None:
+            options[key] = s.user_kwargs[key]
+    return options
+
+
+def _startup_allowance(s: Session) -> float:
+    """Seconds two workers may take to start (under spawn each imports torch)."""
+    if s.start_method in ("spawn", "forkserver"):
+        return 2.0 * s.import_s + 1.0
+    return 1.0
+
+
+def duplicates(s: Session) -> None:
+    """DL007's measurement (result `duplicates`), for iterable datasets."""
+    if not s.iterable or not s.workers_ok:
+        return
+    need = 2 * DUP_MAX_S + _startup_allowance(s) + 0.5
+    if s.left() < need + 1.0:
+        s.events.skip("repeated samples (DL007)", f"not enough of the budget left ({s.left():.1f} s)")
+        return
+    s.guarded(need + 1.0, "reading samples to count repeats", "duplicates", num_workers=CHECK_WORKERS)
+    alone: list[str] = []
+    bounded = False
+    try:
+        end = time.monotonic() + DUP_MAX_S
+        for sample in s.dataset:
+            alone.append(sample_identity(sample, s.torch))
+            if len(alone) >= DUP_MAX_SAMPLES or time.monotonic() > end:
+                bounded = True
+                break
+    except Exception as exc:
+        s.watchdog.disarm()
+        s.events.skip("repeated samples (DL007)", f"iterating the dataset raised {type(exc).__name__}: {exc}")
+        return
+    wanted = CHECK_WORKERS * len(alone)
+    together: list[str] = []
+    iterator = None
+    try:
+        loader = s.DataLoader(s.dataset, **_worker_options(s, timeout=_startup_allowance(s) + DUP_MAX_S))
+        iterator = iter(loader)
+        end = time.monotonic() + DUP_MAX_S + _startup_allowance(s)
+        for sample in iterator:
+            together.append(sample_identity(sample, s.torch))
+            if len(together) >= wanted or time.monotonic() > end:
+                break
+    except Exception as exc:
+        s.events.skip("repeated samples (DL007)",
+                      f"reading with {CHECK_WORKERS} workers raised {type(exc).__name__}: {str(exc)[:200]}")
+        return
+    finally:
+        shutdown(iterator)
+        s.watchdog.disarm()
+    counts = Counter(together)
+    s.events.result("duplicates", {
+        "num_workers": CHECK_WORKERS, "samples_0": len(alone), "duplicates_0": len(alone) - len(set(alone)),
+        "samples_n": len(together), "duplicates_n": len(together) - len(counts),
+        "most_repeats_n": max(counts.values(), default=0), "bounded": bounded})
+
+
+def cloned_rng(s: Session, first_index: Any) -> None:
+    """DL008's measurement (result `rng`), for map-style datasets."""
+    if s.iterable or not s.workers_ok or first_index is None:
+        return
+    need = _startup_allowance(s) + 4 * s.per_sample_s + 0.5
+    if s.left() < need + 1.0:
+        s.events.skip("cloned randomness (DL008)", f"not enough of the budget left ({s.left():.1f} s)")
+        return
+    s.guarded(need + 1.0, f"drawing index {first_index} twice and in two workers", "rng",
+              num_workers=CHECK_WORKERS)
+    record: dict[str, Any] = {"index": first_index, "num_workers": CHECK_WORKERS,
+                              "worker_init_fn": getattr(s.user_kwargs.get("worker_init_fn"), "__qualname__", None)}
+    iterator = None
+    try:
+        first = sample_identity(s.dataset[first_index], s.torch)
+        second = sample_identity(s.dataset[first_index], s.torch)
+        record["main_differs"] = first != second
+        record["workers_identical"] = None
+        if record["main_differs"]:
+            # Indices go to the workers in turn: worker 0 gets the first, worker 1 the second.
+            options = _worker_options(s, timeout=need)
+            loader = s.DataLoader(s.dataset, sampler=[first_index] * CHECK_WORKERS, **options)
+            iterator = iter(loader)
+            drawn = [sample_identity(sample, s.torch) for sample in iterator]
+            record["workers_identical"] = len(drawn) == CHECK_WORKERS and len(set(drawn)) == 1
+    except Exception as exc:
+        s.events.skip("cloned randomness (DL008)", f"drawing index {first_index} raised {type(exc).__name__}: "
+                      f"{str(exc)[:200]}")
+        return
+    finally:
+        shutdown(iterator)
+        s.watchdog.disarm()
+    s.events.result("rng", record)

@@ -1,0 +1,192 @@
+"""What every part of the runner shares: the event stream, the watchdog, the budget, the dataset under test.
+
+Part of the standalone runner (see loader_runner.py): the standard library
+only at import time, never envdoctor.
+"""
+from __future__ import annotations
+
+import json
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+
+class Events:
+    """Writes events as JSON lines to a file descriptor (a pipe to envdoctor)."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.lock = threading.Lock()
+
+    def emit(self, ev: str, **fields: Any) -> None:
+        data = (json.dumps({"ev": ev, **fields}, default=repr) + "\n").encode("utf-8")
+        with self.lock:
+            try:
+                while data:
+                    written = os.write(self.fd, data)
+                    data = data[written:]
+            except OSError:
+                pass  # envdoctor has gone; nothing left to tell
+
+    def phase(self, name: str, limit_s: float, **fields: Any) -> None:
+        self.emit("phase", name=name, limit_s=round(limit_s, 3), **fields)
+
+    def result(self, key: str, value: Any) -> None:
+        self.emit("result", key=key, value=value)
+
+    def skip(self, what: str, reason: str) -> None:
+        self.result("skip", {"what": what, "reason": reason})
+
+
+def release_semaphores() -> None:
+    """Unlink the named semaphores this process created, before it ends without running finalizers.
+
+    Under spawn and forkserver every DataLoader queue holds named semaphores
+    (/dev/shm/sem.mp-*) that multiprocessing unlinks only when the objects are
+    collected or the interpreter exits normally; the runner ends with os._exit,
+    so it unlinks them itself. Unlinking a name leaves the semaphores working
+    for processes that still use them.
+    """
+    from multiprocessing import synchronize, util
+
+    cleanup = getattr(synchronize.SemLock, "_cleanup", None)
+    registry = getattr(util, "_finalizer_registry", {})
+    for finalizer in list(registry.values()):
+        if cleanup is not None and getattr(finalizer, "_callback", None) is cleanup:
+            try:
+                finalizer()  # skips, by itself, the semaphores of the process this one was forked from
+            except Exception:
+                pass
+
+
+class Watchdog:
+    """Ends the runner when a phase overstays, saying which indices were in flight; and when the
+    process that started it is gone (envdoctor killed outright), so no worker outlives it."""
+
+    def __init__(self, events: Events, describe: Any) -> None:
+        self.events = events
+        self.describe = describe
+        self.deadline: float | None = None
+        self.what = ""
+        self.parent = os.getppid()
+        self.cond = threading.Condition()
+        thread = threading.Thread(target=self._watch, name="envdoctor-watchdog", daemon=True)
+        thread.start()
+
+    def arm(self, limit_s: float, what: str) -> None:
+        with self.cond:
+            self.deadline = time.monotonic() + max(0.1, limit_s)
+            self.what = what
+            self.cond.notify()
+
+    def disarm(self) -> None:
+        with self.cond:
+            self.deadline = None
+            self.cond.notify()
+
+    def _orphaned(self) -> bool:
+        return os.getppid() != self.parent
+
+    def _watch(self) -> None:
+        while True:
+            with self.cond:
+                if self._orphaned():
+                    break
+                if self.deadline is None or self.deadline > time.monotonic():
+                    left = 0.5 if self.deadline is None else self.deadline - time.monotonic()
+                    self.cond.wait(min(0.5, max(0.01, left)))
+                    continue
+                what = self.what
+            self.events.emit("failure", value=self.describe(what))
+            end_now(reason="watchdog", events=self.events)
+        end_now()  # orphaned: nobody reads the events any more, and no worker may outlive envdoctor
+
+
+def end_now(reason: str | None = None, events: Events | None = None) -> None:
+    """End the runner at once, its workers with it (they are its children: fork, spawn and forkserver)."""
+    try:
+        release_semaphores()
+    except Exception:
+        pass  # platforms without named semaphores; the exit below must happen regardless
+    try:
+        import multiprocessing
+
+        for child in multiprocessing.active_children():
+            child.kill()
+    except Exception:
+        pass
+    if events is not None:
+        events.emit("done", reason=reason)
+    os._exit(0)
+
+
+@dataclass
+class Session:
+    """The runner's shared state: the plan, the budget, and the dataset under test once it is built."""
+
+    plan: dict[str, Any]
+    events: Events
+    deadline: float = 0.0
+    watchdog: Any = None
+    # Set by the setup (loader_setup.Setup.build):
+    torch: Any = None
+    DataLoader: Any = None
+    dataset: Any = None
+    tracked: Any = None
+    iterable: bool = False
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    user_kwargs: dict[str, Any] = field(default_factory=dict)
+    current: dict[str, Any] = field(default_factory=dict)
+    start_method: str = "fork"
+    length: int | None = None
+    batch_size: int = 32
+    auto_collation: bool = True
+    cap: int = 8
+    import_s: float = 0.0
+    # Set as the test goes:
+    per_sample_s: float = 0.0
+    runs: list[dict[str, Any]] = field(default_factory=list)
+    workers_ok: bool = True
+    failure_workers: int | None = None
+
+    def __post_init__(self) -> None:
+        self.deadline = time.monotonic() + float(self.plan["budget_left_s"])
+        self.watchdog = Watchdog(self.events, self.describe_stuck)
+
+    @property
+    def usable(self) -> int:
+        return int(self.plan.get("usable_cpus") or 1)
+
+    def left(self) -> float:
+        return self.deadline - time.monotonic()
+
+    def guarded(self, limit_s: float, what: str, phase: str, **fields: Any) -> None:
+        self.events.phase(phase, limit_s, **fields)
+        self.watchdog.arm(limit_s, what)
+
+    def describe_stuck(self, what: str) -> dict[str, Any]:
+        busy = self.tracked.in_progress() if self.tracked is not None else {}
+        index = next(iter(busy.values()), None)
+        where = "main process" if 0 in busy or not busy else f"worker {min(busy) - 1}"
+        return {"kind": "hung", "index": index, "num_workers": self.failure_workers,
+                "where": "__getitem__" if busy else what,
+                "message": (f"{what} did not finish in time" + (f"; index {index} was being fetched in the {where}"
+                                                                if index is not None else "")),
+                "exception": None, "signal": None, "in_progress": {str(k): v for k, v in busy.items()}}
+
+    def loader(self, nw: int, dataset: Any, timeout: float, *, persistent: bool = False, pin: bool = False,
+               kwargs: dict[str, Any] | None = None) -> Any:
+        """A DataLoader with the user's settings and the ones under test."""
+        options = dict(self.kwargs if kwargs is None else kwargs)
+        options["num_workers"] = nw
+        options["pin_memory"] = pin
+        if nw > 0:
+            options["prefetch_factor"] = self.current.get("prefetch_factor") or 2
+            options["persistent_workers"] = persistent
+            options["timeout"] = timeout
+        else:
+            options.pop("multiprocessing_context", None)
+            options.pop("worker_init_fn", None)
+        return self.DataLoader(dataset, **options)

@@ -1,0 +1,225 @@
+"""Timing a DataLoader: the kernel's account of its processes, batch sizes, steady-state rates, iterator control.
+
+Part of the standalone runner (see loader_runner.py): the standard library
+only at import time, torch passed in.
+"""
+from __future__ import annotations
+
+import os
+import time
+from typing import Any
+
+#: Steady-state windows each run is split into, for the spread.
+WINDOWS = 5
+
+
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def schedstat(pid: int | str) -> tuple[float, float] | None:
+    """(seconds on a CPU, seconds waiting for one) of a task, from /proc.
+
+    Kernels without scheduler statistics have no schedstat file; then the CPU
+    time comes from /proc/<pid>/stat and the wait for a CPU counts as zero.
+    """
+    try:
+        with open(f"/proc/{pid}/schedstat") as fh:
+            run_ns, wait_ns, _ = fh.read().split()
+        return int(run_ns) / 1e9, int(wait_ns) / 1e9
+    except (OSError, ValueError):
+        pass
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            fields = fh.read().rsplit(")", 1)[1].split()
+        # utime and stime are fields 14 and 15 of stat, 12 and 13 after the command name.
+        return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS, 0.0
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def process_cpu(pid: int) -> float | None:
+    """CPU seconds of a whole process, every thread (a worker's queue feeder thread pickles its batches)."""
+    try:
+        with open(f"/proc/{pid}/stat") as fh:
+            fields = fh.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / _CLOCK_TICKS
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def peak_rss(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/status") as fh:
+            for line in fh:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        return None
+    return None
+
+
+def worker_pids(iterator: Any) -> list[int]:
+    workers = getattr(iterator, "_workers", None) or []
+    return [w.pid for w in workers if getattr(w, "pid", None)]
+
+
+class CpuWindow:
+    """How the main process and the workers spent a stretch of wall time."""
+
+    def __init__(self, pids: list[int]) -> None:
+        self.pids = pids
+        self.wall = time.perf_counter()
+        self.main = os.times()
+        self.workers = {pid: schedstat(pid) for pid in pids}
+        self.processes = {pid: process_cpu(pid) for pid in pids}
+
+    def close(self) -> dict[str, Any]:
+        wall = max(1e-9, time.perf_counter() - self.wall)
+        now = os.times()
+        main_cpu = (now.user - self.main.user) + (now.system - self.main.system)
+        out: dict[str, Any] = {"main_cpu": round(main_cpu / wall, 3)}
+        run = waiting = 0.0
+        counted = 0
+        for pid, start in self.workers.items():
+            end = schedstat(pid)
+            if start is None or end is None:
+                continue
+            run += end[0] - start[0]
+            waiting += end[1] - start[1]
+            counted += 1
+        if counted:
+            # run: computing; runqueue: ready but no CPU free; the rest: blocked
+            # (sleeping on I/O, the network, or the index queue).
+            out["worker_cpu"] = round(run / wall / counted, 3)
+            out["worker_runqueue"] = round(waiting / wall / counted, 3)
+            out["worker_blocked"] = round(max(0.0, 1 - (run + waiting) / wall / counted), 3)
+        spent = [(end - start) for start, end in ((self.processes[p], process_cpu(p)) for p in self.pids)
+                 if start is not None and end is not None]
+        if spent:
+            # All threads of each worker: what the handover costs them too, beside __getitem__.
+            out["worker_process_cpu"] = round(sum(spent) / wall / len(spent), 3)
+        rss = [r for r in (peak_rss(pid) for pid in self.pids) if r]
+        if rss:
+            out["worker_rss_bytes"] = max(rss)
+        return out
+
+
+# ---------------------------------------------------------------------------
+# Batches: how many samples, how many bytes, how many tensors.
+
+
+def batch_stats(batch: Any, torch: Any) -> dict[str, Any]:
+    """Bytes and tensors in one collated batch, and what else it holds."""
+    total = 0
+    tensors = 0
+    others: set[str] = set()
+    stack = [batch]
+    seen = 0
+    while stack and seen < 10000:
+        item = stack.pop()
+        seen += 1
+        if isinstance(item, torch.Tensor):
+            total += item.element_size() * item.nelement()
+            tensors += 1
+        elif type(item).__module__ == "numpy" and hasattr(item, "nbytes"):
+            total += int(item.nbytes)
+            others.add("numpy." + type(item).__name__)
+        elif isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, (list, tuple)):
+            stack.extend(item)
+        elif isinstance(item, (str, bytes, int, float, bool)) or item is None:
+            others.add(type(item).__name__)
+        else:
+            others.add(type(item).__module__ + "." + type(item).__qualname__)
+    return {"batch_bytes": total, "tensors_per_batch": tensors, "non_tensor_types": sorted(others)}
+
+
+def samples_in(batch: Any, torch: Any, default: int) -> int:
+    stack = [batch]
+    while stack:
+        item = stack.pop(0)
+        if isinstance(item, torch.Tensor):
+            return int(item.shape[0]) if item.dim() else default
+        if isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, (list, tuple)):
+            if item and not isinstance(item[0], (list, tuple, dict)) and not isinstance(item[0], torch.Tensor):
+                return len(item)
+            stack.extend(item)
+    return default
+
+
+def steady_state(epochs: list[list[tuple[float, int]]], warmup: int, workers: int = 1) -> dict[str, Any]:
+    """Samples/s after each epoch's warm-up batches, with its spread over windows.
+
+    N workers deliver their batches in rounds of N, so each window spans at least one
+    round; shorter windows would measure the bursts, not the rate.
+    """
+    intervals: list[tuple[float, int]] = []
+    for stamps in epochs:
+        start = min(warmup, len(stamps) - 1)
+        for k in range(start + 1, len(stamps)):
+            intervals.append((stamps[k][0] - stamps[k - 1][0], stamps[k][1]))
+    if not intervals:
+        return {"samples_per_s": None, "steady_batches": 0}
+    seconds = sum(dt for dt, _ in intervals)
+    samples = sum(n for _, n in intervals)
+    rate = samples / seconds if seconds > 0 else None
+    # Windows are whole rounds (a multiple of `workers` intervals), as equal as they can be.
+    rounds = len(intervals) // workers
+    windows = min(WINDOWS, rounds // 2 if workers == 1 else rounds) or 1
+    size = max(1, rounds // windows) * workers if rounds else len(intervals)
+    rates = []
+    for w in range(windows):
+        chunk = intervals[w * size:(w + 1) * size]
+        dt = sum(d for d, _ in chunk)
+        if dt > 0:
+            rates.append(sum(n for _, n in chunk) / dt)
+    rates.sort()
+    out = {"samples_per_s": round(rate, 2) if rate else None, "steady_batches": len(intervals),
+           "steady_s": round(seconds, 4), "windows": len(rates)}
+    if rate and rates:
+        out["samples_per_s_min"] = round(rates[0], 2)
+        out["samples_per_s_max"] = round(rates[-1], 2)
+        out["spread"] = round((rates[-1] - rates[0]) / rate, 3)
+    return out
+
+
+
+
+def set_timeout(iterator: Any, seconds: float) -> None:
+    """Change how long a worker iterator waits for its next batch (a DataLoader has one timeout for all)."""
+    if getattr(iterator, "_timeout", 0):
+        iterator._timeout = seconds
+
+
+def workers_alive(iterator: Any) -> bool:
+    """Every worker of the iterator still runs (a wait that ends with them alive is a timeout, not a death)."""
+    workers = getattr(iterator, "_workers", None) or []
+    try:
+        return all(w.is_alive() for w in workers)
+    except Exception:
+        return False
+
+
+def abandon_workers(iterator: Any) -> None:
+    """Kill workers that are still starting: a graceful shutdown waits seconds for each."""
+    for worker in getattr(iterator, "_workers", None) or []:
+        try:
+            worker.kill()
+            worker.join(timeout=1.0)
+        except Exception:
+            pass
+
+
+def shutdown(iterator: Any) -> None:
+    """Stop an iterator's workers now rather than when the garbage collector gets to it."""
+    if iterator is None:
+        return
+    stop = getattr(iterator, "_shutdown_workers", None)
+    if stop is not None:
+        try:
+            stop()
+        except Exception:
+            pass

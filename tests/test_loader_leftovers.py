@@ -1,0 +1,113 @@
+"""Nothing outlives the loader stage: not after SIGTERM or SIGHUP to envdoctor (how CI cancels a job), not a
+process the dataset started in a session of its own, not workers that left the group, not a shared memory
+segment a killed worker held. Real processes, checked with psutil and /dev/shm."""
+from __future__ import annotations
+
+import glob
+import os
+import signal
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from loadersupport import FIXTURES_DIR, dump, loader_report
+from support import envdoctor_argv, findings
+
+pytestmark = pytest.mark.slow
+
+#: Seconds every process of the stage may take to be gone.
+GONE_WITHIN_S = 5.0
+
+
+def _plan_files() -> set[str]:
+    return set(glob.glob(os.path.join(tempfile.gettempdir(), "envdoctor-plan-*.json")))
+
+
+def _alive(procs: list[psutil.Process]) -> list[psutil.Process]:
+    living = []
+    for proc in procs:
+        try:
+            if proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE:
+                living.append(proc)
+        except psutil.NoSuchProcess:
+            continue
+    return living
+
+
+def _wait_gone(procs: list[psutil.Process], seconds: float) -> list[psutil.Process]:
+    end = time.monotonic() + seconds
+    while _alive(procs) and time.monotonic() < end:
+        time.sleep(0.05)
+    return _alive(procs)
+
+
+def _recorded(path: Path, kind: str) -> list[str]:
+    if not path.exists():
+        return []
+    return [line.split(" ", 1)[1] for line in path.read_text().splitlines() if line.startswith(kind + " ")]
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
+def test_a_signal_during_the_stage_leaves_no_worker_and_no_plan_file(signum: int) -> None:
+    plans = _plan_files()
+    proc = subprocess.Popen([*envdoctor_argv("loader", "--dataset", "loaderfixtures.suite:remote_read",
+                                             "--budget", "60", "--format", "json")],
+                            cwd=str(FIXTURES_DIR), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        me = psutil.Process(proc.pid)
+        # Wait until the runner has DataLoader workers: envdoctor, the runner, and at least one worker.
+        deadline = time.monotonic() + 60
+        family: list[psutil.Process] = []
+        while time.monotonic() < deadline:
+            family = me.children(recursive=True)
+            if len(family) >= 2:
+                break
+            time.sleep(0.1)
+        assert len(family) >= 2, "the runner never started workers"
+        time.sleep(0.3)
+        family = me.children(recursive=True)
+        os.kill(proc.pid, signum)
+        code = proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert code == -signum  # the signal still ends envdoctor, after the cleanup
+    assert _wait_gone(family, GONE_WITHIN_S) == [], [p.pid for p in family]
+    assert _plan_files() - plans == set()
+
+
+def test_a_process_the_factory_started_in_its_own_session_is_killed(tmp_path: Path) -> None:
+    record = tmp_path / "record"
+    report, _, _ = loader_report("--dataset", "loaderfixtures.leftovers:escaping_factory", "--budget", "10",
+                                 env={"ENVDOCTOR_TEST_RECORD": str(record)})
+    (pid,) = _recorded(record, "pid")
+    helper = psutil.Process(int(pid)) if psutil.pid_exists(int(pid)) else None
+    assert helper is None or _wait_gone([helper], GONE_WITHIN_S) == [], dump(report)
+
+
+def test_workers_that_call_setsid_are_killed(tmp_path: Path) -> None:
+    record = tmp_path / "record"
+    report, _, _ = loader_report("--dataset", "loaderfixtures.leftovers:setsid_workers", "--budget", "10",
+                                 env={"ENVDOCTOR_TEST_RECORD": str(record)})
+    pids = [int(p) for p in _recorded(record, "pid")]
+    assert pids, dump(report)  # the workers did leave the group
+    procs = [psutil.Process(p) for p in pids if psutil.pid_exists(p)]
+    assert _wait_gone(procs, GONE_WITHIN_S) == []
+
+
+@pytest.mark.skipif(not os.path.isdir("/dev/shm"), reason="needs /dev/shm")
+def test_shared_memory_of_a_killed_worker_is_removed(tmp_path: Path) -> None:
+    record = tmp_path / "record"
+    report, _, _ = loader_report("--dataset", "loaderfixtures.leftovers:shm_holder", "--budget", "20",
+                                 env={"ENVDOCTOR_TEST_RECORD": str(record)})
+    names = _recorded(record, "shm")
+    assert names, dump(report)  # a worker created the segment and hung holding it
+    (hit,) = findings(report, "DL006")
+    assert hit["evidence"]["kind"] == "hung" and hit["evidence"]["index"] == 40
+    for name in names:
+        assert not Path("/dev/shm", name).exists(), name
+    assert set(names) <= set(report["loader"]["runner"]["shm_removed"])

@@ -1,0 +1,87 @@
+"""The smoke test on loaders nobody tuned for it: where the time goes (IPC, not __getitem__), and what the
+loader feeds training (repeated samples, cloned randomness). Each fixture in fixtures/loaderfixtures/trust.py
+runs once through the real `envdoctor loader`; its expected class and rules are declared beside it, and
+each firing case has a quiet twin. The budget leaves room for torch's import on a busy machine."""
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from loaderfixtures.trust import EXPECTED
+from loadersupport import assert_nothing_left, dump, loader_report, shm_torch_segments
+from support import findings
+
+pytestmark = pytest.mark.slow
+
+BUDGET = "20"
+
+
+def _duplicates(report: dict[str, Any]) -> None:
+    (hit,) = findings(report, "DL007")
+    evidence = hit["evidence"]
+    assert hit["severity"] == "error"
+    assert evidence["num_workers"] == 2 and evidence["duplicates_0"] == 0
+    # Every record comes once per worker: about half of what two workers read repeats a sample.
+    assert evidence["duplicates_n"] >= 0.3 * evidence["samples_n"] > 0, evidence
+    assert evidence["most_repeats_n"] == 2
+    assert "get_worker_info()" in hit["fix"]
+
+
+def _sharded(report: dict[str, Any]) -> None:
+    duplicates = report["loader"]["duplicates"]  # the check ran, and found nothing repeated
+    assert duplicates["samples_n"] > 0 and duplicates["duplicates_n"] == 0, duplicates
+
+
+def _cloned(report: dict[str, Any]) -> None:
+    (hit,) = findings(report, "DL008")
+    assert hit["evidence"]["main_differs"] is True and hit["evidence"]["workers_identical"] is True
+    assert "np.random.default_rng(info.seed)" in hit["fix"] and "worker_init_fn" in hit["fix"]
+
+
+def _reseeded(report: dict[str, Any]) -> None:
+    rng = report["loader"]["rng"]  # the check ran: the sample is random, and the workers drew apart
+    assert rng["main_differs"] is True and rng["workers_identical"] is False, rng
+    assert rng["worker_init_fn"] == "reseed_worker"
+
+
+def _torch_random(report: dict[str, Any]) -> None:
+    rng = report["loader"]["rng"]
+    assert rng["main_differs"] is True and rng["workers_identical"] is False, rng
+
+
+def _large(report: dict[str, Any]) -> None:
+    (hit,) = findings(report, "DL002")
+    assert hit["evidence"]["batch_bytes"] == 8 * 512 * 1024 * 4
+    assert "uint8" in hit["fix"] and "GPU" in hit["fix"]
+    assert "moving" in report["loader"]["bottleneck_reason"] or "handing" in report["loader"]["bottleneck_reason"]
+
+
+def _tiny(report: dict[str, Any]) -> None:
+    (hit,) = findings(report, "DL002")
+    assert hit["evidence"]["num_workers_0_samples_per_s"] > hit["evidence"]["best_worker_samples_per_s"]
+
+
+MORE: dict[str, Callable[[dict[str, Any]], None]] = {
+    "duplicating_stream": _duplicates, "sharded_stream": _sharded, "cloned_rng": _cloned,
+    "reseeded_rng": _reseeded, "torch_rng": _torch_random, "large_cheap_samples": _large,
+    "tiny_cheap_samples": _tiny,
+}
+
+
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_expected_class_and_rules(name: str) -> None:
+    expected_class, fire, quiet = EXPECTED[name]
+    before = shm_torch_segments()
+    report, wall, _ = loader_report("--dataset", f"loaderfixtures.trust:{name}", "--budget", BUDGET)
+    loader = report["loader"]
+    assert_nothing_left(report, before)
+    assert wall < float(BUDGET) + 6
+    assert loader["failure"] is None, dump(report)
+    fired = {f["rule"] for f in report["findings"]}
+    assert fire <= fired, (name, fired, dump(report))
+    assert not (quiet & fired), (name, fired, dump(report))
+    if expected_class is not None:
+        assert loader["bottleneck"] == expected_class, dump(report)
+    MORE[name](report)

@@ -1,0 +1,163 @@
+"""The spawn guard across a project: factories, containers and loaders passed between modules.
+
+Each folder under fixtures/spawn_projects/ is a small project whose main
+script (train.py, or scripts/train.py) says in its header which findings
+must come out, in which file and at which line (`# expect: SPW001@utils.py:6`,
+paths relative to the project folder), and whether it really fails under
+spawn (`# ground-truth: fails|runs`). The slow tests run each script for real
+with spawn (and one with forkserver) forced, and check that the tracebacks of
+the failure pass through exactly the file and line the finding points at —
+and through the module-level statement it names.
+"""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from envdoctor.config import Config
+from envdoctor.engine import run_check
+from test_spawn_ground_truth import BOOTSTRAP, run_with_start_method
+
+PROJECTS = Path(__file__).resolve().parent.parent / "fixtures" / "spawn_projects"
+_EXPECT = re.compile(r"^#\s*expect:\s*(.+)$", re.MULTILINE)
+_GROUND_TRUTH = re.compile(r"^#\s*ground-truth:\s*(fails|runs)\b", re.MULTILINE)
+_TOKEN = re.compile(r"^(?P<rule>[A-Z]{3}\d{3})@(?P<file>[\w./-]+\.py):(?P<line>\d+)$")
+
+
+def main_script(project: Path) -> Path:
+    for candidate in (project / "train.py", project / "scripts" / "train.py"):
+        if candidate.is_file():
+            return candidate
+    raise AssertionError(f"{project.name} has no train.py")
+
+
+MAINS = sorted(main_script(p) for p in PROJECTS.iterdir() if p.is_dir())
+IDS = [p.relative_to(PROJECTS).parts[0] for p in MAINS]
+
+
+def project_of(script: Path) -> Path:
+    return PROJECTS / script.relative_to(PROJECTS).parts[0]
+
+
+def expected(script: Path) -> set[tuple[str, str, int]]:
+    spec = _EXPECT.search(script.read_text(encoding="utf-8"))
+    assert spec, f"{script} has no `# expect:` header"
+    if spec.group(1).strip() == "nothing":
+        return set()
+    wanted = set()
+    for token in spec.group(1).split():
+        parsed = _TOKEN.match(token)
+        assert parsed, f"{script}: bad expect token {token!r}"
+        wanted.add((parsed.group("rule"), parsed.group("file"), int(parsed.group("line"))))
+    return wanted
+
+
+def ground_truth(script: Path) -> str | None:
+    match = _GROUND_TRUTH.search(script.read_text(encoding="utf-8"))
+    return match.group(1) if match else None
+
+
+def check(script: Path, select: tuple[str, ...] = ("SPW001", "SPW004")):
+    return run_check(Config(scripts=(str(script),), select=select, no_loader=True))
+
+
+def found(report, project: Path) -> set[tuple[str, str, int]]:
+    return {(f.rule, Path(f.location.path).resolve().relative_to(project).as_posix(), f.location.line)
+            for f in report.findings}
+
+
+def test_every_pattern_of_the_issue_has_a_project():
+    assert {"factory_tuple", "factory_class", "passed_into", "package_roots", "import_time_start",
+            "unreadable_module", "guarded_quiet", "imported_guard_quiet"} <= set(IDS)
+    outcomes = {ground_truth(m) for m in MAINS}
+    assert {"fails", "runs"} <= outcomes
+
+
+@pytest.mark.parametrize("script", MAINS, ids=IDS)
+def test_findings_match_the_header_exactly(script: Path):
+    project = project_of(script)
+    assert found(check(script), project) == expected(script)
+
+
+def test_the_finding_names_the_path_it_followed_across_files():
+    script = PROJECTS / "passed_into" / "train.py"
+    [finding] = check(script, ("SPW001",)).by_rule("SPW001")
+    evidence = finding.evidence
+    assert evidence["path_followed"] == [f"{script}:12", f"{PROJECTS / 'passed_into' / 'utils.py'}:6"]
+    assert evidence["module_level_statement"]["line"] == 12
+    assert evidence["script"] == str(script) and evidence["num_workers"] == 2
+    assert "utils.py:6" in finding.message and "train_epoch() called at line 12" in finding.message
+    assert "built at " in evidence["starts"] and "train.py:9" in evidence["starts"]
+
+
+def test_an_import_that_starts_workers_points_at_the_import_statement():
+    script = PROJECTS / "import_time_start" / "train.py"
+    [finding] = check(script, ("SPW001",)).by_rule("SPW001")
+    assert finding.evidence["module_level_statement"]["code"] == "import warmup"
+    assert finding.evidence["via"] == ["import warmup at line 4"]
+    assert "Call `import warmup` (line 4)" in finding.fix
+
+
+def test_an_unparsable_module_is_a_warning_for_it_and_the_loader_passed_to_it_is_a_warning_saying_why():
+    script = PROJECTS / "unreadable_module" / "train.py"
+    report = check(script)
+    [guard] = report.by_rule("SPW001")
+    assert guard.severity.value == "warning"
+    assert guard.evidence["kind"] == "loader-passed" and guard.evidence["callee"] == "helpers.train_epoch"
+    assert "cannot be parsed" in guard.evidence["unreadable_because"]
+    assert "If helpers.train_epoch() iterates the loader" in guard.message
+    [module] = report.by_rule("SPW004")
+    assert module.evidence["module"] == "helpers" and module.evidence["imported_by"] == str(script)
+    assert module.evidence["error"].startswith("SyntaxError")
+    assert report.errors == []
+
+
+def test_a_missing_relative_module_degrades_to_a_warning(tmp_path: Path):
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "run.py").write_text(
+        "from torch.utils.data import DataLoader\n"
+        "from .gone import consume\n"
+        "consume(DataLoader(range(4), num_workers=2))\n", encoding="utf-8")
+    report = check(package / "run.py")
+    [guard] = report.by_rule("SPW001")
+    assert guard.severity.value == "warning" and "no module pkg.gone in the project" in guard.evidence["unreadable_because"]
+    assert report.errors == []
+
+
+def test_a_module_importing_itself_in_a_cycle_is_read_once(tmp_path: Path):
+    (tmp_path / "a.py").write_text("import b\nfrom torch.utils.data import DataLoader\n"
+                                   "def make():\n    return DataLoader(range(4), num_workers=2)\n", encoding="utf-8")
+    (tmp_path / "b.py").write_text("import a\n", encoding="utf-8")
+    (tmp_path / "train.py").write_text("import a\nfor x in a.make():\n    pass\n", encoding="utf-8")
+    report = check(tmp_path / "train.py")
+    assert [(f.rule, f.location.line) for f in report.findings] == [("SPW001", 2)]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("script", [m for m in MAINS if ground_truth(m)], ids=[i for m, i in zip(MAINS, IDS)
+                                                                              if ground_truth(m)])
+def test_spawn_really_fails_exactly_where_the_finding_points(script: Path, tmp_path: Path):
+    project = project_of(script)
+    outcome, output = run_with_start_method(script, "spawn", tmp_path, extra_path=(project,))
+    assert outcome == ground_truth(script), f"{script} {outcome} under spawn; output:\n{output[-3000:]}"
+    findings = check(script, ("SPW001",)).by_rule("SPW001")
+    assert bool(findings) == (outcome == "fails")
+    if outcome == "fails":
+        assert BOOTSTRAP in output
+        passed = {(Path(f).resolve(), int(n)) for f, n in re.findall(r'File "([^"]+)", line (\d+)', output)}
+        for finding in findings:
+            assert (Path(finding.location.path).resolve(), finding.location.line) in passed, (finding.location, passed)
+            statement = finding.evidence["module_level_statement"]
+            assert (Path(statement["path"]).resolve(), statement["line"]) in passed
+
+
+@pytest.mark.slow
+def test_forkserver_fails_the_same_way_across_modules(tmp_path: Path):
+    script = PROJECTS / "passed_into" / "train.py"
+    outcome, output = run_with_start_method(script, "forkserver", tmp_path, extra_path=(project_of(script),))
+    assert outcome == "fails" and BOOTSTRAP in output
+    assert f'File "{PROJECTS / "passed_into" / "utils.py"}", line 6' in output

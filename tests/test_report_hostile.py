@@ -18,6 +18,7 @@ import pytest
 from envdoctor.model import Finding, Location, Report, Severity
 from envdoctor.report import FORMATS, RenderOptions, render
 from envdoctor.report.safe import has_unsafe
+from reportfixtures import loader_section
 from support import run_envdoctor
 
 SPAWN = Path(__file__).resolve().parents[1] / "fixtures" / "spawn"
@@ -74,10 +75,9 @@ def _hostile_report() -> Report:
                   host={"hostname": HOSTILE["rich-close"], "platform": HOSTILE["csi-c1"]},
                   target={"prefix": HOSTILE["osc8-link"], "kind": HOSTILE["rich-link"], "python": HOSTILE["bidi-isolate"]},
                   facts={}, findings=findings, checked=None,
-                  loader={"dataset": HOSTILE["osc8-link"], "bottleneck": HOSTILE["rich-close"],
-                          "bottleneck_reason": HOSTILE["clear-screen"],
-                          "skipped": [{"what": HOSTILE["rich-link"], "reason": HOSTILE["bidi-override"]}],
-                          "runs": [{"num_workers": 0, "samples_per_s": 10.0}]},
+                  loader=loader_section(dataset=HOSTILE["osc8-link"], bottleneck=HOSTILE["rich-close"],
+                                        bottleneck_reason=HOSTILE["clear-screen"],
+                                        skipped=[{"what": HOSTILE["rich-link"], "reason": HOSTILE["bidi-override"]}]),
                   errors=[{"probe": HOSTILE["nul-and-bell"], "message": HOSTILE["osc-title"]}])
 
 

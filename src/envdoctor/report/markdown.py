@@ -14,7 +14,7 @@ import re
 from typing import Any
 
 from envdoctor.model import Finding, Report
-from envdoctor.report.safe import MAX_ITEMS, clean_tree, printable, printable_block
+from envdoctor.report.safe import MAX_ITEMS, clean_report, clean_tree, printable, printable_block
 from envdoctor.report.text import (
     BLOCK_LIMIT,
     GROUP_LIMIT,
@@ -131,7 +131,7 @@ def render(report: Report) -> str:
     if fleet:  # the side-by-side view comes before the findings
         from envdoctor.fleet.view import fleet_markdown
 
-        lines += [fleet_markdown(report), ""]
+        lines += [fleet_markdown(clean_report(report, escape_text)), ""]
     else:
         lines += ["| area | status |", "|---|---|"]
         for area, (level, status) in area_statuses(report).items():

@@ -18,7 +18,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from envdoctor.model import Finding, Report, Severity
-from envdoctor.report.safe import MAX_ITEMS, clean_tree, printable, printable_block
+from envdoctor.report.safe import MAX_ITEMS, clean_report, clean_tree, printable, printable_block
 
 _STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
 _MARK = {"error": "✗", "warning": "!", "info": "i"}
@@ -342,12 +342,12 @@ def write(report: Report, console: Any, verbose: bool = False) -> None:
     if fleet:  # compare / --distributed: many nodes, no single environment to name
         from envdoctor.fleet.view import fleet_heading, fleet_renderables
 
-        fleet = clean_tree(fleet)
-        out.line(printable(fleet_heading(report, fleet), 400), style="bold")
+        shown = clean_report(report)
+        out.line(printable(fleet_heading(shown, shown.facts["fleet"]), 400), style="bold")
         text, style = _verdict(report)
         out.line(text, style=style)
         out.line()
-        for item in fleet_renderables(report):
+        for item in fleet_renderables(shown):
             console.print(item)
     else:
         out.line(_heading(report), style="bold")

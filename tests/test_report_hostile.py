@@ -127,3 +127,12 @@ def test_a_million_findings_and_a_10_mib_string_render_in_bounded_time_and_size(
         else:
             assert len(text) < 200_000, (fmt, len(text))
             assert "more characters)" in text and "999990 more SPW001 findings" in text.replace(",", "")
+
+
+def test_json_keeps_every_string_exact_but_writes_no_control_or_bidi_character_raw():
+    report = _hostile_report()
+    text = render(report, "json")
+    _assert_clean(text, "json")
+    back = json.loads(text)
+    assert back["host"]["hostname"] == HOSTILE["rich-close"] and back["target"]["python"] == HOSTILE["bidi-isolate"]
+    assert {f["evidence"]["package"] for f in back["findings"]} == set(HOSTILE.values())

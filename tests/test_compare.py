@@ -15,6 +15,7 @@ import os
 import shutil
 import subprocess
 import sys
+from itertools import takewhile
 from pathlib import Path
 from typing import Any
 
@@ -96,7 +97,11 @@ def test_compare_is_quiet_for_nodes_that_agree(real_reports: dict[str, Path]) ->
     assert report["findings"] == []
     text = _compare(real_reports["node-a"], real_reports["node-b"], fmt="text").stdout
     assert "no differences across the nodes" in text
-    same = next(line for line in text.splitlines() if line.startswith("same on every node: "))
+    lines = text.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("same on every node: "))
+    # At 80 columns the line wraps; its continuation lines are indented.
+    same = " ".join([lines[start], *(line.strip() for line in takewhile(lambda line: line.startswith("  "),
+                                                                         lines[start + 1:]))])
     assert "Python 3." in same and "usable CPUs" in same
 
 
@@ -111,7 +116,7 @@ def test_compare_reads_a_folder_and_shows_the_side_by_side_table(real_reports: d
     assert sum(c.endswith("*") for c in cells) == 1
     markdown = _compare(folder, fmt="markdown").stdout
     assert "| open files (soft) |" in markdown and "**1024**" in markdown
-    assert "## Findings" in markdown and "FLT005 limit-drift" in markdown
+    assert "## Findings" in markdown and "FLT005 `limit-drift`" in markdown
 
 
 def test_flt_rules_stay_quiet_in_a_normal_check() -> None:

@@ -28,7 +28,8 @@ from envdoctor.report.text import (
 
 _MARK = {"error": "✗", "warning": "!", "info": "i", "unchecked": "?", "skipped": "–", None: "✓"}
 # Characters that mean something to CommonMark/GFM inline parsing, or to HTML.
-_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+\-.!|~<>&:])")
+# Parentheses, dots and dashes need no escape once `[` is escaped and no outside string starts a line.
+_SPECIAL = re.compile(r"([\\`*_{}\[\]#!|~<>&:])")
 # Code spans the rule authors wrote (`...`), and dunder names written without them.
 _CODE = re.compile(r"(`+)(.+?)\1|(?<![\w`])(__\w+__)(?![\w`])", re.DOTALL)
 

@@ -348,7 +348,10 @@ def write(report: Report, console: Any, verbose: bool = False) -> None:
         out.line(text, style=style)
         out.line()
         for item in fleet_renderables(shown):
-            console.print(item)
+            if isinstance(item, out.text().__class__):  # a line of text: wrapped lines indented
+                out.line(item)
+            else:
+                console.print(item)
     else:
         out.line(_heading(report), style="bold")
         statuses = area_statuses(report)

@@ -100,7 +100,7 @@ def test_checklist_says_not_checked_when_a_probe_failed_and_the_verdict_says_so(
                              {"rule": "GPU001", "message": "skipped: probe 'gpu' failed: NVML error"}],
                      loader=loader_section())
     lines = render(report).splitlines()
-    assert lines[1] == "✓ 0 errors, 0 warnings, 0 info — not checked: storage, GPU"
+    assert lines[1] == "! 0 errors, 0 warnings, 0 info — not checked: storage, GPU"  # not an all-clear
     assert "  storage   not checked: storage probe failed: statvfs timed out after 5 s" in lines
     assert "  GPU       not checked: GPU001: skipped: probe 'gpu' failed: NVML error" in lines
     assert "  packages  ✓" in lines and "  loader    ✓" in lines

@@ -122,11 +122,14 @@ def render(report: Report) -> str:
                  f"({escape_text(report.host.get('platform', '?'))})")
     counts = severity_counts(report.findings)
     worst = next((s for s in ("error", "warning", "info") if counts[s]), None)
+    statuses = {} if fleet else area_statuses(report)
+    if worst is None and (report.not_checked() or any(level == "unchecked" for level, _ in statuses.values())):
+        worst = "warning"  # nothing found, but not everything could be looked at
     lines = [
         "# envdoctor report",
         "",
-        f"**{_MARK[worst]} {summary_line(report, counts)}** — {where}, envdoctor {escape_text(report.tool.get('version', '?'))}, "
-        f"{escape_text(report.generated_at)}",
+        f"**{_MARK[worst]} {escape_text(summary_line(report, counts))}** — {where}, "
+        f"envdoctor {escape_text(report.tool.get('version', '?'))}, {escape_text(report.generated_at)}",
         "",
     ]
     if fleet:  # the side-by-side view comes before the findings
@@ -135,7 +138,7 @@ def render(report: Report) -> str:
         lines += [fleet_markdown(clean_report(report, escape_text)), ""]
     else:
         lines += ["| area | status |", "|---|---|"]
-        for area, (level, status) in area_statuses(report).items():
+        for area, (level, status) in statuses.items():
             lines.append(f"| {area} | {_MARK[level]} {_cell(status) if status != '✓' else ''} |".replace("  |", " |"))
         lines.append("")
     groups = group_findings(report.findings)

@@ -60,8 +60,8 @@ def summary_line(report: Report, counts: dict[str, int] | None = None) -> str:
              f"{counts['info']} info"]
     skipped = report.not_checked()
     if skipped:  # a probe that could not run is not an all-clear
-        parts.append("not checked: " + "; ".join(f"{', '.join(rules)} (the {probe} probe failed)"
-                                                  for probe, rules in skipped.items()))
+        parts.append("not checked: " + "; ".join(f"{printable(', '.join(rules), 200)} (the {printable(probe, 80)} "
+                                                  "probe failed)" for probe, rules in list(skipped.items())[:20]))
     return ", ".join(parts)
 
 
@@ -326,11 +326,12 @@ def _heading(report: Report) -> str:
 def _verdict(report: Report, statuses: dict[str, tuple[str | None, str]] | None = None) -> tuple[str, str]:
     counts = severity_counts(report.findings)
     worst = next((s for s in ("error", "warning", "info") if counts[s]), None)
-    if worst is None and report.not_checked():
+    skipped = report.not_checked()
+    unchecked = [area for area, (level, _) in (statuses or {}).items() if level == "unchecked"]
+    if worst is None and (skipped or unchecked):
         worst = "warning"  # nothing found, but not everything could be looked at
     text = f"{_MARK.get(worst or '', '✓')} {summary_line(report, counts)}"
-    unchecked = [area for area, (level, _) in (statuses or {}).items() if level == "unchecked"]
-    if unchecked:
+    if unchecked and not skipped:  # summary_line names what a failed probe left unchecked
         text += f" — not checked: {', '.join(unchecked)}"
     return text, _STYLE.get(worst or "", "bold green")
 

@@ -144,3 +144,17 @@ def test_a_finding_with_a_multi_line_fix_keeps_its_lines_indented():
     i = lines.index("  fix: Wrap it:")
     # Continuation lines start under the fix's first word, then keep their own indentation.
     assert lines[i + 1:i + 3] == ['           if __name__ == "__main__":', "               main()"]
+
+
+def test_files_after_a_rule_list_are_scripts_as_pre_commit_passes_them(tmp_path):
+    repo = make_train_repo(tmp_path / "repo")
+    # The command, pre-commit's `entry args FILE...`, and `--` ending the options.
+    for argv in (["--select", "SPW001", "train/a.py"],
+                 ["--select", "SPW001", "SPW004", "--fail-on", "error", "--select", "SPW001", "train/a.py", "train/b.py"],
+                 ["--select", "SPW001,SPW004", "--", "train/a.py", "train/b.py"]):
+        proc = run_envdoctor("check", "--no-loader", *argv, cwd=str(repo), env={**_env(), "COLUMNS": "80"})
+        assert proc.returncode == 1, (argv, proc.stderr)
+        assert "  train/a.py:8:1  for-loop over DataLoader" in proc.stdout, argv
+        assert ("train/b.py:7:5" in proc.stdout) == ("train/b.py" in argv), argv
+    proc = run_envdoctor("check", "--no-loader", "--select", "SPW001", "--bogus", "train/a.py", cwd=str(repo))
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "--bogus" in proc.stderr

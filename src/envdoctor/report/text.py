@@ -205,9 +205,11 @@ def _evidence_lines(value: Any, indent: int, depth: int = 0) -> list[tuple[int, 
             lines.append((indent, f"… {len(items) - MAX_ITEMS} more"))
     elif isinstance(value, (list, tuple)):
         for item in value[:MAX_ITEMS]:
-            if isinstance(item, Mapping):
-                lines.append((indent, "- " + ", ".join(f"{printable(k, 80)}: {format_value(v)}"
-                                                       for k, v in list(item.items())[:12])))
+            if isinstance(item, Mapping) and item:  # a YAML-like entry: "- first: …", the rest under it
+                pairs = list(item.items())[:12]
+                for number, (key, inner) in enumerate(pairs):
+                    lines.append((indent + (2 if number else 0), f"{'- ' if not number else ''}{printable(key, 80)}: "
+                                                                 f"{format_value(inner)}"))
             else:
                 lines.append((indent, f"- {format_value(item)}"))
         if len(value) > MAX_ITEMS:
@@ -233,10 +235,9 @@ class _Writer:
         body = text if not isinstance(text, str) else self._text(text, style=style)
         width = max(20, self.console.width - indent)
         lines = body.wrap(self.console, width)
-        if len(lines) > 1:
-            for part in lines:
-                part.rstrip()
-            rest = self._text(" ").join(lines[1:])
+        if len(lines) > 1:  # the rest again, narrower: it hangs `hang` columns further in
+            rest = body[len(lines[0].plain):]
+            rest = rest[len(rest.plain) - len(rest.plain.lstrip()):]
             lines = [lines[0], *rest.wrap(self.console, max(20, width - hang))]
         for number, part in enumerate(lines):
             part.rstrip()

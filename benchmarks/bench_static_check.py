@@ -113,6 +113,9 @@ def main() -> int:
              "--select", "PKG", "CHN", "--prefix", str(prefix)],
             [str(prefix / "bin" / "python"), "-m", "pip", "check"],
         ], args.repeat, env)
+        if not doctor.stdout.strip():
+            print(f"envdoctor printed no report (exit {doctor.returncode}): {doctor.stderr.strip()[:500]}")
+            return 1
         report = json.loads(doctor.stdout)
         packages = report["facts"]["packages"]
         checked = sum(r["checked_files"] for r in packages["conda"]["records"])

@@ -80,6 +80,11 @@ def test_pytorch_channel_companions_and_pixi_fix() -> None:
     assert [c["package"] for c in hit.evidence["companions"]] == ["pytorch-cuda", "pytorch-mutex"]
     assert hit.fix.startswith("pixi remove --manifest-path /work/proj -e default pytorch pytorch-cuda pytorch-mutex && "
                               "pixi add --manifest-path /work/proj -e default pytorch")
+    # The same steps as data, with pixi as the tool: what `envdoctor fix` runs.
+    assert [step.to_dict() for step in hit.fix_steps] == [
+        {"tool": "pixi", "argv": ["pixi", "remove", "--manifest-path", "/work/proj", "-e", "default", "pytorch",
+                                  "pytorch-cuda", "pytorch-mutex"]},
+        {"tool": "pixi", "argv": ["pixi", "add", "--manifest-path", "/work/proj", "-e", "default", "pytorch"]}]
 
 
 def test_mixed_blas_follows_the_libblas_build() -> None:
@@ -106,6 +111,9 @@ def test_mixed_blas_on_defaults_switches_the_blas_selector_it_has() -> None:
     assert hit.evidence["libblas_selects"] == "openblas"
     assert hit.fix == (f"conda install -p {PREFIX} 'blas=*=*openblas' && conda remove -p {PREFIX} mkl"
                        "   # one BLAS (openblas) for every package")
+    assert [step.to_dict() for step in hit.fix_steps] == [
+        {"tool": "conda", "argv": ["conda", "install", "-p", PREFIX, "blas=*=*openblas"]},
+        {"tool": "conda", "argv": ["conda", "remove", "-p", PREFIX, "mkl"]}]
 
 
 def test_a_label_channel_belongs_to_its_family() -> None:
@@ -119,3 +127,13 @@ def test_retired_channel_fix_reinstalls_what_conda_remove_takes_along() -> None:
     [hit] = find_retired_pytorch_channel(facts_with(record("pytorch", "2.5.1", "pytorch"), lightning))
     assert hit.fix.startswith(f"conda remove -p {PREFIX} pytorch && conda install -p {PREFIX} --override-channels "
                               "-c conda-forge pytorch lightning   # or pip:")
+
+
+def test_credentials_in_a_channel_url_do_not_change_its_name() -> None:
+    from envdoctor.redact import redact_url
+
+    for raw in ("https://alice:pw@conda.example.com/t/tok-1/conda-forge/linux-64",
+                "https://conda.anaconda.org/t/tok-2/pytorch"):
+        shown = redact_url(raw)
+        assert "pw" not in shown and "tok-" not in shown
+        assert channel_name({"channel": shown}) == channel_name({"channel": raw})

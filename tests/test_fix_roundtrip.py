@@ -282,3 +282,59 @@ def test_a_dependency_the_step_upgrades_unnamed_comes_back_too(tmp_path: Path, o
     assert run_ok([python, "-c", "import urllib3, trainkit; print(urllib3.__version__, trainkit.__version__)"],
                   offline).strip() == "1.26.0 1.0"
     assert tree_digest(venv) == pristine
+
+
+def test_a_fix_that_leaves_the_finding_and_adds_one_exits_1(tmp_path: Path, offline: dict[str, str],
+                                                             capsys: pytest.CaptureFixture[str]) -> None:
+    """The re-check, not the steps' exit status, decides: here the step runs fine and helps nothing."""
+    venv = uv_venv_with_missing_requirement(tmp_path, offline)
+    other = tiny_wheel(Path(offline["UV_FIND_LINKS"]), "otherkit", "1.0", requires=("missingdep>=1",))
+    step = (FixStep.command("uv", "uv", "pip", "install", "--python", str(venv), "--no-deps", str(other)),)
+    assert command.run(fix_args(venv, "PKG003", yes=True), replacing_steps("PKG003", lambda f: step)) == 1
+    result = json.loads(capsys.readouterr().out)
+    assert [r["status"] for r in result["results"]] == ["done"]
+    assert [f["evidence"]["dependency"] for f in result["outcome"]["remaining"]] == ["urllib3"]
+    assert [f["evidence"]["dependency"] for f in result["outcome"]["new"]] == ["missingdep"]
+    assert result["outcome"]["fixed"] == [] and result["message"] == "0 fixed, 1 still there, 1 new"
+
+
+def _answer_in_a_terminal(env: dict[str, str], answer: bytes, *args: str) -> tuple[int, str]:
+    """Run the real command with a pseudo-terminal as stdin and type `answer` at its question."""
+    import pty
+
+    leader, follower = pty.openpty()
+    try:
+        proc = subprocess.Popen([sys.executable, "-m", "envdoctor", *args], stdin=follower, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, env=env)
+        os.write(leader, answer)
+        out, _ = proc.communicate(timeout=600)
+    finally:
+        os.close(leader)
+        os.close(follower)
+    return proc.returncode, out.decode()
+
+
+def test_a_terminal_user_is_asked_and_no_changes_nothing(tmp_path: Path, offline: dict[str, str]) -> None:
+    venv = uv_venv_with_missing_requirement(tmp_path, offline)
+    pristine = tree_digest(venv)
+    code, out = _answer_in_a_terminal(offline, b"n\n", "fix", "--prefix", str(venv), "--select", "PKG003")
+    assert code == 2 and "Run these 1 step(s) on" in out and "nothing was changed" in out, out
+    assert tree_digest(venv) == pristine
+    code, out = _answer_in_a_terminal(offline, b"y\n", "fix", "--prefix", str(venv), "--select", "PKG003")
+    assert code == 0 and "fixed: PKG003" in out, out
+    assert check(venv, "PKG003").by_rule("PKG003") == []
+
+
+def test_a_failing_step_stops_its_fix_and_says_so(tmp_path: Path, offline: dict[str, str],
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    venv = uv_venv_with_missing_requirement(tmp_path, offline)
+    pristine = tree_digest(venv)
+    steps = (FixStep.command("uv", "uv", "pip", "install", "--python", str(venv), "nosuchpackage==1"),
+             FixStep.command("uv", "uv", "pip", "install", "--python", str(venv), "urllib3"))
+    assert command.run(fix_args(venv, "PKG003", yes=True), replacing_steps("PKG003", lambda f: steps)) == 2
+    result = json.loads(capsys.readouterr().out)
+    assert [r["status"] for r in result["results"]] == ["failed", "not-run"]
+    assert "exited with status" in result["results"][0]["detail"]
+    assert result["message"].startswith("no step succeeded: a failed step may have changed something")
+    assert tree_digest(venv) == pristine
+    assert undo_last().exit_code == 0 and tree_digest(venv) == pristine

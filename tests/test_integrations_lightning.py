@@ -15,7 +15,7 @@ import torch
 from envdoctor.integrations.node import PreflightWarning
 
 L = pytest.importorskip("lightning.pytorch", reason="the Lightning extra is not installed "
-                        "(pip install -e '.[integration-test]')")
+                        "(pip install -e '.[test]')")
 from envdoctor.integrations.lightning import PreflightCallback  # noqa: E402  (it imports Lightning: after the skip)
 
 pytestmark = pytest.mark.slow
@@ -84,7 +84,12 @@ def test_fit_profiles_its_own_train_loader_once(capfd: pytest.CaptureFixture[str
     assert "DataLoader(LightningPairs, batch_size=6, num_workers=0), 96 samples; " in line
     node_cpus = callback.report.facts["system"]["cpu"]["usable"]
     assert f"1 training process(es) share this node's {node_cpus} usable CPU(s): {node_cpus} each" in line
-    assert "envdoctor preflight: " in err and "loader: bottleneck" in err
+    # The profile printed is this loader's: its bottleneck and its measured samples/s by num_workers.
+    assert f"  loader: bottleneck {loader['bottleneck']}" in err
+    curve = re.search(r"\(samples/s by num_workers ([^)]*)\)", err)
+    assert curve, err
+    printed = [int(point.split(":")[0]) for point in curve.group(1).split(", ")]
+    assert printed == sorted(r["num_workers"] for r in loader["runs"] if r.get("samples_per_s"))
 
 
 def test_fail_on_stops_fit_before_the_first_step(capfd: pytest.CaptureFixture[str]) -> None:

@@ -82,5 +82,6 @@ def test_framework_extras_are_exact_pins_without_torch() -> None:
     extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
     framework = extras["lightning"] + extras["transformers"] + extras["mcp"]
     assert all("==" in spec and not spec.startswith("torch") for spec in framework), framework
-    # The test extra carries the same pins, so CI tests what users install.
+    # The test extras carry the same pins, so CI tests what users install.
     assert sorted(extras["integration-test"]) == sorted(framework)
+    assert set(framework) <= set(extras["test"])

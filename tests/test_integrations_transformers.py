@@ -20,9 +20,9 @@ from envdoctor.integrations.node import PreflightWarning
 
 os.environ["HF_HUB_OFFLINE"] = "1"  # before transformers is imported: nothing may come from the hub
 transformers = pytest.importorskip("transformers", reason="the transformers extra is not installed "
-                                   "(pip install -e '.[integration-test]')")
+                                   "(pip install -e '.[test]')")
 pytest.importorskip("accelerate", reason="the transformers Trainer needs accelerate "
-                    "(pip install -e '.[integration-test]')")
+                    "(pip install -e '.[test]')")
 from envdoctor.integrations.transformers import (  # noqa: E402  (it imports transformers: after the skip)
     PreflightCallback,
     processes_on_this_node,
@@ -102,6 +102,12 @@ def test_train_profiles_its_own_train_loader_once(tmp_path, capfd: pytest.Captur
     assert "DataLoader(TokenRecords, batch_size=5, num_workers=0), 40 samples; " in line
     node_cpus = callback.report.facts["system"]["cpu"]["usable"]
     assert f"1 training process(es) share this node's {node_cpus} usable CPU(s): {node_cpus} each" in line
+    # The profile printed is this loader's: its bottleneck and its measured samples/s by num_workers.
+    assert f"  loader: bottleneck {loader['bottleneck']}" in err
+    curve = re.search(r"\(samples/s by num_workers ([^)]*)\)", err)
+    assert curve, err
+    printed = [int(point.split(":")[0]) for point in curve.group(1).split(", ")]
+    assert printed == sorted(r["num_workers"] for r in loader["runs"] if r.get("samples_per_s"))
 
 
 def test_fail_on_stops_train_before_the_first_step(tmp_path, capfd: pytest.CaptureFixture[str]) -> None:

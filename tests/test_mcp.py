@@ -5,16 +5,20 @@ SYS checks it runs have something real to find: SYS001 with the limit in its evi
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import sys
+import time
+import uuid
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
-anyio = pytest.importorskip("anyio", reason="the mcp extra is not installed (pip install -e '.[integration-test]')")
-mcp = pytest.importorskip("mcp", reason="the mcp extra is not installed (pip install -e '.[integration-test]')")
+anyio = pytest.importorskip("anyio", reason="the mcp extra is not installed (pip install -e '.[test]')")
+mcp = pytest.importorskip("mcp", reason="the mcp extra is not installed (pip install -e '.[test]')")
 from mcp.client.stdio import StdioServerParameters  # noqa: E402  (part of the mcp extra: after the skip)
 
 pytestmark = pytest.mark.slow
@@ -120,3 +124,65 @@ def test_the_loader_tool_profiles_the_projects_own_dataset(tmp_path: Path) -> No
     assert not broken.is_error  # a bad spec is a finding about the dataset, not a failed call
     (dl006,) = [f for f in broken.structured_content["findings"] if f["rule"] == "DL006"]
     assert "MODULE:CALLABLE" in dl006["message"]
+
+
+def _marked(mark: str) -> list[psutil.Process]:
+    found = []
+    for proc in psutil.process_iter():
+        try:
+            if proc.environ().get("ENVDOCTOR_MCP_TEST_MARK") == mark:
+                found.append(proc)
+        except psutil.Error:
+            continue
+    return found
+
+
+@pytest.mark.parametrize("how", ["the client leaves", "SIGTERM to the server alone"])
+def test_a_server_stopped_mid_check_leaves_no_process_behind(tmp_path: Path, how: str) -> None:
+    """The agent gives up on a long smoke test, or the server is stopped: the check stops, workers and all."""
+    (tmp_path / "slow_records.py").write_text(
+        "import time\n"
+        "import torch\n"
+        "from torch.utils.data import Dataset\n\n\n"
+        "class SlowRecords(Dataset):\n"
+        "    def __len__(self):\n"
+        "        return 100000\n\n"
+        "    def __getitem__(self, index):\n"
+        "        time.sleep(0.05)\n"
+        "        return torch.zeros(4)\n\n\n"
+        "def make():\n"
+        "    return SlowRecords(), {'batch_size': 4}\n")
+    mark = uuid.uuid4().hex
+    server = _server(tmp_path, nofile=None)
+    server.env = {"ENVDOCTOR_MCP_TEST_MARK": mark}
+    seen: list[psutil.Process] = []
+
+    async def run() -> None:
+        async with mcp.Client(server, read_timeout_seconds=300) as client:
+            await client.list_tools()
+            with anyio.move_on_after(180):
+                async with anyio.create_task_group() as tasks:
+                    tasks.start_soon(client.call_tool, "loader", {"dataset": "slow_records:make", "budget_s": 120})
+                    # Wait until the server's child runs the smoke test's runner, then stop.
+                    while not seen:
+                        await anyio.sleep(0.5)
+                        procs = _marked(mark)
+                        if any("loader_runner" in " ".join(p.cmdline()) for p in procs):
+                            seen.extend(procs)
+                    await anyio.sleep(2)  # its workers start
+                    if how == "SIGTERM to the server alone":
+                        (mcp_server,) = [p for p in seen if p.cmdline()[-2:] == ["envdoctor", "mcp"]]
+                        mcp_server.terminate()
+                        await anyio.sleep(3)
+                    tasks.cancel_scope.cancel()
+
+    with contextlib.suppress(Exception):  # a server stopped mid-call may break the session: that is the point
+        anyio.run(run)
+    assert len(seen) >= 3, "the smoke test never started"  # the server, envdoctor loader, its runner
+    left = _marked(mark)
+    for _ in range(100):
+        if not left:
+            break
+        time.sleep(0.1)
+        left = _marked(mark)
+    assert left == [], [(p.pid, p.cmdline()) for p in left]

@@ -153,10 +153,10 @@ def test_ignore_installed_leaves_two_dist_infos_pkg002(ignore_installed: Path, t
     assert ev["package"] == "numpy" and sorted(ev["versions"]) == ["1.26.4", "2.1.3"]
     assert sorted(ev["installers"]) == ["conda", "pip"]
     assert ev["conda_version"] == "1.26.4"
-    assert ev["owners"] == [{"tool": "conda", "package": "numpy", "source": "conda-meta"},
-                            {"tool": "pip", "package": None, "source": "INSTALLER"}] or \
-        ev["owners"] == [{"tool": "pip", "package": None, "source": "INSTALLER"},
-                         {"tool": "conda", "package": "numpy", "source": "conda-meta"}]
+    assert ev["owners"] == [{"tool": "conda", "package": "numpy", "source": "conda-meta", "editable": False},
+                            {"tool": "pip", "package": None, "source": "INSTALLER", "editable": False}] or \
+        ev["owners"] == [{"tool": "pip", "package": None, "source": "INSTALLER", "editable": False},
+                         {"tool": "conda", "package": "numpy", "source": "conda-meta", "editable": False}]
     # One folder, two versions: the files are mixed, whatever `import` finds.
     assert only(report, "PKG002")["severity"] == "error" and ev["same_folder"] is True
     finding = only(report, "PKG002")
@@ -460,9 +460,10 @@ def test_spec_drift_against_environment_yml(healthy: Path, tmp_path: Path) -> No
 def test_missing_against_file_is_a_clear_error_not_a_crash(healthy: Path, tmp_path: Path) -> None:
     proc = run_envdoctor("report", "--json", "--no-loader", "--select", "PKG007", "--prefix", str(healthy),
                          "--against", str(tmp_path / "nope.yml"), env=clean_env(tmp_path))
-    assert proc.returncode == 0 and "Traceback" not in proc.stderr
-    report = json_report(proc)
-    assert any("nope.yml does not exist" in e["message"] for e in report["errors"])
+    # Refused up front in one line: a check without its --against file would skip PKG007 silently.
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr and proc.stdout == ""
+    [line] = proc.stderr.splitlines()
+    assert "nope.yml" in line and "does not exist" in line
 
 
 def _tree_digest(root: Path) -> dict[str, str]:

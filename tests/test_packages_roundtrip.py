@@ -27,10 +27,10 @@ UV = shutil.which("uv") or str(Path(sys.executable).parent / "uv")
 needs_uv = pytest.mark.skipif(not os.path.exists(UV), reason="uv is not installed beside the test interpreter")
 
 
-def check(prefix: Path, tmp: Path) -> dict[str, Any]:
+def check(prefix: Path, tmp: Path, *args: str) -> dict[str, Any]:
     env = {**os.environ, "PYTHONUSERBASE": str(tmp / "no-user-base"), "PYTHONPATH": ""}
     proc = run_envdoctor("report", "--json", "--no-loader", "--select", "PKG", "CHN", "--prefix", str(prefix),
-                         env=env, cwd=str(tmp), timeout=120)
+                         *args, env=env, cwd=str(tmp), timeout=120)
     assert proc.returncode in (0, 1), proc.stderr
     return json_report(proc)
 
@@ -42,6 +42,9 @@ def wheels(folder: Path) -> Path:
     write_wheel(folder, "dupe", "1.0", module("dupe", "1.0"))
     write_wheel(folder, "dupe", "2.0", module("dupe", "2.0"))
     write_wheel(folder, "brokenpkg", "1.0", module("brokenpkg", "1.0"))
+    write_wheel(folder, "opencv-python", "4.9.0.80", module("cv2", "4.9.0.80"))
+    write_wheel(folder, "opencv-python-headless", "4.9.0.80", module("cv2", "4.9.0.80"))
+    write_wheel(folder, "wantedpkg", "1.0", module("wantedpkg", "1.0"))
     # An editable-style hook its own RECORD lists: code in a .pth that a distribution ships (PKG011 stays quiet).
     write_wheel(folder, "hooked", "1.0", {**module("hooked", "1.0"),
                                           "__editable___hooked_finder.py": b"MAPPING = {'hooked': '/nowhere'}\n",
@@ -79,17 +82,25 @@ def test_pip_venv_fixes_run_as_given_and_hold(tmp_path: Path) -> None:
     venv = pip_venv(tmp_path / "venv")
     install = ("install", "--no-index", "--find-links", str(wheel_dir), "--no-cache-dir", "--disable-pip-version-check")
     bootstrap_pip(venv, *install, "--no-deps", "trainkit==1.0", "minidep==1.0", "dupe==1.0", "brokenpkg==1.0",
-                  "hooked==1.0", env=env)
+                  "hooked==1.0", "opencv-python==4.9.0.80", "opencv-python-headless==4.9.0.80", env=env)
     bootstrap_pip(venv, *install, "--ignore-installed", "--no-deps", "dupe==2.0", env=env)
     site = next(venv.glob("lib/python3*/site-packages"))
     (site / "brokenpkg-1.0.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: brokenpkg\n")
     marker = tmp_path / "pth-ran"
     (site / "zz_hook.pth").write_text(f"import os; open({str(marker)!r}, 'w').write('ran')\n")
 
-    report = check(venv, tmp_path)
+    against = tmp_path / "requirements.txt"
+    against.write_text("wantedpkg==1.0\n")
+    report = check(venv, tmp_path, "--against", str(against))
     assert not marker.exists()  # the .pth was read as data, never run
     rules = by_rule(report)
-    assert sorted(rules) == ["PKG002", "PKG003", "PKG009", "PKG011"]
+    assert sorted(rules) == ["PKG002", "PKG003", "PKG004", "PKG007", "PKG009", "PKG011"]
+    [clash] = rules["PKG004"]
+    assert [s["argv"][3:] for s in clash["fix_steps"] if s["tool"] == "pip"][1:] == [
+        ["uninstall", "-y", "opencv-python"], ["install", "--force-reinstall", "--no-deps",
+                                               "opencv-python-headless==4.9.0.80"]]
+    [drift] = rules["PKG007"]
+    assert drift["fix_steps"][-1]["argv"][3:] == ["install", "wantedpkg==1.0"]
     [pth] = rules["PKG011"]
     assert pth["evidence"]["path"] == str(site / "zz_hook.pth")
     assert pth["evidence"]["code_lines"] == [f"import os; open({str(marker)!r}, 'w').write('ran')"]
@@ -112,22 +123,27 @@ def test_pip_venv_fixes_run_as_given_and_hold(tmp_path: Path) -> None:
 
     for finding in report["findings"]:
         run_fix_steps(finding["fix_steps"], venv, env)
-    again = check(venv, tmp_path)
+    again = check(venv, tmp_path, "--against", str(against))
     assert again["findings"] == [], [f["message"] for f in again["findings"]]
 
 
 @needs_uv
 @pytest.mark.slow
-def test_uv_venv_broken_requirement_printed_fix_runs_as_printed(tmp_path: Path) -> None:
+@pytest.mark.parametrize("made_by", ["uv venv", "python -m venv --without-pip"])
+def test_uv_venv_broken_requirement_printed_fix_runs_as_printed(tmp_path: Path, made_by: str) -> None:
     wheel_dir = wheels(tmp_path / "wheels")
     env = offline_env(wheel_dir, PATH=f"{Path(UV).parent}{os.pathsep}{os.environ.get('PATH', '')}")
     venv = tmp_path / "uvenv"
     base = getattr(sys, "_base_executable", sys.executable)
-    subprocess.run([UV, "venv", str(venv), "--python", base], check=True, env=env, timeout=120, capture_output=True)
+    if made_by == "uv venv":
+        subprocess.run([UV, "venv", str(venv), "--python", base], check=True, env=env, timeout=120,
+                       capture_output=True)
+    else:  # no `uv = ` in pyvenv.cfg: INSTALLER (uv) and the missing pip say who fills it
+        pip_venv(venv)
     subprocess.run([UV, "pip", "install", "--python", str(venv), "--offline", "--find-links", str(wheel_dir),
                     "--no-deps", "trainkit==1.0", "minidep==1.0"], check=True, env=env, timeout=120,
                    capture_output=True)
-    assert "uv = " in (venv / "pyvenv.cfg").read_text()
+    assert ("uv = " in (venv / "pyvenv.cfg").read_text()) == (made_by == "uv venv")
     assert not list(venv.glob("lib/python3*/site-packages/pip"))  # uv venvs have no pip
 
     report = check(venv, tmp_path)

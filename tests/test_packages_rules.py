@@ -34,8 +34,10 @@ def dist(name: str, version: str, requires: tuple[str, ...] = (), installer: str
            "site_dir": site_dir, "location": location, "order": order}
     if conda_record:
         out["conda_record"] = conda_record
-    out["owner"] = ({"tool": "conda", "package": conda_record, "source": "conda-meta"} if conda_record else
-                    {"tool": installer or "unknown", "package": None, "source": "INSTALLER" if installer else "none"})
+    out["owner"] = ({"tool": "conda", "package": conda_record, "source": "conda-meta", "editable": False}
+                    if conda_record else
+                    {"tool": installer or "unknown", "package": None, "source": "INSTALLER" if installer else "none",
+                    "editable": False})
     return out
 
 

@@ -78,7 +78,7 @@ def test_stock_debian_python_is_read_not_misjudged(tmp_path: Path) -> None:
     for dist in packages["distributions"]:
         by_key.setdefault(dist["key"], []).append(dist)
     pip_dist = by_key["pip"][0]
-    assert pip_dist["owner"] == {"tool": "dpkg", "package": "python3-pip", "source": "dpkg"}
+    assert pip_dist["owner"] == {"tool": "dpkg", "package": "python3-pip", "source": "dpkg", "editable": False}
     # Debian's one-package pairs (python3-cryptography ships a .dist-info and an .egg-info) are no PKG002.
     pairs = [k for k, ds in by_key.items() if len(ds) > 1 and len({(d["owner"]["tool"], d["owner"]["package"])
                                                                    for d in ds}) == 1]
@@ -122,8 +122,8 @@ def test_pip_copy_over_dpkg_copy_names_both_owners_and_the_imported_one(system_r
         f"python3-yaml (dpkg) in {dist}): `import yaml` loads 6.0.2 from {local}")
     evidence = finding["evidence"]
     assert evidence["versions"] == ["6.0.2", "6.0"]
-    assert evidence["owners"] == [{"tool": "pip", "package": None, "source": "INSTALLER"},
-                                  {"tool": "dpkg", "package": "python3-yaml", "source": "dpkg"}]
+    assert evidence["owners"] == [{"tool": "pip", "package": None, "source": "INSTALLER", "editable": False},
+                                  {"tool": "dpkg", "package": "python3-yaml", "source": "dpkg", "editable": False}]
     assert evidence["imported"] == {"version": "6.0.2", "path": str(local / "PyYAML-6.0.2.dist-info"),
                                     "site_dir": str(local), "import_name": "yaml"}
     python = str(system_root.python)
@@ -191,3 +191,18 @@ def test_one_package_pair_is_quiet_and_the_dpkg_root_follows_the_prefix(system_r
     assert packages["os_database"] == str(system_root.dpkg)
     crypto = [d for d in packages["distributions"] if d["key"] == "cryptography"]
     assert [d["owner"]["package"] for d in crypto] == ["python3-cryptography"] * 2
+
+
+@needs_debian
+def test_envdoctor_fix_runs_the_pkg002_steps_and_keeps_dpkg_files(system_root: SystemRoot, tmp_path: Path) -> None:
+    wheels = tmp_path / "wheels"
+    _layer_pip_yaml(system_root, wheels)
+    owned = dpkg_owned(system_root.dpkg / "info", str(system_root.root))
+    env = offline_env(wheels, XDG_CACHE_HOME=str(tmp_path / "cache"), PYTHONUSERBASE=str(tmp_path / "no-user-base"),
+                      PATH=os.environ.get("PATH", ""))
+    proc = run_envdoctor("fix", "--yes", "--prefix", str(system_root.usr), "--select", "PKG002", env=env,
+                         cwd=str(tmp_path), timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert all(os.path.lexists(path) for path in owned)
+    assert not list(system_root.local_dist_packages.glob("PyYAML-*.dist-info"))
+    assert findings(check(system_root.usr, tmp_path), "PKG002") == []

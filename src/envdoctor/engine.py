@@ -181,7 +181,8 @@ def run_check(config: Config, catalog: Catalog | None = None, facts: Facts | Non
         target = facts["target"]
     except ProbeFailed as exc:
         raise TargetError(exc.reason) from None
-    if target.get("interpreter") and target.get("interpreter_error"):
+    # Facts fixed in advance (a saved report, a test) may hold no target section.
+    if target is not None and target.get("interpreter") and target.get("interpreter_error"):
         # Every live check and most static ones read the environment through its
         # own interpreter: a report without it would be a false all-clear.
         raise TargetError(f"the environment's Python cannot start ({target['interpreter_error']}); "

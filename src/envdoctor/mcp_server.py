@@ -7,7 +7,7 @@ machines side by side). Each answers with the same JSON as `envdoctor report`,
 or the same text as `envdoctor explain`.
 
 Each call runs the `envdoctor` command itself in a child process, with a time
-limit and in a session of its own that is killed whole when the limit passes:
+limit, stopped with its loader workers when the limit passes or the server ends:
 this process's standard output is the protocol channel, so nothing the checks
 or the user's dataset print may reach it, and a hung dataset must not hang the
 agent. The child runs in the server's working directory, so the project's
@@ -19,10 +19,10 @@ import it.
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import sys
+import threading
 from typing import Any
 
 from envdoctor.errors import UsageError
@@ -40,27 +40,59 @@ INSTRUCTIONS = (
 )
 
 
+#: The `envdoctor` children running now: stopped with the server, however it ends.
+_RUNNING: set[subprocess.Popen[str]] = set()
+_LOCK = threading.Lock()
+#: Seconds a stopped child gets to clean up its loader workers before it is killed.
+STOP_GRACE_S = 5.0
+
+
 def run_envdoctor(argv: list[str], timeout_s: float) -> tuple[int, str, str]:
-    """Run `envdoctor ARGV` in a child process; (exit code, stdout, stderr). Killed whole at the limit."""
+    """Run `envdoctor ARGV` in a child process; (exit code, stdout, stderr). Stopped at the limit.
+
+    The child stays in the server's process group, so a client that ends the
+    server's group ends it too; at the limit it gets SIGTERM, on which
+    envdoctor stops its loader stage and leaves nothing behind.
+    """
     command = [sys.executable, "-m", "envdoctor", *argv]
     with subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                          text=True, encoding="utf-8", errors="replace", start_new_session=True) as child:
+                          text=True, encoding="utf-8", errors="replace") as child:
+        with _LOCK:
+            _RUNNING.add(child)
         try:
             out, err = child.communicate(timeout=timeout_s)
         except subprocess.TimeoutExpired:
-            _kill_session(child.pid)
+            stop_child(child)
             child.communicate()
             raise _tool_error(f"envdoctor {argv[0]} did not finish within {timeout_s:.0f} s and was stopped") from None
         finally:
-            _kill_session(child.pid)  # the loader's workers, should any outlive their parent
+            with _LOCK:
+                _RUNNING.discard(child)
     return child.returncode, out, err
 
 
-def _kill_session(pid: int) -> None:
+def stop_child(child: subprocess.Popen[str]) -> None:
+    """SIGTERM (envdoctor cleans up its loader stage), then SIGKILL to the child and whatever it left."""
+    import psutil
+
     try:
-        os.killpg(pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
+        tree = [psutil.Process(child.pid), *psutil.Process(child.pid).children(recursive=True)]
+    except psutil.Error:
+        return
+    child.terminate()
+    _, alive = psutil.wait_procs(tree, timeout=STOP_GRACE_S)
+    for proc in alive:
+        try:
+            proc.kill()
+        except psutil.Error:
+            pass
+
+
+def stop_running_children() -> None:
+    with _LOCK:
+        children = list(_RUNNING)
+    for child in children:
+        stop_child(child)
 
 
 def _tool_error(message: str) -> Exception:
@@ -175,7 +207,7 @@ def build_server() -> Any:
         from mcp.server.mcpserver import MCPServer
         from mcp_types import ToolAnnotations
     except ImportError:
-        raise UsageError("envdoctor mcp needs the MCP SDK: pip install 'envdoctor[mcp]'") from None
+        raise UsageError("envdoctor mcp needs the MCP SDK: pip install 'envdoctor-pytorch[mcp]'") from None
     from envdoctor import __version__
 
     # WARNING: a tool error is an answer to the agent, not news for the server's log.
@@ -188,6 +220,20 @@ def build_server() -> Any:
 
 
 def serve() -> int:
-    """Serve the tools over stdio until the client closes the connection."""
-    build_server().run("stdio")
+    """Serve the tools over stdio until the client closes the connection or stops the server.
+
+    A check still running then is stopped, with its loader workers: the
+    server leaves nothing behind, whichever way it ends.
+    """
+    server = build_server()
+    previous = signal.signal(signal.SIGTERM, _exit_on_sigterm)
+    try:
+        server.run("stdio")
+    finally:
+        stop_running_children()
+        signal.signal(signal.SIGTERM, previous)
     return 0
+
+
+def _exit_on_sigterm(signum: int, frame: Any) -> None:
+    raise SystemExit(128 + signum)  # so that serve()'s finally stops the running checks

@@ -182,7 +182,8 @@ def _pth_owner(pth: dict[str, Any], dists: list[Distribution], conda_owned: dict
     name = os.path.basename(pth["path"])
     for dist in dists:
         if dist["site_dir"] == pth["site_dir"] and record_lists(dist["path"], name):
-            return {"tool": dist["owner"]["tool"], "package": dist["name"], "source": "RECORD"}
+            return {"tool": dist["owner"]["tool"], "package": dist["name"], "source": "RECORD",
+                    "editable": dist["owner"]["editable"]}
     return None
 
 
@@ -194,9 +195,6 @@ def gather_packages(facts: Any) -> PackagesFacts:
     conda, problems, conda_owned = read_conda_meta(prefix, bool(facts.config.deep))
     unreadable: list[Unreadable] = list(problems)  # type: ignore[arg-type]  # the reader's dicts have this shape
     os_owned = os_packages(str(prefix)) if kind == "system" else None
-    interpreter, failure = target.get("interpreter"), target.get("interpreter_error")
-    if interpreter and failure:  # there is a Python, but it cannot start or does not say who it is
-        unreadable.append({"path": interpreter, "kind": "interpreter", "reason": failure})
     site_dirs = site_dirs_of(target)
     distributions: list[Distribution] = []
     for site_dir in site_dirs:
@@ -212,7 +210,8 @@ def gather_packages(facts: Any) -> PackagesFacts:
             record = conda_owned.get(real)
             if record:
                 dist["conda_record"] = record
-            dist["owner"] = owner_of(real, dist["installer"], record, kind, os_owned)
+            editable = bool(dist.get("direct_url", {}).get("editable"))
+            dist["owner"] = owner_of(real, dist["installer"], record, kind, os_owned, editable)
             distributions.append(dist)
         # Which names each folder provides: the copy `import` finds is the first folder that has it.
         files = _module_files(site_dir["path"])
@@ -233,6 +232,11 @@ def gather_packages(facts: Any) -> PackagesFacts:
                               "owner": _pth_owner(dict(pth), distributions, conda_owned, kind, os_owned)})
     pyvenv = target.get("pyvenv") or {}
     visible_pip = any(d["key"] == "pip" and d["location"] in ("env", "base", "user") for d in distributions)
+    # A venv uv made says so in pyvenv.cfg; one made otherwise but filled by uv, without pip, is uv's too.
+    uv_venv = pyvenv.get("uv") if kind == "venv" else None
+    if kind == "venv" and not uv_venv and not visible_pip and any(
+            d["owner"]["tool"] == "uv" for d in distributions if d["location"] == "env"):
+        uv_venv = "unknown version (INSTALLER says uv)"
     return {
         "prefix": str(prefix),
         "kind": kind,
@@ -245,7 +249,7 @@ def gather_packages(facts: Any) -> PackagesFacts:
         "unreadable": unreadable,
         "pth_files": pth_files,
         "installer": {"externally_managed": target.get("externally_managed"),
-                      "uv_venv": pyvenv.get("uv") if kind == "venv" else None,
+                      "uv_venv": uv_venv,
                       "has_pip": visible_pip},
         "os_database": os_owned["database"] if os_owned else None,
     }

@@ -121,7 +121,7 @@ def parse_environment_yml(text: str, path: Path | None = None) -> dict[str, Any]
         item = _unquote(stripped[1:].strip())
         if in_pip and indent > pip_indent:
             if path is not None and _is_include(item):
-                _include(result, item, number, path.parent, 0)
+                _include(result, item, number, path.parent, 0, {path.resolve()})
             else:
                 _add_pip(result, item, number)
             continue
@@ -166,8 +166,11 @@ def _add_conda(result: dict[str, Any], item: str, number: int) -> None:
 _PER_REQUIREMENT_OPTION = re.compile(r"(?<=\s)--(?:hash|config-settings|global-option|install-option)(?:=|\s+)\S+")
 
 
-def parse_requirements(path: Path, depth: int = 0) -> dict[str, Any]:
+def parse_requirements(path: Path, depth: int = 0, seen: set[Path] | None = None) -> dict[str, Any]:
     result: dict[str, Any] = {"name": None, "channels": [], "conda": [], "pip": [], "skipped": []}
+    # Each file is read once: `-r` lines that include a file again (or include themselves) add nothing.
+    seen = set() if seen is None else seen
+    seen.add(path.resolve())
     text = _read(path)
     pending = ""
     start = 0
@@ -185,7 +188,7 @@ def parse_requirements(path: Path, depth: int = 0) -> dict[str, Any]:
         if not line:
             continue
         if _is_include(line):
-            _include(result, line, number, path.parent, depth)
+            _include(result, line, number, path.parent, depth, seen)
             continue
         _add_pip(result, line, number, file=str(path))
     return result
@@ -195,15 +198,18 @@ def _is_include(line: str) -> bool:
     return line.startswith(("-r ", "-r\t", "--requirement"))
 
 
-def _include(result: dict[str, Any], line: str, number: int, folder: Path, depth: int) -> None:
+def _include(result: dict[str, Any], line: str, number: int, folder: Path, depth: int, seen: set[Path]) -> None:
     """A `-r FILE` line: FILE's requirements (relative to `folder`) join `result`."""
     target = line.split(None, 1)[1] if " " in line or "\t" in line else line.partition("=")[2]
     include = (folder / target.strip()).resolve()
+    if include in seen:
+        result["skipped"].append({"line": number, "text": line, "reason": "already read"})
+        return
     if depth >= MAX_INCLUDE_DEPTH:
         result["skipped"].append({"line": number, "text": line, "reason": "includes nested too deep"})
         return
     try:
-        nested = parse_requirements(include, depth + 1)
+        nested = parse_requirements(include, depth + 1, seen)
     except SpecError as exc:
         result["skipped"].append({"line": number, "text": line, "reason": str(exc)})
         return
@@ -212,8 +218,10 @@ def _include(result: dict[str, Any], line: str, number: int, folder: Path, depth
 
 
 def _read(path: Path) -> str:
-    try:
-        return path.read_text(encoding="utf-8")
+    from envdoctor.facts.readfile import read_bytes
+
+    try:  # a regular file of at most 16 MiB, never a blocking read (a FIFO, a device)
+        return read_bytes(str(path), 16 << 20).decode("utf-8")
     except FileNotFoundError:
         raise SpecError(f"the --against file {path} does not exist") from None
     except UnicodeDecodeError as exc:

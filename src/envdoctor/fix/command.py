@@ -30,7 +30,8 @@ def add_parser(sub: Any) -> None:
     add_arguments(fix, names=FIX_SETTINGS)
     fix.add_argument("--dry-run", action="store_true", help="print the plan and change nothing")
     fix.add_argument("--yes", "-y", action="store_true", help="run the plan without asking")
-    fix.add_argument("--undo", action="store_true", help="put back what the last fix changed, byte for byte")
+    fix.add_argument("--undo", action="store_true",
+                     help="put back what the last fix (of --prefix/-n, if given) changed, byte for byte")
     fix.add_argument("--format", choices=("text", "json"), default="text", help="output format (default: text)")
     fix.set_defaults(handler=run)
 
@@ -70,7 +71,12 @@ def _run(args: argparse.Namespace, check: Callable[[Any], Any] | None) -> int:
     if args.undo:
         from envdoctor.fix.undo import undo_last
 
-        undone = undo_last()
+        prefix = None
+        if args.prefix or args.env_name:
+            from envdoctor.facts.target import resolve_prefix
+
+            prefix = resolve_prefix(args.prefix, args.env_name)
+        undone = undo_last(prefix=prefix)
         if args.format == "json":
             print(json.dumps(undone.to_dict(), indent=2))
         else:
@@ -127,7 +133,10 @@ def _fix(args: argparse.Namespace, run_check: Callable[[Any], Any]) -> int:
     journal = Journal.create(dict(before.target))
     results = Executor(plan, journal).run()
     if not any(r.status == "done" for r in results):
-        return finish(EXIT_NOTHING, "nothing could run", results, journal=str(journal.path))
+        failed = any(r.status == "failed" for r in results)
+        return finish(EXIT_NOTHING, "no step succeeded" + (": a failed step may have changed something, "
+                                                            "`envdoctor fix --undo` puts it back" if failed else ""),
+                      results, journal=str(journal.path) if failed else None)
     outcome = recheck(config, plan, before, run_check)
     code = EXIT_OK if not outcome.remaining and not outcome.new else EXIT_REMAIN
     summary = f"{len(outcome.fixed)} fixed, {len(outcome.remaining)} still there, {len(outcome.new)} new"

@@ -85,21 +85,21 @@ class Executor:
         manifest["steps"] = [{**s.to_dict(), "status": "planned" if s.runs else "skipped"} for s in self.plan.steps]
         self.journal.save()  # before the first change: an interrupted fix is still undoable
         results = []
-        broken_findings: set[str] = set()
+        broken_findings: set[tuple[str, str]] = set()
         for planned, record in zip(self.plan.steps, manifest["steps"]):
             if not planned.runs:
                 results.append(StepResult(planned.number, "skipped", planned.skip or ""))
                 continue
-            if planned.finding in broken_findings:
+            if (planned.rule, planned.finding) in broken_findings:
                 record["status"] = "not-run"
                 results.append(StepResult(planned.number, "not-run", "an earlier step of this fix failed"))
                 continue
             result = self._run_one(planned, record)
             if result.status != "done":
-                broken_findings.add(planned.finding)
+                broken_findings.add((planned.rule, planned.finding))
             results.append(result)
             self.journal.save()
-        manifest["status"] = "finished"
+        manifest["status"] = "finished" if any(r.status in ("done", "failed") for r in results) else "nothing-changed"
         self.journal.save()
         return results
 
@@ -125,11 +125,16 @@ class Executor:
             record["status"] = "done"
             return StepResult(planned.number, "done", f"moved {source} to {destination}")
         snapshot = None
-        if step.tool in ("pip", "uv"):
-            snapshot = PackageSnapshot(self.journal, planned.number, self.target, self.dirs, self.environ)
-            record["package"] = snapshot.before(step.tool, argv)
-        elif step.tool in CONDA_TOOLS:
-            record["conda"] = {"before": conda_records(self.target.prefix)}
+        try:
+            if step.tool in ("pip", "uv"):
+                snapshot = PackageSnapshot(self.journal, planned.number, self.target, self.dirs, self.environ)
+                record["package"] = snapshot.before(step.tool, argv)
+            elif step.tool in CONDA_TOOLS:
+                record["conda"] = {"before": conda_records(self.target.prefix)}
+        except OSError as exc:  # no copy, no step: what cannot be put back is not changed
+            record.pop("package", None)
+            record.update(status="skipped", reason=f"cannot keep a copy first: {exc}")
+            return StepResult(planned.number, "skipped", record["reason"])
         self.journal.save()
         from envdoctor.process import run_bounded
 

@@ -23,6 +23,8 @@ from pathlib import Path
 from typing import Any
 
 JOURNAL_VERSION = 1
+#: Journals `fix --undo` passes over: already undone, or a fix that changed nothing.
+SETTLED = ("undone", "undone-with-problems", "nothing-changed")
 
 #: How one path looks: {"type": "file", "sha256", "mode"} | {"type": "link", "target"} | {"type": "dir", "mode"}.
 Entry = dict[str, Any]
@@ -78,8 +80,15 @@ def same_content(a: Entry | None, b: Entry | None) -> bool:
 
 
 def walk_paths(root: str | os.PathLike[str]) -> Iterator[tuple[str, os.stat_result]]:
-    """Every path under `root` with its lstat: the cheap listing a package step is diffed against."""
+    """Every path under `root` with its lstat: the cheap listing a package step is diffed against.
+
+    A conda base prefix also holds other environments (`envs/`) and the package cache (`pkgs/`),
+    which no pip or uv step of this environment writes: they are left out.
+    """
+    skip = {os.path.join(root, "envs"), os.path.join(root, "pkgs")} \
+        if os.path.isdir(os.path.join(root, "conda-meta")) else set()
     for folder, dirs, files in os.walk(root):
+        dirs[:] = [d for d in dirs if os.path.join(folder, d) not in skip]
         for name in dirs + files:
             full = os.path.join(folder, name)
             try:
@@ -151,8 +160,8 @@ class Journal:
         return cls(path, manifest)
 
     @classmethod
-    def latest(cls, root: Path | None = None) -> Journal | None:
-        """The newest journal not yet undone, or None."""
+    def latest(cls, root: Path | None = None, prefix: Path | None = None) -> Journal | None:
+        """The newest journal of a fix that changed something and is not undone yet (of `prefix`), or None."""
         root = root or journal_root()
         try:
             names = sorted((p.name for p in root.iterdir() if (p / "manifest.json").is_file()), reverse=True)
@@ -160,7 +169,10 @@ class Journal:
             return None
         for name in names:
             journal = cls.load(root / name)
-            if journal.manifest.get("status") != "undone":
+            if prefix is not None and os.path.realpath(str(journal.manifest["target"].get("prefix"))) != \
+                    os.path.realpath(prefix):
+                continue
+            if journal.manifest.get("status") not in SETTLED:
                 return journal
         return None
 

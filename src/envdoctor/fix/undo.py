@@ -79,22 +79,34 @@ def _same(expected: Entry | None, actual: Entry | None) -> bool:
 
 
 def find_conflicts(journal: Journal, target: Target) -> list[str]:
-    """Paths that no longer hold what the fix left there: the user (or another tool) changed them."""
+    """Paths that no longer hold what the fix left there: the user (or another tool) changed them.
+
+    A folder the fix made (or moved) must also hold nothing it did not put there: undo moves such a
+    folder whole, and would carry off a file someone added to it since. Bytecode caches Python wrote
+    there on import (`__pycache__`) are no one's work: they go along into the journal.
+    """
+    state = _after_state(journal, target)
     conflicts = []
-    for path, expected in sorted(_after_state(journal, target).items()):
+    for path, expected in sorted(state.items()):
         if expected is _ANY:
             continue
         actual = describe(path)
         if not _same(expected, actual):
             now = "is gone" if actual is None else "was created since" if expected is None else "was changed since"
             conflicts.append(f"{path} {now}")
+        elif expected is not None and expected["type"] == "dir":
+            conflicts += [f"{os.path.join(path, rel)} was created since" for rel in sorted(tree(path))
+                          if rel != "." and os.path.normpath(os.path.join(path, rel)) not in state
+                          and "__pycache__" not in rel.split(os.sep)]
     return conflicts
 
 
-def undo_last(root: Any = None) -> UndoResult:
-    journal = Journal.latest(root)
+def undo_last(root: Any = None, prefix: Any = None) -> UndoResult:
+    """Undo the newest fix not yet undone (of `prefix`, when given)."""
+    journal = Journal.latest(root, prefix)
     if journal is None:
-        return UndoResult(journal="", refused=["there is no fix to undo (no journal under the cache)"])
+        where = f" of {prefix}" if prefix is not None else ""
+        return UndoResult(journal="", refused=[f"there is no fix{where} to undo (no journal under the cache)"])
     return undo(journal)
 
 
@@ -198,13 +210,17 @@ def _undo_conda(journal: Journal, record: dict[str, Any], target: Target, result
         _run_inverse(record["tool"], argv, journal, result, record["step"])
 
 
+def _without_bytecode(listing: dict[str, Entry]) -> dict[str, Entry]:
+    return {rel: entry for rel, entry in listing.items() if "__pycache__" not in rel.split(os.sep)}
+
+
 def _verify(journal: Journal, result: UndoResult) -> None:
     """Every path the fix touched holds again what the journal recorded before the fix."""
     for record in journal.manifest["steps"]:
         if record.get("status") not in _TOUCHED:
             continue
         moved = record.get("moved")
-        if moved and tree(moved["from"]) != moved["tree"]:
+        if moved and _without_bytecode(tree(moved["from"])) != _without_bytecode(moved["tree"]):
             result.problems.append(f"{moved['from']} differs from what the fix moved away")
         package = record.get("package") or {}
         for path, entry in (package.get("files_before") or {}).items():

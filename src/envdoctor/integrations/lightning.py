@@ -19,6 +19,7 @@ import importlib
 from typing import Any
 
 from envdoctor.integrations.node import NodePreflight, PreflightStopped, first_dataloader
+from envdoctor.model import Report
 
 
 def _callback_base() -> Any:
@@ -28,7 +29,7 @@ def _callback_base() -> Any:
             return importlib.import_module(module).Callback
         except ImportError:
             continue
-    raise ImportError("envdoctor.integrations.lightning needs Lightning: pip install 'envdoctor[lightning]'")
+    raise ImportError("envdoctor.integrations.lightning needs Lightning: pip install 'envdoctor-pytorch[lightning]'")
 
 
 # Typed Any on purpose: the same code type-checks whether or not Lightning is installed.
@@ -51,7 +52,8 @@ class PreflightCallback(Callback):
                                        select=tuple(select), ignore=tuple(ignore))
 
     @property
-    def report(self) -> Any:
+    def report(self) -> Report | None:
+        """This node's Report, on its local rank 0 once the hook has run; None elsewhere."""
         return self.preflight.report
 
     def on_train_start(self, trainer: Any, pl_module: Any) -> None:

@@ -19,6 +19,7 @@ import os
 from typing import Any
 
 from envdoctor.integrations.node import NodePreflight, PreflightStopped, first_dataloader
+from envdoctor.model import Report
 
 
 def _callback_base() -> Any:
@@ -26,7 +27,7 @@ def _callback_base() -> Any:
         return importlib.import_module("transformers").TrainerCallback
     except ImportError:
         raise ImportError("envdoctor.integrations.transformers needs transformers: "
-                          "pip install 'envdoctor[transformers]'") from None
+                          "pip install 'envdoctor-pytorch[transformers]'") from None
 
 
 # Typed Any on purpose: the same code type-checks whether or not transformers is installed.
@@ -48,7 +49,8 @@ class PreflightCallback(TrainerCallback):
                                        select=tuple(select), ignore=tuple(ignore))
 
     @property
-    def report(self) -> Any:
+    def report(self) -> Report | None:
+        """This node's Report, on its local rank 0 once the hook has run; None elsewhere."""
         return self.preflight.report
 
     def on_train_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
@@ -70,9 +72,10 @@ class PreflightCallback(TrainerCallback):
 
 def processes_on_this_node(args: Any) -> int:
     """Training processes on this node: LOCAL_WORLD_SIZE (torchrun, accelerate launch), else the world size."""
-    local = os.environ.get("LOCAL_WORLD_SIZE", "")
-    if local.isdigit() and int(local) > 0:
-        return int(local)
+    from envdoctor.loader import LOCAL_WORLD_SIZE_ENV, processes_per_node
+
+    if os.environ.get(LOCAL_WORLD_SIZE_ENV):
+        return processes_per_node(None)
     return max(1, int(getattr(args, "world_size", 1) or 1))
 
 

@@ -10,13 +10,12 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterator
 from typing import Any
-from urllib.parse import urlparse
 
 from envdoctor.catalog import load_data
 from envdoctor.facts import Facts
 from envdoctor.facts.conda_meta import CondaRecord
 from envdoctor.rules import Hit
-from envdoctor.rules.install_commands import conda, fix_of, pip
+from envdoctor.rules.install_commands import conda, fix_of, pip_own
 
 #: Platform subdirs that end a channel URL and are not part of the channel's name.
 SUBDIRS = {"noarch", "linux-64", "linux-aarch64", "linux-ppc64le", "linux-s390x", "linux-32",
@@ -40,17 +39,20 @@ def channel_name(record: CondaRecord | dict[str, Any]) -> str | None:
         if parts and parts[-1] in SUBDIRS:
             parts = parts[:-1]
         return "/".join(parts) or None
-    parsed = urlparse(raw)
-    if parsed.scheme == "file":
+    # Split by hand, not with urlparse: a redacted `[redacted]@host` is no IPv6 literal to check.
+    scheme, _, rest = raw.partition("://")
+    if scheme.lower() == "file":
         return raw
-    parts = [p for p in parsed.path.split("/") if p]
+    netloc, _, path = rest.partition("/")
+    netloc = netloc.rsplit("@", 1)[-1]
+    parts = [p for p in path.split("?", 1)[0].split("/") if p]
     if parts and parts[-1] in SUBDIRS:
         parts = parts[:-1]
     # A label is part of the channel: conda-forge/label/rc, not "rc".
     if len(parts) >= 3 and parts[-2] == "label":
         return "/".join(parts[-3:])
     if not parts:
-        return parsed.netloc
+        return netloc
     if parts[0] == "pkgs" and len(parts) >= 2:
         return "/".join(parts[:2])
     return parts[-1]
@@ -139,7 +141,7 @@ def find_retired_pytorch_channel(facts: Facts) -> Iterator[Hit]:
                       "last_release": data["last_release"] if channel in retired else None},
             **fix_of(conda(packages, "remove", *names),
                      conda(packages, "install", "--override-channels", "-c", "conda-forge", *installable, *takes),
-                     note=f"or pip: {' && '.join(c.text for c in pip(packages, 'install', 'torch') or [])}").hit(),
+                     note=f"or pip: {' && '.join(c.text for c in pip_own(packages, 'install', 'torch'))}").hit(),
         )
 
 

@@ -164,6 +164,13 @@ def pip(env: Mapping[str, Any], verb: str, *args: str, break_system: bool = Fals
     return [*steps, Command("pip", (python, "-m", "pip", verb, *extra, *args))]
 
 
+def pip_own(env: Mapping[str, Any], verb: str, *args: str) -> list[Command]:
+    """pip VERB ARGS for copies pip itself put there: with `--break-system-packages` where PEP 668 applies."""
+    commands = pip(env, verb, *args, break_system=True)
+    assert commands is not None  # only a refused install into a managed interpreter is None
+    return commands
+
+
 def managed_advice(env: Mapping[str, Any], what: str) -> str:
     """What to say where pip may not install: the OS's package, or a venv."""
     python = _python(env)
@@ -215,3 +222,18 @@ def conda_reinstall(env: Mapping[str, Any], records: Iterable[Mapping[str, Any]]
 def apt(*args: str) -> Command:
     """An apt-get command for what dpkg owns (run as root)."""
     return Command("apt", ("apt-get", *args))
+
+
+def dnf(*args: str) -> Command:
+    """A dnf command for what rpm owns (run as root)."""
+    return Command("dnf", ("dnf", *args))
+
+
+def os_reinstall(manager: str, package: str) -> Command:
+    """Put an OS package's files back with its own tool: apt for dpkg, dnf for rpm."""
+    return dnf("reinstall", "-y", package) if manager == "rpm" else apt("install", "--reinstall", "-y", package)
+
+
+def os_remove_text(manager: str, package: str) -> str:
+    return f"dnf remove {package}" if manager == "rpm" else f"apt-get remove {package}"
+

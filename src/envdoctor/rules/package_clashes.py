@@ -18,7 +18,7 @@ from envdoctor.facts.distributions import Distribution, normalize
 from envdoctor.facts.packages import PackagesFacts
 from envdoctor.rules import Hit
 from envdoctor.rules.channels import channel_name
-from envdoctor.rules.install_commands import Command, conda, conda_reinstall, fix_of, pip
+from envdoctor.rules.install_commands import Command, conda, conda_reinstall, fix_of, pip_own
 from envdoctor.rules.package_states import conda_python_states, labels, owner_text, visible_distributions
 
 
@@ -96,7 +96,7 @@ def _remove(packages: PackagesFacts, dists: list[Distribution]) -> list[Command]
     if by_conda:  # --force: only this package, not everything that depends on it
         steps.append(conda(packages, "remove", "--force", *by_conda))
     if by_pip:
-        steps.extend(pip(packages, "uninstall", "-y", *by_pip, break_system=True) or [])
+        steps.extend(pip_own(packages, "uninstall", "-y", *by_pip))
     return steps
 
 
@@ -112,8 +112,7 @@ def find_conflicting_distributions(facts: Facts) -> Iterator[Hit]:
         if keep.get("conda_record"):
             restore = [conda(packages, "install", "--force-reinstall", f"{keep['conda_record']}={keep['version']}")]
         else:
-            restore = pip(packages, "install", "--force-reinstall", "--no-deps", f"{keep['name']}=={keep['version']}",
-                          break_system=True) or []
+            restore = pip_own(packages, "install", "--force-reinstall", "--no-deps", f"{keep['name']}=={keep['version']}")
         yield Hit(
             message=(f"{' and '.join(labels(members))} are both installed: "
                      f"{clash['reason']}"),
@@ -146,7 +145,7 @@ def find_conflicting_distributions(facts: Facts) -> Iterator[Hit]:
                              note="torch comes from pip and uses the nvidia wheels"
                              + (f"; conda also removes what depends on {conda_name}: {', '.join(takes)}" if takes else ""))
             else:
-                remove = pip(packages, "uninstall", "-y", *(d["name"] for d in wheels), break_system=True) or []
+                remove = pip_own(packages, "uninstall", "-y", *(d["name"] for d in wheels))
                 fix = fix_of(*remove, conda_reinstall(packages, [record]))
             yield Hit(
                 message=(f"{', '.join(labels(wheels))} from pip beside "

@@ -3,10 +3,10 @@
 Every problem the packages probe met is one finding about that file: a
 conda-meta record that is no JSON record, or that lists paths outside the
 prefix; a dist-info or egg-info without usable METADATA; a bad
-direct_url.json; an interpreter that cannot start or whose self-report is
-wrong. The fix uses the tool that owns the file (conda, apt, pip/uv), moves a
-broken folder aside instead of deleting it, and is advice where no command is
-safe.
+direct_url.json. (A Python that cannot start, or whose self-report is wrong,
+stops the run with one line: see envdoctor.engine.) The fix uses the tool
+that owns the file (conda, apt or dnf, pip/uv), moves a broken folder aside
+instead of deleting it, and is advice where no command is safe.
 """
 from __future__ import annotations
 
@@ -17,9 +17,8 @@ from collections.abc import Iterator
 from envdoctor.facts import Facts
 from envdoctor.facts.distributions import Unreadable, dist_name_from_dir
 from envdoctor.facts.packages import PackagesFacts
-from envdoctor.model import Severity
 from envdoctor.rules import Hit
-from envdoctor.rules.install_commands import Fix, Move, advice, apt, conda, fix_of, pip_fix, shell_quote
+from envdoctor.rules.install_commands import Fix, Move, advice, conda, fix_of, os_reinstall, pip_fix, shell_quote
 
 _PROJECT_NAME = re.compile(r"^[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?$")
 
@@ -40,8 +39,8 @@ def _dist_fix(packages: PackagesFacts, problem: Unreadable) -> tuple[Fix, str]:
     record = problem.get("conda_record")
     if record:
         return fix_of(conda(packages, "install", "--force-reinstall", f"{record}={version}" if version else record)), name
-    if owner is not None and owner["tool"] == "dpkg" and owner["package"]:
-        return fix_of(apt("install", "--reinstall", "-y", owner["package"])), name
+    if owner is not None and owner["tool"] in ("dpkg", "rpm") and owner["package"]:
+        return fix_of(os_reinstall(owner["tool"], owner["package"])), name
     if not _PROJECT_NAME.match(name):  # not a name pip could install (a file name that is not UTF-8)
         return fix_of(Move(path, path + ".broken"), note="then reinstall the package it belonged to"), name
     return pip_fix(packages, "install", "--force-reinstall", "--no-deps", f"{name}=={version}" if version else name,
@@ -53,7 +52,6 @@ def find_unreadable_metadata(facts: Facts) -> Iterator[Hit]:
     for problem in packages["unreadable"]:
         path, kind, reason = problem["path"], problem["kind"], problem["reason"]
         package: str | None = problem.get("package")
-        severity = None
         message = f"cannot read {kind} metadata {path}: {reason} (the rest was still checked)"
         if kind == "conda-meta":
             fix, package = _conda_record_fix(packages, path)
@@ -73,18 +71,11 @@ def find_unreadable_metadata(facts: Facts) -> Iterator[Hit]:
                        "could be checked; the rest was)")
             fix = advice(f"ls -ld {shell_quote(path)}   # conda-meta must be a folder of package records: "
                          f"restore it, or recreate the environment at {packages['prefix']}")
-        elif kind == "interpreter":
-            # Without the interpreter nothing it decides (sys.path, markers, the live checks) was checked.
-            severity = Severity.ERROR
-            message = (f"cannot use the environment's Python: {reason}; only what the files say was checked "
-                       "(conda-meta and the site-packages folders)")
-            fix = advice(f"check that it starts: {shell_quote(path)} -c 'import sys; print(sys.version)'")
         else:
             fix = advice(f"check the permissions of {path}")
         yield Hit(
             message=message,
             evidence={"path": path, "kind": kind, "reason": reason, "package": package,
                       "conda_record": problem.get("conda_record")},
-            severity=severity,
             **fix.hit(),
         )

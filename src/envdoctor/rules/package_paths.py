@@ -15,7 +15,7 @@ from envdoctor.facts import Facts
 from envdoctor.facts.distributions import Distribution
 from envdoctor.facts.packages import SiteDir
 from envdoctor.rules import Hit
-from envdoctor.rules.install_commands import Move, advice, fix_of, move_aside, pip
+from envdoctor.rules.install_commands import Move, advice, fix_of, move_aside, pip_own
 from envdoctor.rules.package_states import OWN_LOCATIONS, SHADOW_LOCATIONS
 
 
@@ -43,7 +43,7 @@ def find_shadowed_packages(facts: Facts) -> Iterator[Hit]:
             shadow_path = os.path.join(shadow["path"], shadow["module_files"].get(name, name))
             if shadow["location"] == "user" and copy is not None:
                 # pip uninstall removes the first copy on sys.path: the user site's.
-                fix = fix_of(*(pip(packages, "uninstall", "-y", copy["name"], break_system=True) or []),
+                fix = fix_of(*pip_own(packages, "uninstall", "-y", copy["name"]),
                              note=f"removes the user-site copy first; or export PYTHONNOUSERSITE=1 to ignore "
                                   f"{shadow['path']}")
             elif shadow["location"] == "pythonpath":

@@ -107,12 +107,16 @@ def owner_text(dist: Distribution) -> str:
         return dist["installer"] or "an unknown installer"
     tool, package = owner["tool"], owner["package"]
     if tool == "dpkg":
-        return f"Debian's {package} (dpkg)"
-    if tool in ("conda", "pixi") and package:
-        return f"{tool}'s {package} package"
-    if tool == "unknown":
-        return "an unknown installer"
-    return tool
+        text = f"Debian's {package} (dpkg)"
+    elif tool == "rpm":
+        text = f"the OS package {package} (rpm)"
+    elif tool in ("conda", "pixi") and package:
+        text = f"{tool}'s {package} package"
+    elif tool == "unknown":
+        text = "an unknown installer"
+    else:
+        text = tool
+    return text + (" (editable)" if owner.get("editable") else "")
 
 
 def owner_tool(dist: Distribution) -> str:

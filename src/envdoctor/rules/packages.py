@@ -31,15 +31,16 @@ from envdoctor.rules.channels import channel_name
 from envdoctor.rules.install_commands import (
     Fix,
     advice,
-    apt,
     conda,
     conda_reinstall,
     externally_managed,
     fix_of,
     managed_advice,
     move_aside,
-    pip,
+    os_reinstall,
+    os_remove_text,
     pip_fix,
+    pip_own,
 )
 from envdoctor.rules.package_clashes import find_altered_conda_files, find_conflicting_distributions
 from envdoctor.rules.package_metadata import find_unreadable_metadata
@@ -79,7 +80,7 @@ def find_conda_pip_doubles(facts: Facts) -> Iterator[Hit]:
             what = f"{installer} reinstalled it over conda's copy at the same version"
         else:
             what = f"{installer} replaced it with {dist['version']}"
-        remove = pip(packages, "uninstall", "-y", dist["name"], break_system=True) or []
+        remove = pip_own(packages, "uninstall", "-y", dist["name"])
         yield Hit(
             message=(f"{record['name']} is recorded by conda as {record['version']} but {what}: "
                      "conda and pip now disagree about what is installed"),
@@ -153,13 +154,12 @@ def _doubled_fix(packages: PackagesFacts, dists: list[Distribution], record: Con
             if len(moves) != len(dists) - 1:
                 return advice(f"the copies of {name} belong to different system packages: "
                               f"reinstall {keep['owner']['package']} with the system package manager"), keep["version"]
-            return fix_of(*moves, apt("install", "--reinstall", "-y", str(keep["owner"]["package"])),
+            return fix_of(*moves, os_reinstall(keep["owner"]["tool"], str(keep["owner"]["package"])),
                           note=f"keeps {owner_text(keep)} {keep['version']}"), keep["version"]
         keep = max(dists, key=lambda d: sortable_version(d["version"]))
         moves = [move_aside(d["path"]) for d in dists if d is not keep]
-        reinstall = pip(packages, "install", "--force-reinstall", "--no-deps", f"{keep['name']}=={keep['version']}",
-                        break_system=True)
-        return fix_of(*moves, *(reinstall or []), note=f"keeps {keep['version']}"), keep["version"]
+        reinstall = pip_own(packages, "install", "--force-reinstall", "--no-deps", f"{keep['name']}=={keep['version']}")
+        return fix_of(*moves, *reinstall, note=f"keeps {keep['version']}"), keep["version"]
     # Layered copies (pip's in /usr/local over dpkg's in /usr/lib/python3): each is whole; the first wins.
     first = imported or min(dists, key=lambda d: d.get("order", 0))
     rest = sorted((d for d in dists if d is not first), key=lambda d: d.get("order", 0))
@@ -167,14 +167,14 @@ def _doubled_fix(packages: PackagesFacts, dists: list[Distribution], record: Con
     needs_first = _broken_by(packages, first["key"], other["version"])
     if owner_tool(first) in PIP_OWNERS and not needs_first:
         # pip uninstall removes the first copy on sys.path: this one, never the OS's copy behind it.
-        remove = pip(packages, "uninstall", "-y", first["name"], break_system=True) or []
+        remove = pip_own(packages, "uninstall", "-y", first["name"])
         return fix_of(*remove, note=(f"keeps {other['version']} from {owner_text(other)}; to keep "
                                      f"{first['version']} instead, install it in a venv")), other["version"]
     if needs_first:
         return advice(f"keep {first['version']} from {owner_text(first)}: without it "
                       f"{'; '.join(needs_first)}. The hidden {other['version']} from {owner_text(other)} "
-                      f"can only go with its own tool (for dpkg: `apt-get remove {other['owner']['package']}`, "
-                      "if nothing from apt needs it); or move this stack into a venv"
+                      f"can only go with its own tool (`{os_remove_text(other['owner']['tool'], str(other['owner']['package']))}`"
+                      f" for an OS package, if nothing else needs it); or move this stack into a venv"
                       if other.get("owner") else
                       f"keep {first['version']} from {owner_text(first)}: without it {'; '.join(needs_first)}"), \
             first["version"]
@@ -204,7 +204,7 @@ def find_duplicate_distributions(facts: Facts) -> Iterator[Hit]:
             loads = (f"`import {import_name}` loads a mix of the copies' files in {dists[0].get('site_dir')}, "
                      "and `pip list` reads one of the metadata folders")
         else:
-            loads = "no copy's module was found on sys.path"
+            loads = "which copy `import` loads cannot be told from the files (no regular package or module of theirs)"
         breaks = _broken_by(packages, key, imported["version"]) if imported is not None else []
         fix, keeps = _doubled_fix(packages, dists, record, imported, same_dir)
         # Mixed files in one folder break whatever version is asked; layered whole copies only
@@ -258,7 +258,7 @@ def _requirement_fix(packages: PackagesFacts, dist: Distribution, installed: Dis
                       f"install {wanted!r} there")
     if externally_managed(packages):
         if owner_tool(dist) in ("pip", "uv"):  # the user already installs with pip here: say so explicitly
-            return fix_of(*(pip(packages, "install", wanted, break_system=True) or []))
+            return fix_of(*pip_own(packages, "install", wanted))
         return advice(managed_advice(packages, f"install {wanted!r} (for {dist['name']}, from "
                                                f"{owner_text(dist)})"))
     return pip_fix(packages, "install", wanted)

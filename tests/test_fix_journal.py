@@ -1,0 +1,184 @@
+"""The journal and undo on real files: file moves out and back, refusals, which journal undo takes.
+
+Fast tests on a plain venv-shaped folder (no interpreter needed for file
+moves); the package-step round trips are in test_fix_roundtrip.py.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from envdoctor.fix.execute import Executor
+from envdoctor.fix.journal import Journal, tree
+from envdoctor.fix.plan import make_plan
+from envdoctor.fix.undo import undo_last
+from envdoctor.model import Finding, FixStep, Report, Severity
+from fixenvs import tree_digest
+
+
+@pytest.fixture()
+def journal_root(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    return tmp_path / "cache" / "envdoctor" / "journal"
+
+
+def venv_folder(root: Path) -> tuple[Path, Path]:
+    prefix = root / "env"
+    site = prefix / "lib" / "python3.11" / "site-packages"
+    stray = site / "numpy-1.26.4.dist-info"
+    stray.mkdir(parents=True)
+    (prefix / "pyvenv.cfg").write_text("home = /usr/bin\n")
+    (stray / "METADATA").write_text("Metadata-Version: 2.1\nName: numpy\nVersion: 1.26.4\n")
+    (stray / "RECORD").write_text("numpy/__init__.py,,\n")
+    (stray / "INSTALLER").write_bytes(b"pip\n")
+    (stray / "INSTALLER").chmod(0o600)
+    (stray / "link").symlink_to("METADATA")
+    return prefix, stray
+
+
+def run_moves(prefix: Path, *moves: tuple[str, str]) -> Journal:
+    finding = Finding(rule="PKG002", name="duplicate-distribution", severity=Severity.ERROR, message="doubled",
+                      fix_steps=tuple(FixStep.file_move(a, b) for a, b in moves))
+    report = Report(tool={}, generated_at="", host={}, target={"prefix": str(prefix), "kind": "venv"}, facts={},
+                    findings=[finding])
+    journal = Journal.create({"prefix": str(prefix), "kind": "venv"})
+    results = Executor(make_plan(report, {}), journal).run()
+    assert [r.status for r in results] == ["done"] * len(moves), results
+    return journal
+
+
+def test_a_move_is_journalled_with_hashes_and_undone_exactly(tmp_path: Path, journal_root: Path) -> None:
+    prefix, stray = venv_folder(tmp_path)
+    pristine = tree_digest(prefix)
+    journal = run_moves(prefix, (str(stray), str(stray) + ".envdoctor-aside"))
+    assert not stray.exists()
+    manifest = json.loads((journal.path / "manifest.json").read_text())
+    assert journal.path.parent == journal_root and manifest["status"] == "finished"
+    moved = manifest["steps"][0]["moved"]
+    assert moved["tree"]["INSTALLER"] == {"type": "file", "mode": 0o600,
+                                          "sha256": hashlib.sha256(b"pip\n").hexdigest()}
+    assert moved["tree"]["link"] == {"type": "link", "target": "METADATA"}
+    undone = undo_last()
+    assert undone.exit_code == 0, undone
+    assert tree_digest(prefix) == pristine
+    assert json.loads((journal.path / "manifest.json").read_text())["status"] == "undone"
+    assert undo_last().refused == ["there is no fix to undo (no journal under the cache)"]
+
+
+def test_undo_refuses_to_overwrite_what_the_user_put_there_since(tmp_path: Path, journal_root: Path) -> None:
+    prefix, stray = venv_folder(tmp_path)
+    run_moves(prefix, (str(stray), str(stray) + ".envdoctor-aside"))
+    stray.mkdir()
+    (stray / "METADATA").write_text("Name: numpy\nVersion: 9\n")  # the user reinstalled something there
+    before = tree_digest(prefix)
+    undone = undo_last()
+    assert undone.exit_code == 2
+    assert f"{stray} was created since" in undone.refused
+    assert tree_digest(prefix) == before  # refused before changing anything
+
+
+def test_undo_takes_the_newest_fix_that_changed_something(tmp_path: Path, journal_root: Path) -> None:
+    prefix, stray = venv_folder(tmp_path)
+    first = run_moves(prefix, (str(stray), str(stray) + ".envdoctor-aside"))
+    nothing = Journal.create({"prefix": str(prefix), "kind": "venv"})
+    report = Report(tool={}, generated_at="", host={}, target={"prefix": str(prefix), "kind": "venv"}, facts={},
+                    findings=[Finding(rule="PKG002", name="d", severity=Severity.ERROR, message="m",
+                                      fix_steps=(FixStep.file_move(str(prefix / "absent"), str(prefix / "x")),))])
+    assert [r.status for r in Executor(make_plan(report, {}), nothing).run()] == ["skipped"]
+    assert nothing.manifest["status"] == "nothing-changed"
+    latest = Journal.latest()
+    assert latest is not None and latest.path == first.path
+
+
+def test_a_half_written_manifest_never_replaces_the_saved_one(tmp_path: Path, journal_root: Path) -> None:
+    journal = Journal.create({"prefix": str(tmp_path), "kind": "venv"})
+    journal.manifest["steps"] = [{"step": 1, "status": "planned"}]
+    journal.save()
+    assert not list(journal.path.glob("*.tmp"))
+    assert json.loads((journal.path / "manifest.json").read_text())["steps"] == [{"step": 1, "status": "planned"}]
+
+
+def test_tree_lists_files_links_and_folders(tmp_path: Path) -> None:
+    prefix, stray = venv_folder(tmp_path)
+    listing = tree(stray)
+    assert listing["."]["type"] == "dir" and listing["link"] == {"type": "link", "target": "METADATA"}
+    assert set(listing) == {".", "METADATA", "RECORD", "INSTALLER", "link"}
+    assert tree(tmp_path / "absent") == {}
+
+
+def test_undo_refuses_when_a_file_was_added_inside_a_folder_the_fix_moved(tmp_path: Path, journal_root: Path) -> None:
+    prefix, stray = venv_folder(tmp_path)
+    aside = Path(str(stray) + ".envdoctor-aside")
+    run_moves(prefix, (str(stray), str(aside)))
+    (aside / "notes.txt").write_text("mine\n")  # moving the folder back would carry this off
+    before = tree_digest(prefix)
+    undone = undo_last()
+    assert undone.refused == [f"{aside}/notes.txt was created since"]
+    assert tree_digest(prefix) == before
+
+
+def test_bytecode_written_on_import_since_the_fix_is_no_conflict(tmp_path: Path, journal_root: Path) -> None:
+    prefix, stray = venv_folder(tmp_path)
+    aside = Path(str(stray) + ".envdoctor-aside")
+    journal = run_moves(prefix, (str(stray), str(aside)))
+    (aside / "__pycache__").mkdir()
+    (aside / "__pycache__" / "x.cpython-311.pyc").write_bytes(b"\x00")
+    undone = undo_last()
+    assert undone.exit_code == 0, undone
+    assert (stray / "__pycache__" / "x.cpython-311.pyc").exists()  # moved back along with its folder
+    assert journal.path.exists()
+
+
+def test_undo_of_one_prefix_leaves_another_prefixs_newer_fix_alone(tmp_path: Path, journal_root: Path) -> None:
+    prefix_a, stray_a = venv_folder(tmp_path / "a")
+    prefix_b, stray_b = venv_folder(tmp_path / "b")
+    run_moves(prefix_a, (str(stray_a), str(stray_a) + ".envdoctor-aside"))
+    run_moves(prefix_b, (str(stray_b), str(stray_b) + ".envdoctor-aside"))
+    assert undo_last(prefix=prefix_a).exit_code == 0
+    assert stray_a.is_dir() and not stray_b.exists()
+    assert undo_last(prefix=prefix_a).refused == [f"there is no fix of {prefix_a} to undo (no journal under the cache)"]
+    assert undo_last().exit_code == 0 and stray_b.is_dir()
+
+
+def test_a_corrupt_manifest_is_one_line_not_a_traceback(tmp_path: Path, journal_root: Path,
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    import argparse
+
+    from envdoctor.fix import command
+
+    (journal_root / "20990101T000000.000000Z").mkdir(parents=True)
+    (journal_root / "20990101T000000.000000Z" / "manifest.json").write_text('{"journal_version": 1, "steps": [')
+    args = argparse.Namespace(undo=True, prefix=None, env_name=None, format="text")
+    assert command.run(args) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("envdoctor: error: cannot read the fix journal")
+
+
+def test_plan_text_escapes_control_characters_from_metadata(tmp_path: Path) -> None:
+    from envdoctor.fix.render import plan_text
+
+    prefix, stray = venv_folder(tmp_path)
+    evil = "numpy\x1b]0;owned\x07\x1b[2J is installed 2 times"
+    finding = Finding(rule="PKG002", name="d", severity=Severity.ERROR, message=evil,
+                      fix_steps=(FixStep.file_move(str(stray), str(stray) + "\x1b[31m"),))
+    report = Report(tool={}, generated_at="", host={}, target={"prefix": str(prefix), "kind": "venv"}, facts={},
+                    findings=[finding])
+    text = "\n".join(plan_text(make_plan(report, {})))
+    assert "\x1b" not in text and "\x07" not in text
+    assert "numpy?]0;owned??[2J is installed 2 times" in text
+
+
+def test_the_listing_of_a_conda_base_leaves_out_other_envs_and_the_package_cache(tmp_path: Path) -> None:
+    from envdoctor.fix.journal import walk_paths
+
+    base = tmp_path / "miniforge"
+    for folder in ("conda-meta", "envs/train/lib", "pkgs/numpy-1.26.4", "lib/python3.11/site-packages"):
+        (base / folder).mkdir(parents=True)
+    listed = {os.path.relpath(p, base) for p, _ in walk_paths(base)}
+    assert listed == {"conda-meta", "lib", "lib/python3.11", "lib/python3.11/site-packages"}
+    listed_venv = {os.path.relpath(p, base / "envs" / "train") for p, _ in walk_paths(base / "envs" / "train")}
+    assert listed_venv == {"lib"}

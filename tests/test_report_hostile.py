@@ -115,12 +115,17 @@ def test_a_million_findings_and_a_10_mib_string_render_in_bounded_time_and_size(
     report = Report(tool={"version": "0.1.0"}, generated_at="t", host={"hostname": "h", "platform": "p"},
                     target={"prefix": "/p", "kind": "venv", "python": "3.11"}, facts={},
                     findings=[huge] + [one] * 1_000_000)
-    for fmt in ("text", "markdown", "github"):
+    for fmt in ("text", "markdown", "github", "sarif"):
         started = time.monotonic()
         text = render(report, fmt, RenderOptions(verbose=True))
         took = time.monotonic() - started
         assert took < 60, (fmt, took)  # linear, a few seconds on a laptop; generous for a busy CI runner
-        if fmt == "github":  # GitHub shows 50 annotations a job: 200 are written, then a count of the rest
+        if fmt == "sarif":  # GitHub takes 25,000 results a run: the rest are counted in a notification
+            run = json.loads(text)["runs"][0]
+            assert len(run["results"]) == 25_000
+            assert "975001 more findings are not in this log" in run["invocations"][0]["toolExecutionNotifications"][-1][
+                "message"]["text"]
+        elif fmt == "github":  # GitHub shows 50 annotations a job: 200 are written, then a count of the rest
             lines = text.splitlines()
             assert len(lines) == 201 and "999801 more findings are not annotated" in lines[-1]
             assert max(len(line) for line in lines) < 20_000

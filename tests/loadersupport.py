@@ -45,7 +45,8 @@ def assert_nothing_left(report: dict[str, Any], shm_before: set[str]) -> None:
         except (ProcessLookupError, PermissionError):
             continue
     assert survivors == [], f"processes of the runner's group survived: {survivors}"
-    assert psutil.Process().children(recursive=True) == []
+    children = psutil.Process().children(recursive=True)
+    assert children == [], [(c.pid, c.cmdline()) for c in children]
     assert shm_torch_segments() - shm_before == set()
 
 

@@ -58,10 +58,6 @@ def summary_line(report: Report, counts: dict[str, int] | None = None) -> str:
     parts = [f"{counts['error']} error{'s' if counts['error'] != 1 else ''}",
              f"{counts['warning']} warning{'s' if counts['warning'] != 1 else ''}",
              f"{counts['info']} info"]
-    skipped = report.not_checked()
-    if skipped:  # a probe that could not run is not an all-clear
-        parts.append("not checked: " + "; ".join(f"{printable(', '.join(rules), 200)} (the {printable(probe, 80)} "
-                                                  "probe failed)" for probe, rules in list(skipped.items())[:20]))
     return ", ".join(parts)
 
 
@@ -332,7 +328,7 @@ def _verdict(report: Report, statuses: dict[str, tuple[str | None, str]] | None 
     if worst is None and (skipped or unchecked):
         worst = "warning"  # nothing found, but not everything could be looked at
     text = f"{_MARK.get(worst or '', '✓')} {summary_line(report, counts)}"
-    if unchecked and not skipped:  # summary_line names what a failed probe left unchecked
+    if unchecked:
         text += f" — not checked: {', '.join(unchecked)}"
     return text, _STYLE.get(worst or "", "bold green")
 

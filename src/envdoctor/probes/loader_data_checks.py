@@ -75,7 +75,7 @@ def duplicates(s: Session) -> None:
     if not s.iterable or not s.workers_ok:
         return
     need = 2 * DUP_MAX_S + _startup_allowance(s) + 0.5
-    if s.left() < need + 1.0:
+    if s.left() < need:
         s.events.skip("repeated samples (DL007)", f"not enough of the budget left ({s.left():.1f} s)")
         return
     s.guarded(need + 1.0, "reading samples to count repeats", "duplicates", num_workers=CHECK_WORKERS)
@@ -122,7 +122,7 @@ def cloned_rng(s: Session, first_index: Any) -> None:
     if s.iterable or not s.workers_ok or first_index is None:
         return
     need = _startup_allowance(s) + 4 * s.per_sample_s + 0.5
-    if s.left() < need + 1.0:
+    if s.left() < need:
         s.events.skip("cloned randomness (DL008)", f"not enough of the budget left ({s.left():.1f} s)")
         return
     s.guarded(need + 1.0, f"drawing index {first_index} twice and in two workers", "rng",

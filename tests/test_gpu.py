@@ -56,9 +56,10 @@ def cuda_section(cuda: str = "12.4", available: bool = True, error: str | None =
     return section
 
 
-def facts_for(gpu: dict[str, Any], torch: dict[str, Any], kind: str = "venv", container: bool = False) -> Facts:
+def facts_for(gpu: dict[str, Any], torch: dict[str, Any], kind: str = "venv", container: bool = False,
+              packages: dict[str, Any] | None = None) -> Facts:
     return Facts.from_dict({
-        "gpu": gpu, "torch": torch,
+        "gpu": gpu, "torch": torch, "packages": packages,
         "target": {"kind": kind, "platform": "linux-64", "prefix": "/env", "interpreter": "/env/bin/python"},
         "system": {"container": {"in_container": container}, "environ": {}},
     }, Config(no_loader=True))
@@ -490,3 +491,18 @@ def test_gpu004_end_to_end_through_the_real_probe(tmp_path: Path, monkeypatch: p
     plan = make_plan(report, {"PATH": ""})
     assert [(s.rule, s.runs, s.argv) for s in plan.steps] == [("GPU004", True, (python, "-m", "ensurepip")),
                                                               ("GPU004", True, install)]
+
+
+def test_gpu001_moves_the_companions_the_same_tool_installed() -> None:
+    """torchvision/torchaudio are built against one torch: reinstalled with it, when torch's tool put them there."""
+    def dist(key: str, tool: str, order: int = 0) -> dict[str, Any]:
+        return {"key": key, "name": key, "location": "env", "order": order,
+                "owner": {"tool": tool, "package": None, "source": "INSTALLER", "editable": False}}
+    packages = {"prefix": "/env", "kind": "venv", "interpreter": "/env/bin/python3",
+                "installer": {"externally_managed": None, "uv_venv": None, "has_pip": True},
+                "distributions": [dist("torch", "pip"), dist("torchaudio", "pip"), dist("torchvision", "uv"),
+                                  dist("torchvision", "pip", order=5)]}  # shadowed: import finds uv's copy first
+    [found] = hits("GPU001", facts_for(gpu_fixture("h100_idle"), cpu_section(), packages=packages))
+    assert [s.argv for s in found.fix_steps] == [("/env/bin/python3", "-m", "pip", "install", "--force-reinstall",
+                                                  "torch", "torchaudio", "--index-url",
+                                                  "https://download.pytorch.org/whl/cu124")]

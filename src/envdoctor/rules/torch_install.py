@@ -92,7 +92,9 @@ def torch_for_cuda(facts: Facts, cuda: str, *, keep_hint: bool = True, note: str
         return advice(f"torch here is {package or 'a system package'} ({tool}), which has no build for CUDA {cuda}: "
                       f"create a venv (`{python} -m venv --system-site-packages ~/venvs/train`) and install torch "
                       f"there with `~/venvs/train/bin/python -m pip install torch --index-url {url}`")
-    names = ["torch", *(name for name in COMPANIONS if _installed(env, name))]
+    # Only companions the same tool put there: another tool's copy is that tool's to move.
+    names = ["torch", *(name for name in COMPANIONS if (dist := _installed(env, name))
+                        and (dist.get("owner") or {}).get("tool", tool) == tool)]
     args = ("install", "--force-reinstall", *names, "--index-url", url)
     # A copy pip itself put into an EXTERNALLY-MANAGED interpreter (NVIDIA's containers) is pip's to replace.
     commands = pip_own(env, *args) if tool == "pip" else pip(env, *args)

@@ -20,7 +20,7 @@ from collections import Counter
 from typing import Any
 
 from loader_session import Session
-from loader_timing import shutdown
+from loader_timing import leaves, shutdown
 
 #: Samples one side of the duplicates check reads at most, and seconds it may take.
 DUP_MAX_SAMPLES = 512
@@ -32,11 +32,7 @@ CHECK_WORKERS = 2
 def sample_identity(sample: Any, torch: Any) -> str:
     """A hash of what a sample holds: tensor and array bytes, numbers and strings, in order."""
     digest = hashlib.blake2b(digest_size=16)
-    stack = [sample]
-    seen = 0
-    while stack and seen < 1000:
-        item = stack.pop()
-        seen += 1
+    for item in leaves(sample, 1000):
         if isinstance(item, torch.Tensor):
             tensor = item.detach().cpu().contiguous()
             digest.update(str((tuple(tensor.shape), str(tensor.dtype))).encode())
@@ -46,10 +42,6 @@ def sample_identity(sample: Any, torch: Any) -> str:
                 digest.update(repr(tensor.flatten().tolist()).encode())
         elif hasattr(item, "tobytes") and hasattr(item, "dtype"):
             digest.update(item.tobytes())
-        elif isinstance(item, dict):
-            stack.extend(item[k] for k in sorted(item, key=repr))
-        elif isinstance(item, (list, tuple)):
-            stack.extend(reversed(item))
         else:
             digest.update(repr(item).encode())
     return digest.hexdigest()

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Iterator
 from typing import Any
 
 #: Steady-state windows each run is split into, for the spread.
@@ -108,26 +109,36 @@ class CpuWindow:
 # Batches: how many samples, how many bytes, how many tensors.
 
 
+def leaves(root: Any, limit: int) -> Iterator[Any]:
+    """What a nested sample or batch holds, in order: dicts by key, lists and tuples item by item.
+
+    At most `limit` items are looked at (a hostile dataset may return anything).
+    """
+    stack = [root]
+    seen = 0
+    while stack and seen < limit:
+        item = stack.pop()
+        seen += 1
+        if isinstance(item, dict):
+            stack.extend(item[k] for k in sorted(item, key=repr, reverse=True))
+        elif isinstance(item, (list, tuple)):
+            stack.extend(reversed(item))
+        else:
+            yield item
+
+
 def batch_stats(batch: Any, torch: Any) -> dict[str, Any]:
     """Bytes and tensors in one collated batch, and what else it holds."""
     total = 0
     tensors = 0
     others: set[str] = set()
-    stack = [batch]
-    seen = 0
-    while stack and seen < 10000:
-        item = stack.pop()
-        seen += 1
+    for item in leaves(batch, 10000):
         if isinstance(item, torch.Tensor):
             total += item.element_size() * item.nelement()
             tensors += 1
         elif type(item).__module__ == "numpy" and hasattr(item, "nbytes"):
             total += int(item.nbytes)
             others.add("numpy." + type(item).__name__)
-        elif isinstance(item, dict):
-            stack.extend(item.values())
-        elif isinstance(item, (list, tuple)):
-            stack.extend(item)
         elif isinstance(item, (str, bytes, int, float, bool)) or item is None:
             others.add(type(item).__name__)
         else:

@@ -139,16 +139,10 @@ class ScriptAnalysis(CallWalker):
     # -- the result ----------------------------------------------------------
 
     def result(self) -> dict[str, Any]:
-        starts = [e for e in self.events if e["kind"] not in ("set-start-method", "cuda-init")]
         modules = [] if self.project is None else sorted(
             m.path for m in self.project.modules.values() if m is not None and m.tree is not None)
         return {
-            "guard_lines": self.guard_lines,
-            "worker_starts": starts,
-            "start_method_calls": [e for e in self.events if e["kind"] == "set-start-method"],
-            "cuda_inits": [e for e in self.events if e["kind"] == "cuda-init"],
-            "calls_followed": self.calls_followed,
-            "truncated": self.truncated,
+            **super().result(),
             "modules_followed": modules,
             "module_problems": list(self.project.problems) if self.project is not None else [],
         }

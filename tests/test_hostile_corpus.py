@@ -20,6 +20,7 @@ import glob
 import hashlib
 import json
 import os
+import re
 import resource
 import signal
 import stat
@@ -152,6 +153,19 @@ def check_output(case: Case, fmt: str, text: str) -> None:
     assert raw_control(text) == [], f"{fmt}: control characters from the input reach the output"
     for secret in case.forbidden:
         assert secret not in text, f"{fmt}: {secret!r} reaches the output"
+    if fmt == "markdown":
+        prose = outside_code(text)
+        for raw in case.forbidden_markdown:
+            # `\\<` is CommonMark's escaped `<`: shown as text, never a tag.
+            assert not re.search(r"(?<!\\)" + re.escape(raw), prose), f"markdown: {raw!r} passes through unescaped"
+        # A newline in a file name must not start a line of its own (it would end a table row or a list item).
+        assert not any(line.startswith("line.py") for line in text.splitlines())
+
+
+def outside_code(markdown: str) -> str:
+    """Markdown minus fenced blocks and code spans, where HTML and `|` are shown as text anyway."""
+    markdown = re.sub(r"^(`{3,})[^\n]*\n.*?^\1", "", markdown, flags=re.DOTALL | re.MULTILINE)
+    return re.sub(r"(`+)(?!`).*?(?<!`)\1(?!`)", "", markdown, flags=re.DOTALL)
 
 
 @pytest.mark.parametrize("case_id", [

@@ -26,7 +26,6 @@ import signal
 import stat
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -86,6 +85,25 @@ def left_running() -> list[str]:
     return alive
 
 
+#: Runs envdoctor ("$@") on a /dev/shm of its own, then lists what is left there into $SHM_LIST.
+_PRIVATE_SHM = 'mount -t tmpfs -o size=1g tmpfs /dev/shm || exit 97; "$@"; rc=$?; ls -A /dev/shm > "$SHM_LIST"; exit $rc'
+
+
+@pytest.fixture(scope="session")
+def private_shm() -> bool:
+    """Whether each run can have a /dev/shm of its own (root, unshare): then a leftover there is surely ours."""
+    try:
+        proc = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c",
+                               "mount -t tmpfs tmpfs /dev/shm && ls -A /dev/shm"], capture_output=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return proc.returncode == 0 and proc.stdout == b""
+
+
+def in_private_shm(argv: list[str]) -> list[str]:
+    return ["unshare", "-m", "--propagation", "private", "sh", "-c", _PRIVATE_SHM, "sh", *argv]
+
+
 def shm_entries() -> dict[str, float]:
     out = {}
     for path in glob.glob("/dev/shm/*"):
@@ -117,15 +135,23 @@ def _limit(memory_bytes: int) -> Any:
     return apply
 
 
-def run(case: Case, fmt: str, tmp: Path) -> tuple[subprocess.CompletedProcess[bytes], float]:
+def run(case: Case, fmt: str, tmp: Path, private: bool) -> tuple[subprocess.CompletedProcess[bytes], float, list[str]]:
+    """One real run; returns it, its seconds, and what it left in its own /dev/shm (when it had one)."""
     args = [case.command, *_format_args(case, fmt)]
+    shm_list = tmp / f"shm-left-{fmt}.txt"
+    own_tmp = tmp / f"tmp-{fmt}"  # its own TMPDIR: whatever is left there is this run's
+    own_tmp.mkdir()
     env = {**os.environ, "NO_COLOR": "1", "COLUMNS": "100", "PYTHONUSERBASE": str(tmp / "no-user-base"),
-           **case.env}
+           "SHM_LIST": str(shm_list), "TMPDIR": str(own_tmp), **case.env}
     env.pop("PYTHONPATH", None)
+    argv = envdoctor_argv(*args)
     start = time.monotonic()
-    proc = subprocess.run(envdoctor_argv(*args), capture_output=True, env=env, cwd=str(case.cwd or tmp),
-                          timeout=case.bound_s + 30, preexec_fn=_limit(case.memory_bytes))
-    return proc, time.monotonic() - start
+    proc = subprocess.run(in_private_shm(argv) if private else argv, capture_output=True, env=env,
+                          cwd=str(case.cwd or tmp), timeout=case.bound_s + 30, preexec_fn=_limit(case.memory_bytes))
+    elapsed = time.monotonic() - start
+    assert proc.returncode != 97, "could not mount a private /dev/shm"
+    left = shm_list.read_text().split() if private else []
+    return proc, elapsed, left + [f"TMPDIR: {name}" for name in os.listdir(own_tmp)]
 
 
 def _format_args(case: Case, fmt: str) -> list[str]:
@@ -173,7 +199,7 @@ def outside_code(markdown: str) -> str:
                                  *([pytest.mark.xfail(strict=True, reason=XFAIL[case_id])]
                                    if case_id in XFAIL else [])])
     for case_id in CORPUS])
-def test_hostile_input(case_id: str, base_venv: Path, tmp_path: Path) -> None:
+def test_hostile_input(case_id: str, base_venv: Path, tmp_path: Path, private_shm: bool) -> None:
     case = build(case_id, tmp_path / "case", base_venv)
     target = case.target or tmp_path / "case"
     before, shm_before = tree_hash(target), shm_entries()
@@ -181,7 +207,7 @@ def test_hostile_input(case_id: str, base_venv: Path, tmp_path: Path) -> None:
     outputs: dict[str, str] = {}
     with orphans_come_back():
         for fmt in formats:
-            proc, elapsed = run(case, fmt, tmp_path)
+            proc, elapsed, shm_left = run(case, fmt, tmp_path, private_shm)
             stdout = proc.stdout.decode("utf-8", "replace")
             stderr = proc.stderr.decode("utf-8", "replace")
             where = f"{case_id} --format {fmt} (exit {proc.returncode}, {elapsed:.1f} s)\nstderr: {stderr[-2000:]}"
@@ -195,6 +221,7 @@ def test_hostile_input(case_id: str, base_venv: Path, tmp_path: Path) -> None:
             check_output(case, fmt, stdout + stderr)
             outputs[fmt] = stdout
             assert left_running() == [], f"{where}: processes left running"
+            assert shm_left == [], f"{where}: left in /dev/shm or its temporary folder"
     if "json" in outputs and outputs["json"]:
         report = json.loads(outputs["json"])
         if case.command != "compare":
@@ -214,42 +241,84 @@ def test_hostile_input(case_id: str, base_venv: Path, tmp_path: Path) -> None:
     elif case.check:
         case.check({})
     assert tree_hash(target) == before, "a file of the target changed"
-    new_shm = {p for p, m in shm_entries().items() if p not in shm_before}
-    time.sleep(0.2 if new_shm else 0)
-    assert {p for p in new_shm if os.path.exists(p)} == set(), "segments left in /dev/shm"
+    if not private_shm:  # the machine's own /dev/shm: only what appeared and stayed (others may share it)
+        new_shm = {p for p in shm_entries() if p not in shm_before}
+        time.sleep(1.0 if new_shm else 0)
+        assert {p for p in new_shm if os.path.exists(p)} == set(), "segments left in /dev/shm"
 
 
-def _plan_files() -> set[str]:
-    return set(glob.glob(os.path.join(tempfile.gettempdir(), "envdoctor-plan-*.json")))
+def _cmdline(proc: psutil.Process) -> str:
+    try:
+        return " ".join(proc.cmdline())
+    except psutil.Error:
+        return ""
+
+
+def _children(proc: psutil.Process) -> list[psutil.Process]:
+    try:
+        return proc.children(recursive=True)
+    except psutil.Error:
+        return []
+
+
+def _still_running(procs: list[psutil.Process]) -> bool:
+    for proc in procs:
+        try:
+            if proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE:
+                return True
+        except psutil.Error:
+            continue
+    return False
+
+
+def _plan_files(folder: Path) -> set[str]:
+    return set(glob.glob(os.path.join(folder, "envdoctor-plan-*.json")))
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP], ids=["sigterm-during-loader", "sighup-during-loader"])
-def test_signal_during_the_loader_stage(signum: int) -> None:
+def test_signal_during_the_loader_stage(signum: int, tmp_path: Path, private_shm: bool) -> None:
     """CI cancelling a job: every DataLoader worker gone within a few seconds, no plan file, no segment."""
-    plans, shm_before = _plan_files(), shm_entries()
+    shm_before = shm_entries()
+    shm_list = tmp_path / "shm-left.txt"
+    own_tmp = tmp_path / "tmp"  # its own TMPDIR: a plan file left there is surely this run's
+    own_tmp.mkdir()
+    argv = envdoctor_argv("loader", "--dataset", "loaderfixtures.suite:remote_read", "--budget", "60",
+                          "--format", "json")
     with orphans_come_back():
-        proc = subprocess.Popen(envdoctor_argv("loader", "--dataset", "loaderfixtures.suite:remote_read",
-                                               "--budget", "60", "--format", "json"),
-                                cwd=str(FIXTURES_DIR), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        proc = subprocess.Popen(in_private_shm(argv) if private_shm else argv, cwd=str(FIXTURES_DIR),
+                                env={**os.environ, "SHM_LIST": str(shm_list), "TMPDIR": str(own_tmp)},
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         try:
-            me = psutil.Process(proc.pid)
+            top = psutil.Process(proc.pid)
             deadline = time.monotonic() + 90
             family: list[psutil.Process] = []
-            while time.monotonic() < deadline and len(family) < 3:  # envdoctor's runner and its workers
-                family = me.children(recursive=True)
+            envdoctor = top
+            while time.monotonic() < deadline:
+                family = top.children(recursive=True)
+                pythons = [p for p in family if "envdoctor" in _cmdline(p)]
+                if private_shm and pythons:
+                    envdoctor = pythons[0]
+                if len(_children(envdoctor)) >= 2:  # the runner and at least one worker
+                    break
                 time.sleep(0.1)
+            family = _children(envdoctor)
             assert len(family) >= 2, "the loader stage never started its workers"
-            os.kill(proc.pid, signum)
-            assert proc.wait(timeout=30) == -signum
+            time.sleep(0.3)
+            family = _children(envdoctor)
+            os.kill(envdoctor.pid, signum)
+            code = proc.wait(timeout=30)
         finally:
             if proc.poll() is None:
                 proc.kill()
                 proc.wait()
+        assert code == (128 + signum if private_shm else -signum)  # the signal still ends envdoctor
         end = time.monotonic() + 5
-        while time.monotonic() < end and any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE
-                                             for p in family if psutil.pid_exists(p.pid)):
+        while time.monotonic() < end and _still_running(family):
             time.sleep(0.05)
         assert left_running() == [], "workers outlived the signal by 5 s"
-    assert _plan_files() - plans == set()
-    assert {p for p in shm_entries() if p not in shm_before and os.path.exists(p)} == set()
+    assert _plan_files(own_tmp) == set()
+    if private_shm:
+        assert shm_list.read_text().split() == [], "segments left in /dev/shm"
+    else:
+        assert {p for p in shm_entries() if p not in shm_before and os.path.exists(p)} == set()

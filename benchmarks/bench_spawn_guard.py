@@ -9,7 +9,25 @@ to a temporary folder. Both sides are measured in the same run, best of N:
   * end to end: `python -m envdoctor check --no-loader --select SPW001 SPW004 FILES`
     (what the pre-commit hook runs) against `python -m py_compile FILES`.
 
-Run: python benchmarks/bench_spawn_guard.py [--repeat 3]
+With `--corpus DIR` (a folder of checked-out repositories, never part of this
+project) it measures the largest repository there instead, by lines of Python:
+the whole folder checked at once (`envdoctor check REPO`, which follows every
+script's imports of the project's own modules, each module read and walked
+once) against `python -m py_compile` on the same *.py files, in lines/second.
+
+The corpus the README's precision and recall figures come from (read-only
+checkouts of public repositories, HEAD commits of 2026-11-30): GunhoChoi/PyTorch-FastCampus
+1e9ba63e, bearpaw/pytorch-classification 24f1c456, bentrevett/pytorch-sentiment-analysis
+329f654b, chenyuntc/simple-faster-rcnn-pytorch 367db367, eriklindernoren/PyTorch-GAN
+36d3c77e, facebookresearch/detr 29901c51, huggingface/pytorch-image-models aa4b5850,
+karpathy/minGPT 37baab71, karpathy/nanoGPT 3adf61e1, kuangliu/pytorch-cifar 49b7aa97,
+lucidrains/vit-pytorch 69d24fe9, milesial/Pytorch-UNet 21d7850f, pytorch/examples 77f55b91,
+pytorch/ignite de08e799, sgrvinod/a-PyTorch-Tutorial-to-Image-Captioning cc9c7e2f,
+sgrvinod/a-PyTorch-Tutorial-to-Object-Detection 5d5b7596,
+utkuozbulak/pytorch-cnn-visualizations ba22fa07, yunjey/pytorch-tutorial 0500d3df,
+znxlwm/pytorch-MNIST-CelebA-GAN-DCGAN c88438c7 (facebookresearch/moco's tree was empty).
+
+Run: python benchmarks/bench_spawn_guard.py [--repeat 3] [--corpus /tmp/corpus]
 """
 from __future__ import annotations
 
@@ -42,10 +60,74 @@ def best(fn, repeat: int) -> float:
     return min(times)
 
 
+def python_files(repo: Path) -> list[Path]:
+    skipped = {"__pycache__", "site-packages", "node_modules"}
+    return sorted(p for p in repo.rglob("*.py") if not any(part.startswith(".") or part in skipped
+                                                             for part in p.relative_to(repo).parts[:-1]))
+
+
+def count_lines(files: list[Path]) -> int:
+    return sum(len(p.read_bytes().splitlines()) for p in files)
+
+
+def bench_corpus(corpus: Path, repeat: int) -> int:
+    repos = [d for d in corpus.iterdir() if d.is_dir()]
+    sizes = {repo: count_lines(python_files(repo)) for repo in repos}
+    repo = max(sizes, key=lambda r: sizes[r])
+    files = python_files(repo)
+    lines = sizes[repo]
+    from envdoctor.config import Config
+    from envdoctor.facts.scripts import gather_scripts
+
+    class _Facts:
+        config = Config(scripts=(str(repo),), no_loader=True)
+
+    with tempfile.TemporaryDirectory() as tmp:
+        env = dict(os.environ, PYTHONPYCACHEPREFIX=str(Path(tmp) / "pycache"), NO_COLOR="1")
+        names = [str(p) for p in files]
+
+        def analyse() -> None:
+            section = gather_scripts(_Facts())
+            assert section is not None
+
+        def compile_all() -> None:
+            for i, name in enumerate(names):
+                try:
+                    py_compile.compile(name, cfile=str(Path(tmp) / f"{i}.pyc"), doraise=True)
+                except py_compile.PyCompileError:
+                    pass
+
+        def cli_check() -> None:
+            subprocess.run([sys.executable, "-m", "envdoctor", "check", "--no-loader", "--select", "SPW001,SPW004,SPW005",
+                            "--fail-on", "never", str(repo)], check=True, capture_output=True, env=env, cwd=tmp,
+                           timeout=900)
+
+        def cli_compile() -> None:
+            subprocess.run([sys.executable, "-m", "py_compile", *names], capture_output=True, env=env, cwd=tmp,
+                           timeout=900)
+
+        analysis_s = best(analyse, repeat)
+        compile_s = best(compile_all, repeat)
+        cli_s = best(cli_check, repeat)
+        cli_compile_s = best(cli_compile, repeat)
+    rate = lambda seconds: lines / seconds  # noqa: E731  (lines per second)
+    print(f"repository: {repo.name} ({len(files)} Python files, {lines:,} lines), best of {repeat}")
+    print(f"in process   envdoctor (whole folder, project-wide) {analysis_s:7.2f} s  {rate(analysis_s):9,.0f} lines/s")
+    print(f"in process   py_compile.compile                     {compile_s:7.2f} s  {rate(compile_s):9,.0f} lines/s")
+    print(f"             ratio analysis / py_compile: {analysis_s / compile_s:.2f}x")
+    print(f"end to end   envdoctor check REPO                   {cli_s:7.2f} s  {rate(cli_s):9,.0f} lines/s")
+    print(f"end to end   python -m py_compile FILES             {cli_compile_s:7.2f} s  {rate(cli_compile_s):9,.0f} lines/s")
+    print(f"             ratio check / py_compile: {cli_s / cli_compile_s:.2f}x")
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--corpus", type=Path, help="a folder of repositories: measure the largest one")
     args = parser.parse_args()
+    if args.corpus is not None:
+        return bench_corpus(args.corpus, args.repeat)
 
     from envdoctor.facts.scripts import analyse_script
 
@@ -90,6 +172,8 @@ def main() -> int:
 
     per_k = lambda seconds: seconds / lines * 1000 * 1000  # noqa: E731  (ms per 1,000 lines)
     print(f"files: {len(files)} ({lines:,} lines, one of them generated with 50,000), best of {args.repeat}")
+    print(f"lines/second: envdoctor {lines / analysis_s:,.0f} in process, {lines / cli_s:,.0f} end to end; "
+          f"py_compile {lines / compile_s:,.0f} in process")
     print(f"in process   envdoctor analysis   {analysis_s:7.3f} s  {per_k(analysis_s):6.2f} ms/1000 lines")
     print(f"in process   py_compile.compile   {compile_s:7.3f} s  {per_k(compile_s):6.2f} ms/1000 lines")
     print(f"             ratio analysis / py_compile: {analysis_s / compile_s:.2f}x")

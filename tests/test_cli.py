@@ -307,3 +307,18 @@ def test_a_python_that_cannot_start_is_not_an_all_clear(tmp_path: Path) -> None:
         proc = run_envdoctor(command, "--no-loader", "--prefix", str(env))
         assert_one_line_error(proc, "Python cannot start", "exited with status 127")
         assert "0 errors" not in proc.stdout
+
+
+def test_a_requirements_file_that_includes_itself_is_read_once(tmp_path: Path) -> None:
+    import time
+
+    bomb = tmp_path / "bomb.txt"
+    bomb.write_text("".join(f"-r bomb.txt\n-r {tmp_path / 'other.txt'}\n" for _ in range(50)) + "numpy==1.26.4\n")
+    (tmp_path / "other.txt").write_text("-r bomb.txt\nrich>=13\n")
+    started = time.monotonic()
+    proc = run_envdoctor("report", "--no-loader", "--select", "PKG007", "--against", str(bomb), timeout=120)
+    assert time.monotonic() - started < 60
+    spec = json_report(proc)["facts"]["spec"]
+    assert [p["name"] for p in spec["pip"]] == ["rich", "numpy"]
+    reasons = [s["reason"] for s in spec["skipped"]]
+    assert reasons and set(reasons) == {"already read"}

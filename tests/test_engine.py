@@ -88,11 +88,15 @@ def test_a_failing_probe_skips_only_the_rules_that_need_it(monkeypatch: pytest.M
     assert "envdoctor.no_such_module" in probe["message"]
     assert not [e for e in report.errors if e.get("rule") == "SYS003"]
     # Not checked is not clean: the verdict says so and the exit code is not 0.
-    from envdoctor.report.text import summary_line
+    from envdoctor.report.text import render
 
     assert report.not_checked() == {"gpu": ["ZZT003"]}
     assert report.exit_code("error") == 1 and report.exit_code("never") == 0
-    assert summary_line(report).endswith("not checked: ZZT003 (the gpu probe failed)")
+    assert render(report).splitlines()[1].startswith("! 0 errors, 0 warnings, 0 info")  # not a ✓
+    from envdoctor.api import PreflightError
+
+    assert "  not checked: ZZT003 (the gpu probe failed: ModuleNotFoundError: No module named 'envdoctor.no_such_module'" \
+        in str(PreflightError(report, "error"))
 
 
 def test_select_and_ignore_by_id_name_and_family() -> None:

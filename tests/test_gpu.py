@@ -21,7 +21,7 @@ import pytest
 from envdoctor.config import Config
 from envdoctor.facts import Facts
 from envdoctor.facts.gpu import cuda_version_text, gather_gpu, gpu_present, pci_nvidia_gpus
-from envdoctor.model import Severity
+from envdoctor.model import FixStep, Severity
 from envdoctor.rules.gpu import RULES, best_wheel_cuda, driver_needs
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures"
@@ -56,10 +56,11 @@ def cuda_section(cuda: str = "12.4", available: bool = True, error: str | None =
     return section
 
 
-def facts_for(gpu: dict[str, Any], torch: dict[str, Any], kind: str = "venv", container: bool = False) -> Facts:
+def facts_for(gpu: dict[str, Any], torch: dict[str, Any], kind: str = "venv", container: bool = False,
+              packages: dict[str, Any] | None = None) -> Facts:
     return Facts.from_dict({
-        "gpu": gpu, "torch": torch,
-        "target": {"kind": kind, "platform": "linux-64", "interpreter": "/env/bin/python"},
+        "gpu": gpu, "torch": torch, "packages": packages,
+        "target": {"kind": kind, "platform": "linux-64", "prefix": "/env", "interpreter": "/env/bin/python"},
         "system": {"container": {"in_container": container}, "environ": {}},
     }, Config(no_loader=True))
 
@@ -127,18 +128,22 @@ def test_gpu001_fires_for_cpu_build_on_gpu_machine() -> None:
     assert evidence["driver_version"] == "550.54.15" and evidence["driver_cuda"] == "12.4"
     assert evidence["suggested_cuda"] == "12.4"
     assert evidence["gpus"] == ["NVIDIA H100 80GB HBM3"]
-    assert found[0].fix.startswith(
-        "pip install --force-reinstall torch --index-url https://download.pytorch.org/whl/cu124")
-    # A pinned torch==2.13.0 may not be built for cu124: the fix does not pin, and says how to keep it.
-    assert "torch==" not in found[0].fix
-    assert "to stay on torch 2.13.0, first check that https://download.pytorch.org/whl/cu124/torch/" in found[0].fix
+    # The prefix's own interpreter runs pip (no other environment's pip), from the index for the driver's CUDA.
+    command = ("/env/bin/python", "-m", "pip", "install", "--force-reinstall", "torch",
+               "--index-url", "https://download.pytorch.org/whl/cu124")
+    assert found[0].fix_steps == (FixStep.command("pip", *command),)
+    # A pinned torch==2.13.0 may not be built for cu124: the command does not pin; the comment says how to keep it.
+    assert found[0].fix == (" ".join(command) + "   # to stay on torch 2.13.0, first check that "
+                            "https://download.pytorch.org/whl/cu124/torch/ lists it, then pin torch==2.13.0")
 
 
 def test_gpu001_conda_env_gets_the_conda_command_first() -> None:
     torch = cpu_section()
     torch["installer"] = "conda"
     found = hits("GPU001", facts_for(gpu_fixture("a100_busy"), torch, kind="conda"))
-    assert found[0].fix.startswith('conda install -c conda-forge "pytorch=*=cuda*" "cuda-version=12.1"')
+    assert found[0].fix.startswith("conda install -p /env -c conda-forge 'pytorch=*=cuda*' cuda-version=12.1   # ")
+    assert found[0].fix_steps == (FixStep.command("conda", "conda", "install", "-p", "/env", "-c", "conda-forge",
+                                                  "pytorch=*=cuda*", "cuda-version=12.1"),)
 
 
 def test_gpu001_fires_when_cuda_init_fails() -> None:
@@ -148,6 +153,9 @@ def test_gpu001_fires_when_cuda_init_fails() -> None:
     assert found[0].evidence["cuda_error"] == error
     assert found[0].evidence["torch_cuda_build"] == "12.4"
     assert error in found[0].message
+    # The driver is new enough: the user must first check what hides the devices, so nothing runs by itself.
+    assert "CUDA_VISIBLE_DEVICES=<unset>" in found[0].fix and "-m pip install --force-reinstall torch" in found[0].fix
+    assert found[0].fix_steps == ()
 
 
 def test_gpu001_fires_when_driver_is_missing_but_gpu_is_on_the_bus() -> None:
@@ -156,6 +164,7 @@ def test_gpu001_fires_when_driver_is_missing_but_gpu_is_on_the_bus() -> None:
     found = hits("GPU001", facts_for(gpu, cpu_section(), container=True))
     assert found[0].evidence["nvml_reason"] == "NVML could not start: Driver Not Loaded"
     assert "--gpus all" in found[0].fix
+    assert found[0].fix_steps == ()  # the container's start, not the environment
 
 
 def test_gpu001_quiet_when_cuda_works_or_no_gpu() -> None:
@@ -177,6 +186,7 @@ def test_gpu002_fires_for_cuda12_build_on_cuda11_driver() -> None:
     assert evidence["family_minimum_driver"] == "525.60.13"
     assert "whl/cu118" not in found[0].fix  # 11.8 needs 520+, the driver is 470: nothing fits but an upgrade
     assert "upgrade the driver to 550.54.14" in found[0].fix
+    assert found[0].fix_steps == ()  # only the driver upgrade is left, and it is the user's
 
 
 def test_gpu002_does_not_say_cuda_will_not_start_when_the_probe_saw_it_start() -> None:
@@ -200,6 +210,11 @@ def test_gpu002_warns_under_minor_version_compatibility() -> None:
     assert found[0].evidence["toolkit_driver"] == "550.54.14"
     assert found[0].evidence["driver_version"] == "535.183.01"
     assert "whl/cu121" in found[0].fix  # the newest wheel CUDA whose toolkit driver 535 meets
+    command = ("/env/bin/python", "-m", "pip", "install", "--force-reinstall", "torch",
+               "--index-url", "https://download.pytorch.org/whl/cu121")
+    assert found[0].fix_steps == (FixStep.command("pip", *command),)
+    assert found[0].fix.startswith("upgrade the driver to 550.54.14 or newer, or use the torch build for CUDA 12.1: "
+                                   + " ".join(command) + "   # to stay on torch 2.13.0")
 
 
 def test_gpu002_quiet_when_driver_is_new_enough() -> None:
@@ -344,6 +359,11 @@ def test_gpu004_fires_for_blackwell_on_a_wheel_that_stops_at_sm_90() -> None:
     assert "no kernel image is available for execution on the device" in found.message
     # The driver runs CUDA 12.8: the fix is a cu128 (or newer) wheel, not a driver upgrade.
     assert "download.pytorch.org/whl/cu128" in found.fix and "upgrade the NVIDIA driver" not in found.fix
+    command = ("/env/bin/python", "-m", "pip", "install", "--force-reinstall", "torch",
+               "--index-url", "https://download.pytorch.org/whl/cu128")
+    assert found.fix_steps == (FixStep.command("pip", *command),)
+    # No "stay on this version" comment: a release older than the GPU has no build for it.
+    assert found.fix == "install a torch built for CUDA 12.8, whose arch list includes sm_120: " + " ".join(command)
 
 
 def test_gpu004_fires_for_h100_on_a_build_that_stops_at_sm_86() -> None:
@@ -359,6 +379,7 @@ def test_gpu004_names_a_gpu_older_than_the_build() -> None:
     [found] = hits("GPU004", facts)
     assert found.evidence["gpus_missing"][0]["capability"] == "6.0"
     assert "dropped Tesla P100-PCIE-16GB (sm_60)" in found.fix and "TORCH_CUDA_ARCH_LIST=6.0" in found.fix
+    assert found.fix_steps == ()  # an older release or a source build: a person's choice
 
 
 @pytest.mark.parametrize("name", ["rtx5090_cu128.json", "l4_sm86_compatible.json"])
@@ -376,6 +397,8 @@ def test_gpu004_warns_when_only_ptx_covers_the_gpu() -> None:
     [gpu] = found.evidence["gpus_ptx_only"]
     assert gpu["ptx"] == ["compute_80"] and gpu["machine_code"] == []
     assert "JIT" in found.message
+    assert [s.argv[-1] for s in found.fix_steps] == ["https://download.pytorch.org/whl/cu124"]
+    assert found.fix.endswith("/whl/cu124   # meanwhile CUDA_CACHE_MAXSIZE=4294967296 keeps the JIT results between runs")
 
 
 def test_every_arch_fixture_says_what_it_expects() -> None:
@@ -457,3 +480,29 @@ def test_gpu004_end_to_end_through_the_real_probe(tmp_path: Path, monkeypatch: p
     assert found.evidence["gpus_missing"][0]["needs"] == "sm_120"
     assert "not compatible with the current PyTorch installation" in found.evidence["torch_warning"]
     assert [f.rule for f in report.findings] == ["GPU004"]  # CUDA initialised: not GPU001; driver 570: not GPU002
+    # The venv has no pip (venv --without-pip) and torch's INSTALLER says pip: ensurepip, then the venv's own pip.
+    python = str(prefix / "bin" / "python3")
+    install = (python, "-m", "pip", "install", "--force-reinstall", "torch", "--index-url",
+               "https://download.pytorch.org/whl/cu128")
+    assert found.fix_steps == (FixStep.command("pip", python, "-m", "ensurepip"), FixStep.command("pip", *install))
+    assert found.fix.endswith(f"sm_120: {python} -m ensurepip && {' '.join(install)}")
+    from envdoctor.fix.plan import make_plan
+
+    plan = make_plan(report, {"PATH": ""})
+    assert [(s.rule, s.runs, s.argv) for s in plan.steps] == [("GPU004", True, (python, "-m", "ensurepip")),
+                                                              ("GPU004", True, install)]
+
+
+def test_gpu001_moves_the_companions_the_same_tool_installed() -> None:
+    """torchvision/torchaudio are built against one torch: reinstalled with it, when torch's tool put them there."""
+    def dist(key: str, tool: str, order: int = 0) -> dict[str, Any]:
+        return {"key": key, "name": key, "location": "env", "order": order,
+                "owner": {"tool": tool, "package": None, "source": "INSTALLER", "editable": False}}
+    packages = {"prefix": "/env", "kind": "venv", "interpreter": "/env/bin/python3",
+                "installer": {"externally_managed": None, "uv_venv": None, "has_pip": True},
+                "distributions": [dist("torch", "pip"), dist("torchaudio", "pip"), dist("torchvision", "uv"),
+                                  dist("torchvision", "pip", order=5)]}  # shadowed: import finds uv's copy first
+    [found] = hits("GPU001", facts_for(gpu_fixture("h100_idle"), cpu_section(), packages=packages))
+    assert [s.argv for s in found.fix_steps] == [("/env/bin/python3", "-m", "pip", "install", "--force-reinstall",
+                                                  "torch", "torchaudio", "--index-url",
+                                                  "https://download.pytorch.org/whl/cu124")]

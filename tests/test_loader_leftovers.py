@@ -7,7 +7,6 @@ import glob
 import os
 import signal
 import subprocess
-import tempfile
 import time
 from pathlib import Path
 
@@ -23,8 +22,8 @@ pytestmark = pytest.mark.slow
 GONE_WITHIN_S = 5.0
 
 
-def _plan_files() -> set[str]:
-    return set(glob.glob(os.path.join(tempfile.gettempdir(), "envdoctor-plan-*.json")))
+def _plan_files(folder: Path) -> set[str]:
+    return set(glob.glob(os.path.join(folder, "envdoctor-plan-*.json")))
 
 
 def _alive(procs: list[psutil.Process]) -> list[psutil.Process]:
@@ -51,12 +50,16 @@ def _recorded(path: Path, kind: str) -> list[str]:
     return [line.split(" ", 1)[1] for line in path.read_text().splitlines() if line.startswith(kind + " ")]
 
 
-@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
-def test_a_signal_during_the_stage_leaves_no_worker_and_no_plan_file(signum: int) -> None:
-    plans = _plan_files()
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGHUP, signal.SIGKILL],
+                         ids=["SIGTERM", "SIGHUP", "SIGKILL"])
+def test_a_signal_during_the_stage_leaves_no_worker_and_no_plan_file(signum: int, tmp_path: Path) -> None:
+    """SIGTERM and SIGHUP end the stage cleanly and then envdoctor; SIGKILL leaves no cleanup to envdoctor,
+    so the runner notices its parent is gone and ends itself and its workers."""
+    # A temporary folder of its own: other envdoctor runs on this machine write plan files too.
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
     proc = subprocess.Popen([*envdoctor_argv("loader", "--dataset", "loaderfixtures.suite:remote_read",
                                              "--budget", "60", "--format", "json")],
-                            cwd=str(FIXTURES_DIR), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                            cwd=str(FIXTURES_DIR), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     try:
         me = psutil.Process(proc.pid)
         # Wait until the runner has DataLoader workers: envdoctor, the runner, and at least one worker.
@@ -77,7 +80,7 @@ def test_a_signal_during_the_stage_leaves_no_worker_and_no_plan_file(signum: int
             proc.kill()
     assert code == -signum  # the signal still ends envdoctor, after the cleanup
     assert _wait_gone(family, GONE_WITHIN_S) == [], [p.pid for p in family]
-    assert _plan_files() - plans == set()
+    assert _plan_files(tmp_path) == set()
 
 
 def test_a_process_the_factory_started_in_its_own_session_is_killed(tmp_path: Path) -> None:

@@ -21,6 +21,8 @@ SYSTEM = {"cpu": {"count": 2, "affinity": 2, "usable": 2, "quota_cpus": None, "c
           "memory": {"effective_available": 16 * 1024**3, "cgroup_limit": None},
           "limits": {"nofile": {"soft": 65536, "hard": 65536}},
           "shm": {"path": "/dev/shm", "total": 8 * 1024**3, "free": 8 * 1024**3}}
+#: The environment the recorded sections were measured in (the engine resolves the target first).
+TARGET = {"kind": "venv", "prefix": "/env", "interpreter": "/env/bin/python", "python": "3.11.7"}
 
 
 def run(nw: int, rate: float, first: float = 0.05, **extra: Any) -> dict[str, Any]:
@@ -52,7 +54,7 @@ def judged(data: dict[str, Any], step_time: float | None = None, usable: int = 2
 
 def findings_of(data: dict[str, Any], rule: str, step_time: float | None = None) -> list[Any]:
     config = Config(select=(rule,), step_time=step_time)
-    facts = Facts.from_dict({"loader": data, "system": SYSTEM}, config)
+    facts = Facts.from_dict({"loader": data, "system": SYSTEM, "target": TARGET}, config)
     report = run_check(config, facts=facts)
     assert not report.errors, report.errors
     return report.by_rule(rule)
@@ -269,7 +271,7 @@ def test_spw003_quiet_when_everything_pickles() -> None:
 def test_rules_quiet_without_loader_section() -> None:
     for rule in ("DL001", "DL002", "DL003", "DL004", "DL005", "DL006", "SPW003"):
         config = Config(select=(rule,), no_loader=True, step_time=0.1)
-        facts = Facts.from_dict({"system": SYSTEM}, config)
+        facts = Facts.from_dict({"system": SYSTEM, "target": TARGET}, config)
         report = run_check(config, facts=facts)
         assert report.findings == [] and report.errors == []
 
@@ -532,3 +534,19 @@ def test_a_curve_the_budget_cut_before_the_cpus_is_no_knee() -> None:
     assert rec["trust"] == "incomplete" and rec["unmeasured"] == [2] and rec["basis"] == "current"
     (hit,) = findings_of(judged_data, "DL005")
     assert "--budget" in hit.fix and hit.evidence["unmeasured"] == [2]
+
+
+def test_a_runner_up_that_beats_the_kept_setting_in_paired_windows_is_recommended() -> None:
+    """Recorded pattern under a busy core: the sweep's one point for num_workers=2 was sunk by the
+    neighbour, so the knee was the user's num_workers=0; the runner-up, re-measured in pairs, wins."""
+    data = section([run(0, 196.3, main_cpu=0.95), run(1, 199.98, worker_cpu=0.9, worker_runqueue=0.05),
+                    run(2, 187.78, worker_cpu=0.5, worker_runqueue=0.45)])
+    assert judged(data)["recommendation"]["trust"] == "same"
+    data["paired"] = paired(0, 1, [(200, 260), (190, 250), (205, 262), (198, 255)])
+    rec = judged(data)["recommendation"]
+    assert rec["num_workers"] == 1 and rec["trust"] == "gain" and rec["basis"] == "paired"
+    assert rec["gain_interval"][0] > 1
+    # A runner-up that does not clearly win leaves the kept setting as it was.
+    data["paired"] = paired(0, 1, [(200, 230), (190, 170), (205, 240), (198, 180)])
+    rec = judged(data)["recommendation"]
+    assert rec["num_workers"] == 0 and rec["trust"] == "same"

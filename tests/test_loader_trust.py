@@ -30,6 +30,7 @@ def _duplicates(report: dict[str, Any]) -> None:
 
 
 def _sharded(report: dict[str, Any]) -> None:
+    assert "duplicates" in report["loader"], dump(report)
     duplicates = report["loader"]["duplicates"]  # the check ran, and found nothing repeated
     assert duplicates["samples_n"] > 0 and duplicates["duplicates_n"] == 0, duplicates
 
@@ -41,12 +42,14 @@ def _cloned(report: dict[str, Any]) -> None:
 
 
 def _reseeded(report: dict[str, Any]) -> None:
+    assert "rng" in report["loader"], dump(report)
     rng = report["loader"]["rng"]  # the check ran: the sample is random, and the workers drew apart
     assert rng["main_differs"] is True and rng["workers_identical"] is False, rng
     assert rng["worker_init_fn"] == "reseed_worker"
 
 
 def _torch_random(report: dict[str, Any]) -> None:
+    assert "rng" in report["loader"], dump(report)
     rng = report["loader"]["rng"]
     assert rng["main_differs"] is True and rng["workers_identical"] is False, rng
 

@@ -11,7 +11,7 @@ from markdown_it import MarkdownIt
 
 from envdoctor.model import Finding, Location, Report, Severity
 from envdoctor.report.markdown import code_span, render
-from reportfixtures import SCRIPTS, make_train_repo
+from reportfixtures import SCRIPTS, loader_section, make_train_repo
 from support import run_envdoctor
 
 
@@ -53,7 +53,7 @@ def test_pipes_newlines_and_html_from_outside_never_become_markup():
                       fix=f"pip uninstall {evil}\n```\n<b>not closed</b>",
                       location=Location(f"dir|{evil}.py", 2, 1))
     report = _report([finding], errors=[{"probe": "storage", "message": evil}],
-                     loader={"dataset": evil, "skipped": [{"what": evil, "reason": evil}]})
+                     loader=loader_section(dataset=evil, skipped=[{"what": evil, "reason": evil}]))
     text = render(report)
     page = to_html(text)
     for tag in ("<script", "<img", "<b>", "<a ", "<strong>bold"):

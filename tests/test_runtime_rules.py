@@ -18,7 +18,7 @@ import pytest
 
 from envdoctor.config import Config
 from envdoctor.facts import Facts
-from envdoctor.model import Severity
+from envdoctor.model import FixStep, Severity
 from envdoctor.rules.runtime import RULES
 from support import findings, json_report, run_envdoctor
 
@@ -45,7 +45,8 @@ def torch_with(**probe_changes: Any) -> dict[str, Any]:
 
 def run(rule: str, torch: dict[str, Any], sys_facts: dict[str, Any], kind: str = "venv") -> list:
     facts = Facts.from_dict({"torch": torch, "system": sys_facts,
-                             "target": {"kind": kind, "interpreter": "/env/bin/python"}}, Config(no_loader=True))
+                             "target": {"kind": kind, "prefix": "/env", "interpreter": "/env/bin/python"}},
+                            Config(no_loader=True))
     return list(RULES[rule](facts))
 
 
@@ -175,14 +176,16 @@ def test_pkg008_names_the_extension_from_numpys_traceback() -> None:
     hits = run("PKG008", torch, system(), kind="conda")
     assert hits[0].evidence["extension"] == "torchvision"
     assert hits[0].evidence["numpy_version"] == "2.1.3"
-    assert hits[0].fix.startswith("conda install --upgrade torchvision")
+    # conda has no `install --upgrade`; the commands name the prefix. Which to run is the user's choice: no steps.
+    assert hits[0].fix == "`conda update -p /env torchvision` (a build for NumPy 2), or `conda install -p /env 'numpy<2'`"
+    assert hits[0].fix_steps == ()
 
 
 def test_pkg008_reverse_abi() -> None:
     warning = "numpy.dtype size changed, may indicate binary incompatibility. Expected 96 from C header, got 88"
     hits = run("PKG008", torch_with(import_warnings=[warning], numpy_version="1.26.4"), system())
     assert hits[0].evidence["kind"] == "numpy2-extension-on-numpy1"
-    assert hits[0].fix.startswith('pip install "numpy>=2"')
+    assert hits[0].fix == "`/env/bin/python -m pip install 'numpy>=2'`"  # the target's own pip, not a bare one
 
 
 def test_pkg008_abi_version_message_means_an_old_extension_on_a_new_numpy() -> None:
@@ -204,11 +207,11 @@ def test_pkg008_numpy2_header_messages() -> None:
              "has C-API version 0x12. Check the section C-API incompatibility at the Troubleshooting ImportError")
     [hit] = run("PKG008", torch_with(import_output=newer, import_warnings=[], numpy_version="2.0.2"), system())
     assert hit.evidence["kind"] == "extension-newer-than-numpy"
-    assert hit.fix.startswith('pip install "numpy>=2.3"')
+    assert hit.fix.startswith("`/env/bin/python -m pip install 'numpy>=2.3'`")
     # NumPy 1.x headers, built against a later 1.x: NumPy 2 would not run it either.
     older = "RuntimeError: module compiled against API version 0x10 but this version of numpy is 0xe"
     [hit] = run("PKG008", torch_with(import_output=older, import_warnings=[], numpy_version="1.21.6"), system())
-    assert hit.fix.startswith('pip install --upgrade "numpy<2"')
+    assert hit.fix.startswith("`/env/bin/python -m pip install --upgrade 'numpy<2'`")
 
 
 def test_pkg008_and_pkg010_quiet_on_the_real_capture() -> None:
@@ -258,3 +261,45 @@ def test_probe_records_the_realpath_of_each_native_library() -> None:
     assert result["threadpools"], result
     for pool in result["threadpools"]:
         assert pool["realpath"] == os.path.realpath(pool["filepath"])
+
+
+# --- PKG010's fix as data: the installed release put back by its owner's tool ---------------------
+
+
+def _failed_import(error: str, version: str = "2.5.1+cu124", cuda: str | None = "12.4") -> dict[str, Any]:
+    torch = torch_with(import_error=error)
+    torch.update(version=version, dist_version=version, cuda_build=cuda, build="cuda" if cuda else "cpu")
+    return torch
+
+
+def test_pkg010_missing_cuda_libraries_reinstall_the_build_from_its_index() -> None:
+    error = "OSError: libcudnn.so.9: cannot open shared object file: No such file or directory"
+    [hit] = run("PKG010", _failed_import(error), system())
+    command = ("/env/bin/python", "-m", "pip", "install", "--force-reinstall", "torch==2.5.1",
+               "--index-url", "https://download.pytorch.org/whl/cu124")
+    assert hit.fix_steps == (FixStep.command("pip", *command),)
+    assert hit.fix == ("the CUDA libraries torch was built against are missing: reinstall the matching build: "
+                       + " ".join(command) + "   # check that LD_LIBRARY_PATH does not point at another CUDA")
+
+
+def test_pkg010_missing_dependency_reinstalls_the_cpu_build_from_the_cpu_index() -> None:
+    # torch 2.13.0+cpu pinned from PyPI would come back as the CUDA build: the local version names the index.
+    [hit] = run("PKG010", _failed_import("ModuleNotFoundError: No module named 'sympy'", "2.13.0+cpu", None),
+                system())
+    assert [s.argv for s in hit.fix_steps] == [("/env/bin/python", "-m", "pip", "install", "--force-reinstall",
+                                                "torch==2.13.0", "--index-url", "https://download.pytorch.org/whl/cpu")]
+    assert hit.fix.startswith("a dependency of torch is missing: reinstall torch with its dependencies: ")
+
+
+def test_pkg010_conda_torch_is_reinstalled_by_conda_and_an_unclear_error_runs_nothing() -> None:
+    torch = _failed_import("ModuleNotFoundError: No module named 'typing_extensions'")
+    torch["installer"] = "conda"
+    facts = Facts.from_dict({"torch": torch, "system": system(),
+                             "target": {"kind": "conda", "prefix": "/opt/conda/envs/train",
+                                        "interpreter": "/opt/conda/envs/train/bin/python"}}, Config(no_loader=True))
+    [hit] = list(RULES["PKG010"](facts))
+    assert hit.fix_steps == (FixStep.command("conda", "conda", "install", "-p", "/opt/conda/envs/train",
+                                             "--force-reinstall", "pytorch=2.5.1"),)
+    # An error that may have another cause (a module shadowing torch, a broken .pth): advice, no steps.
+    [unclear] = run("PKG010", _failed_import("ImportError: cannot import name 'Tensor'"), system())
+    assert unclear.fix_steps == () and "to see the full error" in unclear.fix

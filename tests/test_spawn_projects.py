@@ -161,3 +161,14 @@ def test_forkserver_fails_the_same_way_across_modules(tmp_path: Path):
     outcome, output = run_with_start_method(script, "forkserver", tmp_path, extra_path=(project_of(script),))
     assert outcome == "fails" and BOOTSTRAP in output
     assert f'File "{PROJECTS / "passed_into" / "utils.py"}", line 6' in output
+
+
+def test_a_module_shared_by_two_scripts_is_walked_once_and_its_import_time_start_reported_for_both(tmp_path: Path):
+    (tmp_path / "warm.py").write_text("from torch.utils.data import DataLoader\n"
+                                      "first = next(iter(DataLoader(range(4), num_workers=2)))\n", encoding="utf-8")
+    (tmp_path / "a.py").write_text("import warm\n", encoding="utf-8")
+    (tmp_path / "b.py").write_text("import os\n\nimport warm\n", encoding="utf-8")
+    findings = run_check(
+        Config(scripts=(str(tmp_path / "a.py"), str(tmp_path / "b.py")), select=("SPW001",), no_loader=True)).findings
+    assert sorted((f.evidence["script"], f.location.line, f.evidence["module_level_statement"]["line"])
+                  for f in findings) == [(str(tmp_path / "a.py"), 2, 1), (str(tmp_path / "b.py"), 2, 3)]

@@ -277,7 +277,10 @@ def test_fix_without_a_fast_local_disk_points_at_local_scratch(tmp_path: Path) -
     storage = fixture_storage("cloud_vm", "/mnt/gcs/train", tmp_path)
     assert storage["fast_local_mounts"] == []  # the only disk is a virtio one
     hits = run_rule("DSK002", storage)
-    assert 'rsync -a /mnt/gcs/train/ "${TMPDIR:-/tmp}/train/"' in hits[0].fix
+    assert 'rsync -a /mnt/gcs/train/ "${TMPDIR:-/tmp}"/train/ on node-local NVMe or SSD' in hits[0].fix
+    # The command is pasted as it stands: a folder with a space is one shell word.
+    spaced = run_rule("DSK002", fixture_storage("cloud_vm", "/mnt/gcs/my train", tmp_path / "spaced"))
+    assert """rsync -a '/mnt/gcs/my train/' "${TMPDIR:-/tmp}"/'my train/' on""" in spaced[0].fix
 
 
 @pytest.mark.parametrize("path,fstype,backend,source", [

@@ -7,6 +7,7 @@ patched inside envdoctor.
 """
 from __future__ import annotations
 
+import json
 import os
 import resource
 import shutil
@@ -188,3 +189,31 @@ def test_sys002_quiet_with_the_machines_dev_shm() -> None:
     shm = report["facts"]["system"]["shm"]
     assert shm["total"] >= 512 * 1024**2, "this machine's /dev/shm is small itself"
     assert findings(report, "SYS002") == []
+
+
+# envdoctor fix leaves these to the user ------------------------------------
+
+def test_fix_dry_run_lists_limit_findings_as_not_automatic_with_their_fix() -> None:
+    """SYS001 and SYS003 change the shell, not the environment: no steps, and the plan says what to do."""
+    needs("prlimit")
+    needs("taskset")
+    if (os.cpu_count() or 1) < 2:
+        pytest.skip("SYS003 needs a second CPU to leave out")
+    limits = ["prlimit", "--nofile=256:256", "taskset", "-c", "0"]
+    report = json_report(run_envdoctor(*STATIC, "--select", "SYS001", "SYS003", prefix_cmd=limits))
+    assert [(f["rule"], f["fix_steps"]) for f in report["findings"]] == [("SYS001", []), ("SYS003", [])]
+    fixes = {f["rule"]: f["fix"] for f in report["findings"]}
+    assert "`sudo prlimit --pid $$ --nofile=65536:65536`" in fixes["SYS001"]
+    assert "`export OMP_NUM_THREADS=1`" in fixes["SYS003"]
+
+    proc = run_envdoctor("fix", "--dry-run", "--select", "SYS001", "SYS003", prefix_cmd=limits)
+    assert proc.returncode == 2, proc.stderr  # nothing envdoctor can run
+    lines = proc.stdout.splitlines()
+    for rule in ("SYS001", "SYS003"):
+        [at] = [i for i, line in enumerate(lines) if line.strip().startswith(rule + " ")]
+        assert lines[at + 1].strip() == f"not automatic, left to you: {fixes[rule]}"
+    assert lines[-1] == "no finding has a fix envdoctor can run"
+    plan = json.loads(run_envdoctor("fix", "--dry-run", "--format", "json", "--select", "SYS001", "SYS003",
+                                    prefix_cmd=limits).stdout)
+    assert plan["plan"]["steps"] == []
+    assert [f["rule"] for f in plan["plan"]["findings_without_steps"]] == ["SYS001", "SYS003"]

@@ -15,6 +15,7 @@ import sys
 import textwrap
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy
 import psutil
@@ -145,6 +146,12 @@ def test_import_error_is_a_finding_within_the_limit(tmp_path: Path, monkeypatch:
     assert hits[0]["evidence"]["torch_version"] == "2.5.1+cu124"
     assert any("libcudnn" in line for line in hits[0]["evidence"]["traceback_tail"])
     assert "whl/cu124" in hits[0]["fix"]
+    # The venv has no pip (venv --without-pip): ensurepip, then its own pip puts the cu124 build back.
+    python = str(prefix / "bin" / "python3")
+    assert hits[0]["fix_steps"] == [
+        {"tool": "pip", "argv": [python, "-m", "ensurepip"]},
+        {"tool": "pip", "argv": [python, "-m", "pip", "install", "--force-reinstall", "torch==2.5.1",
+                                 "--index-url", "https://download.pytorch.org/whl/cu124"]}]
     assert findings(report, "PKG008") == []
 
 
@@ -185,7 +192,10 @@ def test_numpy_abi_warning_fires_pkg008(tmp_path: Path, monkeypatch: pytest.Monk
     assert evidence["numpy_version"] == numpy.__version__
     assert evidence["extension"] == "torch"
     assert evidence["matched"].startswith("compiled using NumPy 1.x cannot be run in")
-    assert 'pip install "numpy<2"' in hits[0]["fix"] and "--upgrade torch" in hits[0]["fix"]
+    # The venv's own interpreter (it has no pip: ensurepip first); two alternatives, so nothing runs by itself.
+    pip = f"{prefix / 'bin' / 'python3'} -m ensurepip && {prefix / 'bin' / 'python3'} -m pip install"
+    assert hits[0]["fix"] == f"`{pip} --upgrade torch` (a build for NumPy 2), or `{pip} 'numpy<2'`"
+    assert hits[0]["fix_steps"] == []
     assert findings(report, "PKG010") == []  # the import itself went through
     torch_section = report["facts"]["torch"]
     assert any("_ARRAY_API not found" in w for w in torch_section["import_warnings"])
@@ -330,6 +340,39 @@ def test_real_torch_probe_agrees_with_the_files() -> None:
     assert probe["intra_op_threads"] >= 1
     assert probe["threadpoolctl_source"] == "target"
     assert probe["start_method"] in ("fork", "spawn", "forkserver") and probe["start_method_set"] is False
+
+
+def _shape(value: Any) -> Any:
+    """The keys of a section, nested, without the values: what a format change alters."""
+    if isinstance(value, dict):
+        return {k: _shape(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return sorted({json.dumps(_shape(v), sort_keys=True) for v in value})
+    return None
+
+
+@pytest.mark.slow
+def test_captured_torch_section_is_in_the_format_the_probe_emits_now() -> None:
+    """fixtures/torch/cpu_build_section.json, which the GPU and runtime tests start from, is not stale."""
+    fixtures = Path(__file__).resolve().parent.parent / "fixtures" / "torch"
+    if not read_torch_files(Facts(Config(no_loader=True))["target"])["installed"]:
+        pytest.skip("torch is not installed here")
+    sys.path.insert(0, str(fixtures))
+    try:
+        import capture
+    finally:
+        sys.path.remove(str(fixtures))
+    fresh = capture.capture()
+    stored = json.loads((fixtures / "cpu_build_section.json").read_text())
+    for section in (stored, fresh):
+        section["probe"].pop("environ")  # which thread variables this shell sets: not the format
+    assert _shape(stored) == _shape(fresh)
+    assert stored["probe"]["cuda"]["arch_list_source"] == fresh["probe"]["cuda"]["arch_list_source"]
+    # Paths name /opt/venv, not the checkout it was taken in, and each library's realpath is kept.
+    assert stored["location"] == fresh["location"]
+    assert fresh["location"].startswith("/opt/venv/lib/python") and fresh["location"].endswith("/site-packages/torch")
+    assert all(pool["realpath"].startswith("/opt/venv/") for pool in stored["threadpools"])
+    assert sys.prefix not in json.dumps(fresh)
 
 
 # --- odd files and odd self-reports: facts, never a failed probe ------------------------------

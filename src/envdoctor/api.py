@@ -15,6 +15,9 @@ class PreflightError(RuntimeError):
         worst = [f for f in report.findings if f.severity.rank >= Severity.parse(fail_on).rank]
         lines = [f"envdoctor preflight failed: {len(worst)} finding(s) at or above {fail_on}"]
         lines += [f"  {f.rule} {f.name}: {f.message}\n    fix: {f.fix}" for f in worst]
+        for probe, rules in report.not_checked().items():  # not checked is not an all-clear
+            reason = next((e["message"] for e in report.errors if e.get("probe") == probe and "rule" not in e), "")
+            lines.append(f"  not checked: {', '.join(rules)} (the {probe} probe failed{': ' + reason if reason else ''})")
         super().__init__("\n".join(lines))
         self.report = report
 

@@ -1,7 +1,14 @@
 """The `envdoctor` command: argument parsing and exit codes, nothing else.
 
-Exit codes: 0 nothing at or above --fail-on, 1 findings at or above it,
-2 a usage error or envdoctor itself could not run.
+Exit codes: 0 nothing at or above --fail-on, 1 findings at or above it (or a
+selected rule that could not run), 2 a usage error or envdoctor itself could
+not run.
+
+Each command is a sub-parser in `build_parser` whose `handler` takes the
+parsed arguments and returns the exit code; adding a command is a sub-parser
+and its handler (`add_arguments(parser)` gives it the checking options, all of
+them or the ones named). The options themselves are declared once, in
+`envdoctor.config.Config`.
 """
 from __future__ import annotations
 

@@ -28,10 +28,14 @@ import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import MISSING, Field, dataclass, field, fields, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from envdoctor.model import FAIL_ON_CHOICES, Severity
 from envdoctor.report import FORMAT_MODULES
+
+if TYPE_CHECKING:  # pragma: no cover
+    import argparse
+    from collections.abc import Callable
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -298,7 +302,7 @@ def config_from_settings(settings: Mapping[str, Any], **extra: Any) -> Config:
 
 # --- the command line -------------------------------------------------------
 
-def add_arguments(parser: Any, names: Iterable[str] | None = None, defaults: Mapping[str, Any] | None = None) -> None:
+def add_arguments(parser: argparse.ArgumentParser, names: Iterable[str] | None = None, defaults: Mapping[str, Any] | None = None) -> None:
     """Add the options of these settings (all by default) to an argparse parser.
 
     Every option defaults to None, so `config_from_args` can tell a flag given
@@ -336,8 +340,8 @@ def add_arguments(parser: Any, names: Iterable[str] | None = None, defaults: Map
                                 help=f"same as {setting.flag} {const}")
 
 
-def _argparse_type(setting: Setting, error: type[Exception]) -> Any:
-    def parse(raw: str) -> Any:
+def _argparse_type(setting: Setting, error: type[Exception]) -> Callable[[str], object]:
+    def parse(raw: str) -> object:
         try:
             if setting.kind == "number":
                 return parse_number(setting, raw)
@@ -351,7 +355,7 @@ def _argparse_type(setting: Setting, error: type[Exception]) -> Any:
     return parse
 
 
-def settings_from_args(args: Any) -> dict[str, Any]:
+def settings_from_args(args: argparse.Namespace) -> dict[str, Any]:
     """The settings given on the command line (the others are absent, not None)."""
     given: dict[str, Any] = {}
     for setting in SETTINGS:

@@ -34,6 +34,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from envdoctor.facts.system import SystemFacts
     from envdoctor.facts.target import TargetFacts
     from envdoctor.facts.torch import TorchFacts
+    from envdoctor.fleet import FleetFacts
     from envdoctor.loader import LoaderFacts
 
 @dataclass(frozen=True)
@@ -123,6 +124,8 @@ class Facts:
     def __getitem__(self, section: Literal["scripts"]) -> ScriptsFacts | None: ...
     @overload
     def __getitem__(self, section: Literal["loader"]) -> LoaderFacts | None: ...
+    @overload
+    def __getitem__(self, section: Literal["fleet"]) -> FleetFacts | None: ...
     @overload
     def __getitem__(self, section: str) -> Any: ...
 

@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal, TypedDict, cast
 
-from envdoctor.facts.spawn.project import ModuleProblem
+from envdoctor.facts.spawn.project import ModuleProblem, SharedModules
 from envdoctor.facts.spawn.reading import SourceProblem, read_source
 
 
@@ -161,9 +161,9 @@ def read_script(path: str) -> tuple[str | None, str | None, SourceProblem]:
     return read_source(path)
 
 
-def _parse(text: str, path: str, info: ScriptFile) -> ast.Module | None:
+def _parse(text: str, path: str, info: ScriptFile, shared: SharedModules | None = None) -> ast.Module | None:
     try:
-        return ast.parse(text, filename=path)
+        return shared.parse(path, text) if shared is not None else ast.parse(text, filename=path)
     except SyntaxError as exc:
         # The grammar is envdoctor's own interpreter's: the rule compares it with the target's.
         info.update({"status": "unparsable", "error": f"SyntaxError: {exc.msg}",
@@ -175,12 +175,12 @@ def _parse(text: str, path: str, info: ScriptFile) -> ast.Module | None:
     return None
 
 
-def analyse_script(path: str, project: bool = True) -> ScriptFile:
+def analyse_script(path: str, project: bool = True, shared: SharedModules | None = None) -> ScriptFile:
     """The facts for one script or notebook: its status and, when it parses, where it starts workers."""
     from envdoctor.facts.spawn import analyse_source
 
     if path.endswith(".ipynb"):
-        return analyse_notebook(path, project)
+        return analyse_notebook(path, project, shared)
     text, encoding, problem = read_script(path)
     info: ScriptFile = {"path": path, "status": "ok", "kind": "script"}
     if text is None:
@@ -188,14 +188,14 @@ def analyse_script(path: str, project: bool = True) -> ScriptFile:
         return info
     info["encoding"] = encoding
     info["lines"] = text.count("\n") + (0 if text.endswith("\n") or not text else 1)
-    tree = _parse(text, path, info)
+    tree = _parse(text, path, info, shared)
     if tree is None:
         return info
-    info.update(cast(ScriptFile, analyse_source(tree, text, path=path, project=project)))
+    info.update(cast(ScriptFile, analyse_source(tree, text, path=path, project=project, shared=shared)))
     return info
 
 
-def analyse_notebook(path: str, project: bool = True) -> ScriptFile:
+def analyse_notebook(path: str, project: bool = True, shared: SharedModules | None = None) -> ScriptFile:
     """The facts for one notebook: its code cells walked as one `__main__` that spawn does not re-run."""
     from envdoctor.facts.spawn import analyse_source
     from envdoctor.facts.spawn.notebook import read_notebook
@@ -216,7 +216,7 @@ def analyse_notebook(path: str, project: bool = True) -> ScriptFile:
     tree = _parse(notebook.text, path, info)
     if tree is None:
         return info
-    found = analyse_source(tree, notebook.text, path=path, project=project, reruns=False)
+    found = analyse_source(tree, notebook.text, path=path, project=project, reruns=False, shared=shared)
     for key in ("worker_starts", "start_method_calls", "cuda_inits"):
         for event in found[key]:
             _place_in_cells(event, path, notebook.place)
@@ -243,12 +243,13 @@ def gather_scripts(facts: Any) -> ScriptsFacts | None:
     if not scripts:
         return None
     files: list[ScriptFile] = []
+    shared = SharedModules()  # a package several scripts import is read and walked once
     for path, exists in expand_paths(scripts):
         if not exists:
             files.append({"path": path, "status": "unreadable", "error": "no such file or directory"})
             continue
         try:
-            files.append(analyse_script(path))
+            files.append(analyse_script(path, shared=shared))
         except Exception as exc:  # one file must never blind the others: it becomes SPW004 for itself
             files.append({"path": path, "status": "unparsable", "line": 1, "column": 1,
                           "error": f"envdoctor could not analyse it: {type(exc).__name__}: {exc}"})

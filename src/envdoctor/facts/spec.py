@@ -13,16 +13,57 @@ from pathlib import Path
 from typing import Any, TypedDict
 
 
-class SpecFacts(TypedDict, total=False):
-    """The `spec` facts section (the report's facts.spec)."""
+class CondaWanted(TypedDict):
+    """One conda dependency of an environment.yml: `conda-forge::numpy=1.26.4=py311_0`."""
 
-    path: Any
-    format: Any
-    name: Any
-    channels: Any
-    conda: Any
-    pip: Any
-    skipped: Any
+    spec: str
+    name: str
+    channel: str | None
+    #: The version constraint, e.g. "=1.26.4", "==1.26.4", ">=1.26" (None: any).
+    version: str | None
+    build: str | None
+    line: int
+
+
+class _PipWantedRequired(TypedDict):
+    spec: str
+    name: str
+    specifier: str | None
+    marker: str | None
+    url: str | None
+    line: int
+
+
+class PipWanted(_PipWantedRequired, total=False):
+    """One pip requirement; `file` is the requirements file it is written in (for `-r` includes)."""
+
+    file: str
+
+
+class SkippedLine(TypedDict):
+    """A line that is not a package (an option, an include not followed) or cannot be understood."""
+
+    line: int
+    text: str
+    reason: str
+
+
+class ParsedSpec(TypedDict):
+    """What a file asks for: its name, channels, conda and pip packages, and the lines skipped."""
+
+    name: str | None
+    channels: list[str]
+    conda: list[CondaWanted]
+    pip: list[PipWanted]
+    skipped: list[SkippedLine]
+
+
+class SpecFacts(ParsedSpec):
+    """The `spec` facts section (the report's facts.spec): the --against file, parsed."""
+
+    path: str
+    #: "environment.yml" or "requirements".
+    format: str
 
 
 _CONDA_SPEC = re.compile(r"^(?:(?P<channel>[^:\s]+)::)?(?P<name>[A-Za-z0-9_][A-Za-z0-9_.\-]*)\s*(?P<rest>.*)$")
@@ -33,7 +74,11 @@ class SpecError(Exception):
     """The --against file cannot be read at all."""
 
 
-def parse_conda_spec(text: str) -> dict[str, Any] | None:
+def _empty() -> ParsedSpec:
+    return {"name": None, "channels": [], "conda": [], "pip": [], "skipped": []}
+
+
+def parse_conda_spec(text: str, line: int = 0) -> CondaWanted | None:
     """`conda-forge::numpy=1.26.4=py311_0` -> channel, name, version constraint, build."""
     text = text.strip()
     bracket = text.find("[")
@@ -55,10 +100,10 @@ def parse_conda_spec(text: str) -> dict[str, Any] | None:
         version = "==" + pieces[0] if "*" not in pieces[0] and pieces[0][:1] not in "<>=!~" else pieces[0]
         build = pieces[1] if len(pieces) > 1 else None
     return {"spec": match.group(0).strip(), "name": match.group("name").lower(),
-            "channel": match.group("channel"), "version": version or None, "build": build}
+            "channel": match.group("channel"), "version": version or None, "build": build, "line": line}
 
 
-def parse_pip_line(text: str) -> dict[str, Any] | None:
+def parse_pip_line(text: str, line: int = 0) -> PipWanted | None:
     from packaging.requirements import InvalidRequirement, Requirement
 
     try:
@@ -66,7 +111,7 @@ def parse_pip_line(text: str) -> dict[str, Any] | None:
     except InvalidRequirement:
         return None
     return {"spec": text.strip(), "name": req.name, "specifier": str(req.specifier) or None,
-            "marker": str(req.marker) if req.marker else None, "url": req.url}
+            "marker": str(req.marker) if req.marker else None, "url": req.url, "line": line}
 
 
 def _strip_comment(line: str) -> str:
@@ -86,13 +131,13 @@ def _flow_list(text: str) -> list[str]:
     return [_unquote(item) for item in inner.split(",") if item.strip()]
 
 
-def parse_environment_yml(text: str, path: Path | None = None) -> dict[str, Any]:
+def parse_environment_yml(text: str, path: Path | None = None) -> ParsedSpec:
     """name, channels, conda and pip dependencies of an environment.yml (block or flow lists).
 
     A `-r requirements.txt` in the pip section is followed (relative to the
     file's folder, as `conda env create` passes it to pip) when `path` is known.
     """
-    result: dict[str, Any] = {"name": None, "channels": [], "conda": [], "pip": [], "skipped": []}
+    result = _empty()
     section = None
     in_pip = False
     pip_indent = -1
@@ -134,41 +179,47 @@ def parse_environment_yml(text: str, path: Path | None = None) -> dict[str, Any]
                 continue
             if item.startswith("pip:") and item[4:].strip().startswith("["):
                 for pip_item in _flow_list(item[4:].strip()):
-                    parsed = parse_pip_line(pip_item)
+                    parsed = parse_pip_line(pip_item, number)
                     if parsed:
-                        result["pip"].append({**parsed, "line": number})
+                        result["pip"].append(parsed)
                 continue
             _add_conda(result, item, number)
     return result
 
 
-def _add_pip(result: dict[str, Any], item: str, number: int, **where: str) -> None:
+def _add_pip(result: ParsedSpec, item: str, number: int, file: str | None = None) -> None:
     """One pip requirement line into `result`; options (-r, --index-url …) are not packages."""
     if item.startswith("-"):
         result["skipped"].append({"line": number, "text": item, "reason": "a pip option, not a package"})
         return
-    parsed = parse_pip_line(item)
+    parsed = parse_pip_line(item, number)
     if parsed is None:
         result["skipped"].append({"line": number, "text": item, "reason": "not a valid requirement"})
-    else:
-        result["pip"].append({**parsed, "line": number, **where})
+        return
+    if file is not None:
+        parsed["file"] = file
+    result["pip"].append(parsed)
 
 
-def _add_conda(result: dict[str, Any], item: str, number: int) -> None:
-    parsed = parse_conda_spec(item)
+def _add_conda(result: ParsedSpec, item: str, number: int) -> None:
+    parsed = parse_conda_spec(item, number)
     if parsed is None:
         result["skipped"].append({"line": number, "text": item, "reason": "not a conda match spec"})
     else:
-        result["conda"].append({**parsed, "line": number})
+        result["conda"].append(parsed)
 
 
 #: Options pip allows after a requirement on its line; they do not change what is pinned.
 _PER_REQUIREMENT_OPTION = re.compile(r"(?<=\s)--(?:hash|config-settings|global-option|install-option)(?:=|\s+)\S+")
 
 
-def parse_requirements(path: Path, depth: int = 0, seen: set[Path] | None = None) -> dict[str, Any]:
-    result: dict[str, Any] = {"name": None, "channels": [], "conda": [], "pip": [], "skipped": []}
-    # Each file is read once: `-r` lines that include a file again (or include themselves) add nothing.
+def parse_requirements(path: Path, depth: int = 0, seen: set[Path] | None = None) -> ParsedSpec:
+    """The requirements of a pip requirements file and of the files it includes (`-r`).
+
+    `seen` holds the files already read in this run: each is read once, so a file
+    that includes itself, or fifty lines including the same file, costs one read.
+    """
+    result = _empty()
     seen = set() if seen is None else seen
     seen.add(path.resolve())
     text = _read(path)
@@ -198,7 +249,7 @@ def _is_include(line: str) -> bool:
     return line.startswith(("-r ", "-r\t", "--requirement"))
 
 
-def _include(result: dict[str, Any], line: str, number: int, folder: Path, depth: int, seen: set[Path]) -> None:
+def _include(result: ParsedSpec, line: str, number: int, folder: Path, depth: int, seen: set[Path]) -> None:
     """A `-r FILE` line: FILE's requirements (relative to `folder`) join `result`."""
     target = line.split(None, 1)[1] if " " in line or "\t" in line else line.partition("=")[2]
     include = (folder / target.strip()).resolve()
@@ -217,11 +268,16 @@ def _include(result: dict[str, Any], line: str, number: int, folder: Path, depth
     result["skipped"] += nested["skipped"]
 
 
+#: An environment or requirements file larger than this is not one a person wrote.
+MAX_SPEC_BYTES = 16 << 20
+
+
 def _read(path: Path) -> str:
+    """The file's text: a regular file only (never a blocking FIFO), at most MAX_SPEC_BYTES."""
     from envdoctor.facts.readfile import read_bytes
 
-    try:  # a regular file of at most 16 MiB, never a blocking read (a FIFO, a device)
-        return read_bytes(str(path), 16 << 20).decode("utf-8")
+    try:
+        return read_bytes(str(path), MAX_SPEC_BYTES).decode("utf-8")
     except FileNotFoundError:
         raise SpecError(f"the --against file {path} does not exist") from None
     except UnicodeDecodeError as exc:
@@ -236,7 +292,7 @@ def is_environment_file(path: Path, text: str) -> bool:
     return bool(re.search(r"^dependencies\s*:", text, re.MULTILINE))
 
 
-def gather_spec(facts: Any) -> dict[str, Any] | None:
+def gather_spec(facts: Any) -> SpecFacts | None:
     """The "spec" section, or None when no --against file was given."""
     against = facts.config.against
     if not against:

@@ -39,7 +39,9 @@ def plan_text(plan: Plan) -> list[str]:
             lines.append(f"        not run: {_clean(step.skip)}")
     for finding in plan.without_steps:
         lines.append(f"  {finding.rule} {_clean(finding.message)}")
-        lines.append("        no step envdoctor can run: see `envdoctor check` for its fix")
+        # Advice (a shell limit, a docker flag, a driver): not automatic, so say what the user has to do.
+        lines.append(f"        not automatic, left to you: {_clean(finding.fix)}" if finding.fix else
+                     "        not automatic: see `envdoctor check` for what to do")
     return lines
 
 

@@ -15,14 +15,33 @@ renders it from there.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 if TYPE_CHECKING:  # pragma: no cover
+    from envdoctor.fleet.nodes import NodeRecord
     from envdoctor.model import Finding, Report, Severity
 
 
+class FleetFacts(TypedDict, total=False):
+    """The `fleet` facts section of a fleet report (compare or --distributed)."""
+
+    #: "compare" (saved reports) or "distributed" (torch.distributed ranks).
+    mode: str
+    #: One record per node (see fleet.nodes.node_record).
+    nodes: list[NodeRecord]
+    #: compare: the files that could not be used, with the reason ({source, reason}).
+    unreadable: list[dict[str, str]]
+    #: The fields that could not be compared on every node, and why.
+    not_compared: list[dict[str, Any]]
+    #: --distributed: the world size, ranks that failed or timed out, the gloo check, rank 0's wait.
+    world_size: int
+    failed: list[dict[str, Any]]
+    collective: dict[str, Any] | None
+    timeout_s: float
+
+
 def fleet_report(
-    fleet: dict[str, Any],
+    fleet: FleetFacts,
     *,
     target: dict[str, Any] | None = None,
     node_findings: Iterable[Finding] = (),

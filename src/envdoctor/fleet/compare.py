@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import stat
 from pathlib import Path
 from typing import Any
 
@@ -58,37 +57,15 @@ def _expand(paths: list[str], output: str | None = None) -> list[Path]:
     return list(dict.fromkeys(files))
 
 
-def _read_bounded(path: Path) -> bytes:
-    """The file's bytes: a regular file only, at most MAX_REPORT_BYTES, never a blocking open."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise ValueError("not a regular file (a FIFO, a device or a socket)")
-        if info.st_size > MAX_REPORT_BYTES:
-            raise ValueError(f"{info.st_size:,} bytes, more than the {MAX_REPORT_BYTES:,} a report may have")
-        chunks, left = [], MAX_REPORT_BYTES + 1
-        while left > 0:
-            chunk = os.read(fd, min(left, 1 << 20))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            left -= len(chunk)
-        if left <= 0:  # it grew while we read
-            raise ValueError(f"more than the {MAX_REPORT_BYTES:,} bytes a report may have")
-        return b"".join(chunks)
-    finally:
-        os.close(fd)
-
-
 def read_report(path: Path) -> tuple[dict[str, Any] | None, str | None]:
     """(report, None) for a usable envdoctor report, else (None, why it is skipped)."""
+    from envdoctor.facts.readfile import read_bytes
+
     try:
-        text = _read_bounded(path).decode("utf-8")
+        # A regular file only, never a blocking open, at most MAX_REPORT_BYTES.
+        text = read_bytes(str(path), MAX_REPORT_BYTES).decode("utf-8")
     except UnicodeDecodeError:
         return None, "not a text file (undecodable bytes)"
-    except ValueError as exc:
-        return None, str(exc)
     except OSError as exc:
         return None, f"cannot be read: {exc.strerror or exc}"
     if not text.strip():
@@ -130,7 +107,7 @@ def compare_paths(paths: list[str], output: str | None = None) -> Report:
     `output`, where the fleet report will be written, is never read as a node's report.
     """
     from envdoctor.errors import UsageError
-    from envdoctor.fleet import fleet_report
+    from envdoctor.fleet import FleetFacts, fleet_report
     from envdoctor.fleet.drift import not_compared
     from envdoctor.fleet.nodes import node_record
 
@@ -146,6 +123,6 @@ def compare_paths(paths: list[str], output: str | None = None) -> Report:
         listing = "; ".join(f"{u['source']}: {u['reason']}" for u in unreadable)
         raise UsageError(f"none of the files given is a readable envdoctor report ({listing})")
     nodes = [node_record(label, report, str(path)) for label, (path, report) in zip(_labels(loaded), loaded)]
-    fleet: dict[str, Any] = {"mode": "compare", "nodes": nodes, "unreadable": unreadable}
+    fleet: FleetFacts = {"mode": "compare", "nodes": nodes, "unreadable": unreadable}
     fleet["not_compared"] = not_compared(fleet)
     return fleet_report(fleet)

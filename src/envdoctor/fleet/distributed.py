@@ -212,7 +212,7 @@ def _fleet_report(config: Config, placement: dict[str, Any], payloads: dict[int,
                   missing: list[dict[str, Any]], collective: dict[str, Any] | None) -> Report:
     from envdoctor.catalog import load_catalog
     from envdoctor.engine import check_severity_overrides
-    from envdoctor.fleet import fleet_report
+    from envdoctor.fleet import FleetFacts, fleet_report
     from envdoctor.fleet.drift import not_compared
 
     nodes, failed = [], list(missing)
@@ -221,7 +221,7 @@ def _fleet_report(config: Config, placement: dict[str, Any], payloads: dict[int,
             failed.append({k: payload.get(k) for k in ("rank", "hostname", "reason")} | {"status": "failed"})
             continue
         nodes.append(payload["record"])
-    fleet: dict[str, Any] = {"mode": "distributed", "world_size": placement["world_size"],
+    fleet: FleetFacts = {"mode": "distributed", "world_size": placement["world_size"],
                              "nodes": nodes, "failed": sorted(failed, key=lambda f: f["rank"]),
                              "collective": collective, "timeout_s": config.distributed_timeout}
     fleet["not_compared"] = not_compared(fleet)

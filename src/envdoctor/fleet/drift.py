@@ -15,9 +15,12 @@ import re
 import statistics
 from collections import Counter
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from envdoctor.fleet.nodes import FIELDS, UNLIMITED, Field
+if TYPE_CHECKING:  # pragma: no cover
+    from envdoctor.fleet import FleetFacts
+
+from envdoctor.fleet.nodes import FIELDS, UNLIMITED, Field, NodeRecord
 from envdoctor.versions import sortable_version
 
 #: Sizes that wobble a little between identical machines (memory the kernel
@@ -35,7 +38,7 @@ def _canonical(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-def nodes_of(fleet: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+def nodes_of(fleet: FleetFacts) -> list[NodeRecord]:
     return [n for n in fleet.get("nodes") or [] if isinstance(n, Mapping)]
 
 
@@ -62,7 +65,7 @@ def _same(a: Any, b: Any, kind: str) -> bool:
     return a == b
 
 
-def _field_drift(nodes: list[Mapping[str, Any]], fld: Field) -> dict[str, Any] | None:
+def _field_drift(nodes: list[NodeRecord], fld: Field) -> dict[str, Any] | None:
     per_node = {n["node"]: n["values"][fld.key] for n in nodes if fld.key in (n.get("values") or {})}
     if len(per_node) < 2:
         return None
@@ -83,7 +86,7 @@ def _field_drift(nodes: list[Mapping[str, Any]], fld: Field) -> dict[str, Any] |
     }
 
 
-def value_drift(fleet: Mapping[str, Any], group: str) -> list[dict[str, Any]]:
+def value_drift(fleet: FleetFacts, group: str) -> list[dict[str, Any]]:
     """Each field of `group` ("core", "version", "limit") whose value differs across nodes."""
     nodes = nodes_of(fleet)
     found = []
@@ -95,7 +98,7 @@ def value_drift(fleet: Mapping[str, Any], group: str) -> list[dict[str, Any]]:
     return found
 
 
-def package_drift(fleet: Mapping[str, Any]) -> dict[str, list[dict[str, Any]]]:
+def package_drift(fleet: FleetFacts) -> dict[str, list[dict[str, Any]]]:
     """Packages at different versions ("versions") and packages on some nodes only ("presence").
 
     Python distributions are compared first; conda records add the packages
@@ -104,11 +107,12 @@ def package_drift(fleet: Mapping[str, Any]) -> dict[str, list[dict[str, Any]]]:
     nodes = nodes_of(fleet)
     versions: list[dict[str, Any]] = []
     presence: list[dict[str, Any]] = []
-    sources = {
-        "pip": {n["node"]: dict(n["packages"]) for n in nodes if isinstance(n.get("packages"), Mapping)},
-        "conda": {n["node"]: {name: rec.get("version") for name, rec in n["conda"].items()}
-                  for n in nodes if isinstance(n.get("conda"), Mapping)},
-    }
+    pip: dict[str, dict[str, str | None]] = {
+        n["node"]: dict(found) for n in nodes if (found := n.get("packages")) is not None}
+    conda: dict[str, dict[str, str | None]] = {
+        n["node"]: {name: rec.get("version") for name, rec in records.items()}
+        for n in nodes if (records := n.get("conda")) is not None}
+    sources = {"pip": pip, "conda": conda}
     # conda spells some names with "_" where the distribution has "-": compare them canonically.
     pip_names = {_canonical(name) for table in sources["pip"].values() for name in table}
     for source, tables in sources.items():
@@ -134,28 +138,28 @@ def package_drift(fleet: Mapping[str, Any]) -> dict[str, list[dict[str, Any]]]:
     return {"versions": versions, "presence": presence}
 
 
-def channel_drift(fleet: Mapping[str, Any]) -> list[dict[str, Any]]:
+def channel_drift(fleet: FleetFacts) -> list[dict[str, Any]]:
     """Conda packages installed from different channels on different nodes."""
-    tables = {n["node"]: n["conda"] for n in nodes_of(fleet) if isinstance(n.get("conda"), Mapping)}
+    tables = {n["node"]: records for n in nodes_of(fleet) if (records := n.get("conda")) is not None}
     found = []
     names = sorted({name for table in tables.values() for name in table})
     for name in names:
-        channels = {node: (table[name] or {}).get("channel") for node, table in tables.items()
-                    if name in table and (table[name] or {}).get("channel")}
+        channels = {node: table[name]["channel"] for node, table in tables.items()
+                    if name in table and table[name].get("channel")}
         if len(set(channels.values())) < 2:
             continue
         preferred = _preferred(channels.values(), "channel")
         found.append({
             "package": name,
             "channels": channels,
-            "versions": {node: (tables[node][name] or {}).get("version") for node in channels},
+            "versions": {node: tables[node][name].get("version") for node in channels},
             "preferred": preferred,
             "odd_nodes": [n for n, c in channels.items() if c != preferred],
         })
     return found
 
 
-def stragglers(fleet: Mapping[str, Any]) -> list[dict[str, Any]]:
+def stragglers(fleet: FleetFacts) -> list[dict[str, Any]]:
     """Nodes whose measured loader or disk speed is well below the other nodes' median."""
     nodes = nodes_of(fleet)
     found = []
@@ -177,7 +181,7 @@ def stragglers(fleet: Mapping[str, Any]) -> list[dict[str, Any]]:
     return found
 
 
-def not_compared(fleet: Mapping[str, Any]) -> list[dict[str, Any]]:
+def not_compared(fleet: FleetFacts) -> list[dict[str, Any]]:
     """The fields that could not be compared, and on which nodes their facts were missing."""
     nodes = nodes_of(fleet)
     if len(nodes) < 2:

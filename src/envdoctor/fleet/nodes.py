@@ -23,7 +23,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypedDict
 
 #: The report sections the comparison reads, in the order "not compared" notes list them.
 SECTIONS = ("system", "packages", "torch", "gpu", "storage", "loader")
@@ -290,7 +290,7 @@ def channel_name(channel: Any) -> str | None:
     return text or None
 
 
-def read_conda(report: Mapping[str, Any]) -> dict[str, dict[str, Any]] | None:
+def read_conda(report: Mapping[str, Any]) -> dict[str, CondaEntry] | None:
     """{name: {"version", "channel"}} of the conda records, or None when not gathered."""
     packages = _section(report, "packages")
     if packages is None:
@@ -302,11 +302,11 @@ def read_conda(report: Mapping[str, Any]) -> dict[str, dict[str, Any]] | None:
         entries = entries.get("records")
     if not isinstance(entries, list):
         return None
-    found: dict[str, dict[str, Any]] = {}
+    found: dict[str, CondaEntry] = {}
     for entry in entries:
         if isinstance(entry, Mapping) and entry.get("name"):
             found.setdefault(str(entry["name"]).lower(), {
-                "version": entry.get("version"),
+                "version": _text_or_none(entry.get("version")),
                 "channel": channel_name(entry.get("channel") or entry.get("url")),
             })
     return found
@@ -320,9 +320,42 @@ def _has_section(report: Mapping[str, Any], name: str) -> bool:
     return _section(report, name) is not None
 
 
-def node_record(label: str, report: Mapping[str, Any], source: str, **extra: Any) -> dict[str, Any]:
+class CondaEntry(TypedDict):
+    version: str | None
+    channel: str | None
+
+
+class _NodeRequired(TypedDict):
+    node: str
+    hostname: str | None
+    source: str
+    generated_at: str | None
+    envdoctor: str | None
+    #: Field key (see FIELDS) -> the node's value: a version text, a count, a size or rate, or UNLIMITED.
+    values: dict[str, str | int | float]
+    #: {normalized distribution name: version}, None when the report lists no packages.
+    packages: dict[str, str] | None
+    conda: dict[str, CondaEntry] | None
+    missing_sections: list[str]
+    #: The node's own finding counts by severity.
+    findings: dict[str, int]
+
+
+class NodeRecord(_NodeRequired, total=False):
+    """One node of a fleet: what `compare` and the FLT rules line up (the fleet facts' `nodes`)."""
+
+    #: --distributed only: where the rank ran, and whether it ran the loader stage (local rank 0).
+    rank: int
+    local_rank: int
+    node_rank: int
+    loader_stage: bool
+
+
+def node_record(label: str, report: Mapping[str, Any], source: str, *, rank: int | None = None,
+                local_rank: int | None = None, node_rank: int | None = None,
+                loader_stage: bool | None = None) -> NodeRecord:
     """The comparable facts of one report, under the node's label."""
-    values: dict[str, Any] = {}
+    values: dict[str, str | int | float] = {}
     for fld in FIELDS:
         if not any(_has_section(report, name) for name in fld.sections):
             continue
@@ -334,16 +367,27 @@ def node_record(label: str, report: Mapping[str, Any], source: str, **extra: Any
             values[fld.key] = value
     given = report.get("summary")
     summary: Mapping[str, Any] = given if isinstance(given, Mapping) else {}
-    return {
+    record: NodeRecord = {
         "node": label,
-        "hostname": _dig(report, "host", "hostname"),
+        "hostname": _text_or_none(_dig(report, "host", "hostname")),
         "source": source,
-        "generated_at": report.get("generated_at"),
-        "envdoctor": _dig(report, "tool", "version"),
-        **extra,
+        "generated_at": _text_or_none(report.get("generated_at")),
+        "envdoctor": _text_or_none(_dig(report, "tool", "version")),
         "values": values,
         "packages": read_distributions(report),
         "conda": read_conda(report),
         "missing_sections": [name for name in SECTIONS if not _has_section(report, name)],
-        "findings": {k: summary.get(k, 0) for k in ("error", "warning", "info")},
+        "findings": {k: _count(summary.get(k)) for k in ("error", "warning", "info")},
     }
+    if rank is not None and local_rank is not None and node_rank is not None and loader_stage is not None:
+        record["rank"], record["local_rank"], record["node_rank"] = rank, local_rank, node_rank
+        record["loader_stage"] = loader_stage
+    return record
+
+
+def _text_or_none(value: object) -> str | None:
+    return None if value is None else str(value)
+
+
+def _count(value: object) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0

@@ -12,12 +12,15 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from envdoctor.fleet.drift import SIZE_TOLERANCE, nodes_of
 from envdoctor.fleet.nodes import FIELDS, Field, show_value
 from envdoctor.model import Finding, Report
 from envdoctor.report.safe import printable
+
+if TYPE_CHECKING:  # pragma: no cover
+    from envdoctor.fleet import FleetFacts
 
 #: Up to this many nodes are drawn as columns; beyond it rows group nodes by value.
 MAX_COLUMNS = 6
@@ -61,7 +64,7 @@ def difference_rows(findings: Iterable[Finding]) -> list[dict[str, Any]]:
     return rows
 
 
-def same_everywhere(fleet: Mapping[str, Any], rows: list[dict[str, Any]]) -> list[str]:
+def same_everywhere(fleet: FleetFacts, rows: list[dict[str, Any]]) -> list[str]:
     """'Python 3.11.7'-style notes for the fields every node has and no row says differ."""
     nodes = nodes_of(fleet)
     differing = {row["what"] for row in rows}
@@ -93,7 +96,7 @@ def _grouped_cell(row: Mapping[str, Any]) -> str:
     return printable("; ".join(f"{value} on {', '.join(nodes)}" for value, nodes in parts))
 
 
-def _title(fleet: Mapping[str, Any]) -> str:
+def _title(fleet: FleetFacts) -> str:
     nodes = nodes_of(fleet)
     if fleet.get("mode") == "distributed":
         expected = fleet.get("world_size") or len(nodes)
@@ -103,7 +106,7 @@ def _title(fleet: Mapping[str, Any]) -> str:
     return f"Fleet: {len(nodes)} report{plural} compared" + (f", {skipped} skipped" if skipped else "")
 
 
-def _notes(fleet: Mapping[str, Any], rows: list[dict[str, Any]]) -> list[str]:
+def _notes(fleet: FleetFacts, rows: list[dict[str, Any]]) -> list[str]:
     lines = []
     collective = fleet.get("collective")
     if isinstance(collective, Mapping):
@@ -184,7 +187,7 @@ def fleet_markdown(report: Report) -> str:
     return "\n".join(lines)
 
 
-def fleet_heading(report: Any, fleet: Mapping[str, Any]) -> str:
+def fleet_heading(report: Any, fleet: FleetFacts) -> str:
     """The first line of a fleet report (there is no single target environment to name)."""
     where = "torch.distributed ranks" if fleet.get("mode") == "distributed" else "saved reports"
     count = len(nodes_of(fleet))

@@ -44,6 +44,8 @@ def cpus_per_process(usable: int, procs: int) -> int:
 
 def gather_loader(facts: Any) -> LoaderFacts | None:
     """The loader section: None when the stage is switched off (--no-loader)."""
+    from envdoctor.rules.loader_verdict import KNEE_RULE
+
     config = facts.config
     if config.no_loader:
         return None
@@ -65,6 +67,8 @@ def gather_loader(facts: Any) -> LoaderFacts | None:
         "source": source,
         "usable_cpus": usable,
         "step_time_s": config.step_time,
+        # The candidate the runner re-measures is the one the rule layer would recommend.
+        "knee": KNEE_RULE,
         "torch_probe": True,
         "check_cuda": True,
     }
@@ -279,14 +283,16 @@ def _describe_outcome(outcome: StageRun, section: dict[str, Any]) -> dict[str, A
 
 def exhaustive_sweep(source: dict[str, Any], workers: list[int], point_s: float = 1.5, *,
                      interpreter: str | None = None, cwd: str | None = None,
-                     budget_s: float | None = None) -> LoaderFacts:
+                     budget_s: float | None = None, pair: tuple[int, int] | None = None) -> LoaderFacts:
     """Every worker count in `workers`, each timed for `point_s` seconds: the baseline the smoke test's
-    recommendation is judged against (tests and benchmarks/bench_loader.py)."""
+    recommendation is judged against (benchmarks/bench_loader.py). With `pair` (two of `workers`), those
+    two are then re-measured against each other in interleaved, paired windows (the `paired` facts)."""
     import sys
 
-    budget = budget_s or (8.0 + len(workers) * (point_s + 3.0))
+    budget = budget_s or (8.0 + len(workers) * (point_s + 3.0) + (8.0 if pair else 0.0))
     plan = {"budget_s": budget, "budget_left_s": budget, "source": source, "usable_cpus": max(workers),
-            "workers": list(workers), "point_s": point_s, "torch_probe": False, "check_cuda": False}
+            "workers": list(workers), "point_s": point_s, "torch_probe": False, "check_cuda": False,
+            "pair": list(pair) if pair else None}
     outcome = run_stage(plan, interpreter=interpreter or sys.executable, budget_s=budget, cwd=cwd or os.getcwd())
     section = empty_section(source.get("spec") or source["kind"])
     section["source"] = {"kind": source["kind"]}

@@ -243,7 +243,9 @@ class Recommendation(TypedDict):
     #: The gain's 95% interval from the paired windows (candidate / current), or None unpaired.
     gain_interval: list[float] | None
     paired_windows: int
-    basis: Literal["knee", "step", "current"]
+    #: knee: the fewest workers within 95% of the best; step: the fewest that outrun the step; current: the
+    #: user's own kept; paired: the runner-up that beat the user's setting in the paired windows.
+    basis: Literal["knee", "step", "current", "paired"]
     consumer_samples_per_s: float | None
     #: What the paired re-measurement said: a real gain, a loss, too noisy to tell, not paired; or that
     #: the budget ended before the curve up to the usable CPUs was measured (incomplete).

@@ -63,11 +63,22 @@ def _worker_options(s: Session, timeout: float) -> dict[str, Any]:
     return options
 
 
+#: Seconds a spawn or forkserver worker takes at least to import torch, whatever this process took (in
+#: preflight's forked child torch was already imported, so its own import time says nothing).
+SPAWN_IMPORT_FLOOR_S = 4.0
+
+
 def _startup_allowance(s: Session) -> float:
     """Seconds two workers may take to start (under spawn each imports torch)."""
     if s.start_method in ("spawn", "forkserver"):
-        return 2.0 * s.import_s + 1.0
+        return 2.0 * max(s.import_s, SPAWN_IMPORT_FLOOR_S) + 1.0
     return 1.0
+
+
+def _guard(s: Session, what: str, phase: str) -> None:
+    """The watchdog only backs the checks' own limits up (the DataLoader timeout, the sample and time
+    bounds): it gets the rest of the budget, so a slow check ends as a skip, never as a hang finding."""
+    s.guarded(max(1.0, s.left() - 0.3), what, phase, num_workers=CHECK_WORKERS)
 
 
 def duplicates(s: Session) -> None:
@@ -75,10 +86,10 @@ def duplicates(s: Session) -> None:
     if not s.iterable or not s.workers_ok:
         return
     need = 2 * DUP_MAX_S + _startup_allowance(s) + 0.5
-    if s.left() < need + 1.0:
+    if s.left() < need:
         s.events.skip("repeated samples (DL007)", f"not enough of the budget left ({s.left():.1f} s)")
         return
-    s.guarded(need + 1.0, "reading samples to count repeats", "duplicates", num_workers=CHECK_WORKERS)
+    _guard(s, "reading samples to count repeats", "duplicates")
     alone: list[str] = []
     bounded = False
     try:
@@ -122,11 +133,10 @@ def cloned_rng(s: Session, first_index: Any) -> None:
     if s.iterable or not s.workers_ok or first_index is None:
         return
     need = _startup_allowance(s) + 4 * s.per_sample_s + 0.5
-    if s.left() < need + 1.0:
+    if s.left() < need:
         s.events.skip("cloned randomness (DL008)", f"not enough of the budget left ({s.left():.1f} s)")
         return
-    s.guarded(need + 1.0, f"drawing index {first_index} twice and in two workers", "rng",
-              num_workers=CHECK_WORKERS)
+    _guard(s, f"drawing index {first_index} twice and in two workers", "rng")
     record: dict[str, Any] = {"index": first_index, "num_workers": CHECK_WORKERS,
                               "worker_init_fn": getattr(s.user_kwargs.get("worker_init_fn"), "__qualname__", None)}
     iterator = None

@@ -100,13 +100,19 @@ class _Side:
 
 def paired_windows(s: Session) -> None:
     """Re-measure the candidate against the current setting in alternating windows (result `paired`)."""
-    if s.plan.get("workers") or not s.runs:
+    forced = s.plan.get("pair")  # [current, candidate] given by the plan (benchmarks/bench_loader.py)
+    if (s.plan.get("workers") and not forced) or not s.runs:
         return
-    current = int(s.current["num_workers"])
-    chosen = candidate(s)
+    current = int(forced[0]) if forced else int(s.current["num_workers"])
+    chosen = int(forced[1]) if forced else candidate(s)
+    measured = {r["num_workers"]: r for r in s.runs if r.get("samples_per_s")}
+    if chosen is not None and chosen == current and not forced:
+        # The sweep points at the user's own setting: check it against the runner-up, so noise that
+        # sank a better setting in its one sweep point is caught too.
+        others = [r for nw, r in measured.items() if nw != current and nw <= max(s.usable, current)]
+        chosen = max(others, key=lambda r: r["samples_per_s"])["num_workers"] if others else None
     if chosen is None or chosen == current:
         return
-    measured = {r["num_workers"]: r for r in s.runs if r.get("samples_per_s")}
     if current not in measured:
         s.events.skip("paired windows", f"your num_workers={current} could not be measured in the sweep")
         return

@@ -59,6 +59,8 @@ def run_smoke_test(s: Session, given: tuple[Any, Any, Any]) -> None:
     loader_data_checks.duplicates(s)
     loader_data_checks.cloned_rng(s, next(loader_getitem.index_stream(s), None) if not s.iterable else None)
     loader_sweep.sweep(s)
+    if s.plan.get("pair"):
+        loader_paired.paired_windows(s)
     if not s.plan.get("workers"):
         loader_paired.paired_windows(s)
         loader_extras.persistence(s)
@@ -94,6 +96,10 @@ def run_plan(plan: dict[str, Any], events: Events, dataset: Any = None, loader_k
 def main(argv: list[str]) -> int:
     with open(argv[1], encoding="utf-8") as fh:
         plan = json.load(fh)
+    try:
+        os.unlink(argv[1])  # read once: no plan file outlives the runner's start, whatever happens to envdoctor
+    except OSError:
+        pass
     events = Events(int(plan["event_fd"]))
     run_plan(plan, events)
     sys.stdout.flush()

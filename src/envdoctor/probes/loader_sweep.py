@@ -16,7 +16,7 @@ MAX_SLICE_S = 1.2
 EXTENSION_POINTS = 2
 #: Share of the budget kept from the sweep's points past the usable CPUs (except extension points that
 #: still gain) for re-measuring the candidate in paired windows and the persistent_workers check.
-RESERVE_SHARE = 0.3
+RESERVE_SHARE = 0.2
 
 
 def points(s: Session) -> list[int]:
@@ -83,7 +83,9 @@ def sweep(s: Session) -> None:
         if fixed:
             slice_s = float(s.plan.get("point_s") or 1.5)
         else:
-            slice_s = min(MAX_SLICE_S, max(MIN_SLICE_S, room / points_left - startup))
+            # Slices are sized as if the reserve were spent, so the curve leaves it room: short slices
+            # with more points beat long ones, and the paired windows settle what noise the slices leave.
+            slice_s = min(MAX_SLICE_S, max(MIN_SLICE_S, (s.left() - base_reserve) / points_left - startup))
         need = startup + max(MIN_SLICE_S, 3 * batch_est) + 0.3
         # Without one worker run nothing can be judged, and start-up estimates are rough (under
         # spawn they scale the runner's own torch import): the first worker count gets whatever

@@ -22,6 +22,8 @@ from envdoctor.report.safe import printable, printable_block
 from envdoctor.report.text import own_message
 
 LEVELS = {"error": "error", "warning": "warning", "info": "notice"}
+#: GitHub shows at most 10 annotations of a level per step and 50 per job; more only fill the log.
+MAX_ANNOTATIONS = 200
 
 
 def escape_data(text: str) -> str:
@@ -60,10 +62,15 @@ def render(report: Report, against: str | None = None, scripts: Sequence[str] = 
            root: Path | None = None) -> str:
     root = root or repository_root()
     anchor = environment_anchor(report.findings, root, against, scripts)
-    lines = [annotation(finding, root, anchor) for finding in report.findings]
-    for error in report.errors:
+    on_anchor: dict[str, object] = {"file": anchor.path, "line": anchor.line} if anchor else {}
+    shown = report.findings[:MAX_ANNOTATIONS]
+    lines = [annotation(finding, root, anchor) for finding in shown]
+    if len(report.findings) > len(shown):
+        rest = len(report.findings) - len(shown)
+        lines.append(_command("warning", {**on_anchor, "title": "envdoctor: more findings"},
+                              f"{rest} more findings are not annotated; see the JSON or SARIF report"))
+    for error in report.errors[:MAX_ANNOTATIONS]:
         who = printable(error.get("rule") or f"probe {error.get('probe')}", 80)
-        props: dict[str, object] = {"file": anchor.path, "line": anchor.line} if anchor else {}
-        props["title"] = f"envdoctor could not check {who}"
-        lines.append(_command("warning", props, printable_block(error.get("message", ""), 2000)))
+        lines.append(_command("warning", {**on_anchor, "title": f"envdoctor could not check {who}"},
+                              printable_block(error.get("message", ""), 2000)))
     return "".join(line + "\n" for line in lines)

@@ -25,18 +25,22 @@ def _default(value: Any) -> Any:
     return str(value)
 
 
-_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+# Lone surrogates, and what JSON may hold raw but a terminal would obey or a reader not see:
+# DEL and C1 controls (0x9b is CSI), bidi embeddings/overrides/isolates, zero-width characters.
+_ESCAPED_IN_JSON = re.compile("[\ud800-\udfff\x7f-\x9f\u061c\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff]")
 
 
 def escape_surrogates(text: str) -> str:
-    """JSON text with lone surrogates written as `\\udcXX` escapes.
+    """JSON text with lone surrogates, C1 controls and bidi characters written as `\\uXXXX` escapes.
 
     A file name that is not UTF-8 reaches Python as lone surrogates
-    (surrogateescape), which no UTF-8 writer accepts. They can only stand
-    inside JSON strings, so escaping them keeps the JSON valid and the path
-    exact: `json.loads` gives the same str back, and `os.fsencode` the bytes.
+    (surrogateescape), which no UTF-8 writer accepts; a C1 control or a bidi
+    override in a package name would act on the terminal of whoever runs
+    `cat report.json`. These characters can only stand inside JSON strings
+    (json.dumps already escapes the C0 controls), so escaping them keeps the
+    JSON valid and the value exact: `json.loads` gives the same str back.
     """
-    return _LONE_SURROGATE.sub(lambda m: "\\u%04x" % ord(m.group()), text)
+    return _ESCAPED_IN_JSON.sub(lambda m: "\\u%04x" % ord(m.group()), text)
 
 
 def render(report: Report) -> str:

@@ -16,7 +16,7 @@ BAR_WIDTH = 20
 
 
 def _runs(loader: LoaderReport) -> list[RunFacts]:
-    return sorted(loader["runs"], key=lambda r: r["num_workers"])
+    return sorted(loader.get("runs", []), key=lambda r: r["num_workers"])
 
 
 def _bar(value: float | None, best: float, width: int = BAR_WIDTH) -> str:
@@ -44,9 +44,9 @@ def _spread(run: RunFacts) -> str:
 def _marks(loader: LoaderReport, run: RunFacts) -> str:
     marks = []
     rec = loader.get("recommendation")
-    current = loader["current"]
+    current = loader.get("current")
     if rec is not None and rec["num_workers"] == run["num_workers"]:
-        marks.append("◀ knee" if rec["basis"] != "current" else "◀ kept")
+        marks.append("◀ knee" if rec.get("basis") != "current" else "◀ kept")
     if current is not None and current.get("num_workers") == run["num_workers"]:
         marks.append("current")
     return ", ".join(marks)
@@ -71,22 +71,24 @@ def settings_line(rec: Recommendation) -> str:
 
 
 def _recommendation_line(rec: Recommendation) -> str:
-    text = settings_line(rec) + f" → {_fmt_rate(rec['samples_per_s'])} samples/s"
+    text = settings_line(rec) + f" → {_fmt_rate(rec.get('samples_per_s'))} samples/s"
     interval = rec.get("gain_interval")
-    if rec["trust"] == "incomplete":
+    # Reports written before the paired windows (schema 1 allows them) carry no trust.
+    trust = rec.get("trust")
+    if trust == "incomplete":
         return (f"keep your settings ({settings_line(rec)}): the budget ended before num_workers="
                 f"{', '.join(str(n) for n in rec['unmeasured'])} could be measured; raise --budget")
-    if rec["trust"] in ("too-noisy", "loss"):
-        verdict = "too noisy to tell" if rec["trust"] == "too-noisy" else "it lost"
+    if trust in ("too-noisy", "loss"):
+        verdict = "too noisy to tell" if trust == "too-noisy" else "it lost"
         text = (f"keep your settings ({settings_line(rec)}): num_workers={rec['candidate_num_workers']} was "
                 f"re-measured against them in {rec['paired_windows']} paired windows and {verdict}")
-        if interval and rec["gain"]:
+        if interval and rec.get("gain"):
             text += f" ({rec['gain']:.2f}×, 95% interval {interval[0]:.2f}–{interval[1]:.2f})"
         return text
-    if rec["gain"]:
+    if rec.get("gain"):
         text += f" ({rec['gain']:.2f}× your settings"
         if interval:
-            text += f", 95% interval {interval[0]:.2f}–{interval[1]:.2f} over {rec['paired_windows']} paired windows"
+            text += f", 95% interval {interval[0]:.2f}–{interval[1]:.2f} over {rec.get('paired_windows')} paired windows"
         text += ")"
     return text
 
@@ -94,7 +96,7 @@ def _recommendation_line(rec: Recommendation) -> str:
 def _summary_lines(loader: LoaderReport) -> list[tuple[str, str]]:
     """(label, text) pairs shown under the curve."""
     lines: list[tuple[str, str]] = []
-    failure = loader["failure"]
+    failure = loader.get("failure")
     if failure:
         at = f" at index {failure['index']}" if failure.get("index") is not None else ""
         lines.append(("failure", f"{failure.get('kind')}{at}: {failure.get('message')}"))
@@ -117,12 +119,12 @@ def _summary_lines(loader: LoaderReport) -> list[tuple[str, str]]:
     if loader.get("procs_per_node", 1) > 1:
         lines.append(("cpus", f"{loader.get('usable_cpus')} usable CPU(s) per training process "
                               f"({loader.get('procs_per_node')} processes share the node)"))
-    batch_bytes = loader["batch_bytes"]
+    batch_bytes = loader.get("batch_bytes")
     if batch_bytes:
         from envdoctor.units import human_bytes
 
-        text = f"{human_bytes(batch_bytes)} in {loader['tensors_per_batch']} tensor(s)"
-        if loader["worker_rss_bytes"]:
+        text = f"{human_bytes(batch_bytes)} in {loader.get('tensors_per_batch')} tensor(s)"
+        if loader.get("worker_rss_bytes"):
             text += f"; peak worker memory {human_bytes(loader['worker_rss_bytes'])}"
         lines.append(("batch", text))
     persistent = loader.get("persistent", {})
@@ -135,7 +137,7 @@ def _summary_lines(loader: LoaderReport) -> list[tuple[str, str]]:
         else:
             lines.append(("persistent", f"about {_fmt_s(saving)} s saved each epoch "
                                         "(estimated from the measured start-up)"))
-    for skipped in loader["skipped"]:
+    for skipped in loader.get("skipped", []):
         lines.append(("skipped", f"{skipped['what']}: {skipped['reason']}"))
     return lines
 
@@ -150,7 +152,7 @@ def _title(loader: LoaderReport) -> str:
     wall = loader.get("wall_s")
     if wall is not None:
         extra.append(f"{wall:.1f} s")
-    return f"DataLoader smoke test: {loader['dataset']}" + (f" ({', '.join(extra)})" if extra else "")
+    return f"DataLoader smoke test: {loader.get('dataset', '?')}" + (f" ({', '.join(extra)})" if extra else "")
 
 
 def loader_renderables(report_loader: LoaderReport | dict[str, Any]) -> list[Any]:
@@ -175,7 +177,7 @@ def loader_renderables(report_loader: LoaderReport | dict[str, Any]) -> list[Any
     for row in _rows(loader):
         style = "bold green" if row[0] == str(rec) else None
         table.add_row(*row[:4], Text(row[4], style="green" if style else "blue"), row[5], style=style)
-    out: list[Any] = [table] if loader["runs"] else []
+    out: list[Any] = [table] if loader.get("runs") else []
     for label, text in _summary_lines(loader):
         styled = Text()
         styled.append(f"{label}: ", style="bold red" if label == "failure" else "bold")
@@ -188,7 +190,7 @@ def loader_markdown(report_loader: LoaderReport | dict[str, Any]) -> str:
     """The smoke test as Markdown: the curve as a table with bars, then the summary as a list."""
     loader = cast(LoaderReport, report_loader)
     lines = [f"## {_title(loader)}", ""]
-    if loader["runs"]:
+    if loader.get("runs"):
         lines += ["| num_workers | samples/s | spread | first batch (s) | throughput | |",
                   "|---:|---:|---:|---:|:---|:---|"]
         for row in _rows(loader):

@@ -14,21 +14,22 @@ import re
 from typing import Any
 
 from envdoctor.model import Finding, Report
-from envdoctor.report.safe import MAX_ITEMS, clean_tree, printable, printable_block
+from envdoctor.report.safe import MAX_ITEMS, clean_report, clean_tree, printable, printable_block
 from envdoctor.report.text import (
-    AREAS,
     BLOCK_LIMIT,
     GROUP_LIMIT,
     _evidence_lines,
-    area_status,
+    area_statuses,
     group_findings,
     own_message,
+    severity_counts,
     summary_line,
 )
 
 _MARK = {"error": "✗", "warning": "!", "info": "i", "unchecked": "?", "skipped": "–", None: "✓"}
 # Characters that mean something to CommonMark/GFM inline parsing, or to HTML.
-_SPECIAL = re.compile(r"([\\`*_{}\[\]()#+\-.!|~<>&:])")
+# Parentheses, dots and dashes need no escape once `[` is escaped and no outside string starts a line.
+_SPECIAL = re.compile(r"([\\`*_{}\[\]#!|~<>&:])")
 # Code spans the rule authors wrote (`...`), and dunder names written without them.
 _CODE = re.compile(r"(`+)(.+?)\1|(?<![\w`])(__\w+__)(?![\w`])", re.DOTALL)
 
@@ -85,7 +86,7 @@ def _group(group: list[Finding]) -> list[str]:
         lines.append(f"- {where}{prose(own_message(finding))}")
     if len(group) > GROUP_LIMIT:
         lines.append(f"- … and {len(group) - GROUP_LIMIT} more {first.rule} findings")
-    fixes = list(dict.fromkeys(f.fix for f in group if f.fix))
+    fixes = list(dict.fromkeys(f.fix for f in group[:GROUP_LIMIT] if f.fix))
     for fix in fixes[:GROUP_LIMIT]:
         lines += ["", "Fix:", "", code_block(fix)]
     evidence = [f for f in group[:GROUP_LIMIT] if f.evidence]
@@ -119,23 +120,25 @@ def render(report: Report) -> str:
         where = (f"{escape_text(target.get('kind') or '?')} environment {code_span(target.get('prefix') or '?')} "
                  f"(Python {escape_text(target.get('python') or '?')}) on {code_span(report.host.get('hostname', '?'))} "
                  f"({escape_text(report.host.get('platform', '?'))})")
-    counts = report.summary
+    counts = severity_counts(report.findings)
     worst = next((s for s in ("error", "warning", "info") if counts[s]), None)
+    statuses = {} if fleet else area_statuses(report)
+    if worst is None and (report.not_checked() or any(level == "unchecked" for level, _ in statuses.values())):
+        worst = "warning"  # nothing found, but not everything could be looked at
     lines = [
         "# envdoctor report",
         "",
-        f"**{_MARK[worst]} {summary_line(report)}** — {where}, envdoctor {escape_text(report.tool.get('version', '?'))}, "
-        f"{escape_text(report.generated_at)}",
+        f"**{_MARK[worst]} {escape_text(summary_line(report, counts))}** — {where}, "
+        f"envdoctor {escape_text(report.tool.get('version', '?'))}, {escape_text(report.generated_at)}",
         "",
     ]
     if fleet:  # the side-by-side view comes before the findings
         from envdoctor.fleet.view import fleet_markdown
 
-        lines += [fleet_markdown(report), ""]
+        lines += [fleet_markdown(clean_report(report, escape_text)), ""]
     else:
         lines += ["| area | status |", "|---|---|"]
-        for area, _families in AREAS:
-            level, status = area_status(report, area)
+        for area, (level, status) in statuses.items():
             lines.append(f"| {area} | {_MARK[level]} {_cell(status) if status != '✓' else ''} |".replace("  |", " |"))
         lines.append("")
     groups = group_findings(report.findings)

@@ -12,8 +12,12 @@ either. Markup (rich's `[bold]`, Markdown, HTML) is each format's own concern.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
-from typing import Any
+from collections.abc import Callable, Mapping
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # pragma: no cover
+    from envdoctor.model import Report
 
 #: The longest string any human format shows whole; longer ones are cut with a note.
 MAX_CHARS = 2000
@@ -63,21 +67,37 @@ def has_unsafe(text: str) -> bool:
     return _UNSAFE_BUT_NEWLINE.search(text) is not None
 
 
-def clean_tree(value: Any, depth: int = 0, limit: int = MAX_CHARS) -> Any:
+def clean_tree(value: Any, depth: int = 0, limit: int = MAX_CHARS,
+               clean: Callable[[str], str] | None = None) -> Any:
     """A copy of a JSON-like tree with every string (keys too) made printable and every list cut.
 
     For views that draw nested data they did not make (the loader table, the
     fleet view): they get the same content, minus what a terminal would obey.
+    `clean` replaces `printable_block` for values (Markdown escapes them too).
     """
     if isinstance(value, str):
-        return printable_block(value, limit)
+        return clean(value) if clean else printable_block(value, limit)
     if depth > 12:
         return "…"
     if isinstance(value, Mapping):
-        items = list(value.items())
-        cleaned = {printable(k, 200): clean_tree(v, depth + 1, limit) for k, v in items[:MAX_ITEMS * 20]}
-        return cleaned
+        items = list(value.items())[:MAX_ITEMS * 20]
+        return {printable(k, 200): clean_tree(v, depth + 1, limit, clean) for k, v in items}
     if isinstance(value, (list, tuple)):
-        head = [clean_tree(v, depth + 1, limit) for v in value[:MAX_ITEMS * 20]]
-        return head
+        return [clean_tree(v, depth + 1, limit, clean) for v in value[:MAX_ITEMS * 20]]
     return value
+
+
+def clean_report(report: Report, clean: Callable[[str], str] | None = None) -> Report:
+    """A copy of a report for views that draw it whole (the fleet view): every string cleaned, lists cut."""
+    def text(value: str) -> str:
+        return clean(value) if clean else printable_block(value)
+
+    findings = [
+        replace(f, name=printable(f.name, 80), message=text(f.message), fix=text(f.fix),
+                evidence=clean_tree(dict(f.evidence), clean=clean),
+                location=replace(f.location, path=printable(f.location.path, 500)) if f.location else None)
+        for f in report.findings[:MAX_ITEMS * 20]
+    ]
+    return replace(report, findings=findings, facts=clean_tree(report.facts, clean=clean),
+                   host=clean_tree(report.host, clean=clean), tool=clean_tree(report.tool, clean=clean),
+                   target=clean_tree(report.target, clean=clean), errors=clean_tree(report.errors, clean=clean))

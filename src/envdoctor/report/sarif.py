@@ -27,6 +27,7 @@ import json
 import os
 import stat
 from collections.abc import Sequence
+from functools import lru_cache
 from pathlib import Path, PurePosixPath
 from typing import Any
 from urllib.parse import quote
@@ -40,6 +41,8 @@ SARIF_VERSION = "2.1.0"
 LEVELS = {"error": "error", "warning": "warning", "info": "note"}
 SRCROOT = "%SRCROOT%"
 DOC_TITLES = (("what", "What it checks"), ("why", "Why it matters"), ("example", "Example"), ("fix", "Fix"))
+#: GitHub code scanning takes at most this many results a run; a log stays bounded beyond it.
+MAX_RESULTS = 25_000
 #: GitHub code scanning rejects longer rule descriptions.
 DESCRIPTION_LIMIT = 1024
 FINGERPRINT_KEY = "envdoctorFinding/v1"
@@ -77,29 +80,36 @@ def _rule_descriptor(meta: Any) -> dict[str, Any]:
 def artifact_location(path: str, root: Path | None = None) -> dict[str, Any]:
     """A SARIF artifactLocation: relative to %SRCROOT% (the repository root) when under it, else absolute."""
     root = (root or repository_root()).resolve()
+    return dict(_artifact_location(path, root, str(Path.cwd())))
+
+
+@lru_cache(maxsize=4096)
+def _artifact_location(path: str, root: Path, cwd: str) -> tuple[tuple[str, str], ...]:
     relative = relative_path(path, root)
     if relative is not None:
         # As bytes: a file name that is not UTF-8 is %-encoded as it is on disk.
-        return {"uri": quote(os.fsencode(relative)), "uriBaseId": SRCROOT}
-    absolute = Path(os.path.normpath(Path.cwd() / path))
-    return {"uri": absolute.as_uri()}
+        return (("uri", quote(os.fsencode(relative))), ("uriBaseId", SRCROOT))
+    absolute = Path(os.path.normpath(Path(cwd) / path))
+    return (("uri", absolute.as_uri()),)
 
 
 def _line_length(root: Path, relative: str, line: int) -> int | None:
-    """The length of one line of a regular file under the root (bounded read), for the region's end."""
-    path = root / PurePosixPath(relative)
+    """The length of one line of a regular file under the root, for the region's end."""
+    lengths = _line_lengths(str(root / PurePosixPath(relative)))
+    return lengths[line - 1] if 0 < line <= len(lengths) else None
+
+
+@lru_cache(maxsize=256)
+def _line_lengths(path: str) -> tuple[int, ...]:
+    """Every line's length in characters, read once per file (regular files, the first 16 MiB)."""
     try:
         if not stat.S_ISREG(os.stat(path).st_mode):
-            return None
+            return ()
         with open(path, "rb") as fh:
-            for number, raw in enumerate(fh, start=1):
-                if number == line:
-                    return len(raw.rstrip(b"\r\n").decode("utf-8", "replace"))
-                if number > line or fh.tell() > 16 * 1024 * 1024:
-                    return None
+            data = fh.read(16 * 1024 * 1024)
     except OSError:
-        return None
-    return None
+        return ()
+    return tuple(len(raw.rstrip(b"\r").decode("utf-8", "replace")) for raw in data.split(b"\n"))
 
 
 def _region(root: Path, artifact: dict[str, Any], line: int, column: int) -> dict[str, Any]:
@@ -202,18 +212,24 @@ def to_sarif(report: Report, root: Path | None = None, against: str | None = Non
     from envdoctor.catalog import load_catalog
 
     root = (root or repository_root()).resolve()
+    _line_lengths.cache_clear()  # files may have changed since the last log (a long-lived MCP server)
+    _artifact_location.cache_clear()
     catalog = load_catalog()
     rules = [_rule_descriptor(meta) for meta in catalog.rules]
     index = {rule["id"]: i for i, rule in enumerate(rules)}
     anchor = environment_anchor(report.findings, root, against, scripts)
     results: list[dict[str, Any]] = []
     notifications: list[dict[str, Any]] = []
-    for finding in report.findings:
+    for finding in report.findings[:MAX_RESULTS]:
         result = _result(finding, index, root, anchor)
         if result is None:
             notifications.append(_notification(finding, index))
         else:
             results.append(result)
+    if len(report.findings) > MAX_RESULTS:
+        notifications.append({"level": "warning", "message": {"text": (
+            f"{len(report.findings) - MAX_RESULTS} more findings are not in this log (GitHub takes "
+            f"{MAX_RESULTS:,} results a run); the JSON report has them all")}})
     invocation: dict[str, Any] = {
         "executionSuccessful": not report.errors,
         "endTimeUtc": report.generated_at,
@@ -249,4 +265,6 @@ def render(report: Report, against: str | None = None, scripts: Sequence[str] = 
     from envdoctor.report.json import escape_surrogates
 
     log = to_sarif(report, root=root, against=against, scripts=scripts)
-    return escape_surrogates(json.dumps(log, indent=2, default=str, ensure_ascii=False)) + "\n"
+    # Indented for a person to read; a large log is written compact (the C encoder, ten times faster).
+    indent = 2 if len(report.findings) <= 1000 else None
+    return escape_surrogates(json.dumps(log, indent=indent, default=str, ensure_ascii=False)) + "\n"

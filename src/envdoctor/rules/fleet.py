@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from envdoctor.facts import Facts
 from envdoctor.fleet.drift import channel_drift, package_drift, stragglers, value_drift
@@ -21,10 +21,16 @@ from envdoctor.fleet.nodes import NOT_INSTALLED, UNLIMITED, show_value
 from envdoctor.rules import Hit
 from envdoctor.units import human_bytes
 
+if TYPE_CHECKING:  # pragma: no cover
+    from envdoctor.fleet import FleetFacts
 
-def _fleet(facts: Facts) -> Mapping[str, Any] | None:
-    fleet = facts.get("fleet")
-    return fleet if isinstance(fleet, Mapping) else None
+
+def _fleet(facts: Facts) -> FleetFacts | None:
+    """The fleet facts that `fleet_report` sets; no probe gathers them on one machine."""
+    try:
+        return facts["fleet"]
+    except KeyError:
+        return None
 
 
 def _nodes_text(nodes: list[str], limit: int = 6) -> str:
@@ -53,7 +59,7 @@ def _torch_index(version: str) -> str:
     return ""
 
 
-def fleet_value(fleet: Mapping[str, Any], nodes: list[str], key: str) -> Any:
+def fleet_value(fleet: FleetFacts, nodes: list[str], key: str) -> Any:
     """The value of `key` on the first of `nodes` that has it."""
     for node in fleet.get("nodes") or []:
         if node.get("node") in nodes and key in (node.get("values") or {}):
@@ -61,7 +67,7 @@ def fleet_value(fleet: Mapping[str, Any], nodes: list[str], key: str) -> Any:
     return None
 
 
-def _core_fix(drift: Mapping[str, Any], fleet: Mapping[str, Any]) -> str:
+def _core_fix(drift: Mapping[str, Any], fleet: FleetFacts) -> str:
     key, want, odd = drift["key"], drift["preferred"], drift["odd_nodes"]
     torch = fleet_value(fleet, drift["preferred_nodes"], "torch")
     if key == "torch" and want == NOT_INSTALLED:

@@ -18,6 +18,8 @@ from envdoctor.facts import Facts
 from envdoctor.facts.gpu import gpu_present
 from envdoctor.model import Severity
 from envdoctor.rules import Hit
+from envdoctor.rules.install_commands import Fix, advice
+from envdoctor.rules.torch_install import led, torch_for_cuda
 
 if TYPE_CHECKING:  # pragma: no cover
     from envdoctor.facts.gpu import GpuFacts
@@ -28,7 +30,6 @@ if TYPE_CHECKING:  # pragma: no cover
 BUSY_MEMORY_SHARE = 0.10
 #: … or with at least this utilisation (percent) before training starts.
 BUSY_UTILIZATION = 10
-WHEEL_INDEX = "https://download.pytorch.org/whl"
 
 
 def version_tuple(text: str | None) -> tuple[int, ...]:
@@ -78,23 +79,16 @@ def _plain_version(version: str | None) -> str | None:
     return version.split("+")[0] if version else None
 
 
-def install_commands(torch: TorchFacts, cuda: str | None, target_kind: str | None, keep_hint: bool = True) -> str:
-    """pip and conda commands that install torch built for `cuda` (with how to keep the version, if `keep_hint`)."""
+def torch_fix(facts: Facts, cuda: str | None, lead: str = "", *, upgrade: str = "upgrade the NVIDIA driver",
+              keep_hint: bool = True, note: str = "") -> Fix:
+    """`lead` then the commands that install torch built for `cuda`, or only `upgrade` when no CUDA build fits.
+
+    The commands are the steps `envdoctor fix` runs; the driver upgrade is the
+    user's (no package of the environment holds the kernel driver).
+    """
     if cuda is None:
-        return ("no CUDA build of PyTorch supports this driver: upgrade the NVIDIA driver first "
-                "(https://www.nvidia.com/drivers)")
-    tag = "cu" + cuda.replace(".", "")
-    version = _plain_version(torch.get("version") or torch.get("dist_version"))
-    # No version pin: PyTorch builds each release for a few CUDA versions only, so
-    # "this torch for that CUDA" may not exist, and a fix that cannot resolve is no fix.
-    # Unpinned, the index (or conda-forge with cuda-version) gives the newest build that does.
-    pip = f"pip install --force-reinstall torch --index-url {WHEEL_INDEX}/{tag}"
-    conda = f'conda install -c conda-forge "pytorch=*=cuda*" "cuda-version={cuda}"'
-    keep = (f"; to stay on torch {version}, first check that {WHEEL_INDEX}/{tag}/torch/ lists it, and move "
-            "torchvision/torchaudio to the same index" if version and keep_hint else "")
-    if torch.get("installer") == "conda" or (target_kind in ("conda", "pixi") and torch.get("installer") != "pip"):
-        return f"{conda}   (or with pip: {pip}){keep}"
-    return f"{pip}   (in a conda env: {conda}){keep}"
+        return advice(f"{upgrade} (https://www.nvidia.com/drivers): no CUDA build of PyTorch runs on this driver")
+    return led(lead, torch_for_cuda(facts, cuda, keep_hint=keep_hint, note=note))
 
 
 def _device_names(gpu: GpuFacts) -> list[str]:
@@ -119,7 +113,6 @@ def find_unusable_cuda(facts: Facts) -> Iterator[Hit]:
     torch = facts["torch"]
     if not torch["installed"]:
         return
-    target_kind = _target_field(facts, "kind")
     names = _device_names(gpu)
     driver = gpu.get("driver_version")
     driver_cuda = gpu.get("cuda_driver_version")
@@ -132,16 +125,16 @@ def find_unusable_cuda(facts: Facts) -> Iterator[Hit]:
     if not gpu["available"]:
         system: SystemFacts | None = facts.get("system")
         in_container = bool(system and system["container"]["in_container"])
-        fix = ("start the container with the GPU passed in: `docker run --gpus all …` (NVIDIA Container "
-               "Toolkit installed on the host), or on Kubernetes request `nvidia.com/gpu`"
-               if in_container else
-               "install or load the NVIDIA driver (`sudo ubuntu-drivers install` or your distribution's "
-               "nvidia-driver package, then reboot); `nvidia-smi` must list the GPU")
+        driver_fix = ("start the container with the GPU passed in: `docker run --gpus all …` (NVIDIA Container "
+                      "Toolkit installed on the host), or on Kubernetes request `nvidia.com/gpu`"
+                      if in_container else
+                      "install or load the NVIDIA driver (`sudo ubuntu-drivers install` or your distribution's "
+                      "nvidia-driver package, then reboot); `nvidia-smi` must list the GPU")
         yield Hit(
             message=(f"{len(names)} NVIDIA GPU(s) on the PCI bus but no working driver: "
                      f"{gpu.get('reason') or 'NVML unavailable'}; torch cannot use them"),
             evidence={**evidence, "nvml_reason": gpu.get("reason"), "pci_gpus": gpu.get("pci_gpus")},
-            fix=fix,
+            fix=driver_fix,
         )
         return
     build = torch.get("build")
@@ -152,7 +145,7 @@ def find_unusable_cuda(facts: Facts) -> Iterator[Hit]:
                      f"but torch {torch.get('version')} is a {str(build).upper()}-only build: "
                      "torch.cuda.is_available() is False"),
             evidence={**evidence, "suggested_cuda": cuda},
-            fix=install_commands(torch, cuda, target_kind),
+            **torch_fix(facts, cuda).hit(),
         )
         return
     cuda_facts = _probe_cuda(torch)
@@ -164,20 +157,21 @@ def find_unusable_cuda(facts: Facts) -> Iterator[Hit]:
     needs = driver_needs(torch.get("cuda_build") or "", os_key)
     if needs["family_minimum"] and driver and version_tuple(driver) < version_tuple(needs["family_minimum"]):
         cuda = best_wheel_cuda(driver_cuda, driver, os_key)
-        fix = (f"upgrade the NVIDIA driver to {needs['toolkit_driver'] or needs['family_minimum']} or newer, "
-               f"or install a torch built for CUDA {cuda}: {install_commands(torch, cuda, target_kind)}")
+        upgrade = f"upgrade the NVIDIA driver to {needs['toolkit_driver'] or needs['family_minimum']} or newer"
+        fix = torch_fix(facts, cuda, f"{upgrade}, or install a torch built for CUDA {cuda}: ", upgrade=upgrade)
     else:
         system = facts.get("system")
         visible = system["environ"].get("CUDA_VISIBLE_DEVICES", "<unset>") if system else "<unset>"
-        fix = ("check that the process sees the devices (CUDA_VISIBLE_DEVICES="
-               f"{visible}), "
-               "that /dev/nvidia* are accessible, and that `nvidia-smi` works; then reinstall the CUDA build: "
-               + install_commands(torch, needs["cuda"] or best_wheel_cuda(driver_cuda, driver, os_key), target_kind))
+        checks = ("check that the process sees the devices (CUDA_VISIBLE_DEVICES="
+                  f"{visible}), that /dev/nvidia* are accessible, and that `nvidia-smi` works; then reinstall "
+                  "the CUDA build: ")
+        # The checks come first and only a person can make them: the reinstall is advice, no step to run.
+        fix = advice(torch_fix(facts, needs["cuda"] or best_wheel_cuda(driver_cuda, driver, os_key), checks).text)
     yield Hit(
         message=(f"torch {torch.get('version')} (CUDA {torch.get('cuda_build')}) cannot initialise CUDA on "
                  f"{', '.join(names)}: {error}"),
         evidence={**evidence, "cuda_error": error, "probe_device_count": cuda_facts.get("device_count")},
-        fix=fix,
+        **fix.hit(),
     )
 
 
@@ -203,7 +197,6 @@ def find_old_driver(facts: Facts) -> Iterator[Hit]:
     if driver_cuda and build_major and version_tuple(driver_cuda)[:1] < build_major:
         too_old = True
     cuda = best_wheel_cuda(driver_cuda, driver, os_key)
-    target_kind = _target_field(facts, "kind")
     probe_cuda = _probe_cuda(torch)
     initialised = bool(probe_cuda and probe_cuda.get("available"))
     if too_old and initialised:
@@ -214,13 +207,13 @@ def find_old_driver(facts: Facts) -> Iterator[Hit]:
         too_old = False
         evidence["cuda_initialised"] = True
     if too_old:
+        upgrade = f"upgrade the driver to {needs['toolkit_driver'] or needs['family_minimum']} or newer"
         yield Hit(
             message=(f"torch {torch.get('version')} is built for CUDA {cuda_build}, which needs NVIDIA driver "
                      f"{needs['family_minimum'] or 'newer'} or newer, but driver {driver} supports CUDA {driver_cuda} "
                      "at most: CUDA will not initialise"),
             evidence=evidence,
-            fix=(f"upgrade the driver to {needs['toolkit_driver'] or needs['family_minimum']} or newer, or install "
-                 f"the torch build for CUDA {cuda}: {install_commands(torch, cuda, target_kind)}"),
+            **torch_fix(facts, cuda, f"{upgrade}, or install the torch build for CUDA {cuda}: ", upgrade=upgrade).hit(),
         )
         return
     if needs["toolkit_driver"] and driver and version_tuple(driver) < version_tuple(needs["toolkit_driver"]):
@@ -234,8 +227,8 @@ def find_old_driver(facts: Facts) -> Iterator[Hit]:
                      + " kernels that need PTX JIT compilation (new GPU architectures, some extensions) fail with "
                      "'unsupported toolchain'"),
             evidence=evidence,
-            fix=(f"upgrade the driver to {needs['toolkit_driver']} or newer, or use the torch build for CUDA {cuda}: "
-                 f"{install_commands(torch, cuda, target_kind)}"),
+            **torch_fix(facts, cuda, f"upgrade the driver to {needs['toolkit_driver']} or newer, or use the torch "
+                        f"build for CUDA {cuda}: ", upgrade=f"upgrade the driver to {needs['toolkit_driver']} or newer").hit(),
             severity=Severity.WARNING,
         )
 
@@ -360,18 +353,23 @@ def _torch_warning(cuda: TorchCuda) -> str | None:
     return None
 
 
-def _arch_fix(torch: TorchFacts, gpus: list[dict[str, Any]], arches: list[Arch], facts: Facts) -> str:
-    """The torch build to install: newer CUDA for GPUs past the build, older for GPUs below it."""
+def _arch_fix(gpus: list[dict[str, Any]], arches: list[Arch], facts: Facts, note: str = "") -> Fix:
+    """The torch build to install: newer CUDA for GPUs past the build, older for GPUs below it.
+
+    Steps only where installing is the whole fix: a GPU the build dropped needs an
+    older release or a source build, and a driver too old for the CUDA the GPU
+    needs must be upgraded first (the new build would not start on it).
+    """
     gpu = facts["gpu"]
     os_key = _os_key(facts)
-    target_kind = _target_field(facts, "kind")
     oldest = min(((a.major, a.minor) for a in arches if not a.ptx), default=None)
     too_old = [g for g in gpus if oldest and (parse_capability(g["capability"]) or (0, 0)) < oldest]
     if too_old:
         names = ", ".join(f"{g['name']} (sm_{g['capability'].replace('.', '')})" for g in too_old)
-        return (f"this torch build dropped {names}: install an older torch release or a build for an older CUDA whose "
+        return advice(f"this torch build dropped {names}: install an older torch release or a build for an older CUDA whose "
                 "arch list still has it (PyTorch's release notes list the architectures each release dropped), "
-                "or build torch from source with TORCH_CUDA_ARCH_LIST=" + ";".join(g["capability"] for g in too_old))
+                "or build torch from source with TORCH_CUDA_ARCH_LIST=" + ";".join(g["capability"] for g in too_old)
+                      + (f"; {note}" if note else ""))
     wanted = max((first_cuda_for(g["capability"]) or "" for g in gpus), key=version_tuple) or None
     wheels = sorted(load_data("cuda_drivers")["pytorch_wheels"]["cuda"], key=version_tuple)
     best = best_wheel_cuda(gpu.get("cuda_driver_version"), gpu.get("driver_version"), os_key)
@@ -382,10 +380,14 @@ def _arch_fix(torch: TorchFacts, gpus: list[dict[str, Any]], arches: list[Arch],
         cuda = next((w for w in wheels if wanted and version_tuple(w) >= version_tuple(wanted)), None)
         prefix = (f"upgrade the NVIDIA driver (it runs CUDA {gpu.get('cuda_driver_version')} at most) "
                   f"to one for CUDA {wanted} or newer, then " if gpu["available"] else "")
-    return (prefix + f"install a torch built for CUDA {cuda or wanted or 'newer'}, whose arch list includes "
-            + ", ".join(sorted({"sm_" + g["capability"].replace(".", "") for g in gpus}))
-            # No "stay on this version" hint: a release older than the GPU has no build for it.
-            + f": {install_commands(torch, cuda, target_kind, keep_hint=False)}")
+    lead = (prefix + f"install a torch built for CUDA {cuda or wanted or 'newer'}, whose arch list includes "
+            + ", ".join(sorted({"sm_" + g["capability"].replace(".", "") for g in gpus})) + ": ")
+    if cuda is None:
+        return advice(lead + "PyTorch publishes no wheel for that CUDA yet: build torch from source with "
+                      "TORCH_CUDA_ARCH_LIST=" + ";".join(sorted({g["capability"] for g in gpus})))
+    # No "stay on this version" hint: a release older than the GPU has no build for it.
+    fix = torch_fix(facts, cuda, lead, keep_hint=False, note=note)
+    return advice(fix.text) if prefix else fix
 
 
 def find_arch_not_in_build(facts: Facts) -> Iterator[Hit]:
@@ -428,7 +430,7 @@ def find_arch_not_in_build(facts: Facts) -> Iterator[Hit]:
             message=(f"torch {torch.get('version')} has no kernels for {who}: its arch list is [{listed}], so "
                      "CUDA work fails with 'no kernel image is available for execution on the device'"),
             evidence=evidence,
-            fix=_arch_fix(torch, missing, arches, facts),
+            **_arch_fix(missing, arches, facts).hit(),
         )
         return
     who = ", ".join(f"GPU {g['index']} {g['name']} ({g['capability']}, via {'/'.join(g['ptx'])})" for g in ptx_only)
@@ -437,8 +439,8 @@ def find_arch_not_in_build(facts: Facts) -> Iterator[Hit]:
                  "JIT-compiles every kernel on first use (minutes at start-up, again whenever the JIT cache "
                  "~/.nv/ComputeCache is cold or too small), and a driver older than the PTX's CUDA cannot compile it"),
         evidence=evidence,
-        fix=_arch_fix(torch, ptx_only, arches, facts)
-        + "; meanwhile CUDA_CACHE_MAXSIZE=4294967296 keeps the JIT results between runs",
+        **_arch_fix(ptx_only, arches, facts,
+                    note="meanwhile CUDA_CACHE_MAXSIZE=4294967296 keeps the JIT results between runs").hit(),
         severity=Severity.WARNING,
     )
 

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from envdoctor.facts import Facts
-from envdoctor.loader.section import LoaderFacts, LoaderVerdict, Recommendation, RunFacts
+from envdoctor.loader.section import CurrentSettings, LoaderFacts, LoaderVerdict, Recommendation, RunFacts
 from envdoctor.model import Severity
 from envdoctor.rules import Hit
 from envdoctor.rules.loader_verdict import (
@@ -77,6 +77,12 @@ def _users_sample_code(facts: Facts) -> Judged | None:
     return judged if judged and not _undecoded(judged.section) else None
 
 
+def _current(section: LoaderFacts) -> CurrentSettings:
+    """The user's settings; empty when the stage never got to read them (no interpreter, a bad factory)."""
+    current = section["current"]
+    return current if current is not None else {}
+
+
 def _settings_text(rec: Recommendation, batch_size: int | None = None) -> str:
     parts = [f"num_workers={rec['num_workers']}"]
     if rec["num_workers"]:
@@ -117,7 +123,7 @@ def find_slow_loader(facts: Facts) -> Iterator[Hit]:
         fix = ("no worker setting keeps up: make __getitem__ cheaper (decode smaller images, move augmentation "
                "to the GPU, cache decoded samples or use a packed format) or add CPUs; "
                f"meanwhile use {_settings_text(rec)}")
-    current = section["current"] or {}
+    current = _current(section)
     yield Hit(
         message=(f"the DataLoader as configured delivers {_rate(current_rate)} but a {step:g} s step with "
                  f"batch_size {batch_size} consumes {_rate(consumer)}: the accelerator waits "
@@ -146,7 +152,7 @@ def find_workers_no_gain(facts: Facts) -> Iterator[Hit]:
     batch_bytes = section["batch_bytes"]
     batch_size = section.get("batch_size", 1)
     # Already at num_workers=0 nothing is wrong: worth knowing before adding workers, not a warning.
-    already = (section["current"] or {}).get("num_workers", 0) == 0
+    already = (_current(section)).get("num_workers", 0) == 0
     large = bool(batch_bytes and batch_bytes / max(1, batch_size) >= 256 * 1024)
     size_text = f" ({batch_bytes / 2**20:.1f} MiB a batch)" if batch_bytes else ""
     smaller = ("send fewer and smaller tensors from each worker: uint8 images instead of float32 (4× fewer "
@@ -168,7 +174,7 @@ def find_workers_no_gain(facts: Facts) -> Iterator[Hit]:
                   "getitem_s": getitem.get("per_sample_s"), "batch_size": section.get("batch_size"),
                   "batch_bytes": batch_bytes, "curve": _curve(section),
                   "reason": judged.verdict["bottleneck_reason"]},
-        fix=(("keep num_workers=0" if already else "use num_workers=0") + ", or "
+        fix=((("keep num_workers=0" if already else "use num_workers=0") + ", or " if lose else "")
              + (f"{smaller}; or {batched}" if large else f"{batched}; or {smaller}")),
         severity=Severity.INFO if already and lose else None,
     )
@@ -221,7 +227,7 @@ def find_slow_worker_startup(facts: Facts) -> Iterator[Hit]:
         return
     section = judged.section
     length = section.get("length")
-    current = section["current"] or {}
+    current = _current(section)
     if not length or current.get("persistent_workers"):
         return
     runs = measured_runs(section)
@@ -269,7 +275,7 @@ def find_loader_settings(facts: Facts) -> Iterator[Hit]:
     if not judged or not judged.rec:
         return
     section, rec = judged.section, judged.rec
-    current = section["current"] or {}
+    current = _current(section)
     synthetic = section.get("source", {"kind": ""})["kind"] == "synthetic"
     curve = _curve(section)
     if rec["trust"] == "incomplete":

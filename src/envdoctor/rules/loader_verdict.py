@@ -78,6 +78,9 @@ HANDOVER_FACTOR = 2.0
 GETITEM_MINOR_SHARE = 0.25
 #: A candidate with fewer workers than the current setting may lose this much (fewer processes for it).
 FEWER_WORKERS_TOLERANCE = KNEE_FRACTION
+#: The knee's rule as the runner applies it to choose the setting it re-measures in paired windows.
+KNEE_RULE = {"fraction": KNEE_FRACTION, "worker_gain": WORKER_GAIN, "step_headroom": STEP_HEADROOM,
+             "blocked_share": BLOCKED_SHARE}
 #: Two-sided 95% quantiles of Student's t by degrees of freedom (the paired windows are few).
 T95 = {1: 12.71, 2: 4.30, 3: 3.18, 4: 2.78, 5: 2.57, 6: 2.45, 7: 2.36, 8: 2.31, 9: 2.26, 10: 2.23}
 
@@ -427,7 +430,8 @@ def judge_pairing(paired: PairedFacts | None, candidate: int, current: int) -> t
 
 
 def unmeasured_for_budget(section: LoaderFacts, usable_cpus: int | None) -> list[int]:
-    """Worker counts up to the usable CPUs the sweep skipped because the budget ran out."""
+    """Worker counts the sweep meant to time (up to the usable CPUs, or past them while waiting workers
+    still gained) and skipped because the budget ran out."""
     counts = []
     for skipped in section["skipped"]:
         what, reason = skipped["what"], skipped["reason"]
@@ -436,8 +440,7 @@ def unmeasured_for_budget(section: LoaderFacts, usable_cpus: int | None) -> list
                 nw = int(what.split("=", 1)[1])
             except ValueError:
                 continue
-            if nw <= (usable_cpus or 1):
-                counts.append(nw)
+            counts.append(nw)
     return sorted(counts)
 
 
@@ -462,7 +465,15 @@ def recommend(section: LoaderFacts, bottleneck: Bottleneck | None, cuda: bool,
     current: CurrentSettings = section["current"] or {}
     current_nw = current.get("num_workers", 0)
     current_run = next((r for r in runs if r["num_workers"] == current_nw), None)
-    trust, interval = judge_pairing(section.get("paired"), chosen["num_workers"], current_nw)
+    paired = section.get("paired")
+    trust, interval = judge_pairing(paired, chosen["num_workers"], current_nw)
+    if trust == "same" and paired and paired.get("current") == current_nw and paired.get("windows"):
+        # The sweep kept the user's setting; the runner-up was re-measured against it in paired windows.
+        other = next((r for r in eligible if r["num_workers"] == paired.get("candidate")), None)
+        if other is not None and other["num_workers"] != current_nw:
+            verdict_on_other, other_interval = judge_pairing(paired, other["num_workers"], current_nw)
+            if verdict_on_other == "gain":
+                chosen, basis, trust, interval = other, "paired", "gain", other_interval
     unmeasured = unmeasured_for_budget(section, usable_cpus)
     if trust not in ("gain", "loss") and unmeasured and chosen["num_workers"] < max(unmeasured):
         # The curve was cut before the CPUs: a knee below the cut is no knee, only where the budget ended.
@@ -490,7 +501,6 @@ def recommend(section: LoaderFacts, bottleneck: Bottleneck | None, cuda: bool,
         gain = round(interval[1], 3)
     elif current_run is not None:
         gain = round(_rate(chosen) / _rate(current_run), 3)
-    paired = section.get("paired")
     return {
         "num_workers": nw,
         "prefetch_factor": prefetch,

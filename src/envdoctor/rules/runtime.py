@@ -16,7 +16,9 @@ from typing import TYPE_CHECKING
 from envdoctor.facts import Facts
 from envdoctor.model import Severity
 from envdoctor.rules import Hit
+from envdoctor.rules.install_commands import advice
 from envdoctor.rules.system import BASE_NOFILE, loader_plan
+from envdoctor.rules.torch_install import install_text, led, reinstall_torch, wheel_index
 
 if TYPE_CHECKING:  # pragma: no cover
     from envdoctor.facts.torch import ThreadPool, TorchFacts, TorchProbe
@@ -191,27 +193,29 @@ def find_numpy_abi_mismatch(facts: Facts) -> Iterator[Hit]:
     numpy_version = probe.get("numpy_version")
     culprit = _culprit(joined)
     line = joined[max(0, match.start() - 40):match.end() + 40].strip().replace("\n", " ")
-    target_kind = (facts.get("target") or {}).get("kind")
-    installer = "conda install" if target_kind in ("conda", "pixi") else "pip install"
+    # Every fix here is a choice between moving numpy and moving the extension, which depends on what
+    # else needs that numpy: the commands (the owner's tool, naming the target) are advice, not steps.
+    def install(name: str, *specs: str, upgrade: bool = False) -> str:
+        return f"`{install_text(facts, name, *specs, upgrade=upgrade)}`"
+
+    rebuilt = f", or a {culprit} built for NumPy {numpy_version}" if culprit else ""
     if kind == "numpy1-extension-on-numpy2":
-        upgrade = f"{installer} --upgrade {culprit}" if culprit else "upgrade the extension to a NumPy 2 build"
-        fix = f'{upgrade} (a build for NumPy 2), or {installer} "numpy<2"'
+        upgrade = install(culprit, culprit, upgrade=True) if culprit else "upgrade the extension to a NumPy 2 build"
+        fix = f"{upgrade} (a build for NumPy 2), or {install('numpy', 'numpy<2')}"
         summary = f"an extension compiled for NumPy 1.x is imported under NumPy {numpy_version}"
     elif kind == "extension-newer-than-numpy" and match.groupdict().get("built_for"):
         built_for = match.group("built_for")
-        fix = (f'{installer} "numpy>={built_for}"'
-               + (f", or a {culprit} built for NumPy {numpy_version}" if culprit else ""))
+        fix = install("numpy", f"numpy>={built_for}") + rebuilt
         summary = f"an extension compiled for NumPy {built_for} is imported under the older NumPy {numpy_version}"
     elif kind == "extension-newer-than-numpy" and str(numpy_version or "").startswith("1."):
         # NumPy 1.x headers: built against a later 1.x, which a NumPy 2 would not run either.
-        fix = (f'{installer} --upgrade "numpy<2"'
-               + (f", or a {culprit} built for NumPy {numpy_version}" if culprit else ""))
+        fix = install("numpy", "numpy<2", upgrade=True) + rebuilt
         summary = f"an extension compiled for a newer NumPy 1.x is imported under NumPy {numpy_version}"
     elif kind in ("numpy2-extension-on-numpy1", "extension-newer-than-numpy"):
-        fix = f'{installer} "numpy>=2"' + (f", or a {culprit} built for NumPy {numpy_version}" if culprit else "")
+        fix = install("numpy", "numpy>=2") + rebuilt
         summary = f"an extension compiled for a newer NumPy is imported under NumPy {numpy_version}"
     else:
-        fix = f"{installer} --force-reinstall numpy" + (f" {culprit}" if culprit else "")
+        fix = install("numpy", "--force-reinstall", "numpy", *((culprit,) if culprit else ()))
         summary = f"numpy's C API could not be imported by an extension (NumPy {numpy_version})"
     yield Hit(
         message=f"{summary}{f' ({culprit})' if culprit else ''}: importing torch printed '{match.group(0)}'",
@@ -246,21 +250,25 @@ def find_torch_import_failure(facts: Facts) -> Iterator[Hit]:
     if not error:
         return
     traceback_tail = (probe.get("torch_import_traceback") or probe.get("stderr_tail") or "").strip().splitlines()[-6:]
-    version = (torch.get("version") or "").split("+")[0]
-    if "libcudnn" in error or "libcu" in error or "libnccl" in error or "libnv" in error:
-        fix = (f"the CUDA libraries torch was built against are missing: reinstall the matching build "
-               f"(`pip install --force-reinstall torch=={version} --index-url https://download.pytorch.org/whl/"
-               f"cu{(torch.get('cuda_build') or '').replace('.', '')}`), and check LD_LIBRARY_PATH does not "
-               "point at another CUDA")
+    cuda_build = torch.get("cuda_build")
+    missing_cuda = any(name in error for name in ("libcudnn", "libcu", "libnccl", "libnv"))
+    reinstall = reinstall_torch(facts, wheel_index(cuda_build) if missing_cuda and cuda_build else None,
+                                note="check that LD_LIBRARY_PATH does not point at another CUDA" if missing_cuda else "")
+    if reinstall is None:
+        fix = advice(f"run `{interpreter} -c 'import torch'` to see the full error, and reinstall torch the way it "
+                     "was installed")
+    elif missing_cuda:
+        fix = led("the CUDA libraries torch was built against are missing: reinstall the matching build: ", reinstall)
     elif error.startswith("ModuleNotFoundError"):
-        fix = f"`{interpreter} -m pip install --force-reinstall torch=={version}`: a dependency of torch is missing"
+        fix = led("a dependency of torch is missing: reinstall torch with its dependencies: ", reinstall)
     else:
-        fix = (f"run `{interpreter} -c 'import torch'` to see the full error; reinstall torch "
-               f"(`{interpreter} -m pip install --force-reinstall torch=={version}`) if its files are damaged")
+        # The error may have another cause (a shadowing module, a broken .pth): the reinstall is advice.
+        fix = advice(f"run `{interpreter} -c 'import torch'` to see the full error; reinstall torch "
+                     f"(`{reinstall.text}`) if its files are damaged")
     yield Hit(
         message=f"`import torch` fails in the target environment: {error}",
         evidence={**base, "error": error, "traceback_tail": traceback_tail, "returncode": probe.get("returncode")},
-        fix=fix,
+        **fix.hit(),
     )
 
 

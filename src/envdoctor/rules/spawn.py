@@ -438,21 +438,25 @@ def find_notebook_main_objects(facts: Facts) -> Iterator[Hit]:
             cell = start.get("cell")
             workers = start.get("num_workers")
             workers_text = workers if workers is not None else start.get("num_workers_source")
+            where = (f"{script['path']}: cell {cell}, line {start['line']}" if start["path"] == script["path"] else
+                     f"{start['path']}:{start['line']} (reached from {script['path']}: {' → '.join(path_followed(start))})")
             yield Hit(
-                message=(f"{script['path']}: cell {cell}, line {start['line']}: {start.get('starts')} "
+                message=(f"{where}: {start.get('starts')} "
                          f"(num_workers={workers_text})"
                          f" hands the workers {names}, defined in the notebook. A notebook is `__main__` "
                          f"and spawn/forkserver workers do not re-run it, so they cannot unpickle what it defines "
                          f"and fail with \"{failure}\"; {verdict}."),
                 evidence={"path": script["path"], "cell": cell, "line": start["line"], "code": start["code"],
-                          "objects": objects, "num_workers": start.get("num_workers"),
+                          "start_path": start["path"], "path_followed": path_followed(start), "objects": objects,
+                          "num_workers": start.get("num_workers"),
                           "num_workers_source": start.get("num_workers_source"),
                           "start_method": method, "start_method_source": source_text,
                           "python": python, "platform": platform},
                 fix=(f"Move {', '.join(o['name'] for o in objects)} into a module next to the notebook (e.g. "
                      f"`data_utils.py`) and import it in the notebook: `from data_utils import {first['name']}`. "
                      "A main guard does not help in a notebook; num_workers=0 avoids the workers entirely."),
-                location=Location(script["path"], start["line"], start["column"], cell=cell),
+                location=Location(start["path"], start["line"], start["column"],
+                                  cell=cell if start["path"] == script["path"] else None),
                 severity=Severity.ERROR if method in ("spawn", "forkserver") else Severity.WARNING,
             )
 

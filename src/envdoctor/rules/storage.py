@@ -21,6 +21,7 @@ from envdoctor.facts.storage import (
     bottom_of,
 )
 from envdoctor.rules import Hit
+from envdoctor.rules.install_commands import shell_quote
 from envdoctor.rules.system import loader_plan
 from envdoctor.units import human_bytes
 
@@ -69,16 +70,19 @@ def _where(at: _Located) -> dict[str, Any]:
 
 
 def _local_copy_hint(at: _Located) -> str:
-    """An rsync to the roomiest local NVMe/SSD mount seen here, else to the job's local scratch."""
+    """An rsync to the roomiest local NVMe/SSD mount seen here, else to the job's local scratch.
+
+    Paths are shell-quoted: the command is pasted as it stands (a data folder may have spaces)."""
     source = at.section["path"].rstrip("/")
     name = os.path.basename(source) or "data"
     mount_point = at.mount.get("mount_point")
     for candidate in at.section.get("fast_local_mounts", []):
         if candidate["mount_point"] != mount_point:
             destination = os.path.join(candidate["mount_point"], name)
-            return (f"rsync -a {source}/ {destination}/ ({candidate['device']}, {candidate['medium']}, "
+            return (f"rsync -a {shell_quote(source + '/')} {shell_quote(destination + '/')} ({candidate['device']}, {candidate['medium']}, "
                     f"{human_bytes(candidate['free_bytes'])} free) and point --data there")
-    return f"rsync -a {source}/ \"${{TMPDIR:-/tmp}}/{name}/\" on node-local NVMe or SSD, and point --data there"
+    return (f"rsync -a {shell_quote(source + '/')} \"${{TMPDIR:-/tmp}}\"/{shell_quote(name + '/')} on node-local "
+            "NVMe or SSD, and point --data there")
 
 
 def _chain(at: _Located) -> str:

@@ -93,7 +93,7 @@ def find_low_nofile_limit(facts: Facts) -> Iterator[Hit]:
         fix = f"ulimit -n {hard}   # the hard limit; raising it further needs root"
     else:
         fix = (f"the hard limit ({hard}) is too low too: raise it as root "
-               f"(`prlimit --pid $$ --nofile={target}:{target}`, /etc/security/limits.conf, "
+               f"(`sudo prlimit --pid $$ --nofile={target}:{target}` for this shell, /etc/security/limits.conf, "
                f"or `docker run --ulimit nofile={target}:{target}`), then `ulimit -n {target}`")
     fix += "; or call torch.multiprocessing.set_sharing_strategy('file_system') before creating the DataLoader"
     yield Hit(
@@ -134,7 +134,7 @@ def find_small_shm(facts: Facts) -> Iterator[Hit]:
                   "batch_bytes": plan["batch_bytes"], "num_workers": plan["num_workers"],
                   "prefetch_factor": plan["prefetch_factor"], "floor": SHM_FLOOR},
         fix=(f"docker run --shm-size={size_gib}g … (or --ipc=host); on Kubernetes mount an emptyDir "
-             f"with medium: Memory at /dev/shm; on a host: mount -o remount,size={size_gib}G /dev/shm"),
+             f"with medium: Memory at /dev/shm; on a host: sudo mount -o remount,size={size_gib}G /dev/shm"),
     )
 
 
@@ -155,7 +155,7 @@ def find_cpu_quota(facts: Facts) -> Iterator[Hit]:
         evidence={"usable_cpus": usable, "cpu_count": count, "affinity": affinity,
                   "quota_cpus": quota, "cgroup_version": cpu["cgroup_version"]},
         fix=(f"use num_workers={usable} at most, derived from len(os.sched_getaffinity(0)) and the "
-             f"cgroup quota, not os.cpu_count(); set OMP_NUM_THREADS={max(1, usable)} as well"),
+             f"cgroup quota, not os.cpu_count(); and `export OMP_NUM_THREADS={max(1, usable)}`"),
     )
 
 

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from envdoctor.facts.spawn.calls import CallWalker
-from envdoctor.facts.spawn.project import Project, package_of, project_roots
+from envdoctor.facts.spawn.project import Project, SharedModules, package_of, project_roots
 from envdoctor.facts.spawn.values import Module, QualName, Unknown, Value
 from envdoctor.facts.spawn.walker import Frame
 
@@ -17,6 +17,8 @@ class ScriptAnalysis(CallWalker):
     def __init__(self, main: Module, project: Project | None = None) -> None:
         super().__init__(main)
         self.project = project
+        #: Modules this script has imported (walked now, or replayed from an earlier script).
+        self.imported: set[int] = set()
 
     def run(self) -> None:
         frame = Frame(scope=self.main.scope, guarded=False, module=self.main)
@@ -44,19 +46,42 @@ class ScriptAnalysis(CallWalker):
         if self.project is None or not dotted:
             return None
         module = self.project.find(dotted)
-        if module is None or module.state != "new":
+        if module is None:
+            return None
+        if id(module) not in self.imported and module.import_events is not None:
+            self.imported.add(id(module))
+            self.replay(module, stmt, frame)
             return module
-        if self.out_of_time():
+        self.imported.add(id(module))
+        if module.state != "new" or self.out_of_time():
             return module
         module.state = "running"  # partially initialised while its body runs, as in Python
         inner = Frame(scope=module.scope, guarded=frame.guarded, module=module,
                       via=frame.via + (self.step(f"import {dotted}", stmt, frame),))
+        first = len(self.events)
         try:
             if module.tree is not None:
                 self.exec_block(module.tree.body, inner)
         finally:
             module.state = "done"
+        cut = len(inner.via)
+        module.import_events = [{**event, "via": event["via"][cut:]} for event in self.events[first:]]
         return module
+
+    def replay(self, module: Module, stmt: ast.stmt, frame: Frame) -> None:
+        """What importing `module` started when an earlier script imported it, now reached from here."""
+        steps = [*frame.via, self.step(f"import {module.name}", stmt, frame)]
+        prefix = [{"function": s.call, "path": s.path, "line": s.line, "code": s.code} for s in steps]
+        for event in module.import_events or []:
+            key = (event["kind"], event["path"], event["line"], event["column"], frame.guarded)
+            if key in self._seen:
+                continue
+            self._seen.add(key)
+            self.seq += 1
+            head = prefix[0]
+            self.events.append({**event, "guarded": frame.guarded, "seq": self.seq, "via": [*prefix, *event["via"]],
+                                "entry": {"path": head["path"], "line": head["line"], "code": head["code"],
+                                          "call": head["function"]}})
 
     def stmt_Import(self, stmt: ast.Import, frame: Frame) -> None:
         for alias in stmt.names:
@@ -130,14 +155,14 @@ class ScriptAnalysis(CallWalker):
 
 
 def analyse_source(tree: ast.Module, text: str, path: str = "<script>", project: bool = False,
-                   reruns: bool = True) -> dict[str, Any]:
+                   reruns: bool = True, shared: SharedModules | None = None) -> dict[str, Any]:
     """Where this parsed script (and, with `project`, the project modules it imports) starts workers.
 
     `reruns` is False for a notebook: spawn does not re-run it in the workers.
     """
     package = package_of(Path(path)) if project else ""
     main = Module("__main__", path, text.splitlines(), tree, package=package, is_main=True, reruns=reruns)
-    found = Project(project_roots(Path(path)), absolute=Path(path).is_absolute()) if project else None
+    found = Project(project_roots(Path(path)), absolute=Path(path).is_absolute(), shared=shared) if project else None
     analysis = ScriptAnalysis(main, found)
     analysis.run()
     return analysis.result()

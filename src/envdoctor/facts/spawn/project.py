@@ -71,11 +71,36 @@ def package_of(script: Path) -> str:
     return ".".join(parts)
 
 
+class SharedModules:
+    """Modules already read and walked for earlier scripts of the same check, by file and name.
+
+    A folder of scripts that import one package reads and walks that package
+    once: a module's import-time findings are kept with it and replayed for
+    every later script that imports it.
+    """
+
+    def __init__(self) -> None:
+        self.modules: dict[tuple[str, str, bool], Module] = {}
+        #: Parsed sources by real path: a file checked as a script and imported as a module is parsed once.
+        self.parsed: dict[str, tuple[str, ast.Module]] = {}
+
+    def parse(self, path: str, text: str) -> ast.Module:
+        """The tree of `text` (read from `path`), parsed once per check; raises what ast.parse raises."""
+        key = os.path.realpath(path)
+        known = self.parsed.get(key)
+        if known is not None and known[0] == text:
+            return known[1]
+        tree = ast.parse(text, filename=path)
+        self.parsed[key] = (text, tree)
+        return tree
+
+
 class Project:
     """The modules of one script's project, found by dotted name and parsed once."""
 
-    def __init__(self, roots: list[Path], absolute: bool = False) -> None:
+    def __init__(self, roots: list[Path], absolute: bool = False, shared: SharedModules | None = None) -> None:
         self.roots = roots
+        self.shared = shared if shared is not None else SharedModules()
         #: Paths are shown the way the script's was given: absolute, or relative to the working folder.
         self.absolute = absolute
         self.modules: dict[str, Module | None] = {}
@@ -109,12 +134,24 @@ class Project:
         return None
 
     def _parse(self, dotted: str, path: str, package: str) -> Module:
+        key = (os.path.realpath(path), dotted, self.absolute)
+        known = self.shared.modules.get(key)
+        if known is not None:
+            if known.problem is not None:
+                self.problems.append({"module": dotted, "path": known.path, "error": known.problem,
+                                      "line": known.problem_line})
+            return known
+        module = self._read(dotted, path, package)
+        self.shared.modules[key] = module
+        return module
+
+    def _read(self, dotted: str, path: str, package: str) -> Module:
         shown = path if self.absolute else os.path.relpath(path)
         text, _, problem = read_source(path)
         if text is None:
             return self._broken(dotted, shown, package, problem.get("error", "cannot be read"), problem.get("line", 1))
         try:
-            tree = ast.parse(text, filename=path)
+            tree = self.shared.parse(path, text)
         except SyntaxError as exc:
             return self._broken(dotted, shown, package, f"SyntaxError: {exc.msg}", max(exc.lineno or 1, 1))
         except (ValueError, RecursionError, MemoryError) as exc:
@@ -125,7 +162,7 @@ class Project:
 
     def _broken(self, dotted: str, path: str, package: str, error: str, line: int) -> Module:
         self.problems.append({"module": dotted, "path": path, "error": error, "line": line})
-        return Module(dotted, path, [], None, package=package, state="done", problem=error)
+        return Module(dotted, path, [], None, package=package, state="done", problem=error, problem_line=line)
 
     def missing_reason(self, dotted: str, relative: bool) -> str | None:
         """Why an import that is not in the project cannot be read, or None for an installed library.

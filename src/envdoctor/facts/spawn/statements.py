@@ -34,6 +34,8 @@ class StatementWalker(Walker):
         not walked: a loop after `sys.exit()` or after `return` starts nothing.
         """
         for stmt in body:
+            if self.out_of_time():  # a pathological file: what was found so far stands, marked truncated
+                return False
             try:
                 if self.exec_stmt(stmt, frame):
                     return True

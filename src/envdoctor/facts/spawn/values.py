@@ -109,6 +109,9 @@ class Module(Value):
     state: str = "new"  # new, running, done
     #: Why the module could not be read or parsed, when it could not.
     problem: str | None = None
+    problem_line: int = 1
+    #: What importing it started, with the chain from the import on (replayed for later importers).
+    import_events: list[dict[str, Any]] | None = None
 
     def text(self) -> str:
         return self.name

@@ -9,7 +9,7 @@ from typing import Any
 
 import psutil
 
-from support import json_report, run_envdoctor
+from support import json_report, leftover_children, run_envdoctor
 
 FIXTURES_DIR = Path(__file__).resolve().parent.parent / "fixtures"
 
@@ -45,8 +45,7 @@ def assert_nothing_left(report: dict[str, Any], shm_before: set[str]) -> None:
         except (ProcessLookupError, PermissionError):
             continue
     assert survivors == [], f"processes of the runner's group survived: {survivors}"
-    children = psutil.Process().children(recursive=True)
-    assert children == [], [(c.pid, c.cmdline()) for c in children]
+    assert leftover_children() == []
     assert shm_torch_segments() - shm_before == set()
 
 

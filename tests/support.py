@@ -54,3 +54,24 @@ def json_report(proc: subprocess.CompletedProcess[str]) -> dict[str, Any]:
 
 def findings(report: Mapping[str, Any], rule: str) -> list[dict[str, Any]]:
     return [f for f in report["findings"] if f["rule"] == rule]
+
+
+def leftover_children() -> list[tuple[int, list[str]]]:
+    """This test process's descendants, less multiprocessing's resource tracker.
+
+    The tracker is the test process's own: the first test that makes a
+    semaphore or shared memory in-process (torch, a framework under test) starts
+    it, and it lives as long as pytest does. Anything else is a leftover.
+    """
+    import psutil
+
+    found = []
+    for child in psutil.Process().children(recursive=True):
+        try:
+            cmdline = child.cmdline()
+        except (psutil.NoSuchProcess, psutil.ZombieProcess):
+            continue
+        if any("multiprocessing.resource_tracker" in part for part in cmdline):
+            continue
+        found.append((child.pid, cmdline))
+    return found

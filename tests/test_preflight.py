@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import time
 
-import psutil
 import pytest
 from torch.utils.data import DataLoader, Dataset, default_collate
 
 import envdoctor
 import torch
 from envdoctor.api import preflight_summary
+from support import leftover_children
 
 
 class Waits(Dataset):
@@ -48,7 +48,7 @@ class HangsAt2(Dataset):
 
 
 def _no_children() -> None:
-    assert psutil.Process().children(recursive=True) == []
+    assert leftover_children() == []
 
 
 @pytest.mark.slow

@@ -75,10 +75,10 @@ def _startup_allowance(s: Session) -> float:
     return 1.0
 
 
-def _guard(s: Session, what: str, phase: str) -> None:
+def _guard(s: Session, what: str, phase: str, check: str) -> None:
     """The watchdog only backs the checks' own limits up (the DataLoader timeout, the sample and time
     bounds): it gets the rest of the budget, so a slow check ends as a skip, never as a hang finding."""
-    s.guarded(max(1.0, s.left() - 0.3), what, phase, num_workers=CHECK_WORKERS)
+    s.guarded(max(1.0, s.left() - 0.3), what, phase, check=check, num_workers=CHECK_WORKERS)
 
 
 def duplicates(s: Session) -> None:
@@ -89,7 +89,7 @@ def duplicates(s: Session) -> None:
     if s.left() < need:
         s.events.skip("repeated samples (DL007)", f"not enough of the budget left ({s.left():.1f} s)")
         return
-    _guard(s, "reading samples to count repeats", "duplicates")
+    _guard(s, "reading samples to count repeats", "duplicates", "repeated samples (DL007)")
     alone: list[str] = []
     bounded = False
     try:
@@ -136,7 +136,7 @@ def cloned_rng(s: Session, first_index: Any) -> None:
     if s.left() < need:
         s.events.skip("cloned randomness (DL008)", f"not enough of the budget left ({s.left():.1f} s)")
         return
-    _guard(s, f"drawing index {first_index} twice and in two workers", "rng")
+    _guard(s, f"drawing index {first_index} twice and in two workers", "rng", "cloned randomness (DL008)")
     record: dict[str, Any] = {"index": first_index, "num_workers": CHECK_WORKERS,
                               "worker_init_fn": getattr(s.user_kwargs.get("worker_init_fn"), "__qualname__", None)}
     iterator = None

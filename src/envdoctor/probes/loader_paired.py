@@ -127,8 +127,9 @@ def paired_windows(s: Session) -> None:
             return
     slowest = min(measured[nw]["samples_per_s"] for nw in (current, chosen))
     timeout = max(3.0, 10 * s.batch_size / slowest)
+    # Both settings ran in the sweep under the same watch: overstaying here is the budget's end, not a hang.
     s.guarded(max(1.0, s.left() - 0.2), f"the paired windows of num_workers={current} and {chosen}", "paired",
-              num_workers=chosen)
+              check="paired windows", num_workers=chosen)
     sides = {"current": _Side(s, current, timeout), "candidate": _Side(s, chosen, timeout)}
     windows: list[dict[str, Any]] = []
     cut = None

@@ -70,15 +70,18 @@ class Watchdog:
         self.describe = describe
         self.deadline: float | None = None
         self.what = ""
+        #: Set for a check that measures what the loader feeds (DL007/DL008): its label in the skipped list.
+        self.check: str | None = None
         self.parent = os.getppid()
         self.cond = threading.Condition()
         thread = threading.Thread(target=self._watch, name="envdoctor-watchdog", daemon=True)
         thread.start()
 
-    def arm(self, limit_s: float, what: str) -> None:
+    def arm(self, limit_s: float, what: str, check: str | None = None) -> None:
         with self.cond:
             self.deadline = time.monotonic() + max(0.1, limit_s)
             self.what = what
+            self.check = check
             self.cond.notify()
 
     def disarm(self) -> None:
@@ -98,7 +101,13 @@ class Watchdog:
                     left = 0.5 if self.deadline is None else self.deadline - time.monotonic()
                     self.cond.wait(min(0.5, max(0.01, left)))
                     continue
-                what = self.what
+                what, check = self.what, self.check
+            if check is not None:
+                # The sweep already drew every sample it timed under the same watch; a data check that
+                # overstays (workers slow to start under spawn on a busy machine) ran out of budget: a
+                # skip, never a hang finding that would stop the training run.
+                self.events.skip(check, f"{what} did not finish within the budget that was left")
+                end_now(reason="budget", events=self.events)
             self.events.emit("failure", value=self.describe(what))
             end_now(reason="watchdog", events=self.events)
         end_now()  # orphaned: nobody reads the events any more, and no worker may outlive envdoctor
@@ -162,9 +171,10 @@ class Session:
     def left(self) -> float:
         return self.deadline - time.monotonic()
 
-    def guarded(self, limit_s: float, what: str, phase: str, **fields: Any) -> None:
+    def guarded(self, limit_s: float, what: str, phase: str, check: str | None = None, **fields: Any) -> None:
+        """Watch a phase; `check` names a data check whose overstay is a skip, not a hang."""
         self.events.phase(phase, limit_s, **fields)
-        self.watchdog.arm(limit_s, what)
+        self.watchdog.arm(limit_s, what, check)
 
     def describe_stuck(self, what: str) -> dict[str, Any]:
         busy = self.tracked.in_progress() if self.tracked is not None else {}

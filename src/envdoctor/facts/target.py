@@ -189,11 +189,16 @@ def detect_kind(prefix: Path) -> str:
 
 
 def find_interpreter(prefix: Path) -> Path | None:
-    for candidate in ("bin/python3", "bin/python", "python.exe", "Scripts/python.exe"):
-        path = prefix / candidate
+    """The prefix's interpreter; one that is there but cannot run (a dangling link) is still returned.
+
+    Starting it then fails with a reason, so the check stops in one line rather
+    than report a prefix whose Python is broken as one without Python (a false all-clear).
+    """
+    candidates = [prefix / c for c in ("bin/python3", "bin/python", "python.exe", "Scripts/python.exe")]
+    for path in candidates:
         if path.is_file() and os.access(path, os.X_OK):
             return path
-    return None
+    return next((path for path in candidates if os.path.lexists(path)), None)
 
 
 def _envs_dirs() -> list[Path]:

@@ -10,12 +10,14 @@ for 64 nodes.
 """
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from envdoctor.fleet.drift import SIZE_TOLERANCE, nodes_of
 from envdoctor.fleet.nodes import FIELDS, Field, show_value
 from envdoctor.model import Finding, Report
+from envdoctor.report.safe import printable
 
 if TYPE_CHECKING:  # pragma: no cover
     from envdoctor.fleet import FleetFacts
@@ -83,7 +85,7 @@ def _cell(row: Mapping[str, Any], node: str) -> str:
     value = row["values"].get(node)
     if value is None:
         return "?"
-    return str(value) + (ODD_MARK if node in row["odd"] else "")
+    return printable(value, 300) + (ODD_MARK if node in row["odd"] else "")
 
 
 def _grouped_cell(row: Mapping[str, Any]) -> str:
@@ -91,7 +93,7 @@ def _grouped_cell(row: Mapping[str, Any]) -> str:
     for node, value in row["values"].items():
         groups.setdefault(str(value), []).append(node)
     parts = sorted(groups.items(), key=lambda item: -len(item[1]))
-    return "; ".join(f"{value} on {', '.join(nodes)}" for value, nodes in parts)
+    return printable("; ".join(f"{value} on {', '.join(nodes)}" for value, nodes in parts))
 
 
 def _title(fleet: FleetFacts) -> str:
@@ -137,11 +139,11 @@ def fleet_renderables(report: Report) -> list[Any]:
     elif len(nodes) <= MAX_COLUMNS:
         table = Table(title="what differs (* = the odd ones out)", title_justify="left")
         table.add_column("")
-        for node in nodes:
-            table.add_column(node, overflow="fold")
+        for node in nodes:  # Text, never a str: rich would parse `[...]` in a host name as markup
+            table.add_column(Text(printable(node, 200)), overflow="fold")
         for row in rows:
             cells = [Text(_cell(row, n), style="bold red" if n in row["odd"] else "") for n in nodes]
-            table.add_row(row["what"], *cells)
+            table.add_row(Text(printable(row["what"], 200)), *cells)
         items.append(table)
     else:
         table = Table(title="what differs", title_justify="left")
@@ -149,14 +151,19 @@ def fleet_renderables(report: Report) -> list[Any]:
         table.add_column("values")
         table.add_column("odd nodes", style="bold red")
         for row in rows:
-            table.add_row(row["what"], _grouped_cell(row), ", ".join(row["odd"]))
+            table.add_row(Text(printable(row["what"], 200)), Text(_grouped_cell(row)),
+                          Text(printable(", ".join(row["odd"]))))
         items.append(table)
-    items += [Text(line, style="dim") for line in _notes(fleet, rows)]
+    items += [Text(printable(line), style="dim") for line in _notes(fleet, rows)]
     return items
 
 
+_MD_SPECIAL = re.compile(r"([\\`*_\[\]|<>&~])")
+
+
 def _md(text: Any) -> str:
-    return " ".join(str(text).split()).replace("|", "\\|")
+    """A table cell: control characters shown escaped, nothing Markdown or HTML would obey (links, tags, `|`)."""
+    return _MD_SPECIAL.sub(r"\\\1", printable(" ".join(str(text).split()), 300))
 
 
 def fleet_markdown(report: Report) -> str:

@@ -87,7 +87,8 @@ def artifact_location(path: str, root: Path | None = None) -> dict[str, Any]:
 def _artifact_location(path: str, root: Path, cwd: str) -> tuple[tuple[str, str], ...]:
     relative = relative_path(path, root)
     if relative is not None:
-        return (("uri", quote(relative)), ("uriBaseId", SRCROOT))
+        # As bytes: a file name that is not UTF-8 is %-encoded as it is on disk.
+        return (("uri", quote(os.fsencode(relative))), ("uriBaseId", SRCROOT))
     absolute = Path(os.path.normpath(Path(cwd) / path))
     return (("uri", absolute.as_uri()),)
 
@@ -143,7 +144,7 @@ def _result(finding: Finding, index: dict[str, int], root: Path, anchor: Anchor 
         artifact = artifact_location(location.path, root)
         region = _region(root, artifact, location.line, location.column)
     elif anchor is not None:
-        artifact = {"uri": quote(anchor.path), "uriBaseId": SRCROOT}
+        artifact = {"uri": quote(os.fsencode(anchor.path)), "uriBaseId": SRCROOT}
         region = _region(root, artifact, anchor.line, 1)
         message = f"{message}\n(about the environment; shown on {printable(anchor.path, 500)})"
     else:

@@ -156,6 +156,10 @@ def check_inputs(config: Config) -> None:
         # A mistyped data path would otherwise end in "0 errors" (no storage to
         # judge, no files to read) and the training run would die on it.
         raise ConfigError(f"the data path {config.data} does not exist (--data, or `data` in pyproject.toml)")
+    if config.data and not (os.path.isdir(config.data) or os.path.isfile(config.data)):
+        # A FIFO or a device has no storage to judge and no files to read: a quiet "✓ storage" would lie.
+        raise ConfigError(f"the data path {config.data} is neither a folder nor a regular file "
+                          "(--data takes the folder your training data lives in)")
     if config.against:
         # Missing, the comparison would be skipped and the run look clean; a FIFO
         # or a device would block or never end.

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypedDict
 
-from envdoctor.facts.readfile import read_bytes
+from envdoctor.facts.readfile import open_regular, read_bytes
 from envdoctor.redact import redact_url
 
 #: How many missing/changed paths a record keeps as evidence (the counts are exact).
@@ -123,12 +123,10 @@ def _type_problem(data: Any) -> str | None:
 def _sha256(path: str, budget: HashBudget) -> str | None:
     digest = hashlib.sha256()
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0))
-    except (OSError, ValueError):
+        fd = open_regular(path)  # a FIFO in place of a file would block the read
+    except OSError:
         return None
     try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):  # a FIFO in place of a file would block the read
-            return None
         for block in iter(lambda: os.read(fd, 1 << 20), b""):
             digest.update(block)
             budget.bytes_left -= len(block)

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any, TypedDict
 
 from envdoctor.facts.kernel_files import read_kernel_file
+from envdoctor.facts.readfile import open_regular
 
 
 class BlockDevice(TypedDict, total=False):
@@ -510,18 +511,6 @@ def _drop_cache(fd: int) -> bool:
         return False
 
 
-def _open_regular(path: str, extra_flags: int) -> int:
-    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0) | extra_flags
-    fd = os.open(path, flags)
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise OSError(errno.EINVAL, f"{path} is not a regular file")
-    except OSError:
-        os.close(fd)
-        raise
-    return fd
-
-
 class _Reader:
     """Opens files bypassing the page cache if it can, and remembers how it did."""
 
@@ -539,12 +528,12 @@ class _Reader:
         """
         if self._direct_ok:
             try:
-                return _open_regular(path, os.O_DIRECT), True
+                return open_regular(path, os.O_DIRECT), True
             except OSError as exc:
                 if exc.errno != errno.EINVAL:
                     raise
                 # tmpfs and some FUSE file systems refuse O_DIRECT: read through the cache.
-        fd = _open_regular(path, 0)
+        fd = open_regular(path)
         # Drop pages a previous reader left, so this read reaches the device.
         _drop_cache(fd)
         return fd, False

@@ -11,10 +11,10 @@ from __future__ import annotations
 
 import codecs
 import io
-import os
-import stat
 import tokenize
 from typing import TypedDict
+
+from envdoctor.facts import readfile
 
 #: Larger sources are not read: no hand-written training script comes near it.
 MAX_SOURCE_BYTES = 16 * 1024 * 1024
@@ -33,35 +33,15 @@ class SourceProblem(TypedDict, total=False):
 def read_bytes(path: str, limit: int = MAX_SOURCE_BYTES) -> tuple[bytes | None, SourceProblem]:
     """The bytes of a regular file up to `limit`, or a problem saying why not. Never blocks."""
     try:
-        fd = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0))
+        return readfile.read_bytes(path, limit), {}
+    except readfile.NotRegularFile as exc:
+        kind = "a device" if exc.kind.endswith("device") else exc.kind
+        return None, {"status": "unreadable", "error": f"not a regular file ({kind}); only regular files are read"}
+    except readfile.TooLarge as exc:
+        size = "" if exc.size is None else f"{exc.size} bytes, "
+        return None, {"status": "unreadable", "error": f"{size}more than the {limit} bytes a script may have"}
     except OSError as exc:
         return None, {"status": "unreadable", "error": exc.strerror or str(exc)}
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            kind = ("a FIFO" if stat.S_ISFIFO(info.st_mode) else "a device" if
-                    stat.S_ISCHR(info.st_mode) or stat.S_ISBLK(info.st_mode) else
-                    "a socket" if stat.S_ISSOCK(info.st_mode) else "a directory" if
-                    stat.S_ISDIR(info.st_mode) else "not a regular file")
-            return None, {"status": "unreadable", "error": f"not a regular file ({kind}); only regular files are read"}
-        if info.st_size > limit:
-            return None, {"status": "unreadable",
-                          "error": f"{info.st_size} bytes, more than the {limit} bytes a script may have"}
-        chunks = []
-        total = 0
-        while True:
-            chunk = os.read(fd, 1 << 20)
-            if not chunk:
-                break
-            total += len(chunk)
-            if total > limit:  # the file grew while being read
-                return None, {"status": "unreadable", "error": f"more than the {limit} bytes a script may have"}
-            chunks.append(chunk)
-        return b"".join(chunks), {}
-    except OSError as exc:
-        return None, {"status": "unreadable", "error": exc.strerror or str(exc)}
-    finally:
-        os.close(fd)
 
 
 def _position(data: bytes, offset: int) -> tuple[int, int]:

@@ -19,22 +19,10 @@ from typing import Any
 
 import pytest
 
+from hostile.build import conda_record, dist_info, metadata
 from support import findings, json_report, run_envdoctor
 
 SITE = "lib/python3.11/site-packages"
-
-
-def metadata(name: str, version: str = "1.0", *extra: str) -> bytes:
-    return ("\n".join(["Metadata-Version: 2.1", f"Name: {name}", f"Version: {version}", *extra]) + "\n").encode()
-
-
-def dist_info(site: Path, name: str, files: dict[str, bytes], version: str = "1.0") -> Path:
-    folder = site / f"{name}-{version}.dist-info"
-    folder.mkdir(parents=True)
-    files.setdefault("METADATA", metadata(name, version))
-    for rel, data in files.items():
-        (folder / rel).write_bytes(data)
-    return folder
 
 
 def digest(root: Path) -> dict[str, str]:
@@ -112,16 +100,6 @@ def test_interpreter_with_a_wrong_self_report_is_refused_in_one_line(tmp_path: P
     [line] = proc.stderr.splitlines()
     assert str(python) in line and "field 'python' is int, expected str" in line
     assert digest(prefix) == before
-
-
-def conda_record(prefix: Path, name: str, paths: list[dict[str, Any]], **extra: Any) -> Path:
-    meta = prefix / "conda-meta"
-    meta.mkdir(parents=True, exist_ok=True)
-    record = {"name": name, "version": "1.0", "build": "0", "channel": "conda-forge", "subdir": "linux-64",
-              "files": [p["_path"] for p in paths], "paths_data": {"paths_version": 1, "paths": paths}, **extra}
-    path = meta / f"{name}-1.0-0.json"
-    path.write_text(json.dumps(record))
-    return path
 
 
 def test_records_that_point_outside_the_prefix_are_never_read(tmp_path: Path) -> None:

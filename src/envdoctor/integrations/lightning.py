@@ -18,7 +18,7 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-from envdoctor.integrations.node import NodePreflight, PreflightStopped, first_dataloader
+from envdoctor.integrations.node import NodePreflight, first_dataloader
 from envdoctor.model import Report
 
 
@@ -60,15 +60,6 @@ class PreflightCallback(Callback):
         if self.preflight.done:
             return
         loader = first_dataloader(trainer.train_dataloader)
-        failure: Exception | None = None
-        try:
-            self.preflight.run(loader, framework="lightning", local_rank=trainer.local_rank,
-                               procs_per_node=trainer.num_devices)
-        except Exception as exc:  # re-raised below, once every rank knows
-            failure = exc
-        # A collective on every rank: a rank that raised alone would leave the others waiting.
-        stop = trainer.strategy.reduce_boolean_decision(failure is not None, all=False)
-        if failure is not None:
-            raise failure
-        if stop:
-            raise PreflightStopped(self.preflight.fail_on)
+        self.preflight.run_on_every_rank(
+            loader, framework="lightning", local_rank=trainer.local_rank, procs_per_node=trainer.num_devices,
+            any_rank=lambda flag: bool(trainer.strategy.reduce_boolean_decision(flag, all=False)))

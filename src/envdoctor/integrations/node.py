@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sys
 import warnings
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
@@ -85,6 +85,27 @@ class NodePreflight:
             warnings.warn(f"envdoctor preflight: {len(below)} finding(s) below fail_on={self.fail_on!r} "
                           f"({names}); training goes on", PreflightWarning, stacklevel=2)
         return report
+
+    def run_on_every_rank(self, loader: Any, *, framework: str, local_rank: int, procs_per_node: int,
+                          any_rank: Callable[[bool], bool]) -> None:
+        """`run`, then agree across the ranks: a failure on local rank 0 stops every rank.
+
+        `any_rank(flag)` is the framework's collective (True on every rank when
+        True on any); every rank calls it, since a rank that raised alone would
+        leave the others waiting.
+        """
+        if self.done:
+            return
+        failure: Exception | None = None
+        try:
+            self.run(loader, framework=framework, local_rank=local_rank, procs_per_node=procs_per_node)
+        except Exception as exc:  # re-raised below, once every rank knows
+            failure = exc
+        stop = any_rank(failure is not None)
+        if failure is not None:
+            raise failure
+        if stop:
+            raise PreflightStopped(self.fail_on)
 
 
 def describe_run(report: Report, framework: str, procs_per_node: int, own_loader: bool = True) -> str:

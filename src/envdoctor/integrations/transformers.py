@@ -18,7 +18,7 @@ import importlib
 import os
 from typing import Any
 
-from envdoctor.integrations.node import NodePreflight, PreflightStopped, first_dataloader
+from envdoctor.integrations.node import NodePreflight, first_dataloader
 from envdoctor.model import Report
 
 
@@ -57,17 +57,9 @@ class PreflightCallback(TrainerCallback):
         if self.preflight.done:
             return
         loader = first_dataloader(kwargs.get("train_dataloader"))
-        failure: Exception | None = None
-        try:
-            self.preflight.run(loader, framework="transformers", local_rank=0 if state.is_local_process_zero else 1,
-                               procs_per_node=processes_on_this_node(args))
-        except Exception as exc:  # re-raised below, once every process knows
-            failure = exc
-        stop = _any_process(failure is not None, args)
-        if failure is not None:
-            raise failure
-        if stop:
-            raise PreflightStopped(self.preflight.fail_on)
+        self.preflight.run_on_every_rank(
+            loader, framework="transformers", local_rank=0 if state.is_local_process_zero else 1,
+            procs_per_node=processes_on_this_node(args), any_rank=lambda flag: _any_process(flag, args))
 
 
 def processes_on_this_node(args: Any) -> int:

@@ -68,7 +68,7 @@ def main() -> int:
     options = parser.parse_args()
     sys.path.insert(0, str(FIXTURES))
     from envdoctor.loader import exhaustive_sweep
-    from envdoctor.rules.loader_verdict import computes_past_cpus
+    from envdoctor.rules.loader.verdict import computes_past_cpus
 
     busy = None
     if not options.quiet_machine:

@@ -67,10 +67,10 @@ if not section["available"]:
     print("NVML unavailable:", section.get("reason"))
 EOF
 
-section "torch import probe (probes/torch_probe.py, run as envdoctor runs it)"
+section "torch import probe (inside/torch_probe.py, run as envdoctor runs it)"
 run_step torch-probe "$PYTHON" - <<'EOF'
 import json, subprocess, sys
-out = subprocess.run([sys.executable, "-B", "src/envdoctor/probes/torch_probe.py"], capture_output=True, text=True,
+out = subprocess.run([sys.executable, "-B", "src/envdoctor/inside/torch_probe.py"], capture_output=True, text=True,
                      timeout=110)
 line = next((l for l in reversed(out.stdout.splitlines()) if l.startswith("{")), None)
 if line is None:

@@ -1,4 +1,4 @@
-"""Regenerate the rule table in README.md from the catalog (rules/*.toml).
+"""Regenerate the rule table in README.md from the catalog (catalog/*.toml).
 
 Run after changing the catalog: `python scripts/update_readme.py`.
 tests/test_readme.py fails while README and catalog disagree.

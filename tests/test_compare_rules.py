@@ -11,8 +11,8 @@ from typing import Any
 import pytest
 
 from envdoctor.catalog import load_catalog
+from envdoctor.facts.fleet import node_record
 from envdoctor.fleet import fleet_report
-from envdoctor.fleet.nodes import node_record
 
 GIB = 2**30
 
@@ -118,7 +118,7 @@ def test_missing_sections_are_not_compared_and_said_so() -> None:
     fleet = _fleet(a=_report(gpu=gpu), b=_report())  # b's report has no gpu facts (an older envdoctor)
     report = fleet_report({**fleet, "not_compared": []})
     assert report.by_rule("FLT001") == []
-    from envdoctor.fleet.drift import not_compared
+    from envdoctor.rules.fleet.drift import not_compared
 
     notes = {n["key"]: n for n in not_compared(fleet)}
     assert notes["driver"]["missing_on"] == ["b"]
@@ -132,6 +132,6 @@ def test_missing_sections_are_not_compared_and_said_so() -> None:
     ("pytorch", "pytorch"),
 ])
 def test_channel_names_are_normalized(channel: str, expected: str) -> None:
-    from envdoctor.fleet.nodes import channel_name
+    from envdoctor.facts.fleet import channel_name
 
     assert channel_name(channel) == expected

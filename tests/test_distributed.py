@@ -115,8 +115,8 @@ def test_a_gloo_group_that_cannot_form_is_reported(raising_run: tuple[Any, dict[
 def test_the_text_view_of_a_distributed_run(raising_run: tuple[Any, dict[str, Any]]) -> None:
     from rich.console import Console
 
-    from envdoctor.fleet.view import fleet_markdown, fleet_renderables
     from envdoctor.model import Finding, Report, Severity
+    from envdoctor.report.fleet_view import fleet_markdown, fleet_renderables
 
     saved = raising_run[1]
     report = Report(tool=saved["tool"], generated_at=saved["generated_at"], host=saved["host"],

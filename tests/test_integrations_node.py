@@ -71,7 +71,7 @@ def test_the_node_cpus_are_shared_by_its_processes(capfd: pytest.CaptureFixture[
 
 
 def test_importing_envdoctor_and_the_shared_part_imports_no_framework() -> None:
-    code = ("import sys, envdoctor, envdoctor.integrations, envdoctor.integrations.node, envdoctor.mcp_server; "
+    code = ("import sys, envdoctor, envdoctor.integrations, envdoctor.integrations.node, envdoctor.integrations.mcp; "
             "print(sorted(m for m in ('lightning', 'pytorch_lightning', 'transformers', 'mcp', 'torch') "
             "if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)

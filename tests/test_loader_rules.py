@@ -15,7 +15,7 @@ import pytest
 from envdoctor.config import Config
 from envdoctor.engine import run_check
 from envdoctor.facts import Facts
-from envdoctor.rules.loader_verdict import classify, knee, recommend, verdict
+from envdoctor.rules.loader.verdict import classify, knee, recommend, verdict
 
 SYSTEM = {"cpu": {"count": 2, "affinity": 2, "usable": 2, "quota_cpus": None, "cgroup_version": 2},
           "memory": {"effective_available": 16 * 1024**3, "cgroup_limit": None},
@@ -510,7 +510,7 @@ def test_dl008_fires_only_when_random_in_main_and_identical_in_workers() -> None
 
 
 def test_the_cpus_of_a_node_are_shared_among_its_processes(monkeypatch: pytest.MonkeyPatch) -> None:
-    from envdoctor.loader import cpus_per_process, processes_per_node
+    from envdoctor.facts.node_share import cpus_per_process, processes_per_node
 
     monkeypatch.delenv("LOCAL_WORLD_SIZE", raising=False)
     assert processes_per_node(None) == 1 and processes_per_node(4) == 4

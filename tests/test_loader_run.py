@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from envdoctor.loader import run as loader_run
+from envdoctor.loader import supervisor as loader_run
 
 
 def test_parse_size() -> None:

@@ -11,7 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-PROBES = Path(__file__).resolve().parent.parent / "src" / "envdoctor" / "probes"
+PROBES = Path(__file__).resolve().parent.parent / "src" / "envdoctor" / "inside"
 
 SCRIPT = """
 import os, sys, time

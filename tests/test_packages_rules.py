@@ -16,10 +16,10 @@ from envdoctor.facts.conda_meta import conda_distribution
 from envdoctor.facts.packages import read_distribution
 from envdoctor.facts.spec import parse_conda_spec, parse_environment_yml
 from envdoctor.facts.target import current_markers, detect_kind
-from envdoctor.rules.package_clashes import find_conflicting_distributions
-from envdoctor.rules.package_paths import find_shadowed_packages
-from envdoctor.rules.package_spec import conda_version_matches, find_spec_drift
-from envdoctor.rules.packages import find_broken_requirements, find_conda_pip_doubles
+from envdoctor.rules.packages.clashes import find_conflicting_distributions
+from envdoctor.rules.packages.doubles import find_broken_requirements, find_conda_pip_doubles
+from envdoctor.rules.packages.paths import find_shadowed_packages
+from envdoctor.rules.packages.spec import conda_version_matches, find_spec_drift
 
 PREFIX = "/opt/envs/train"
 SITE = f"{PREFIX}/lib/python3.11/site-packages"
@@ -105,7 +105,7 @@ def test_pkg001_same_version_reinstalled_by_pip() -> None:
 
 
 def test_conda_name_table_maps_records_without_dist_info() -> None:
-    """py-opencv owns no dist-info here; the table in rules/conda_names.toml names its distribution."""
+    """py-opencv owns no dist-info here; the table in catalog/conda_names.toml names its distribution."""
     dists = [dist("opencv-python", "4.10.0", installer="pip")]
     [hit] = find_conda_pip_doubles(facts_of(dists, [record("py-opencv", "4.9.0")]))
     assert (hit.evidence["package"], hit.evidence["distribution"]) == ("py-opencv", "opencv-python")

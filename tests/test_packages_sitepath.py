@@ -87,7 +87,7 @@ def test_rpm_file_listing_gives_owners_of_python_metadata(tmp_path: Path) -> Non
 def test_pip_over_an_rpm_package_in_one_folder_is_reinstalled_with_dnf() -> None:
     from envdoctor.config import Config
     from envdoctor.facts import Facts
-    from envdoctor.rules.packages import find_duplicate_distributions
+    from envdoctor.rules.packages.doubles import find_duplicate_distributions
 
     site = "/usr/lib64/python3.12/site-packages"
 

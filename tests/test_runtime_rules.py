@@ -19,8 +19,11 @@ import pytest
 from envdoctor.config import Config
 from envdoctor.facts import Facts
 from envdoctor.model import FixStep, Severity
-from envdoctor.rules.runtime import RULES
+from envdoctor.rules.packages.torch_import import RULES as PKG_RUNTIME_RULES
+from envdoctor.rules.system.runtime import RULES as SYS_RUNTIME_RULES
 from support import findings, json_report, run_envdoctor
+
+RULES = {**SYS_RUNTIME_RULES, **PKG_RUNTIME_RULES}
 
 CAPTURE = json.loads((Path(__file__).resolve().parent.parent / "fixtures" / "torch" / "cpu_build_section.json").read_text())
 OPENBLAS = next(p for p in CAPTURE["threadpools"] if p["internal_api"] == "openblas")

@@ -99,5 +99,5 @@ def test_importtime_shows_the_hook_reads_syntax_trees_and_never_imports_torch(tm
                           capture_output=True, text=True, timeout=120, cwd=tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     imported = {line.split("|")[-1].strip() for line in proc.stderr.splitlines() if line.startswith("import time:")}
-    assert "envdoctor.facts.spawn.analysis" in imported
+    assert "envdoctor.analysis.spawn.analysis" in imported
     assert not {m for m in imported if m.split(".")[0] == "torch"}

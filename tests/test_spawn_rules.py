@@ -17,7 +17,7 @@ from envdoctor.engine import run_check
 from envdoctor.facts import Facts
 from envdoctor.facts.scripts import analyse_script, gather_scripts
 from envdoctor.model import Severity
-from envdoctor.rules.spawn import default_start_method
+from envdoctor.rules.spawn.guard import default_start_method
 from support import findings, json_report, run_envdoctor
 from test_spawn_fixtures import FIXTURE_DIR, check_scripts
 
@@ -485,7 +485,7 @@ def test_a_50000_line_generated_file_is_analysed_completely(tmp_path):
 def test_guard_forms(test, polarity):
     import ast
 
-    from envdoctor.facts.spawn import guard_polarity
+    from envdoctor.analysis.spawn import guard_polarity
 
     assert guard_polarity(ast.parse(test, mode="eval").body) is polarity
 

@@ -170,7 +170,9 @@ def test_hanging_sitecustomize_times_out_and_leaves_nothing(tmp_path: Path) -> N
     time.sleep(0.2)
     assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
     # …and the rule says so.
-    from envdoctor.rules.runtime import RULES
+    from envdoctor.rules.packages.torch_import import RULES as PKG_RUNTIME_RULES
+    from envdoctor.rules.system.runtime import RULES as SYS_RUNTIME_RULES
+    RULES = {**SYS_RUNTIME_RULES, **PKG_RUNTIME_RULES}
 
     facts = Facts.from_dict({"torch": {"installed": True, "version": "2.5.1+cu124", "probe": {**probe, "ran": True}},
                              "target": {"interpreter": str(prefix / "bin" / "python")}})
@@ -426,7 +428,9 @@ HOSTILE_SITECUSTOMIZE = """\
 
 def test_probe_self_report_with_wrong_types_is_checked_not_fatal(tmp_path: Path) -> None:
     from envdoctor.rules.gpu import RULES as GPU_RULES
-    from envdoctor.rules.runtime import RULES as RUNTIME_RULES
+    from envdoctor.rules.packages.torch_import import RULES as PKG_RUNTIME_RULES
+    from envdoctor.rules.system.runtime import RULES as SYS_RUNTIME_RULES
+    RUNTIME_RULES = {**SYS_RUNTIME_RULES, **PKG_RUNTIME_RULES}
 
     prefix, site = make_venv(tmp_path / "env")
     fake_torch(site, ODD_TORCH)

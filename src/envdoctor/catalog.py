@@ -1,6 +1,6 @@
 """The rule catalog: metadata and docs for every rule, read from data files.
 
-The catalog lives in the top-level ``rules/`` folder of the source tree and is
+The catalog lives in the top-level ``catalog/`` folder of the source tree and is
 shipped inside the wheel as ``envdoctor/_catalog``. Each rule family is one TOML
 file named after its prefix (``SYS.toml``, ``PKG.toml`` …) that names the Python
 module holding the family's rule functions and lists its rules with their id,
@@ -95,7 +95,7 @@ def catalog_dir() -> Path:
     packaged = Path(__file__).resolve().parent / "_catalog"
     if packaged.is_dir():
         return packaged
-    source = Path(__file__).resolve().parents[2] / "rules"
+    source = Path(__file__).resolve().parents[2] / "catalog"
     if source.is_dir():
         return source
     raise CatalogError(f"the rule catalog is missing (looked in {packaged} and {source})")
@@ -146,8 +146,8 @@ def _family_files(directory: Path) -> list[Path]:
 def _load_family(path: Path) -> tuple[str, list[RuleMeta], dict[str, RuleFunction]]:
     """One family file: its checked metadata and the functions of the module it names.
 
-    A family's rules may live in several modules: one file per module
-    (SYS.toml and SYS-RUNTIME.toml are both family SYS).
+    The module it names is the family's package, whose `RULES` table gathers the
+    rule functions of its modules.
     """
     with open(path, "rb") as fh:
         data = tomllib.load(fh)

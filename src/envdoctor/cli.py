@@ -302,7 +302,7 @@ def _cmd_render(args: argparse.Namespace) -> int:
 
 
 def _cmd_mcp(args: argparse.Namespace) -> int:
-    from envdoctor.mcp_server import serve
+    from envdoctor.integrations.mcp import serve
 
     return serve()
 

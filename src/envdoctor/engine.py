@@ -125,7 +125,7 @@ def assemble_report(facts: Facts, findings: list[Finding], errors: list[dict[str
     loader = gathered.pop("loader", None)
     if loader:
         # The facts with the rule layer's verdict (bottleneck, recommendation), less the torch probe.
-        from envdoctor.rules.loader_verdict import report_section
+        from envdoctor.rules.loader.verdict import report_section
 
         loader = dict(report_section(loader, facts.config.step_time))
     return Report(

@@ -26,7 +26,9 @@ from typing import TYPE_CHECKING, Any, Literal, overload
 
 if TYPE_CHECKING:  # pragma: no cover
     from envdoctor.config import Config
+    from envdoctor.facts.fleet import FleetFacts
     from envdoctor.facts.gpu import GpuFacts
+    from envdoctor.facts.loader import LoaderFacts
     from envdoctor.facts.packages import PackagesFacts
     from envdoctor.facts.scripts import ScriptsFacts
     from envdoctor.facts.spec import SpecFacts
@@ -34,8 +36,6 @@ if TYPE_CHECKING:  # pragma: no cover
     from envdoctor.facts.system import SystemFacts
     from envdoctor.facts.target import TargetFacts
     from envdoctor.facts.torch import TorchFacts
-    from envdoctor.fleet import FleetFacts
-    from envdoctor.loader import LoaderFacts
 
 @dataclass(frozen=True)
 class Probe:

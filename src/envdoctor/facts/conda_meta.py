@@ -263,7 +263,7 @@ def conda_distribution(name: str, owned: dict[str, str]) -> tuple[str | None, st
 
     The record's own files decide first (a record owning `torch-2.5.1.dist-info/`
     provides torch); records owning no dist-info fall back to the table in
-    rules/conda_names.toml (pytorch -> torch, py-opencv -> opencv-python).
+    catalog/conda_names.toml (pytorch -> torch, py-opencv -> opencv-python).
     """
     from envdoctor.facts.distributions import normalize
 

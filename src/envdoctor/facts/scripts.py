@@ -4,7 +4,7 @@
 arguments to `config.scripts`; folders are expanded to the Python files and
 notebooks under them. Each file is read with bounds (regular files only, a
 size limit), decoded the way the interpreter would (a coding cookie or BOM,
-else UTF-8), parsed, and walked by `envdoctor.facts.spawn` together with the
+else UTF-8), parsed, and walked by `envdoctor.analysis.spawn` together with the
 project modules it imports — never imported or executed. A file that cannot
 be read, decoded or parsed is a fact too (status "unreadable" or
 "unparsable", with the position), so one bad file never stops the others
@@ -21,8 +21,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal, TypedDict, cast
 
-from envdoctor.facts.spawn.project import ModuleProblem, SharedModules
-from envdoctor.facts.spawn.reading import SourceProblem, read_source
+from envdoctor.analysis.spawn.project import ModuleProblem, SharedModules
+from envdoctor.analysis.spawn.reading import SourceProblem, read_source
 
 
 class CodeAt(TypedDict, total=False):
@@ -177,7 +177,7 @@ def _parse(text: str, path: str, info: ScriptFile, shared: SharedModules | None 
 
 def analyse_script(path: str, project: bool = True, shared: SharedModules | None = None) -> ScriptFile:
     """The facts for one script or notebook: its status and, when it parses, where it starts workers."""
-    from envdoctor.facts.spawn import analyse_source
+    from envdoctor.analysis.spawn import analyse_source
 
     if path.endswith(".ipynb"):
         return analyse_notebook(path, project, shared)
@@ -197,8 +197,8 @@ def analyse_script(path: str, project: bool = True, shared: SharedModules | None
 
 def analyse_notebook(path: str, project: bool = True, shared: SharedModules | None = None) -> ScriptFile:
     """The facts for one notebook: its code cells walked as one `__main__` that spawn does not re-run."""
-    from envdoctor.facts.spawn import analyse_source
-    from envdoctor.facts.spawn.notebook import read_notebook
+    from envdoctor.analysis.spawn import analyse_source
+    from envdoctor.analysis.spawn.notebook import read_notebook
 
     text, encoding, problem = read_script(path)
     info: ScriptFile = {"path": path, "status": "ok", "kind": "notebook"}

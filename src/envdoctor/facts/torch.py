@@ -8,7 +8,7 @@ and envdoctor itself never imports it. So this section has two layers:
   `ast`, not executed), the distribution's metadata and installer, and the
   versions of the nvidia-* wheels (cuDNN, the CUDA runtime) beside it;
 * when a GPU is present (NVML or PCI), when the loader stage runs, or with
-  `--deep`: the probe (probes/torch_probe.py) run by the target's own
+  `--deep`: the probe (inside/torch_probe.py) run by the target's own
   interpreter in a bounded subprocess. When the loader stage ran it already
   imported the probe in its own subprocess, and that result is reused.
 
@@ -77,7 +77,7 @@ class ThreadPool(TypedDict, total=False):
 
 
 class TorchProbe(TypedDict, total=False):
-    """The import probe (probes/torch_probe.py) as envdoctor ran it, or why it did not run."""
+    """The import probe (inside/torch_probe.py) as envdoctor ran it, or why it did not run."""
 
     ran: bool
     reason: str
@@ -180,7 +180,7 @@ class TorchFacts(_TorchRequired, total=False):
 PROBE_TIMEOUT_S = 60.0
 #: Overrides PROBE_TIMEOUT_S (seconds), e.g. for a cluster node with a slow shared file system.
 PROBE_TIMEOUT_ENV = "ENVDOCTOR_TORCH_PROBE_TIMEOUT"
-PROBE_SCRIPT = Path(__file__).resolve().parent.parent / "probes" / "torch_probe.py"
+PROBE_SCRIPT = Path(__file__).resolve().parent.parent / "inside" / "torch_probe.py"
 THREADPOOLCTL_ENV = "ENVDOCTOR_THREADPOOLCTL_PATH"
 
 _VERSION_FIELDS = ("__version__", "cuda", "hip", "rocm", "xpu", "git_version", "debug")
@@ -373,7 +373,7 @@ def probe_environment() -> dict[str, str]:
 
 
 def run_torch_probe(interpreter: str, timeout: float | None = None) -> TorchProbe:
-    """Run probes/torch_probe.py with the target's interpreter; failures become facts."""
+    """Run inside/torch_probe.py with the target's interpreter; failures become facts."""
     timeout = probe_timeout() if timeout is None else timeout
     run = run_bounded([interpreter, "-B", str(PROBE_SCRIPT)], timeout, env=probe_environment())
     base: TorchProbe = {"ran": True, "source": "envdoctor", "seconds": round(run.seconds, 3), "timeout_s": timeout}

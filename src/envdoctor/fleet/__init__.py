@@ -3,7 +3,7 @@
 Two ways in, one way out. `envdoctor compare` reads saved reports
 (`fleet.compare`), `check --distributed` gathers every rank's report through
 torch.distributed (`fleet.distributed`); both turn each report into a node
-record (`fleet.nodes`), put the records in the `fleet` facts section and run
+record (`facts.fleet`), put the records in the `fleet` facts section and run
 the FLT rules over it (`fleet_report`), so the result is an ordinary Report
 that every formatter renders and whose exit code works as for `check`.
 
@@ -15,29 +15,11 @@ renders it from there.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # pragma: no cover
-    from envdoctor.fleet.nodes import NodeRecord
+    from envdoctor.facts.fleet import FleetFacts
     from envdoctor.model import Finding, Report, Severity
-
-
-class FleetFacts(TypedDict, total=False):
-    """The `fleet` facts section of a fleet report (compare or --distributed)."""
-
-    #: "compare" (saved reports) or "distributed" (torch.distributed ranks).
-    mode: str
-    #: One record per node (see fleet.nodes.node_record).
-    nodes: list[NodeRecord]
-    #: compare: the files that could not be used, with the reason ({source, reason}).
-    unreadable: list[dict[str, str]]
-    #: The fields that could not be compared on every node, and why.
-    not_compared: list[dict[str, Any]]
-    #: --distributed: the world size, ranks that failed or timed out, the gloo check, rank 0's wait.
-    world_size: int
-    failed: list[dict[str, Any]]
-    collective: dict[str, Any] | None
-    timeout_s: float
 
 
 def fleet_report(

@@ -107,9 +107,9 @@ def compare_paths(paths: list[str], output: str | None = None) -> Report:
     `output`, where the fleet report will be written, is never read as a node's report.
     """
     from envdoctor.errors import UsageError
-    from envdoctor.fleet import FleetFacts, fleet_report
-    from envdoctor.fleet.drift import not_compared
-    from envdoctor.fleet.nodes import node_record
+    from envdoctor.facts.fleet import FleetFacts, node_record
+    from envdoctor.fleet import fleet_report
+    from envdoctor.rules.fleet.drift import not_compared
 
     loaded: list[tuple[Path, dict[str, Any]]] = []
     unreadable: list[dict[str, str]] = []

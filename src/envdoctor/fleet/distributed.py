@@ -99,7 +99,7 @@ def _own_report(config: Config, placement: dict[str, Any]) -> dict[str, Any]:
     receive a few kilobytes from each, not every rank's full package list.
     """
     from envdoctor.engine import run_check
-    from envdoctor.fleet.nodes import node_record
+    from envdoctor.facts.fleet import node_record
 
     # One loader stage per node: the other local ranks would only measure each other.
     loader_stage = not config.no_loader and placement["local_rank"] == 0
@@ -212,8 +212,9 @@ def _fleet_report(config: Config, placement: dict[str, Any], payloads: dict[int,
                   missing: list[dict[str, Any]], collective: dict[str, Any] | None) -> Report:
     from envdoctor.catalog import load_catalog
     from envdoctor.engine import check_severity_overrides
-    from envdoctor.fleet import FleetFacts, fleet_report
-    from envdoctor.fleet.drift import not_compared
+    from envdoctor.facts.fleet import FleetFacts
+    from envdoctor.fleet import fleet_report
+    from envdoctor.rules.fleet.drift import not_compared
 
     nodes, failed = [], list(missing)
     for _rank, payload in sorted(payloads.items()):

@@ -64,7 +64,7 @@ class PreflightCallback(TrainerCallback):
 
 def processes_on_this_node(args: Any) -> int:
     """Training processes on this node: LOCAL_WORLD_SIZE (torchrun, accelerate launch), else the world size."""
-    from envdoctor.loader import LOCAL_WORLD_SIZE_ENV, processes_per_node
+    from envdoctor.facts.node_share import LOCAL_WORLD_SIZE_ENV, processes_per_node
 
     if os.environ.get(LOCAL_WORLD_SIZE_ENV):
         return processes_per_node(None)

@@ -6,7 +6,7 @@ an image folder (`--data PATH`) or the built-in synthetic dataset — runs the
 measurements in the target interpreter under a hard time budget (`run`),
 and files what the runner observed into a `LoaderFacts` (types in
 `section`). It judges nothing: the bottleneck class, the knee and the
-recommendation are the rule layer's (`envdoctor.rules.loader_verdict`),
+recommendation are the rule layer's (`envdoctor.rules.loader.verdict`),
 which the DL rules read and the engine adds to the report's `loader` object.
 """
 from __future__ import annotations
@@ -17,34 +17,16 @@ import sys
 import tempfile
 from typing import Any, cast
 
+from envdoctor.facts.loader import FailureFacts, LoaderFacts
+from envdoctor.facts.node_share import cpus_per_process, processes_per_node
 from envdoctor.loader.progress import current_sink
-from envdoctor.loader.run import StageRun, run_stage
-from envdoctor.loader.section import FailureFacts, LoaderFacts
+from envdoctor.loader.supervisor import StageRun, run_stage
 
 #: Seconds of the budget kept back for starting the runner and tearing it down.
 STAGE_OVERHEAD_S = 0.7
-#: The environment variable torchrun (and Lightning, Accelerate) set to the processes on this node.
-LOCAL_WORLD_SIZE_ENV = "LOCAL_WORLD_SIZE"
-
-
-def processes_per_node(setting: int | None) -> int:
-    """Training processes sharing this node's CPUs: the setting, else LOCAL_WORLD_SIZE, else 1."""
-    if setting:
-        return max(1, int(setting))
-    try:
-        return max(1, int(os.environ.get(LOCAL_WORLD_SIZE_ENV, "1")))
-    except ValueError:
-        return 1
-
-
-def cpus_per_process(usable: int, procs: int) -> int:
-    """The CPUs one training process (and its workers) may use: its share of the usable CPUs."""
-    return max(1, usable // max(1, procs))
-
-
 def gather_loader(facts: Any) -> LoaderFacts | None:
     """The loader section: None when the stage is switched off (--no-loader)."""
-    from envdoctor.rules.loader_verdict import KNEE_RULE
+    from envdoctor.rules.loader.verdict import KNEE_RULE
 
     config = facts.config
     if config.no_loader:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any, cast
 
-from envdoctor.loader.section import LoaderReport, Recommendation, RunFacts
+from envdoctor.facts.loader import LoaderReport, Recommendation, RunFacts
 
 BAR_WIDTH = 20
 

@@ -133,7 +133,7 @@ def render(report: Report) -> str:
         "",
     ]
     if fleet:  # the side-by-side view comes before the findings
-        from envdoctor.fleet.view import fleet_markdown
+        from envdoctor.report.fleet_view import fleet_markdown
 
         lines += [fleet_markdown(clean_report(report, escape_text)), ""]
     else:

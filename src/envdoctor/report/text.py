@@ -338,7 +338,7 @@ def write(report: Report, console: Any, verbose: bool = False) -> None:
     out = _Writer(console)
     fleet = report.facts.get("fleet")
     if fleet:  # compare / --distributed: many nodes, no single environment to name
-        from envdoctor.fleet.view import fleet_heading, fleet_renderables
+        from envdoctor.report.fleet_view import fleet_heading, fleet_renderables
 
         shown = clean_report(report)
         out.line(printable(fleet_heading(shown, shown.facts["fleet"]), 400), style="bold")

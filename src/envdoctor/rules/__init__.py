@@ -1,11 +1,16 @@
-"""Rules: pure functions from Facts to Hits, one module per family.
+"""Rules: pure functions from Facts to Hits, one module or package per family.
+
+    channels.py (CHN)  storage.py (DSK)  gpu.py (GPU)
+    packages/ (PKG)    system/ (SYS)     spawn/ (SPW)   loader/ (DL)   fleet/ (FLT)
+
 
 A rule function takes the `Facts` snapshot and yields `Hit`s. It never
 prints, never shells out and never gathers anything itself: it reads
 `facts[section]`. The engine turns each Hit into a `Finding`, adding the
-rule's id, name and severity from the catalog (rules/<FAMILY>.toml), so
-metadata lives in one place. Each family module ends with an explicit
-`RULES = {"ID": function}` table, which the catalog file of its family names.
+rule's id, name and severity from the catalog (catalog/<FAMILY>.toml), so
+metadata lives in one place. Each family module (or family package's
+`__init__`) has an explicit `RULES = {"ID": function}` table, which the catalog
+file of its family names. Helpers that write fixes are in `envdoctor.remedies`.
 """
 from __future__ import annotations
 

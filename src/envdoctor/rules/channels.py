@@ -3,7 +3,7 @@
 CHN001 mixed-channels (ABI-sensitive packages from incompatible channel
 families), CHN002 retired-pytorch-channel, CHN003 mixed-blas. All three read
 the conda-meta records in the "packages" facts; the channel families and the
-package lists are data in rules/channels.toml.
+package lists are data in catalog/channels.toml.
 """
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from typing import Any
 from envdoctor.catalog import load_data
 from envdoctor.facts import Facts
 from envdoctor.facts.conda_meta import CondaRecord
+from envdoctor.remedies.install_commands import conda, fix_of, pip_own
 from envdoctor.rules import Hit
-from envdoctor.rules.install_commands import conda, fix_of, pip_own
 
 #: Platform subdirs that end a channel URL and are not part of the channel's name.
 SUBDIRS = {"noarch", "linux-64", "linux-aarch64", "linux-ppc64le", "linux-s390x", "linux-32",

@@ -4,7 +4,7 @@ a GPU whose architecture torch was not compiled for.
 GPU001 cuda-unusable, GPU002 driver-too-old, GPU003 gpu-busy, GPU004
 arch-not-in-build. They read the `gpu` section (NVML and the PCI bus) and the
 `torch` section (the build read from files, and the import probe's CUDA facts
-when it ran). The driver and architecture tables are data: rules/cuda_drivers.toml.
+when it ran). The driver and architecture tables are data: catalog/cuda_drivers.toml.
 """
 from __future__ import annotations
 
@@ -17,9 +17,9 @@ from envdoctor.catalog import load_data
 from envdoctor.facts import Facts
 from envdoctor.facts.gpu import gpu_present
 from envdoctor.model import Severity
+from envdoctor.remedies.install_commands import Fix, advice
+from envdoctor.remedies.torch_install import led, torch_for_cuda
 from envdoctor.rules import Hit
-from envdoctor.rules.install_commands import Fix, advice
-from envdoctor.rules.torch_install import led, torch_for_cuda
 
 if TYPE_CHECKING:  # pragma: no cover
     from envdoctor.facts.gpu import GpuFacts
@@ -340,7 +340,7 @@ def _gpu_capabilities(gpu: GpuFacts, cuda: TorchCuda) -> list[GpuArch]:
 
 
 def first_cuda_for(capability: str) -> str | None:
-    """The first CUDA release that compiles for this capability (rules/cuda_drivers.toml)."""
+    """The first CUDA release that compiles for this capability (catalog/cuda_drivers.toml)."""
     return load_data("cuda_drivers")["arch_first_cuda"].get(capability)
 
 

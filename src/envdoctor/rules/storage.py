@@ -20,9 +20,9 @@ from envdoctor.facts.storage import (
     StorageFacts,
     bottom_of,
 )
+from envdoctor.remedies.install_commands import shell_quote
 from envdoctor.rules import Hit
-from envdoctor.rules.install_commands import shell_quote
-from envdoctor.rules.system import loader_plan
+from envdoctor.rules.system.limits import loader_plan
 from envdoctor.units import human_bytes
 
 #: A folder with at least this many files …

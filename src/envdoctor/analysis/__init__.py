@@ -1,0 +1,1 @@
+"""Static analyses: code read, never run (the spawn guard's reading of scripts and notebooks)."""

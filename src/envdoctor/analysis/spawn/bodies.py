@@ -1,0 +1,150 @@
+"""Running the body of a function the walk has read: parameters bound, returns joined, memoised."""
+from __future__ import annotations
+
+import ast
+from typing import Any
+
+from envdoctor.analysis.spawn.names import MAX_CALL_DEPTH, MAX_CALLS_FOLLOWED
+from envdoctor.analysis.spawn.starts import StartTracker
+from envdoctor.analysis.spawn.syntax import is_generator_node
+from envdoctor.analysis.spawn.values import (
+    Const,
+    Deferred,
+    Function,
+    Instance,
+    Mapping_,
+    Seq,
+    Step,
+    Unknown,
+    Value,
+    is_plain,
+    join,
+)
+from envdoctor.analysis.spawn.walker import Frame
+
+
+class BodyRunner(StartTracker):
+    """Calls into functions: a generator or coroutine is deferred until consumed, the rest run now."""
+
+    def call_function(self, func: Function, node: ast.AST, frame: Frame, positional: list[Value],
+                      keywords: dict[str, Value], self_value: Value | None) -> Value:
+        name = func.name
+        scope = self.bind_parameters(func, positional, keywords, self_value)
+        call_site = self.step(name, node, frame)
+        if isinstance(func.node, ast.AsyncFunctionDef) or self.is_generator(func):
+            return Deferred(func, scope, call_site)
+        return self.run_body(func, scope, call_site, frame, self_value)
+
+    def run_deferred(self, deferred: Deferred, node: ast.AST, frame: Frame) -> Value:
+        return self.run_body(deferred.func, dict(deferred.scope), deferred.call_site, frame, deferred.scope.get("self"))
+
+    def run_body(self, func: Function, scope: dict[str, Value], call_site: Step,
+                 frame: Frame, self_value: Value | None) -> Value:
+        node = func.node
+        if node in self.stack or len(self.stack) >= MAX_CALL_DEPTH:
+            return Unknown(f"{call_site.call}()")
+        if self.calls_followed >= MAX_CALLS_FOLLOWED:
+            self.truncated = True
+            return Unknown(f"{call_site.call}()")
+        memo_key = self.memo_key(func, scope, frame)
+        if self.out_of_time():
+            return Unknown(f"{call_site.call}()")
+        if memo_key is not None and memo_key in self.memo:
+            # Same function, same plain arguments, nothing relevant changed since:
+            # walking it again would find the same starts (already recorded).
+            return self.memo[memo_key]
+        self.calls_followed += 1
+        # The chain shows how module level reached this code; its head is the
+        # module-level statement to move under the guard.
+        via = frame.via + (call_site,)
+        inner = Frame(scope=scope, guarded=frame.guarded, module=func.module or frame.module, via=via,
+                      function=func, self_class=func.owner, self_value=self_value, enclosing=func.closure)
+        self.stack.append(node)
+        try:
+            if isinstance(node, ast.Lambda):
+                inner.returns.append(self.eval(node.body, inner))
+            else:
+                self.exec_block(node.body, inner)
+        finally:
+            self.stack.pop()
+        returns = inner.returns
+        result = returns[0] if returns else Const(None)
+        for value in returns[1:]:
+            result = join(result, value)
+        if memo_key is not None:
+            self.memo[memo_key] = result
+        return result
+
+    def memo_key(self, func: Function, scope: dict[str, Value], frame: Frame) -> tuple[Any, ...] | None:
+        """A key for calls whose walk would repeat an earlier one, or None when it might not."""
+        parts: list[Any] = [id(func.node), frame.guarded, self.state_version]
+        for value in scope.values():
+            if isinstance(value, Const):
+                # Numbers and short strings may decide num_workers, a start method or a
+                # device; long strings (messages, paths) cannot, so only their type counts.
+                literal = value.value
+                if isinstance(literal, (str, bytes)) and len(literal) > 24:
+                    literal = "<long>"
+                elif not isinstance(literal, (int, float, str, bytes, type(None))):
+                    literal = "<other>"
+                parts.append(("const", type(value.value).__name__, literal))
+            elif is_plain(value):
+                parts.append(type(value).__name__)
+            elif isinstance(value, Instance):
+                parts.append(("instance", id(value)))
+            else:
+                return None  # a loader, a process, a context …: always follow
+        return tuple(parts)
+
+    def bind_parameters(self, func: Function, positional: list[Value], keywords: dict[str, Value],
+                        self_value: Value | None) -> dict[str, Value]:
+        args = func.node.args
+        names = [a.arg for a in [*args.posonlyargs, *args.args]]
+        values = list(positional)
+        if self_value is not None and names:
+            values.insert(0, self_value)
+        scope: dict[str, Value] = {}
+        for i, name in enumerate(names):
+            if i < len(values):
+                scope[name] = values[i]
+            elif name in keywords:
+                scope[name] = keywords[name]
+            elif name in func.defaults:
+                scope[name] = func.defaults[name]
+            else:
+                scope[name] = Unknown(name)
+        for arg in args.kwonlyargs:
+            scope[arg.arg] = keywords.get(arg.arg, func.defaults.get(arg.arg, Unknown(arg.arg)))
+        if args.vararg:
+            scope[args.vararg.arg] = Seq(values[len(names):])
+        if args.kwarg:
+            known = set(names) | {a.arg for a in args.kwonlyargs}
+            scope[args.kwarg.arg] = Mapping_({k: v for k, v in keywords.items() if k not in known})
+        return scope
+
+    def is_generator(self, func: Function) -> bool:
+        node = func.node
+        cached = self._generators.get(id(node))
+        if cached is None:
+            # Reading the function's own lines first is much cheaper than walking its tree.
+            lines = func.module.lines if func.module is not None else []
+            end = getattr(node, "end_lineno", None) or len(lines)
+            cached = (not lines or any("yield" in line for line in lines[node.lineno - 1:end])) \
+                and is_generator_node(node)
+            self._generators[id(node)] = cached
+        return cached
+
+    # -- the result ----------------------------------------------------------
+
+    def result(self) -> dict[str, Any]:
+        starts = [e for e in self.events if e["kind"] not in ("set-start-method", "cuda-init")]
+        return {
+            "guard_lines": self.guard_lines,
+            "worker_starts": starts,
+            "start_method_calls": [e for e in self.events if e["kind"] == "set-start-method"],
+            "cuda_inits": [e for e in self.events if e["kind"] == "cuda-init"],
+            "calls_followed": self.calls_followed,
+            "truncated": self.truncated,
+        }
+
+

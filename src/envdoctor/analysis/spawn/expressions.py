@@ -1,0 +1,224 @@
+"""Expressions: names, attributes, containers, subscripts, comprehensions."""
+from __future__ import annotations
+
+import ast
+
+from envdoctor.analysis.spawn.statements import StatementWalker
+from envdoctor.analysis.spawn.syntax import guard_polarity
+from envdoctor.analysis.spawn.values import (
+    Bound,
+    ClassInfo,
+    Const,
+    Deferred,
+    Device,
+    Function,
+    GuardFlag,
+    Instance,
+    Mapping_,
+    Module,
+    QualName,
+    Seq,
+    SuperObj,
+    Unknown,
+    Value,
+    any_of,
+    is_plain,
+    join,
+    loaderish,
+)
+from envdoctor.analysis.spawn.walker import Frame
+
+
+class ExpressionWalker(StatementWalker):
+    """Evaluates expressions to values of the lattice."""
+
+    def run_deferred(self, deferred: Deferred, node: ast.AST, frame: Frame) -> Value:
+        raise NotImplementedError  # CallWalker
+
+    def module_attribute(self, module: Module, attr: str) -> Value:
+        raise NotImplementedError  # ScriptAnalysis
+
+    def eval(self, node: ast.expr | None, frame: Frame) -> Value:
+        if node is None:
+            return Const(None)
+        method = getattr(self, f"expr_{type(node).__name__}", None)
+        if method is not None:
+            return method(node, frame)
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.expr):
+                self.eval(child, frame)
+            elif isinstance(child, ast.comprehension):  # pragma: no cover - handled below
+                self.eval(child.iter, frame)
+        return Unknown(node=node)
+
+    def expr_Constant(self, node: ast.Constant, frame: Frame) -> Value:
+        return Const(node.value)
+
+    def expr_Name(self, node: ast.Name, frame: Frame) -> Value:
+        return self.lookup(node.id, frame)
+
+    def expr_Lambda(self, node: ast.Lambda, frame: Frame) -> Value:
+        return Function(node, self.eval_defaults(node.args, frame), closure=frame.closure(), module=frame.module)
+
+    def expr_Tuple(self, node: ast.Tuple | ast.List | ast.Set, frame: Frame) -> Value:
+        items = []
+        for element in node.elts:
+            value = self.eval(element.value if isinstance(element, ast.Starred) else element, frame)
+            if isinstance(element, ast.Starred):
+                loader = loaderish(value)
+                if loader is not None:
+                    self.start_loader(loader, element, frame, "unpacking")
+                value = Unknown(node=element)
+            items.append(value)
+        return Seq(items)
+
+    expr_List = expr_Tuple
+    expr_Set = expr_Tuple
+
+    def expr_Dict(self, node: ast.Dict, frame: Frame) -> Value:
+        result = Mapping_({})
+        for key, value in zip(node.keys, node.values):
+            evaluated = self.eval(value, frame)
+            if key is None:  # {**other}
+                if isinstance(evaluated, Mapping_):
+                    result.items.update(evaluated.items)
+                    result.open |= evaluated.open
+                else:
+                    result.open = True
+                continue
+            k = self.eval(key, frame)
+            if isinstance(k, Const) and isinstance(k.value, str):
+                result.items[k.value] = evaluated
+            else:
+                result.open = True
+        return result
+
+    def expr_Attribute(self, node: ast.Attribute, frame: Frame) -> Value:
+        value = self.attribute(node, frame)
+        if isinstance(value, Bound):
+            value.node = node
+        return value
+
+    def attribute(self, node: ast.Attribute, frame: Frame) -> Value:
+        owner = self.eval(node.value, frame)
+        attr = node.attr
+        if isinstance(owner, QualName):
+            return QualName(f"{owner.name}.{attr}", owner.missing)
+        if isinstance(owner, Module):
+            return self.module_attribute(owner, attr)
+        if isinstance(owner, Instance):
+            if attr in owner.attrs:
+                return owner.attrs[attr]
+            found = owner.cls.lookup(attr)
+            if isinstance(found, Function):
+                return Bound(owner, attr, found)
+            if found is not None:
+                return found
+            return Bound(owner, attr)
+        if isinstance(owner, ClassInfo):
+            found = owner.lookup(attr)
+            if found is not None:
+                return found
+        if isinstance(owner, SuperObj) and owner.cls is not None:
+            for base in owner.cls.bases:
+                if isinstance(base, ClassInfo):
+                    found = base.lookup(attr)
+                    if isinstance(found, Function):
+                        return Bound(owner.instance, attr, found)
+            return Bound(owner, attr)
+        return Bound(owner, attr)
+
+    def expr_Subscript(self, node: ast.Subscript, frame: Frame) -> Value:
+        owner = self.eval(node.value, frame)
+        key = self.eval(node.slice, frame)
+        if isinstance(owner, Mapping_):
+            if isinstance(key, Const) and isinstance(key.value, (str, int)) and str(key.value) in owner.items:
+                return owner.items[str(key.value)]
+            if isinstance(key, Const) and not owner.open:
+                return Unknown(node=node)
+            # `loaders[phase]`: a key we cannot read stands for every value.
+            values = owner.every_value()
+            if values and not all(is_plain(v) for v in values):
+                return any_of(values)
+        if isinstance(owner, Seq) and owner.items:
+            if isinstance(key, Const) and isinstance(key.value, int):
+                if -len(owner.items) <= key.value < len(owner.items):
+                    return owner.items[key.value]
+            elif not isinstance(node.slice, ast.Slice) and not all(is_plain(v) for v in owner.items):
+                return any_of(owner.items)
+        return Unknown(node=node)
+
+    def expr_IfExp(self, node: ast.IfExp, frame: Frame) -> Value:
+        self.eval(node.test, frame)
+        a, b = self.eval(node.body, frame), self.eval(node.orelse, frame)
+        if isinstance(a, Device) or isinstance(b, Device):
+            return Device(cuda=any(isinstance(v, Device) and v.cuda for v in (a, b)))
+        for v in (a, b):
+            if isinstance(v, Const) and isinstance(v.value, str) and v.value.startswith("cuda"):
+                return Device(cuda=True)
+        return join(a, b)
+
+    def expr_NamedExpr(self, node: ast.NamedExpr, frame: Frame) -> Value:
+        value = self.eval(node.value, frame)
+        self.bind(node.target, value, frame, node.lineno)
+        return value
+
+    def expr_Compare(self, node: ast.Compare, frame: Frame) -> Value:
+        polarity = guard_polarity(node)
+        if polarity is not None:
+            return GuardFlag(polarity)
+        self.eval(node.left, frame)
+        for op, right in zip(node.ops, node.comparators):
+            value = self.eval(right, frame)
+            loader = loaderish(value)
+            if loader is not None and isinstance(op, (ast.In, ast.NotIn)):
+                self.start_loader(loader, node, frame, "`in` test")
+        return Unknown(node=node)
+
+    def expr_ListComp(self, node: ast.ListComp | ast.SetComp | ast.GeneratorExp | ast.DictComp,
+                      frame: Frame) -> Value:
+        inner = Frame(scope=dict(frame.scope), guarded=frame.guarded, module=frame.module, via=frame.via,
+                      function=frame.function, declared_global=frame.declared_global,
+                      self_class=frame.self_class, enclosing=frame.enclosing, loop_depth=frame.loop_depth + 1)
+        for i, generator in enumerate(node.generators):
+            # The first iterable is evaluated (and iter() called on it) right away,
+            # even for a generator expression.
+            iterable = self.eval(generator.iter, frame if i == 0 else inner)
+            unpacked = isinstance(generator.target, (ast.Tuple, ast.List))
+            self.consume(iterable, generator.iter, inner, "comprehension", unpacked=unpacked)
+            element: Value = Unknown(node=generator.target)
+            if isinstance(iterable, Seq) and iterable.items and not all(is_plain(v) for v in iterable.items[:4]):
+                element = any_of(iterable.items)
+            self.bind(generator.target, element, inner)
+            for condition in generator.ifs:
+                self.eval(condition, inner)
+        if isinstance(node, ast.DictComp):
+            self.eval(node.key, inner)
+            value = self.eval(node.value, inner)
+            # `{split: DataLoader(...) for split in splits}`: every key holds such a loader.
+            return Mapping_({}, open=True, default=None if is_plain(value) else value)
+        value = self.eval(node.elt, inner)
+        if isinstance(node, ast.GeneratorExp) or is_plain(value):
+            return Unknown(node=node)
+        return Seq([value])
+
+    expr_SetComp = expr_ListComp
+    expr_GeneratorExp = expr_ListComp
+    expr_DictComp = expr_ListComp
+
+    def expr_Await(self, node: ast.Await, frame: Frame) -> Value:
+        value = self.eval(node.value, frame)
+        if isinstance(value, Deferred):
+            return self.run_deferred(value, node, frame)
+        return Unknown(node=node)
+
+    def expr_YieldFrom(self, node: ast.YieldFrom, frame: Frame) -> Value:
+        value = self.eval(node.value, frame)
+        self.consume(value, node, frame, "yield from")
+        return Unknown(node=node)
+
+    def expr_Starred(self, node: ast.Starred, frame: Frame) -> Value:
+        return self.eval(node.value, frame)
+
+    # -- what starts workers ------------------------------------------------
+

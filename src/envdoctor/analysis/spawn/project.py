@@ -1,0 +1,181 @@
+"""The project around a script: where its own modules are, read and parsed once each.
+
+Python finds a script's imports through `sys.path`, whose first entry is the
+script's own folder. A script inside a package (a folder with `__init__.py`)
+usually runs with the package's parent on the path too (`python -m`, an
+editable install), and a repository's root or its `src/` folder is where its
+own packages live. Those folders, in that order, are the project's roots; a
+module found there is read and walked like the script itself, anything else
+(the standard library, installed packages) is known only by name.
+
+Reads are bounded (regular files only, a size limit, a limit on the number
+of modules), and a module that cannot be read or parsed is a problem
+recorded for it, never an exception.
+"""
+from __future__ import annotations
+
+import ast
+import importlib.util
+import os
+import sys
+from pathlib import Path
+from typing import TypedDict
+
+from envdoctor.analysis.spawn.names import EXTERNAL_ROOTS
+from envdoctor.analysis.spawn.reading import read_source
+from envdoctor.analysis.spawn.values import Module
+
+#: Most modules read for one script (a monorepo must not turn one check into a crawl).
+MAX_MODULES = 400
+#: Markers of a repository's root, looked for up to this many folders above the script.
+ROOT_MARKERS = ("pyproject.toml", "setup.py", "setup.cfg", ".git")
+MAX_ROOT_DEPTH = 4
+STDLIB = frozenset(getattr(sys, "stdlib_module_names", ())) | {"__future__"}
+
+
+class ModuleProblem(TypedDict):
+    """A project module the script imports that could not be read or parsed."""
+
+    module: str
+    path: str
+    error: str
+    line: int
+
+
+def project_roots(script: Path) -> list[Path]:
+    """The folders the script's own imports are looked up in, most specific first."""
+    folder = script.resolve().parent
+    roots = [folder]
+    top = folder
+    while (top / "__init__.py").is_file() and top.parent != top:
+        top = top.parent
+    roots.append(top)
+    here = folder
+    for _ in range(MAX_ROOT_DEPTH):
+        if any((here / marker).exists() for marker in ROOT_MARKERS):
+            roots += [here, here / "src"]
+            break
+        if here.parent == here:
+            break
+        here = here.parent
+    return [r for i, r in enumerate(roots) if r.is_dir() and r not in roots[:i]]
+
+
+def package_of(script: Path) -> str:
+    """The package a script sits in (`pkg.sub` for pkg/sub/run.py with __init__.py files), for its relative imports."""
+    parts: list[str] = []
+    folder = script.resolve().parent
+    while (folder / "__init__.py").is_file() and folder.parent != folder and len(parts) < 32:
+        parts.insert(0, folder.name)
+        folder = folder.parent
+    return ".".join(parts)
+
+
+class SharedModules:
+    """Modules already read and walked for earlier scripts of the same check, by file and name.
+
+    A folder of scripts that import one package reads and walks that package
+    once: a module's import-time findings are kept with it and replayed for
+    every later script that imports it.
+    """
+
+    def __init__(self) -> None:
+        self.modules: dict[tuple[str, str, bool], Module] = {}
+        #: Parsed sources by real path: a file checked as a script and imported as a module is parsed once.
+        self.parsed: dict[str, tuple[str, ast.Module]] = {}
+
+    def parse(self, path: str, text: str) -> ast.Module:
+        """The tree of `text` (read from `path`), parsed once per check; raises what ast.parse raises."""
+        key = os.path.realpath(path)
+        known = self.parsed.get(key)
+        if known is not None and known[0] == text:
+            return known[1]
+        tree = ast.parse(text, filename=path)
+        self.parsed[key] = (text, tree)
+        return tree
+
+
+class Project:
+    """The modules of one script's project, found by dotted name and parsed once."""
+
+    def __init__(self, roots: list[Path], absolute: bool = False, shared: SharedModules | None = None) -> None:
+        self.roots = roots
+        self.shared = shared if shared is not None else SharedModules()
+        #: Paths are shown the way the script's was given: absolute, or relative to the working folder.
+        self.absolute = absolute
+        self.modules: dict[str, Module | None] = {}
+        self.problems: list[ModuleProblem] = []
+        self.lines_read = 0
+
+    def is_external(self, dotted: str) -> bool:
+        root = dotted.split(".")[0]
+        return root in EXTERNAL_ROOTS or root in STDLIB
+
+    def find(self, dotted: str) -> Module | None:
+        """The project module `dotted` names, read and parsed (not yet walked), or None."""
+        if dotted in self.modules:
+            return self.modules[dotted]
+        module = None if self.is_external(dotted) or len(self.modules) >= MAX_MODULES else self._load(dotted)
+        self.modules[dotted] = module
+        return module
+
+    def _load(self, dotted: str) -> Module | None:
+        parts = dotted.split(".")
+        if not all(p.isidentifier() for p in parts):
+            return None
+        for root in self.roots:
+            base = root.joinpath(*parts)
+            for path, package in ((base / "__init__.py", dotted), (base.with_suffix(".py"), dotted.rpartition(".")[0])):
+                if path.exists() and not path.is_dir():  # a FIFO too: the bounded read reports it
+                    return self._parse(dotted, str(path), package)
+            if base.is_dir() and len(parts) > 1 or (base.is_dir() and any(base.glob("*.py"))):
+                # A namespace package: a folder of modules without __init__.py.
+                return Module(dotted, str(base), [], None, package=dotted, state="done")
+        return None
+
+    def _parse(self, dotted: str, path: str, package: str) -> Module:
+        key = (os.path.realpath(path), dotted, self.absolute)
+        known = self.shared.modules.get(key)
+        if known is not None:
+            if known.problem is not None:
+                self.problems.append({"module": dotted, "path": known.path, "error": known.problem,
+                                      "line": known.problem_line})
+            return known
+        module = self._read(dotted, path, package)
+        self.shared.modules[key] = module
+        return module
+
+    def _read(self, dotted: str, path: str, package: str) -> Module:
+        shown = path if self.absolute else os.path.relpath(path)
+        text, _, problem = read_source(path)
+        if text is None:
+            return self._broken(dotted, shown, package, problem.get("error", "cannot be read"), problem.get("line", 1))
+        try:
+            tree = self.shared.parse(path, text)
+        except SyntaxError as exc:
+            return self._broken(dotted, shown, package, f"SyntaxError: {exc.msg}", max(exc.lineno or 1, 1))
+        except (ValueError, RecursionError, MemoryError) as exc:
+            return self._broken(dotted, shown, package, f"{type(exc).__name__}: {exc}", 1)
+        lines = text.splitlines()
+        self.lines_read += len(lines)
+        return Module(dotted, shown, lines, tree, package=package)
+
+    def _broken(self, dotted: str, path: str, package: str, error: str, line: int) -> Module:
+        self.problems.append({"module": dotted, "path": path, "error": error, "line": line})
+        return Module(dotted, path, [], None, package=package, state="done", problem=error, problem_line=line)
+
+    def missing_reason(self, dotted: str, relative: bool) -> str | None:
+        """Why an import that is not in the project cannot be read, or None for an installed library.
+
+        A relative import always names a project module; an absolute one that
+        neither the project nor envdoctor's own interpreter can find is missing too.
+        """
+        if relative:
+            return f"no module {dotted} in the project"
+        if self.is_external(dotted):
+            return None
+        try:
+            found = importlib.util.find_spec(dotted.split(".")[0])
+        except (ImportError, ValueError):
+            found = None
+        return None if found is not None else f"{dotted.split('.')[0]} is neither in the project nor installed"

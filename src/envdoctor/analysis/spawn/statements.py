@@ -1,0 +1,304 @@
+"""Statements: blocks in order, definitions, assignments, branches, loops and the main guard."""
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterable
+
+from envdoctor.analysis.spawn.names import EXITS, TYPE_CHECKING_NAMES
+from envdoctor.analysis.spawn.syntax import bound_names, guard_polarity, matches_only_main
+from envdoctor.analysis.spawn.values import (
+    ClassInfo,
+    Const,
+    Function,
+    GuardFlag,
+    QualName,
+    Seq,
+    Unknown,
+    Value,
+    is_plain,
+    join,
+)
+from envdoctor.analysis.spawn.walker import Frame, Walker
+
+
+class StatementWalker(Walker):
+    """Walks statements the way the interpreter runs them."""
+
+    def consume(self, value: Value, node: ast.AST, frame: Frame, how: str, unpacked: bool = False) -> None:
+        raise NotImplementedError  # StartTracker
+
+    def exec_block(self, body: Iterable[ast.stmt], frame: Frame) -> bool:
+        """Walk a block; True when it always ends early (return, raise, sys.exit …).
+
+        What follows such a statement in the same block never runs, so it is
+        not walked: a loop after `sys.exit()` or after `return` starts nothing.
+        """
+        for stmt in body:
+            if self.out_of_time():  # a pathological file: what was found so far stands, marked truncated
+                return False
+            try:
+                if self.exec_stmt(stmt, frame):
+                    return True
+            except RecursionError:  # an expression nested deeper than we follow: skip it
+                self.truncated = True
+        return False
+
+    def exec_stmt(self, stmt: ast.stmt, frame: Frame) -> bool:
+        method = getattr(self, f"stmt_{type(stmt).__name__}", None)
+        if method is not None:
+            return bool(method(stmt, frame))
+        # Anything else (raise, assert, del, …): its expressions run, in order.
+        for child in ast.iter_child_nodes(stmt):
+            if isinstance(child, ast.expr):
+                self.eval(child, frame)
+        return isinstance(stmt, (ast.Raise, ast.Break, ast.Continue))
+
+    def stmt_FunctionDef(self, stmt: ast.FunctionDef | ast.AsyncFunctionDef, frame: Frame) -> None:
+        for decorator in stmt.decorator_list:
+            self.eval(decorator, frame)
+        frame.scope[stmt.name] = Function(stmt, self.eval_defaults(stmt.args, frame), owner=frame.self_class,
+                                          closure=frame.closure(), module=frame.module)
+
+    stmt_AsyncFunctionDef = stmt_FunctionDef
+
+    def eval_defaults(self, args: ast.arguments, frame: Frame) -> dict[str, Value]:
+        defaults: dict[str, Value] = {}
+        positional = [*args.posonlyargs, *args.args]
+        for arg, default in zip(positional[len(positional) - len(args.defaults):], args.defaults):
+            defaults[arg.arg] = self.eval(default, frame)
+        for kwarg, kw_default in zip(args.kwonlyargs, args.kw_defaults):
+            if kw_default is not None:
+                defaults[kwarg.arg] = self.eval(kw_default, frame)
+        return defaults
+
+    def stmt_ClassDef(self, stmt: ast.ClassDef, frame: Frame) -> None:
+        for decorator in stmt.decorator_list:
+            self.eval(decorator, frame)
+        bases = [self.eval(base, frame) for base in stmt.bases]
+        for keyword in stmt.keywords:
+            self.eval(keyword.value, frame)
+        info = ClassInfo(stmt, bases, {}, module=frame.module)
+        # A class body runs at definition time, in a namespace of its own.
+        body_frame = Frame(scope=info.namespace, guarded=frame.guarded, module=frame.module, via=frame.via,
+                           function=frame.function, self_class=info, class_body=True,
+                           enclosing=frame.closure())
+        self.exec_block(stmt.body, body_frame)
+        frame.scope[stmt.name] = info
+
+    def stmt_Assign(self, stmt: ast.Assign, frame: Frame) -> None:
+        value = self.eval(stmt.value, frame)
+        for target in stmt.targets:
+            self.bind(target, value, frame, stmt.lineno)
+
+    def stmt_AnnAssign(self, stmt: ast.AnnAssign, frame: Frame) -> None:
+        if stmt.value is not None:
+            self.bind(stmt.target, self.eval(stmt.value, frame), frame, stmt.lineno)
+
+    def stmt_AugAssign(self, stmt: ast.AugAssign, frame: Frame) -> None:
+        self.eval(stmt.value, frame)
+        if isinstance(stmt.target, ast.Name):
+            self.bind(stmt.target, Unknown(node=stmt.target), frame)
+
+    def stmt_Expr(self, stmt: ast.Expr, frame: Frame) -> bool:
+        self.eval(stmt.value, frame)
+        # `sys.exit(main())` runs main() first, then nothing after it runs.
+        call = stmt.value
+        if isinstance(call, ast.Call) and isinstance(call.func, (ast.Name, ast.Attribute)):
+            func = self.eval(call.func, frame)  # a name or attribute: evaluating it again is harmless
+            if isinstance(func, QualName) and func.name in EXITS:
+                return True
+            if (isinstance(func, Unknown) and isinstance(call.func, ast.Name)
+                    and call.func.id in ("exit", "quit")):
+                return True
+        return False
+
+    def stmt_Return(self, stmt: ast.Return, frame: Frame) -> bool:
+        frame.returns.append(self.eval(stmt.value, frame) if stmt.value is not None else Const(None))
+        return True
+
+    def stmt_Global(self, stmt: ast.Global, frame: Frame) -> None:
+        frame.declared_global.update(stmt.names)
+
+    def guard_of(self, test: ast.expr, frame: Frame) -> bool | None:
+        """guard_polarity, seen through `not` and through a name holding the comparison."""
+        polarity = guard_polarity(test)
+        if polarity is not None:
+            return polarity
+        if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+            inner = self.guard_of(test.operand, frame)
+            return None if inner is None else not inner
+        if isinstance(test, ast.Name):
+            value = self.lookup(test.id, frame)
+            if isinstance(value, GuardFlag):
+                return value.polarity
+        return None
+
+    def stmt_If(self, stmt: ast.If, frame: Frame) -> bool:
+        guard = self.guard_of(stmt.test, frame)
+        if guard is not None:
+            # `if __name__ == "__main__":` runs its body only in the main process;
+            # its else (and the body of the `!=` form) runs in every worker too.
+            main_body, other = (stmt.body, stmt.orelse) if guard else (stmt.orelse, stmt.body)
+            if not frame.module.is_main:  # an imported module's __name__ is never "__main__"
+                return self.exec_block(other, frame)
+            self.guard_lines.append(stmt.lineno)
+            self.exec_block(other, frame)
+            self.exec_guarded(main_body, frame)
+            # What follows still runs in the main process and in every worker: even where
+            # the workers' branch ends (`if __name__ != "__main__": sys.exit()`), the
+            # workers then die at import, so what follows is still reported.
+            return False
+        constant = self.static_truth(stmt.test, frame)
+        if constant is None:
+            self.eval(stmt.test, frame)
+        if constant is True:
+            return self.exec_block(stmt.body, frame)
+        if constant is False:
+            return self.exec_block(stmt.orelse, frame)
+        return self.exec_branches([stmt.body, stmt.orelse], frame)
+
+    def exec_guarded(self, body: list[ast.stmt], frame: Frame) -> None:
+        saved = frame.guarded
+        frame.guarded = True
+        try:
+            self.exec_block(body, frame)
+        finally:
+            frame.guarded = saved
+
+    def exec_branches(self, branches: list[list[ast.stmt]], frame: Frame) -> bool:
+        """Run alternative branches from the same start and merge what they bound.
+
+        Only the names the branches can bind are saved and merged, so an `if`
+        in a module with thousands of names costs what its own body costs.
+        """
+        names = set().union(*(bound_names(body, self._bound_memo) for body in branches))
+        scope = frame.scope
+        missing: Value = Value()  # a marker: the name was not bound
+        before = {name: scope.get(name, missing) for name in names}
+        results = []
+        ended = []
+        for body in branches:
+            for name, value in before.items():
+                if value is missing:
+                    scope.pop(name, None)
+                else:
+                    scope[name] = value
+            ended.append(self.exec_block(body, frame))
+            results.append({name: scope.get(name, missing) for name in names})
+        if all(ended):
+            return True
+        # A branch that ended early (return, raise) passes nothing on to what follows.
+        results = [r for r, end in zip(results, ended) if not end]
+        for name in names:
+            values = [r[name] for r in results if r[name] is not missing]
+            if not values:
+                scope.pop(name, None)
+                continue
+            merged = values[0]
+            for value in values[1:]:
+                merged = join(merged, value)
+            scope[name] = merged
+        return False
+
+    def static_truth(self, test: ast.expr, frame: Frame) -> bool | None:
+        """True/False for tests known before running (`if TYPE_CHECKING`, `if False`)."""
+        if isinstance(test, ast.Constant):
+            return bool(test.value)
+        if isinstance(test, (ast.Name, ast.Attribute)):
+            value = self.eval(test, frame)
+            if isinstance(value, QualName) and value.name in TYPE_CHECKING_NAMES:
+                return False
+            # `DEBUG = False` … `if DEBUG:`: a name bound to a literal at this point of the walk.
+            # Not inside a loop, which walks its body once: `first = True` … `if first: …
+            # first = False; continue` holds another value on the next pass.
+            if (frame.loop_depth == 0 and isinstance(value, Const)
+                    and isinstance(value.value, (bool, int, float, str, type(None)))):
+                return bool(value.value)
+            if isinstance(test, ast.Name) and test.id == "TYPE_CHECKING" and isinstance(value, Unknown):
+                return False
+        if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+            inner = self.static_truth(test.operand, frame)
+            return None if inner is None else not inner
+        return None
+
+    def stmt_For(self, stmt: ast.For | ast.AsyncFor, frame: Frame) -> None:
+        iterable = self.eval(stmt.iter, frame)
+        self.consume(iterable, stmt, frame, "for-loop", unpacked=isinstance(stmt.target, (ast.Tuple, ast.List)))
+        element: Value = Unknown(node=stmt.target)
+        if isinstance(iterable, Seq):
+            if not all(is_plain(v) for v in iterable.items[:4]) and len(iterable.items) <= 4:
+                # `for loader in (train_loader, val_loader):`, `for name, loader in loaders.items():`
+                # — follow each one.
+                for item in iterable.items:
+                    self.bind(stmt.target, item, frame, stmt.lineno)
+                    self.exec_loop_body(stmt.body, frame)
+                self.exec_block(stmt.orelse, frame)
+                return
+        self.bind(stmt.target, element, frame, stmt.lineno)
+        self.exec_loop_body(stmt.body, frame)
+        self.exec_block(stmt.orelse, frame)
+
+    def exec_loop_body(self, body: list[ast.stmt], frame: Frame) -> None:
+        frame.loop_depth += 1
+        try:
+            self.exec_block(body, frame)
+        finally:
+            frame.loop_depth -= 1
+
+    stmt_AsyncFor = stmt_For
+
+    def stmt_While(self, stmt: ast.While, frame: Frame) -> None:
+        # The test is read as inside the loop: its names change between passes.
+        frame.loop_depth += 1
+        try:
+            constant = self.static_truth(stmt.test, frame)
+        finally:
+            frame.loop_depth -= 1
+        if constant is None:
+            self.eval(stmt.test, frame)
+        if constant is not False:  # `while False:` never runs its body
+            self.exec_loop_body(stmt.body, frame)
+        if constant is not True:  # `while True:` leaves only through break: its else never runs
+            self.exec_block(stmt.orelse, frame)
+
+    def stmt_With(self, stmt: ast.With | ast.AsyncWith, frame: Frame) -> bool:
+        for item in stmt.items:
+            value = self.eval(item.context_expr, frame)
+            if item.optional_vars is not None:
+                self.bind(item.optional_vars, value, frame, stmt.lineno)
+        return self.exec_block(stmt.body, frame)
+
+    stmt_AsyncWith = stmt_With
+
+    def stmt_Try(self, stmt: ast.Try, frame: Frame) -> None:
+        self.exec_block(stmt.body, frame)
+        for handler in stmt.handlers:
+            if handler.type is not None:
+                self.eval(handler.type, frame)
+            if handler.name:
+                frame.scope[handler.name] = Unknown(handler.name)
+            self.exec_block(handler.body, frame)
+        self.exec_block(stmt.orelse, frame)
+        self.exec_block(stmt.finalbody, frame)
+
+    stmt_TryStar = stmt_Try
+
+    def stmt_Match(self, stmt: ast.Match, frame: Frame) -> None:
+        self.eval(stmt.subject, frame)
+        if isinstance(stmt.subject, ast.Name) and stmt.subject.id == "__name__":
+            # `match __name__: case "__main__":` is the guard written as a match.
+            main_cases = [case for case in stmt.cases if case.guard is None and matches_only_main(case.pattern)]
+            if main_cases:
+                others = [case.body for case in stmt.cases if case not in main_cases] + [[]]
+                if not frame.module.is_main:
+                    self.exec_branches(others, frame)
+                    return
+                self.guard_lines.append(stmt.lineno)
+                for case in main_cases:
+                    self.exec_guarded(case.body, frame)
+                self.exec_branches([case.body for case in stmt.cases if case not in main_cases] + [[]], frame)
+                return
+        self.exec_branches([case.body for case in stmt.cases] + [[]], frame)
+
+    # -- expressions --------------------------------------------------------
+

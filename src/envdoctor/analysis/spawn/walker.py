@@ -1,0 +1,186 @@
+"""The walk's base: where it is (a Frame), what it has found (events), names and bindings.
+
+The interpreter is split by concern into a chain of classes, each reading the
+ones below it: `Walker` (state, lookup, bind, record) → `StatementWalker`
+(statements, guards, branches) → `ExpressionWalker` (expressions,
+containers, comprehensions) → `StartTracker` (what iterating or calling
+starts) → `CallWalker` (calls into functions, classes, modules) →
+`ScriptAnalysis` (imports of the project's own modules, the result).
+"""
+from __future__ import annotations
+
+import ast
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from envdoctor.analysis.spawn.names import BUILTIN_NAMES, STAR_EXPORTS
+from envdoctor.analysis.spawn.values import (
+    ClassInfo,
+    Const,
+    Function,
+    Instance,
+    Loader,
+    Mapping_,
+    Module,
+    QualName,
+    Seq,
+    Step,
+    Unknown,
+    Value,
+    is_plain,
+    join,
+    loaderish,
+    unparse,
+)
+
+
+@dataclass
+class Frame:
+    """Where the walk is: the scope, whether under the guard, the chain of calls."""
+
+    scope: dict[str, Value]
+    guarded: bool
+    module: Module
+    via: tuple[Step, ...] = ()
+    function: Function | None = None
+    declared_global: set[str] = field(default_factory=set)
+    returns: list[Value] = field(default_factory=list)
+    self_class: ClassInfo | None = None
+    self_value: Value | None = None
+    #: Enclosing function scopes, innermost first: what a nested function reads.
+    enclosing: list[dict[str, Value]] = field(default_factory=list)
+    class_body: bool = False
+    #: Loops around the statement being walked: a name's value there may change on a later pass.
+    loop_depth: int = 0
+
+    def closure(self) -> list[dict[str, Value]]:
+        """The scopes a function defined here can see (not the module's, not a class body's)."""
+        if self.scope is self.module.scope or self.class_body:
+            return list(self.enclosing)
+        return [self.scope, *self.enclosing]
+
+
+class Walker:
+    """The state one analysis shares across every module it reads."""
+
+    def __init__(self, main: Module, deadline_s: float = 20.0) -> None:
+        self.main = main
+        self.events: list[dict[str, Any]] = []
+        self._seen: set[tuple[Any, ...]] = set()
+        self.seq = 0
+        self.calls_followed = 0
+        self.truncated = False
+        self.stack: list[ast.AST] = []
+        self.guard_lines: list[int] = []
+        self._generators: dict[int, bool] = {}
+        self.memo: dict[tuple[Any, ...], Value] = {}
+        self._bound_memo: dict[int, frozenset[str]] = {}
+        self.state_version = 0
+        self.deadline = time.monotonic() + deadline_s
+
+    # -- provided by the classes above (declared here for the type checker) --
+
+    def eval(self, node: ast.expr | None, frame: Frame) -> Value:
+        raise NotImplementedError
+
+    def exec_block(self, body: Iterable[ast.stmt], frame: Frame) -> bool:
+        raise NotImplementedError
+
+    def start_loader(self, loader: Loader, node: ast.AST, frame: Frame, how: str) -> None:
+        raise NotImplementedError
+
+    # -- helpers ------------------------------------------------------------
+
+    def out_of_time(self) -> bool:
+        if time.monotonic() > self.deadline:
+            self.truncated = True
+            return True
+        return False
+
+    def source(self, node: ast.AST) -> str:
+        return unparse(node)
+
+    def step(self, call: str, node: ast.AST, frame: Frame) -> Step:
+        line = getattr(node, "lineno", 1)
+        return Step(call, frame.module.path, line, frame.module.code(line))
+
+    def record(self, kind: str, node: ast.AST, frame: Frame, **extra: Any) -> None:
+        module = frame.module
+        line = getattr(node, "lineno", 1)
+        column = module.column(line, getattr(node, "col_offset", 0))
+        key = (kind, module.path, line, column, frame.guarded)
+        if key in self._seen:
+            return
+        self._seen.add(key)
+        self.seq += 1
+        entry = frame.via[0] if frame.via else None
+        event = {
+            "kind": kind,
+            "path": module.path,
+            "line": line,
+            "column": column,
+            "code": module.code(line),
+            "guarded": frame.guarded,
+            "seq": self.seq,
+            "entry": ({"path": entry.path, "line": entry.line, "code": entry.code, "call": entry.call} if entry
+                      else {"path": module.path, "line": line, "code": module.code(line), "call": None}),
+            "via": [{"function": s.call, "path": s.path, "line": s.line, "code": s.code} for s in frame.via],
+        }
+        event.update(extra)
+        self.events.append(event)
+
+    def lookup(self, name: str, frame: Frame) -> Value:
+        if name in frame.scope and name not in frame.declared_global:
+            return frame.scope[name]
+        for scope in frame.enclosing:
+            if name in scope:
+                return scope[name]
+        module = frame.module
+        if name in module.scope:
+            return module.scope[name]
+        for star in module.star_modules:
+            if name in STAR_EXPORTS.get(star, ()):
+                return QualName(f"{star}.{name}")
+        if name in BUILTIN_NAMES:
+            return QualName(f"builtins.{name}")
+        return Unknown(name)
+
+    def bind(self, target: ast.AST, value: Value, frame: Frame, line: int | None = None) -> None:
+        if frame.scope is frame.module.scope or not is_plain(value):
+            self.state_version += 1  # what a function sees may have changed: forget its memo
+        if isinstance(target, ast.Name):
+            if isinstance(value, Const) and value.origin is None:
+                value = Const(value.value, f"{target.id} = {value.text()} (line {line or target.lineno})")
+            scope = frame.module.scope if target.id in frame.declared_global else frame.scope
+            scope[target.id] = value
+        elif isinstance(target, (ast.Tuple, ast.List)):
+            loader = loaderish(value)
+            if loader is not None:  # `a, b = loader` iterates it
+                self.start_loader(loader, target, frame, "unpacking")
+            items = value.items if isinstance(value, Seq) and len(value.items) == len(target.elts) else None
+            for i, element in enumerate(target.elts):
+                if isinstance(element, ast.Starred):
+                    self.bind(element.value, Unknown(node=element), frame, line)
+                else:
+                    self.bind(element, items[i] if items else Unknown(node=element), frame, line)
+        elif isinstance(target, ast.Attribute):
+            owner = self.eval(target.value, frame)
+            if isinstance(owner, Instance):
+                owner.attrs[target.attr] = value
+            elif isinstance(owner, (ClassInfo, Module)):
+                (owner.namespace if isinstance(owner, ClassInfo) else owner.scope)[target.attr] = value
+        elif isinstance(target, ast.Subscript):
+            owner = self.eval(target.value, frame)
+            key = self.eval(target.slice, frame)
+            if isinstance(owner, Mapping_):
+                if isinstance(key, Const) and isinstance(key.value, (str, int)):
+                    owner.items[str(key.value)] = value
+                else:  # `loaders[phase] = DataLoader(...)`: some key holds it
+                    owner.open = True
+                    owner.default = join(owner.default, value) if owner.default is not None else value
+            elif isinstance(owner, Seq) and not is_plain(value):
+                owner.items.append(value)
+        elif isinstance(target, ast.Starred):
+            self.bind(target.value, Unknown(node=target), frame, line)

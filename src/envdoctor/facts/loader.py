@@ -1,0 +1,274 @@
+"""The types of the `loader` facts section: what the smoke test observed, nothing it concluded.
+
+The runner (inside/loader_runner.py) writes these shapes as JSON events;
+`envdoctor.loader.assemble` files them into a `LoaderFacts`. The verdicts —
+the bottleneck class, the knee, the recommendation and how far the machine's
+noise lets us trust it — are `LoaderVerdict`, computed from these facts by
+the rule layer (`envdoctor.rules.loader.verdict`) and added to the report's
+`loader` object as `LoaderReport`.
+"""
+from __future__ import annotations
+
+from typing import Literal, TypedDict
+
+
+class _RunBase(TypedDict):
+    num_workers: int
+    samples_per_s: float | None
+    first_batch_s: float | None
+
+
+class RunFacts(_RunBase, total=False):
+    """One timed run of the DataLoader at one num_workers."""
+
+    samples_per_s_min: float
+    samples_per_s_max: float
+    spread: float
+    steady_batches: int
+    steady_s: float
+    windows: int
+    batches: int
+    epochs: int
+    seconds: float
+    #: Share of the wall time the main process computed.
+    main_cpu: float
+    #: Per worker, shares of the wall time: computing, queued for a CPU, blocked (waiting).
+    worker_cpu: float
+    worker_runqueue: float
+    worker_blocked: float
+    #: Per worker, share of the wall time its process (every thread) computed.
+    worker_process_cpu: float
+    worker_rss_bytes: int
+    pin_memory: bool
+    persistent_workers: bool
+    epoch_s: list[float]
+    epoch_first_batch_s: list[float | None]
+
+
+class GetitemFacts(TypedDict, total=False):
+    """`__getitem__` timed in the main process (num_workers=0)."""
+
+    samples: int
+    per_sample_s: float
+    median_s: float
+    max_s: float
+    cpu_fraction: float | None
+    blocked_fraction: float | None
+    read_s: float
+    decode_s: float
+
+
+class CurrentSettings(TypedDict, total=False):
+    """The user's own DataLoader settings (defaults for a bare Dataset)."""
+
+    num_workers: int
+    prefetch_factor: int | None
+    persistent_workers: bool
+    pin_memory: bool
+    batch_size: int
+    assumed_batch_size: bool
+
+
+class FailureFacts(TypedDict, total=False):
+    """The dataset raised, hung, crashed or could not be built."""
+
+    kind: str
+    message: str
+    index: int | str | None
+    num_workers: int | None
+    where: str | None
+    exception: str | None
+    signal: str | None
+    trace: str | None
+    in_progress: dict[str, int]
+    log_tail: list[str]
+
+
+class SkipFacts(TypedDict):
+    what: str
+    reason: str
+
+
+class PersistentFacts(TypedDict, total=False):
+    num_workers: int
+    measured: bool
+    samples_per_epoch: int
+    epoch2_first_batch_s: dict[str, float | None]
+    epoch_s: dict[str, list[float] | None]
+    saving_s: float | None
+
+
+class PinFacts(TypedDict, total=False):
+    num_workers: int
+    unpinned_samples_per_s: float | None
+    pinned_samples_per_s: float | None
+    pinned_first_batch_s: float | None
+
+
+class PickleProblem(TypedDict, total=False):
+    object: str
+    type: str
+    error: str
+
+
+class PickleFacts(TypedDict, total=False):
+    start_method: str | None
+    checked: bool
+    problems: list[PickleProblem]
+
+
+class PairedWindow(TypedDict):
+    """One pair of back-to-back windows: the current setting and the candidate, in `order`."""
+
+    order: Literal["current-first", "candidate-first"]
+    current_samples_per_s: float
+    candidate_samples_per_s: float
+
+
+class PairedFacts(TypedDict, total=False):
+    """The candidate setting re-measured against the current one in interleaved, paired windows."""
+
+    current: int
+    candidate: int
+    window_s: float
+    windows: list[PairedWindow]
+    #: Why fewer pairs than planned were measured (the budget), if so.
+    cut: str | None
+
+
+class DuplicatesFacts(TypedDict, total=False):
+    """DL007: sample identities (hashes of each sample's tensors) over one bounded epoch."""
+
+    num_workers: int
+    samples_0: int
+    duplicates_0: int
+    samples_n: int
+    duplicates_n: int
+    #: The most times one sample identity was seen with workers.
+    most_repeats_n: int
+    bounded: bool
+
+
+class RngFacts(TypedDict, total=False):
+    """DL008: one index drawn twice in the main process, then first by each of two workers."""
+
+    index: int | str
+    main_differs: bool
+    workers_identical: bool | None
+    num_workers: int
+    worker_init_fn: str | None
+
+
+class RunnerFacts(TypedDict, total=False):
+    pid: int | None
+    returncode: int | None
+    killed_for: str | None
+    wall_s: float
+    peak_rss_bytes: int | None
+    memory_cap_bytes: int | None
+    shm_removed: list[str]
+
+
+class TorchInfo(TypedDict, total=False):
+    version: str
+    import_s: float
+    cuda_available: bool
+
+
+class SourceFacts(TypedDict):
+    kind: str
+
+
+class _LoaderBase(TypedDict):
+    dataset: str
+    runs: list[RunFacts]
+    skipped: list[SkipFacts]
+    batch_bytes: int | None
+    tensors_per_batch: int | None
+    worker_rss_bytes: int | None
+    current: CurrentSettings | None
+    failure: FailureFacts | None
+
+
+class LoaderFacts(_LoaderBase, total=False):
+    """The `loader` facts section: what the smoke test measured, as the runner reported it."""
+
+    source: SourceFacts
+    budget_s: float
+    step_time_s: float | None
+    #: CPUs one training process may use: the usable CPUs divided by the processes per node.
+    usable_cpus: int
+    procs_per_node: int
+    batch_size: int
+    length: int | None
+    iterable: bool
+    start_method: str | None
+    non_tensor_types: list[str]
+    sample_types: list[str]
+    getitem: GetitemFacts
+    decoding: dict[str, object]
+    persistent: PersistentFacts
+    pin_memory: PinFacts
+    pickle: PickleFacts
+    paired: PairedFacts
+    duplicates: DuplicatesFacts
+    rng: RngFacts
+    torch: TorchInfo
+    torch_probe: dict[str, object]
+    runner: RunnerFacts
+    runner_error: str | None
+    wall_s: float
+
+
+Bottleneck = Literal["getitem", "storage", "startup", "ipc", "cpu-saturated", "none"]
+Trust = Literal["gain", "loss", "too-noisy", "incomplete", "unpaired", "same"]
+
+
+class LeftOut(TypedDict):
+    num_workers: int
+    samples_per_s: float
+    worker_runqueue: float | None
+
+
+class Recommendation(TypedDict):
+    num_workers: int
+    prefetch_factor: int | None
+    persistent_workers: bool
+    pin_memory: bool
+    samples_per_s: float
+    best_samples_per_s: float
+    left_out: list[LeftOut]
+    current_samples_per_s: float | None
+    gain: float | None
+    #: The gain's 95% interval from the paired windows (candidate / current), or None unpaired.
+    gain_interval: list[float] | None
+    paired_windows: int
+    #: knee: the fewest workers within 95% of the best; step: the fewest that outrun the step; current: the
+    #: user's own kept; paired: the runner-up that beat the user's setting in the paired windows.
+    basis: Literal["knee", "step", "current", "paired"]
+    consumer_samples_per_s: float | None
+    #: What the paired re-measurement said: a real gain, a loss, too noisy to tell, not paired; or that
+    #: the budget ended before the curve up to the usable CPUs was measured (incomplete).
+    trust: Trust
+    #: With trust "incomplete": the worker counts the budget left unmeasured.
+    unmeasured: list[int]
+    #: The setting the sweep pointed at, when trust kept the user's own instead.
+    candidate_num_workers: int | None
+
+
+class LoaderVerdict(TypedDict):
+    bottleneck: Bottleneck | None
+    bottleneck_reason: str
+    knee: int | None
+    recommendation: Recommendation | None
+    consumer_samples_per_s: float | None
+
+
+class LoaderReport(LoaderFacts, total=False):
+    """The report's top-level `loader` object: the facts with the rule layer's verdict."""
+
+    bottleneck: Bottleneck | None
+    bottleneck_reason: str
+    knee: int | None
+    recommendation: Recommendation | None
+    consumer_samples_per_s: float | None

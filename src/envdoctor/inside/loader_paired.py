@@ -1,0 +1,154 @@
+"""The candidate setting re-measured against the user's own in interleaved, paired windows.
+
+Part of the standalone runner (see loader_runner.py). One sweep point is one
+stretch of time; a busy neighbour that takes the CPUs during one point and
+not another makes a gain out of nothing. So the setting the sweep points to
+(the knee, chosen by envdoctor's rule, which the plan carries) and the user's
+own setting are both kept running, and timed in alternating windows — current
+then candidate, candidate then current, … — so a neighbour slows both sides of
+a pair alike. The runner reports the windows; envdoctor computes the gain's
+interval and decides (rules/loader/verdict.py).
+"""
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from loader_session import Session
+from loader_timing import samples_in, set_timeout, shutdown
+
+#: Pairs of windows wanted, and the fewest worth reporting.
+PAIRS = 5
+MIN_PAIRS = 3
+#: Window length bounds, seconds.
+MIN_WINDOW_S = 0.25
+MAX_WINDOW_S = 0.8
+
+
+def candidate(s: Session) -> int | None:
+    """The worker count envdoctor's rule would recommend from the sweep (see rules/loader_verdict.knee)."""
+    rule = s.plan.get("knee") or {}
+    fraction, gain = float(rule.get("fraction", 0.95)), float(rule.get("worker_gain", 1.10))
+    blocked_share = float(rule.get("blocked_share", 0.5))
+    runs = [r for r in s.runs if r.get("samples_per_s")]
+
+    def computes_past_cpus(run: dict[str, Any]) -> bool:
+        cpu, blocked = run.get("worker_cpu"), run.get("worker_blocked")
+        if run["num_workers"] <= s.usable or cpu is None or blocked is None or cpu + blocked <= 0:
+            return False
+        return cpu / (cpu + blocked) >= 1 - blocked_share
+
+    runs = [r for r in runs if not computes_past_cpus(r)]
+    if not runs:
+        return None
+    best = max(r["samples_per_s"] for r in runs)
+    zero = next((r for r in runs if r["num_workers"] == 0), None)
+    if zero is not None and best < gain * zero["samples_per_s"]:
+        chosen = 0
+    else:
+        chosen = min(r["num_workers"] for r in runs if r["samples_per_s"] >= fraction * best)
+    step = s.plan.get("step_time_s")
+    if step:
+        consumer = s.batch_size / float(step)
+        floor = 1 if chosen > 0 else 0
+        fits = [r["num_workers"] for r in runs if floor <= r["num_workers"] < chosen
+                and r["samples_per_s"] >= float(rule.get("step_headroom", 1.25)) * consumer]
+        chosen = min(fits) if fits else chosen
+    return chosen
+
+
+class _Side:
+    """One of the two settings, its loader kept running between its windows."""
+
+    def __init__(self, s: Session, nw: int, timeout: float) -> None:
+        self.s = s
+        self.nw = nw
+        data = s.tracked if s.tracked is not None else s.dataset
+        self.loader = s.loader(nw, data, timeout, persistent=nw > 0)
+        self.timeout = timeout
+        self.iterator: Any = None
+        self.buffered = nw * int(s.current.get("prefetch_factor") or 2) if nw else 0
+
+    def next_batch(self) -> Any:
+        while True:
+            if self.iterator is None:
+                self.iterator = iter(self.loader)
+                set_timeout(self.iterator, self.timeout)
+            try:
+                return next(self.iterator)
+            except StopIteration:
+                self.iterator = None
+
+    def window(self, seconds: float) -> float:
+        """Samples/s over one window, after the batches its workers made while the other side ran."""
+        for _ in range(self.buffered):
+            self.next_batch()
+        start = time.perf_counter()
+        samples = 0
+        batches = 0
+        while True:
+            batch = self.next_batch()
+            samples += samples_in(batch, self.s.torch, self.s.batch_size) if self.s.auto_collation else 1
+            batches += 1
+            elapsed = time.perf_counter() - start
+            if elapsed >= seconds and batches >= max(2, self.nw):
+                return samples / elapsed
+
+    def close(self) -> None:
+        shutdown(self.iterator)
+
+
+def paired_windows(s: Session) -> None:
+    """Re-measure the candidate against the current setting in alternating windows (result `paired`)."""
+    forced = s.plan.get("pair")  # [current, candidate] given by the plan (benchmarks/bench_loader.py)
+    if (s.plan.get("workers") and not forced) or not s.runs:
+        return
+    current = int(forced[0]) if forced else int(s.current["num_workers"])
+    chosen = int(forced[1]) if forced else candidate(s)
+    measured = {r["num_workers"]: r for r in s.runs if r.get("samples_per_s")}
+    if chosen is not None and chosen == current and not forced:
+        # The sweep points at the user's own setting: check it against the runner-up, so noise that
+        # sank a better setting in its one sweep point is caught too.
+        others = [r for nw, r in measured.items() if nw != current and nw <= max(s.usable, current)]
+        chosen = max(others, key=lambda r: r["samples_per_s"])["num_workers"] if others else None
+    if chosen is None or chosen == current:
+        return
+    if current not in measured:
+        s.events.skip("paired windows", f"your num_workers={current} could not be measured in the sweep")
+        return
+    startup = sum((measured[nw].get("first_batch_s") or 0.0) for nw in {current, chosen} if nw in measured)
+    room = s.left() - startup - 0.6
+    window_s = min(MAX_WINDOW_S, room / (2 * PAIRS))
+    if window_s < MIN_WINDOW_S:
+        window_s = MIN_WINDOW_S
+        if room < 2 * MIN_PAIRS * window_s:
+            s.events.skip("paired windows", f"not enough of the budget left ({s.left():.1f} s) to re-measure "
+                          f"num_workers={chosen} against your num_workers={current}")
+            return
+    slowest = min(measured[nw]["samples_per_s"] for nw in (current, chosen))
+    timeout = max(3.0, 10 * s.batch_size / slowest)
+    # Both settings ran in the sweep under the same watch: overstaying here is the budget's end, not a hang.
+    s.guarded(max(1.0, s.left() - 0.2), f"the paired windows of num_workers={current} and {chosen}", "paired",
+              check="paired windows", num_workers=chosen)
+    sides = {"current": _Side(s, current, timeout), "candidate": _Side(s, chosen, timeout)}
+    windows: list[dict[str, Any]] = []
+    cut = None
+    try:
+        for side in sides.values():
+            side.next_batch()  # start the workers before any window
+        for k in range(PAIRS):
+            if s.left() < 2 * window_s + 0.4:
+                cut = f"the budget ended after {len(windows)} pair(s)"
+                break
+            order = ("current", "candidate") if k % 2 == 0 else ("candidate", "current")
+            rates = {name: sides[name].window(window_s) for name in order}
+            windows.append({"order": f"{order[0]}-first", "current_samples_per_s": round(rates["current"], 2),
+                            "candidate_samples_per_s": round(rates["candidate"], 2)})
+    except Exception as exc:  # the sweep ran these settings; what fails now is not a dataset finding
+        cut = f"{type(exc).__name__}: {str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ''}"
+    finally:
+        s.watchdog.disarm()
+        for side in sides.values():
+            side.close()
+    s.events.result("paired", {"current": current, "candidate": chosen, "window_s": round(window_s, 3),
+                               "windows": windows, "cut": cut})

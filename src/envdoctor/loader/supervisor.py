@@ -1,0 +1,513 @@
+"""Running the smoke test: one bounded child per stage, events read as they come.
+
+The runner (`envdoctor/inside/loader_runner.py`) does the measuring inside the
+target interpreter. This module starts it — as a script in a session of its
+own, or, for `preflight(loader=...)`, as a forked child of the training
+process — and supervises it:
+
+- a hard deadline for the whole stage (the budget plus a short grace), a
+  deadline for each phase the runner announces, and a memory cap on the
+  runner and all its workers together; whichever is overstepped, the whole
+  process group is killed, workers included;
+- every event the runner wrote is kept, so a kill loses nothing measured;
+- afterwards no process of the group survives, nor any descendant that left
+  the group for a session of its own (every descendant's pid is tracked, with
+  its start time, while the stage runs); `/dev/shm/torch_<pid>_*` segments
+  that a killed process left behind are removed, as are the other /dev/shm
+  files created during the stage that its processes had mapped — named
+  semaphores (`sem.mp-*`, which spawn and forkserver queues use) and
+  `multiprocessing.shared_memory` segments (`psm_*`);
+- SIGTERM and SIGHUP to envdoctor while the stage runs (how CI cancels a job)
+  end the stage the same way — nothing left running, no plan file left — and
+  are then delivered again to whatever handled them before.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import select
+import signal
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from envdoctor.process import kill_group
+
+RUNNER_PATH = Path(__file__).resolve().parent.parent / "inside" / "loader_runner.py"
+#: Extra seconds past the budget before the whole stage is killed.
+STAGE_GRACE_S = 3.0
+#: Extra seconds past a phase's own limit before the group is killed (the runner's watchdog goes first).
+PHASE_GRACE_S = 2.0
+#: How often the memory of the group is read (and its descendants' pids noted).
+MEMORY_POLL_S = 0.2
+#: How often the /dev/shm files the descendants map are noted.
+MAPS_POLL_S = 1.0
+#: Overrides the memory cap (bytes, or with a K/M/G suffix), mainly for tests.
+MEMORY_CAP_ENV = "ENVDOCTOR_LOADER_MEMORY_CAP"
+#: The cap never goes below this: importing torch alone takes a few hundred MiB.
+MIN_MEMORY_CAP = 1024**3
+SHM_DIR = "/dev/shm"
+_SHM_NAME = re.compile(r"^torch_(\d+)_")
+
+ProgressSink = Callable[[dict[str, Any]], None]
+
+
+@dataclass
+class StageRun:
+    """What one supervised run of the runner produced."""
+
+    events: list[dict[str, Any]] = field(default_factory=list)
+    pid: int | None = None
+    returncode: int | None = None
+    killed_for: str | None = None  # "budget", "phase", "memory" or None
+    last_phase: dict[str, Any] | None = None
+    last_index: Any = None
+    wall_s: float = 0.0
+    peak_rss_bytes: int = 0
+    memory_cap_bytes: int | None = None
+    log_tail: str = ""
+    shm_removed: list[str] = field(default_factory=list)
+    #: Every pid seen among the runner's descendants, to tell its /dev/shm segments from other processes'.
+    pids: set[int] = field(default_factory=set)
+    #: The same descendants with their start times, to kill those that left the group (setsid).
+    procs: dict[int, float] = field(default_factory=dict)
+    #: Inodes of the /dev/shm files (semaphores, shared memory) the descendants had mapped.
+    semaphores: set[int] = field(default_factory=set)
+
+    @property
+    def finished(self) -> bool:
+        return any(e.get("ev") == "done" for e in self.events)
+
+    def signal_name(self) -> str | None:
+        if self.returncode is not None and self.returncode < 0:
+            try:
+                return signal.Signals(-self.returncode).name
+            except ValueError:
+                return f"signal {-self.returncode}"
+        return None
+
+
+def parse_size(text: str) -> int:
+    """'2G', '512M', '1048576' -> bytes."""
+    text = text.strip().upper().removesuffix("B").removesuffix("I")
+    units = {"K": 1024, "M": 1024**2, "G": 1024**3, "T": 1024**4}
+    if text and text[-1] in units:
+        return int(float(text[:-1]) * units[text[-1]])
+    return int(float(text))
+
+
+def memory_cap(available_bytes: int | None) -> int | None:
+    """Half the memory available (cgroup-aware, at least 1 GiB), or the override in the environment."""
+    override = os.environ.get(MEMORY_CAP_ENV)
+    if override:
+        try:
+            return parse_size(override)
+        except ValueError:
+            pass
+    return max(int(available_bytes * 0.5), MIN_MEMORY_CAP) if available_bytes else None
+
+
+def _shm_names() -> set[str]:
+    try:
+        return set(os.listdir(SHM_DIR))
+    except OSError:
+        return set()
+
+
+def _group_rss(pid: int, seen: set[int], started: dict[int, float] | None = None) -> int:
+    """Private resident memory of a process and all its descendants; records their pids.
+
+    File-backed and shared-memory pages (the libraries every forked worker maps,
+    batches in /dev/shm) are left out, so N workers are not counted as N copies
+    of torch; what a dataset allocates is anonymous memory and counts in full.
+    """
+    import psutil
+
+    try:
+        root = psutil.Process(pid)
+        family = [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return 0
+    total = 0
+    for proc in family:
+        try:
+            info = proc.memory_info()
+            total += max(0, info.rss - getattr(info, "shared", 0))
+            seen.add(proc.pid)
+            if started is not None and proc.pid not in started:
+                started[proc.pid] = proc.create_time()
+        except psutil.Error:
+            continue
+    return total
+
+
+def _mapped_shm(pids: set[int]) -> set[int]:
+    """Inodes of the /dev/shm files (named semaphores, shared memory segments) these processes have mapped.
+
+    Inodes, not names: sem_open creates a semaphore under a temporary name,
+    maps it, then links it to its real name, so the mapping shows the
+    temporary name (deleted) while the file left in /dev/shm has the real one.
+    """
+    inodes: set[int] = set()
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/maps", encoding="utf-8", errors="replace") as fh:
+                for line in fh:
+                    if " /dev/shm/" in line:
+                        fields = line.split()
+                        if len(fields) >= 6 and fields[4].isdigit():
+                            inodes.add(int(fields[4]))
+        except OSError:
+            continue
+    return inodes
+
+
+def _kill(outcome: StageRun, pid: int) -> None:
+    """Kill the whole group, and every descendant seen that left it for a session of its own; first note
+    the /dev/shm files they map (semaphores, shared memory): killed, nobody unlinks them."""
+    _group_rss(pid, outcome.pids, outcome.procs)
+    outcome.semaphores |= _mapped_shm(outcome.pids | {pid})
+    kill_group(pid)
+    _kill_tracked(outcome.procs)
+
+
+def _kill_tracked(procs: dict[int, float]) -> None:
+    """SIGKILL each tracked process that still runs and is the one we saw (same start time)."""
+    import psutil
+
+    for tracked, started in procs.items():
+        try:
+            proc = psutil.Process(tracked)
+            if abs(proc.create_time() - started) < 0.01:
+                proc.kill()
+        except psutil.Error:
+            continue
+
+
+def _tracked_alive(procs: dict[int, float]) -> bool:
+    import psutil
+
+    for tracked, started in procs.items():
+        try:
+            proc = psutil.Process(tracked)
+            if abs(proc.create_time() - started) < 0.01 and proc.status() != psutil.STATUS_ZOMBIE:
+                return True
+        except psutil.Error:
+            continue
+    return False
+
+
+def _reap(pid: int, wait_s: float) -> int | None:
+    """Wait up to wait_s for the child to end; its returncode (negative: a signal)."""
+    end = time.monotonic() + wait_s
+    while True:
+        try:
+            done, status = os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            return None
+        if done:
+            return os.waitstatus_to_exitcode(status)
+        if time.monotonic() >= end:
+            return None
+        time.sleep(0.01)
+
+
+def _start_script(plan: dict[str, Any], interpreter: str, write_fd: int, log: Any, cwd: str | None) -> int:
+    import subprocess
+
+    from envdoctor.facts.torch import probe_environment
+
+    plan_file = tempfile.NamedTemporaryFile("w", suffix=".json", prefix="envdoctor-plan-", delete=False)
+    plan["_plan_file"] = plan_file.name  # run_stage removes it, also when the interpreter cannot start
+    with plan_file:
+        json.dump({k: v for k, v in plan.items() if k != "_plan_file"} | {"event_fd": write_fd}, plan_file)
+    proc = subprocess.Popen(
+        [interpreter, "-B", str(RUNNER_PATH), plan_file.name],
+        stdin=subprocess.DEVNULL, stdout=log, stderr=log, pass_fds=(write_fd,),
+        # probe_environment(): quiet, plus the threadpoolctl the torch probe may borrow.
+        start_new_session=True, env=probe_environment(), cwd=cwd,
+    )
+    # The Popen object is dropped: the child is reaped with waitpid below, like a forked one.
+    proc.returncode = 0
+    return proc.pid
+
+
+def _start_fork(plan: dict[str, Any], write_fd: int, read_fd: int, log: Any, objects: dict[str, Any]) -> int:
+    """Run the runner in a forked child of this process: the user's own objects, as they are."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    pid = os.fork()
+    if pid:
+        return pid
+    # The child: a session of its own, output to the log, then the runner, then out.
+    code = 70
+    try:
+        os.setsid()
+        os.close(read_fd)
+        os.dup2(log.fileno(), 1)
+        os.dup2(log.fileno(), 2)
+        probes = str(RUNNER_PATH.parent)
+        if probes not in sys.path:
+            sys.path.insert(0, probes)
+        import loader_runner
+
+        loader_runner.run_plan({**plan, "event_fd": write_fd}, loader_runner.Events(write_fd),
+                               objects["dataset"], objects["kwargs"], objects["description"])
+        code = 0
+    except BaseException:
+        import traceback
+
+        traceback.print_exc()
+    finally:
+        os._exit(code)
+
+
+class StageInterrupted(BaseException):
+    """SIGTERM or SIGHUP arrived while the stage ran (a BaseException: no `except Exception` swallows it)."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(f"signal {signum}")
+        self.signum = signum
+
+
+#: Signals that end the stage cleanly, then reach whatever handled them before.
+STAGE_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+
+
+@contextlib.contextmanager
+def _signals_end_the_stage() -> Iterator[None]:
+    """While the stage runs, SIGTERM/SIGHUP raise StageInterrupted (so its cleanup runs); afterwards the
+    signal is delivered again under the handler that was there before (by default: the process ends)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum: int, frame: Any) -> None:
+        raise StageInterrupted(signum)
+
+    previous = {sig: signal.signal(sig, interrupt) for sig in STAGE_SIGNALS}
+    try:
+        yield
+    except StageInterrupted as stop:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        previous = {}
+        signal.raise_signal(stop.signum)
+        raise
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def run_stage(plan: dict[str, Any], *, interpreter: str | None = None, objects: dict[str, Any] | None = None,
+              budget_s: float, cwd: str | None = None, available_bytes: int | None = None,
+              progress: ProgressSink | None = None) -> StageRun:
+    """Start the runner, follow its events, enforce every limit, leave nothing behind."""
+    with _signals_end_the_stage():
+        return _run_stage(plan, interpreter=interpreter, objects=objects, budget_s=budget_s, cwd=cwd,
+                          available_bytes=available_bytes, progress=progress)
+
+
+def _run_stage(plan: dict[str, Any], *, interpreter: str | None, objects: dict[str, Any] | None,
+               budget_s: float, cwd: str | None, available_bytes: int | None,
+               progress: ProgressSink | None) -> StageRun:
+    outcome = StageRun(memory_cap_bytes=memory_cap(available_bytes))
+    shm_before = _shm_names()
+    read_fd, write_fd = os.pipe()
+    log = tempfile.TemporaryFile("w+", prefix="envdoctor-loader-")
+    start = time.monotonic()
+    pid = None
+    try:
+        if objects is not None:
+            pid = _start_fork(plan, write_fd, read_fd, log, objects)
+        else:
+            assert interpreter is not None
+            pid = _start_script(plan, interpreter, write_fd, log, cwd)
+        outcome.pid = pid
+        os.close(write_fd)
+        write_fd = -1
+        _follow(outcome, pid, read_fd, start + budget_s + STAGE_GRACE_S, progress)
+    finally:
+        # A SIGTERM now must not cut the cleanup short: it waits until everything is gone.
+        blocked = _block_stage_signals()
+        if write_fd >= 0:
+            os.close(write_fd)
+        if pid is not None:
+            _kill(outcome, pid)
+            code = _reap(pid, 5.0)
+            if outcome.returncode is None:
+                outcome.returncode = code
+            outcome.pids.add(pid)
+            _wait_group_gone(pid, outcome.procs)
+            outcome.shm_removed = _clean_shm(shm_before, outcome.pids, outcome.semaphores)
+        os.close(read_fd)
+        log.seek(0)
+        outcome.log_tail = log.read()[-4000:]
+        log.close()
+        plan_file = plan.pop("_plan_file", None)
+        if plan_file:
+            try:
+                os.unlink(plan_file)
+            except OSError:
+                pass
+        outcome.wall_s = time.monotonic() - start
+        if blocked:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, STAGE_SIGNALS)
+    return outcome
+
+
+def _block_stage_signals() -> bool:
+    if threading.current_thread() is not threading.main_thread():
+        return False
+    signal.pthread_sigmask(signal.SIG_BLOCK, STAGE_SIGNALS)
+    return True
+
+
+def _follow(outcome: StageRun, pid: int, read_fd: int, hard_deadline: float,
+            progress: ProgressSink | None) -> None:
+    pending = b""
+    phase_deadline: float | None = None
+    next_poll = 0.0
+    next_maps = 0.0
+    while True:
+        now = time.monotonic()
+        ready, _, _ = select.select([read_fd], [], [], 0.05)
+        closed = False
+        if ready:
+            data = os.read(read_fd, 1 << 16)
+            closed = not data  # every writer is gone: the runner (and its workers) ended
+            if data:
+                pending += data
+                *lines, pending = pending.split(b"\n")
+                for line in lines:
+                    try:
+                        event = json.loads(line)
+                    except ValueError:
+                        continue
+                    outcome.events.append(event)
+                    kind = event.get("ev")
+                    if kind == "phase":
+                        outcome.last_phase = event
+                        phase_deadline = time.monotonic() + float(event.get("limit_s") or 0) + PHASE_GRACE_S
+                    elif kind == "index":
+                        outcome.last_index = event.get("i")
+                    if progress is not None:
+                        try:
+                            progress(event)
+                        except Exception:
+                            pass  # a broken display must not break the measurement
+        if outcome.finished:
+            outcome.returncode = _reap(pid, 2.0)
+            return
+        if closed:
+            outcome.returncode = _reap(pid, 2.0)
+            if outcome.returncode is None:  # it closed the pipe yet lives on: end it
+                _kill(outcome, pid)
+                outcome.returncode = _reap(pid, 2.0)
+            _drain(outcome, read_fd, pending, progress)
+            return
+        if not ready:
+            try:
+                done, status = os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                done, status = pid, 0
+            if done:
+                outcome.returncode = os.waitstatus_to_exitcode(status)
+                _drain(outcome, read_fd, pending, progress)
+                return
+        if now > hard_deadline:
+            outcome.killed_for = "budget"
+            _kill(outcome, pid)
+            return
+        if phase_deadline is not None and now > phase_deadline:
+            outcome.killed_for = "phase"
+            _kill(outcome, pid)
+            return
+        if now >= next_poll:
+            # Also collects the group's pids, so its leftover /dev/shm segments can be told apart.
+            next_poll = now + MEMORY_POLL_S
+            rss = _group_rss(pid, outcome.pids, outcome.procs)
+            if now >= next_maps:
+                # Shared memory a worker creates and is killed holding: noted while it is mapped.
+                next_maps = now + MAPS_POLL_S
+                outcome.semaphores |= _mapped_shm(outcome.pids)
+            outcome.peak_rss_bytes = max(outcome.peak_rss_bytes, rss)
+            if outcome.memory_cap_bytes and rss > outcome.memory_cap_bytes:
+                outcome.killed_for = "memory"
+                _kill(outcome, pid)
+                return
+
+
+def _drain(outcome: StageRun, read_fd: int, pending: bytes, progress: ProgressSink | None) -> None:
+    """Events written just before the runner ended."""
+    while True:
+        ready, _, _ = select.select([read_fd], [], [], 0)
+        if not ready:
+            break
+        data = os.read(read_fd, 1 << 16)
+        if not data:
+            break
+        pending += data
+    for line in pending.split(b"\n"):
+        try:
+            event = json.loads(line)
+        except ValueError:
+            continue
+        outcome.events.append(event)
+        if event.get("ev") == "index":
+            outcome.last_index = event.get("i")
+        if progress is not None:
+            try:
+                progress(event)
+            except Exception:
+                pass
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _wait_group_gone(pgid: int, procs: dict[int, float] | None = None, wait_s: float = 3.0) -> None:
+    """Killed processes take a moment to go; orphans are reaped by init, not by us."""
+    end = time.monotonic() + wait_s
+    while (_group_alive(pgid) or (procs and _tracked_alive(procs))) and time.monotonic() < end:
+        kill_group(pgid)
+        if procs:
+            _kill_tracked(procs)
+        time.sleep(0.02)
+
+
+def _inode(name: str) -> int | None:
+    try:
+        return os.stat(os.path.join(SHM_DIR, name)).st_ino
+    except OSError:
+        return None
+
+
+def _clean_shm(before: set[str], pids: set[int], semaphores: set[int] | frozenset[int] = frozenset()) -> list[str]:
+    """Remove torch segments that processes of the killed group created and left, and the /dev/shm files
+    (named semaphores, shared memory segments; by inode) that appeared during the stage and that its
+    processes had mapped."""
+    removed = []
+    for name in sorted(_shm_names() - before):
+        match = _SHM_NAME.match(name)
+        if (match and int(match.group(1)) in pids) or _inode(name) in semaphores:
+            try:
+                os.unlink(os.path.join(SHM_DIR, name))
+                removed.append(name)
+            except OSError:
+                pass
+    return removed

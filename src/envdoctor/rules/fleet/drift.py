@@ -1,0 +1,207 @@
+"""What differs across the nodes of a fleet: pure comparisons of node records.
+
+The FLT rules and the side-by-side view both ask these functions, so the
+findings and the table always agree. Each function takes the `fleet` facts
+(`{"nodes": [node record, ...], ...}`, see `envdoctor.facts.fleet`) and
+returns plain dicts; nothing here prints or gathers.
+
+Which value is "right" is decided the way an operator would: the value most
+nodes have; on a tie, the newer version or the larger limit. The other nodes
+are the odd ones out, and the fix is written for them.
+"""
+from __future__ import annotations
+
+import re
+import statistics
+from collections import Counter
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # pragma: no cover
+    from envdoctor.facts.fleet import FleetFacts
+
+from envdoctor.facts.fleet import FIELDS, UNLIMITED, Field, NodeRecord
+from envdoctor.versions import sortable_version
+
+#: Sizes that wobble a little between identical machines (memory the kernel
+#: reserves, /dev/shm as half of RAM) differ only beyond this fraction.
+SIZE_TOLERANCE = 0.10
+#: A node is a straggler when its speed is below this fraction of the others' median.
+STRAGGLER_RATIO = 0.7
+
+#: Packages compared through their own fields (torch, numpy), or named
+#: differently by conda and pip, are left out of the generic package comparison.
+_OWN_FIELDS = {"torch", "pytorch", "numpy", "python"}
+
+
+def _canonical(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def nodes_of(fleet: FleetFacts) -> list[NodeRecord]:
+    return [n for n in fleet.get("nodes") or [] if isinstance(n, Mapping)]
+
+
+def _size_key(value: Any) -> float:
+    return float("inf") if value == UNLIMITED else float(value)
+
+
+def _preferred(values: Iterable[Any], kind: str) -> Any:
+    """The value most nodes have; on a tie the newest version or the largest limit."""
+    counts = Counter(values)
+    top = max(counts.values())
+    tied = [v for v, c in counts.items() if c == top]
+    if kind == "version":
+        return max(tied, key=sortable_version)
+    if kind in ("count", "bytes"):
+        return max(tied, key=_size_key)
+    return min(tied, key=str)
+
+
+def _same(a: Any, b: Any, kind: str) -> bool:
+    if kind == "bytes" and a != UNLIMITED and b != UNLIMITED:
+        high = max(float(a), float(b))
+        return high == 0 or abs(float(a) - float(b)) / high <= SIZE_TOLERANCE
+    return a == b
+
+
+def _field_drift(nodes: list[NodeRecord], fld: Field) -> dict[str, Any] | None:
+    per_node = {n["node"]: n["values"][fld.key] for n in nodes if fld.key in (n.get("values") or {})}
+    if len(per_node) < 2:
+        return None
+    preferred = _preferred(per_node.values(), fld.kind)
+    odd = [node for node, value in per_node.items() if not _same(value, preferred, fld.kind)]
+    if not odd:
+        return None
+    return {
+        "key": fld.key,
+        "label": fld.label,
+        "group": fld.group,
+        "kind": fld.kind,
+        "values": per_node,
+        "preferred": preferred,
+        "preferred_nodes": [node for node in per_node if node not in odd],
+        "odd_nodes": odd,
+        "not_known_on": [n["node"] for n in nodes if n["node"] not in per_node],
+    }
+
+
+def value_drift(fleet: FleetFacts, group: str) -> list[dict[str, Any]]:
+    """Each field of `group` ("core", "version", "limit") whose value differs across nodes."""
+    nodes = nodes_of(fleet)
+    found = []
+    for fld in FIELDS:
+        if fld.group == group and fld.kind != "rate" and fld.kind != "bytes-rate":
+            drift = _field_drift(nodes, fld)
+            if drift:
+                found.append(drift)
+    return found
+
+
+def package_drift(fleet: FleetFacts) -> dict[str, list[dict[str, Any]]]:
+    """Packages at different versions ("versions") and packages on some nodes only ("presence").
+
+    Python distributions are compared first; conda records add the packages
+    that have no distribution (libraries such as nccl or cudatoolkit).
+    """
+    nodes = nodes_of(fleet)
+    versions: list[dict[str, Any]] = []
+    presence: list[dict[str, Any]] = []
+    pip: dict[str, dict[str, str | None]] = {
+        n["node"]: dict(found) for n in nodes if (found := n.get("packages")) is not None}
+    conda: dict[str, dict[str, str | None]] = {
+        n["node"]: {name: rec.get("version") for name, rec in records.items()}
+        for n in nodes if (records := n.get("conda")) is not None}
+    sources = {"pip": pip, "conda": conda}
+    # conda spells some names with "_" where the distribution has "-": compare them canonically.
+    pip_names = {_canonical(name) for table in sources["pip"].values() for name in table}
+    for source, tables in sources.items():
+        if len(tables) < 2:
+            continue
+        names = sorted({name for table in tables.values() for name in table})
+        for name in names:
+            if name in _OWN_FIELDS or (source == "conda" and _canonical(name) in pip_names):
+                continue
+            present = {node: table[name] for node, table in tables.items() if name in table}
+            absent = [node for node in tables if node not in present]
+            if absent:
+                presence.append({"package": name, "source": source, "present_on": present,
+                                 "absent_on": absent,
+                                 "majority": "present" if len(present) >= len(absent) else "absent"})
+                continue
+            distinct = set(present.values())
+            if len(distinct) > 1:
+                preferred = _preferred(present.values(), "version")
+                versions.append({"package": name, "source": source, "values": present,
+                                 "preferred": preferred,
+                                 "odd_nodes": [n for n, v in present.items() if v != preferred]})
+    return {"versions": versions, "presence": presence}
+
+
+def channel_drift(fleet: FleetFacts) -> list[dict[str, Any]]:
+    """Conda packages installed from different channels on different nodes."""
+    tables = {n["node"]: records for n in nodes_of(fleet) if (records := n.get("conda")) is not None}
+    found = []
+    names = sorted({name for table in tables.values() for name in table})
+    for name in names:
+        channels = {node: table[name]["channel"] for node, table in tables.items()
+                    if name in table and table[name].get("channel")}
+        if len(set(channels.values())) < 2:
+            continue
+        preferred = _preferred(channels.values(), "channel")
+        found.append({
+            "package": name,
+            "channels": channels,
+            "versions": {node: tables[node][name].get("version") for node in channels},
+            "preferred": preferred,
+            "odd_nodes": [n for n, c in channels.items() if c != preferred],
+        })
+    return found
+
+
+def stragglers(fleet: FleetFacts) -> list[dict[str, Any]]:
+    """Nodes whose measured loader or disk speed is well below the other nodes' median."""
+    nodes = nodes_of(fleet)
+    found = []
+    for fld in FIELDS:
+        if fld.group != "throughput":
+            continue
+        per_node = {n["node"]: float(n["values"][fld.key]) for n in nodes
+                    if isinstance((n.get("values") or {}).get(fld.key), (int, float))}
+        if len(per_node) < 2:
+            continue
+        for node, value in per_node.items():
+            # The median of the *other* nodes: with two nodes, the plain median
+            # would be half made of the straggler itself.
+            others = statistics.median(v for n, v in per_node.items() if n != node)
+            if others > 0 and value < STRAGGLER_RATIO * others:
+                found.append({"key": fld.key, "label": fld.label, "kind": fld.kind, "node": node,
+                              "value": value, "median_of_others": others,
+                              "ratio": round(value / others, 3), "values": per_node})
+    return found
+
+
+def not_compared(fleet: FleetFacts) -> list[dict[str, Any]]:
+    """The fields that could not be compared, and on which nodes their facts were missing."""
+    nodes = nodes_of(fleet)
+    if len(nodes) < 2:
+        return [{"key": "everything", "label": "everything", "missing_on": [],
+                 "reason": f"{len(nodes)} usable report{'s' if len(nodes) != 1 else ''}: "
+                           "comparing needs at least two"}]
+    notes = []
+    for fld in FIELDS:
+        known = [n["node"] for n in nodes if fld.key in (n.get("values") or {})]
+        if len(known) == len(nodes):
+            continue
+        missing = [n["node"] for n in nodes if n["node"] not in known]
+        sections = " or ".join(fld.sections)
+        # A section can be there without this value (a CPU-only torch has no NCCL).
+        reason = (f"no report records it in its {sections} facts" if not known
+                  else f"only {len(known)} of {len(nodes)} reports record it in their {sections} facts")
+        notes.append({"key": fld.key, "label": fld.label, "missing_on": missing, "reason": reason})
+    pip = [n["node"] for n in nodes if isinstance(n.get("packages"), Mapping)]
+    if len(pip) < 2:
+        notes.append({"key": "packages", "label": "packages",
+                      "missing_on": [n["node"] for n in nodes if n["node"] not in pip],
+                      "reason": f"{len(pip)} of {len(nodes)} reports list their packages"})
+    return notes

@@ -1,0 +1,557 @@
+"""The loader verdict: which bottleneck, which settings, and how far the machine's noise lets us trust them.
+
+Pure functions of the `loader` facts (no processes, no clocks), so the
+verdict can be tested on recorded numbers as well as on live runs. The DL
+rules read it through `loader_verdict(facts)`, and the engine puts the same
+verdict into the report's `loader` object (`report_section`), so it is
+decided in this one place.
+
+The bottleneck classes are one predicate each, tried in this order (the
+first that holds names the class):
+
+- none: a step time is known and the loader outruns the step;
+- startup: worker start-up takes over half the time of an epoch's loading;
+- ipc: `__getitem__` is a minor share of what a sample costs at
+  num_workers=0 (collating and moving batches is the cost), or workers do not
+  beat num_workers=0 and moving samples costs more CPU than making them (or
+  the workers sit idle while the main process unpacks): large cheap samples
+  are IPC-bound whatever CPU the copies burn;
+- cpu-saturated: workers do not beat num_workers=0 because every usable CPU is
+  busy computing samples (by the loader or by other processes);
+- storage: `__getitem__` mostly waits (reads, the network) or raw reads
+  outweigh decoding;
+- cpu-saturated: the knee uses every usable CPU, or workers queued for one;
+- getitem: workers help, samples cost CPU and the CPUs are not all busy.
+
+None when nothing measured tells the causes apart.
+
+The recommendation is the knee (the fewest workers within 95% of the best),
+or with a step time the fewest workers that outrun the step. When the runner
+re-measured it against the user's own setting in interleaved, paired windows
+(`paired`), the gain carries a 95% interval, and a change is recommended only
+when that interval says it wins: a loss, or an interval that does not exclude
+"no gain", keeps the user's setting (trust "loss" / "too-noisy").
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any, cast
+
+from envdoctor.facts.loader import (
+    Bottleneck,
+    CurrentSettings,
+    GetitemFacts,
+    LeftOut,
+    LoaderFacts,
+    LoaderReport,
+    LoaderVerdict,
+    PairedFacts,
+    Recommendation,
+    RunFacts,
+    Trust,
+)
+
+#: A setting "reaches" the best throughput at this fraction of it.
+KNEE_FRACTION = 0.95
+#: Workers must beat num_workers=0 by this factor to count as a gain.
+WORKER_GAIN = 1.10
+#: Workers below this share of num_workers=0 lose to it outright.
+WORKER_LOSS = 0.9
+#: Start-up counts as the bottleneck above this share of an epoch's loading time.
+STARTUP_SHARE = 0.5
+#: Below this, start-up is too small to mention whatever its share.
+STARTUP_FLOOR_S = 0.25
+#: `__getitem__` that is blocked (not running, not waiting for a CPU) this much of its time waits on I/O.
+BLOCKED_SHARE = 0.5
+#: The CPUs count as all busy at this fraction of the usable CPUs.
+CPU_BUSY_SHARE = 0.8
+#: Workers computing or queued for a CPU this share of the time are not idle on IPC.
+WORKER_BUSY_SHARE = 0.6
+#: Workers queued for a CPU this share of the time find the CPUs taken.
+CPU_WAIT_SHARE = 0.25
+#: With a step time, a setting must deliver this multiple of what the step consumes (jitter, epoch starts).
+STEP_HEADROOM = 1.25
+#: Samples cost this many times more CPU with workers than without: the handover is the work (IPC).
+HANDOVER_FACTOR = 2.0
+#: `__getitem__` below this share of a sample's cost at num_workers=0: batches, not samples, cost the time.
+GETITEM_MINOR_SHARE = 0.25
+#: A candidate with fewer workers than the current setting may lose this much (fewer processes for it).
+FEWER_WORKERS_TOLERANCE = KNEE_FRACTION
+#: The knee's rule as the runner applies it to choose the setting it re-measures in paired windows.
+KNEE_RULE = {"fraction": KNEE_FRACTION, "worker_gain": WORKER_GAIN, "step_headroom": STEP_HEADROOM,
+             "blocked_share": BLOCKED_SHARE}
+#: Two-sided 95% quantiles of Student's t by degrees of freedom (the paired windows are few).
+T95 = {1: 12.71, 2: 4.30, 3: 3.18, 4: 2.78, 5: 2.57, 6: 2.45, 7: 2.36, 8: 2.31, 9: 2.26, 10: 2.23}
+
+
+def measured_runs(section: LoaderFacts) -> list[RunFacts]:
+    return sorted((r for r in section["runs"] if r["samples_per_s"]), key=lambda r: r["num_workers"])
+
+
+def _rate(run: RunFacts) -> float:
+    return run["samples_per_s"] or 0.0
+
+
+def computing_share(run: RunFacts) -> float | None:
+    """Of the time a worker was not queued for a CPU, the share it computed (the rest it waited).
+
+    Queueing is left out: on busy CPUs it grows with the number of workers and
+    says nothing of whether a worker, given a CPU, computes or waits.
+    """
+    cpu, blocked = run.get("worker_cpu"), run.get("worker_blocked")
+    if cpu is None or blocked is None or cpu + blocked <= 0:
+        return None
+    return cpu / (cpu + blocked)
+
+
+def computes_past_cpus(run: RunFacts, usable_cpus: int | None) -> bool:
+    """More workers than usable CPUs, and workers that compute rather than wait.
+
+    Such a run can only beat the usable CPUs' worth of workers by taking CPU
+    time from other processes (the training process among them), or by noise:
+    it is never a setting to recommend. Unknown worker accounting counts as
+    waiting, so nothing is excluded on no evidence.
+    """
+    if not usable_cpus or run["num_workers"] <= usable_cpus:
+        return False
+    share = computing_share(run)
+    return share is not None and share >= 1 - BLOCKED_SHARE
+
+
+def eligible_runs(runs: list[RunFacts], usable_cpus: int | None) -> list[RunFacts]:
+    """The runs a recommendation may be drawn from (see computes_past_cpus)."""
+    return [r for r in runs if not computes_past_cpus(r, usable_cpus)]
+
+
+def knee(runs: list[RunFacts], usable_cpus: int | None = None) -> RunFacts | None:
+    """The run with the fewest workers that reaches ~95% of the best throughput.
+
+    Workers that do not beat num_workers=0 by 10% are not worth their processes,
+    whatever the noise put first: then the knee is num_workers=0.
+    """
+    runs = eligible_runs(runs, usable_cpus)
+    if not runs:
+        return None
+    zero = next((r for r in runs if r["num_workers"] == 0), None)
+    best = max(_rate(r) for r in runs)
+    if zero is not None and best < WORKER_GAIN * _rate(zero):
+        return zero
+    return min((r for r in runs if _rate(r) >= KNEE_FRACTION * best), key=lambda r: r["num_workers"])
+
+
+def startup_cost(run: RunFacts, batch_size: int) -> float | None:
+    """Seconds the first batch took beyond what one batch costs in steady state."""
+    first, rate = run["first_batch_s"], run["samples_per_s"]
+    if first is None or not rate:
+        return None
+    # Each of N workers makes a whole batch, so in steady state one batch takes N × batch / rate.
+    return max(0.0, first - batch_size * max(1, run["num_workers"]) / rate)
+
+
+def _worker_busy(run: RunFacts) -> float:
+    """Share of the time a worker computed or waited for a CPU."""
+    return run.get("worker_cpu", 0.0) + run.get("worker_runqueue", 0.0)
+
+
+def cpu_per_sample(run: RunFacts) -> float | None:
+    """CPU seconds the loader (main process and workers together) spent on one sample in this run."""
+    rate = run["samples_per_s"]
+    if not rate or "main_cpu" not in run:
+        return None
+    if run["num_workers"] and "worker_cpu" not in run:
+        return None
+    workers = run.get("worker_process_cpu", run.get("worker_cpu", 0.0))
+    return (run["main_cpu"] + run["num_workers"] * workers) / rate
+
+
+# ---------------------------------------------------------------------------
+# The classes, one predicate each. Each takes the evidence and returns a reason or None.
+
+
+class Evidence:
+    """What the predicates share: the measured runs and the setting they judge."""
+
+    def __init__(self, section: LoaderFacts, usable_cpus: int, step_time_s: float | None) -> None:
+        self.section = section
+        self.usable = usable_cpus
+        self.step_time_s = step_time_s
+        self.runs = measured_runs(section)
+        self.batch_size = int(section.get("batch_size") or 1)
+        self.getitem: GetitemFacts = section.get("getitem", {})
+        chosen = knee(self.runs, usable_cpus)
+        assert chosen is not None
+        self.chosen: RunFacts = chosen
+        self.zero = next((r for r in self.runs if r["num_workers"] == 0), None)
+        self.workers = [r for r in eligible_runs(self.runs, usable_cpus) if r["num_workers"] > 0]
+        self.best_worker = max(self.workers, key=_rate) if self.workers else None
+
+    def workers_lose(self) -> bool:
+        """Conclusively, workers do not beat num_workers=0 (in the best worker run's fastest window too)."""
+        zero, best = self.zero, self.best_worker
+        if zero is None or best is None:
+            return False
+        # One worker at best matches num_workers=0; only losing to it, or failing with several, says so.
+        conclusive = _rate(best) < WORKER_LOSS * _rate(zero) or any(r["num_workers"] >= 2 for r in self.workers)
+        best_window = best.get("samples_per_s_max") or _rate(best)
+        return conclusive and best_window < WORKER_GAIN * _rate(zero)
+
+
+def is_no_bottleneck(ev: Evidence) -> str | None:
+    if not ev.step_time_s:
+        return None
+    consumer = ev.batch_size / ev.step_time_s
+    rate = _rate(ev.chosen)
+    if rate < consumer:
+        return None
+    return (f"the loader delivers {rate:.0f} samples/s with num_workers={ev.chosen['num_workers']}, "
+            f"more than the {consumer:.0f} samples/s a {ev.step_time_s:g} s step consumes")
+
+
+def is_startup_bound(ev: Evidence) -> str | None:
+    length = ev.section.get("length")
+    if not length or ev.chosen["num_workers"] == 0:
+        return None
+    startup = startup_cost(ev.chosen, ev.batch_size) or 0.0
+    epoch_load = length / _rate(ev.chosen)
+    if startup >= STARTUP_FLOOR_S and startup >= STARTUP_SHARE * (startup + epoch_load):
+        return (f"starting {ev.chosen['num_workers']} worker(s) takes {startup:.2f} s while loading "
+                f"an epoch of {length} samples takes {epoch_load:.2f} s in steady state")
+    return None
+
+
+def handover_ratio(ev: Evidence) -> float | None:
+    """CPU per sample with the best worker setting over CPU per sample with num_workers=0."""
+    if ev.zero is None or ev.best_worker is None:
+        return None
+    alone, moved = cpu_per_sample(ev.zero), cpu_per_sample(ev.best_worker)
+    if alone is None or moved is None or alone <= 0:
+        return None
+    return moved / alone
+
+
+def _computing_and_busy(ev: Evidence) -> tuple[bool, float]:
+    computing = (ev.getitem.get("cpu_fraction") or 0) >= 0.5
+    busy = max((_worker_busy(r) for r in ev.workers if "worker_cpu" in r), default=0.0)
+    return computing and (ev.usable <= 1 or busy >= WORKER_BUSY_SHARE), busy
+
+
+def getitem_share(ev: Evidence) -> float | None:
+    """Of the wall time num_workers=0 spends on one sample, the share `__getitem__` takes (the rest is
+    collating, copying and handing the batch on)."""
+    per_sample = ev.getitem.get("median_s") or ev.getitem.get("per_sample_s")
+    if ev.zero is None or not per_sample or not ev.zero["samples_per_s"]:
+        return None
+    return per_sample * ev.zero["samples_per_s"]
+
+
+def is_ipc_bound(ev: Evidence) -> str | None:
+    share = getitem_share(ev)
+    if share is not None and share < GETITEM_MINOR_SHARE:
+        # Whatever workers do to the curve (on CPUs others hold, more processes take more CPU), the time
+        # is not in __getitem__: it is in building and moving batches.
+        assert ev.zero is not None
+        batch_bytes = ev.section.get("batch_bytes")
+        size = f" of {batch_bytes / 2**20:.1f} MiB" if batch_bytes else ""
+        return (f"__getitem__ takes {share:.0%} of the {1e3 / _rate(ev.zero):.2f} ms each sample costs with "
+                f"num_workers=0: the time goes into collating and moving batches{size}, not into making samples")
+    if not ev.workers_lose():
+        return None
+    assert ev.zero is not None and ev.best_worker is not None
+    ratio = handover_ratio(ev)
+    saturated, _ = _computing_and_busy(ev)
+    if ratio is not None and ratio < HANDOVER_FACTOR and saturated:
+        return None  # the samples cost what they cost: the CPUs are short (cpu-saturated)
+    if ratio is None and saturated:
+        return None
+    best, zero = ev.best_worker, ev.zero
+    detail = (f"; with workers each sample costs {ratio:.1f}× the CPU it costs made in the main process, "
+              "so the time goes into moving samples, not making them" if ratio is not None and
+              ratio >= HANDOVER_FACTOR else "; the workers sit idle while batches are handed over")
+    bytes_text = ""
+    batch_bytes = ev.section.get("batch_bytes")
+    if batch_bytes:
+        bytes_text = f" ({batch_bytes / 2**20:.1f} MiB a batch)"
+    return (f"the best worker setting (num_workers={best['num_workers']}, {_rate(best):.0f} samples/s) does not "
+            f"beat num_workers=0 ({_rate(zero):.0f} samples/s): handing batches{bytes_text} between processes "
+            f"costs more than making them" + detail)
+
+
+def is_cpu_saturated_without_gain(ev: Evidence) -> str | None:
+    if not ev.workers_lose():
+        return None
+    saturated, busy = _computing_and_busy(ev)
+    if not saturated:
+        return None
+    queued = max((r for r in ev.workers if "worker_cpu" in r), key=lambda r: r.get("worker_runqueue", 0.0),
+                 default=None)
+    waited = queued.get("worker_runqueue", 0.0) if queued else 0.0
+    return ("workers cannot beat num_workers=0: __getitem__ computes and "
+            + ("there is a single usable CPU" if ev.usable <= 1 else
+               f"the workers were computing or waiting for a CPU {busy:.0%} of the time"
+               + (f" (with num_workers={queued['num_workers']} waiting {waited:.0%})" if queued and waited else "")
+               + ": the usable CPUs are taken, by the workers or by other processes"))
+
+
+def is_storage_bound(ev: Evidence) -> str | None:
+    getitem = ev.getitem
+    blocked = getitem.get("blocked_fraction")
+    read_s, decode_s = getitem.get("read_s"), getitem.get("decode_s")
+    cpu_share = getitem.get("cpu_fraction")
+    # Blocked against computing, leaving out time spent queued for a busy CPU (which dilutes both).
+    waits = (blocked / (blocked + cpu_share) if blocked is not None and cpu_share is not None
+             and blocked + cpu_share > 0 else blocked)
+    if read_s is not None and decode_s is not None and read_s > decode_s:
+        return f"raw reads take {read_s * 1e3:.2f} ms a sample against {decode_s * 1e3:.2f} ms of decoding"
+    if waits is not None and blocked is not None and waits >= BLOCKED_SHARE:
+        return (f"__getitem__ is blocked (waiting on reads, the network or sleeps) {blocked:.0%} of its time"
+                + (f" and computes {cpu_share:.0%}" if cpu_share is not None and waits != blocked else ""))
+    return None
+
+
+def is_cpu_saturated_at_knee(ev: Evidence) -> str | None:
+    chosen = ev.chosen
+    share = computing_share(chosen)
+    at_cpus = chosen["num_workers"] >= ev.usable and (share is None or share >= 1 - BLOCKED_SHARE)
+    used = chosen.get("main_cpu", 0.0) + chosen["num_workers"] * chosen.get("worker_cpu", 0.0)
+    if not (at_cpus or used >= CPU_BUSY_SHARE * ev.usable):
+        return None
+    waiting = chosen.get("worker_runqueue", 0.0)
+    return (f"with num_workers={chosen['num_workers']} the loader uses {used:.1f} of {ev.usable} usable CPUs"
+            + (f" and its workers wait for a CPU {waiting:.0%} of the time" if waiting else "")
+            + "; more workers cannot add throughput")
+
+
+def _no_gain(ev: Evidence) -> bool:
+    return (ev.zero is not None and ev.best_worker is not None
+            and _rate(ev.best_worker) < WORKER_GAIN * _rate(ev.zero))
+
+
+def is_cpu_saturated_by_queueing(ev: Evidence) -> str | None:
+    # Workers no more than the CPUs that still waited for one: the CPUs are taken.
+    queued = [r for r in ev.workers if r["num_workers"] <= ev.usable
+              and r.get("worker_runqueue", 0.0) >= CPU_WAIT_SHARE]
+    if not queued:
+        return None
+    worst = max(queued, key=lambda r: r.get("worker_runqueue", 0.0))
+    return (("workers do not beat num_workers=0, and " if _no_gain(ev) else "")
+            + f"with num_workers={worst['num_workers']} (no more than the {ev.usable} usable CPU(s)) the "
+            f"workers waited for a CPU {worst.get('worker_runqueue', 0.0):.0%} of the time: the CPUs are taken, "
+            "by the loader or by other processes")
+
+
+def is_getitem_bound(ev: Evidence) -> str | None:
+    if _no_gain(ev):
+        return None
+    per_sample = ev.getitem.get("per_sample_s")
+    cost = f"{per_sample * 1e3:.2f} ms a sample" if per_sample else "its cost"
+    return f"__getitem__ ({cost}) limits the loader and the CPUs are not all busy"
+
+
+#: The classes in the order they are decided.
+PREDICATES: tuple[tuple[Bottleneck, Callable[[Evidence], str | None]], ...] = (
+    ("none", is_no_bottleneck),
+    ("startup", is_startup_bound),
+    ("ipc", is_ipc_bound),
+    ("cpu-saturated", is_cpu_saturated_without_gain),
+    ("storage", is_storage_bound),
+    ("cpu-saturated", is_cpu_saturated_at_knee),
+    ("cpu-saturated", is_cpu_saturated_by_queueing),
+    ("getitem", is_getitem_bound),
+)
+
+
+def classify(section: LoaderFacts, usable_cpus: int, step_time_s: float | None) -> tuple[Bottleneck | None, str]:
+    """The bottleneck class and one sentence saying why."""
+    if section.get("failure") or not measured_runs(section):
+        return None, "no run measured a throughput"
+    ev = Evidence(section, usable_cpus, step_time_s)
+    # With a step time the loader may keep up even without a worker run.
+    reason = is_no_bottleneck(ev)
+    if reason:
+        return "none", reason
+    if not ev.workers:
+        return None, "no run with workers could be measured, so nothing tells the causes apart"
+    for name, predicate in PREDICATES[1:]:
+        reason = predicate(ev)
+        if reason:
+            return name, reason
+    assert ev.zero is not None and ev.best_worker is not None  # only _no_gain leaves every predicate quiet
+    return None, (f"num_workers={ev.best_worker['num_workers']} ({_rate(ev.best_worker):.0f} samples/s) does not "
+                  f"beat num_workers=0 ({_rate(ev.zero):.0f} samples/s), and no more workers were measured: "
+                  "nothing tells the causes apart")
+
+
+# ---------------------------------------------------------------------------
+# The recommendation and its trust.
+
+
+def enough_for_step(runs: list[RunFacts], chosen: RunFacts, consumer: float) -> RunFacts | None:
+    """The fewest workers that outrun the training step with headroom, when that is fewer than the knee."""
+    floor = 1 if chosen["num_workers"] > 0 else 0
+    fits = [r for r in runs if floor <= r["num_workers"] < chosen["num_workers"]
+            and _rate(r) >= STEP_HEADROOM * consumer]
+    return min(fits, key=lambda r: r["num_workers"]) if fits else None
+
+
+def gain_interval(paired: PairedFacts) -> tuple[float, float, float] | None:
+    """(low, gain, high): the candidate's throughput over the current one's, geometric mean of the
+    paired windows' ratios with its 95% interval; None with fewer than two pairs."""
+    ratios = [w["candidate_samples_per_s"] / w["current_samples_per_s"] for w in paired.get("windows", [])
+              if w["current_samples_per_s"] > 0 and w["candidate_samples_per_s"] > 0]
+    if len(ratios) < 2:
+        return None
+    logs = [math.log(r) for r in ratios]
+    n = len(logs)
+    mean = sum(logs) / n
+    sd = math.sqrt(sum((x - mean) ** 2 for x in logs) / (n - 1))
+    half = T95.get(n - 1, 2.0) * sd / math.sqrt(n)
+    return math.exp(mean - half), math.exp(mean), math.exp(mean + half)
+
+
+def judge_pairing(paired: PairedFacts | None, candidate: int, current: int) -> tuple[Trust, tuple[float, ...] | None]:
+    """What the paired re-measurement says of moving from `current` to `candidate` workers."""
+    if candidate == current:
+        return "same", None
+    if not paired or paired.get("candidate") != candidate or paired.get("current") != current \
+            or not paired.get("windows"):
+        return "unpaired", None
+    interval = gain_interval(paired)
+    if interval is None:
+        return "too-noisy", None
+    low, _, high = interval
+    # More workers must win outright; fewer workers may cost a little (fewer processes, less memory).
+    needed = 1.0 if candidate > current else FEWER_WORKERS_TOLERANCE
+    if low > needed:
+        return "gain", interval
+    if high < needed:
+        return "loss", interval
+    return "too-noisy", interval
+
+
+def unmeasured_for_budget(section: LoaderFacts, usable_cpus: int | None) -> list[int]:
+    """Worker counts the sweep meant to time (up to the usable CPUs, or past them while waiting workers
+    still gained) and skipped because the budget ran out."""
+    counts = []
+    for skipped in section["skipped"]:
+        what, reason = skipped["what"], skipped["reason"]
+        if what.startswith("num_workers=") and ("budget" in reason):
+            try:
+                nw = int(what.split("=", 1)[1])
+            except ValueError:
+                continue
+            counts.append(nw)
+    return sorted(counts)
+
+
+def recommend(section: LoaderFacts, bottleneck: Bottleneck | None, cuda: bool,
+              usable_cpus: int | None = None, step_time_s: float | None = None) -> Recommendation | None:
+    """Settings for the knee (or, with a step time, the fewest workers that outrun the step), checked
+    against the user's setting in the paired windows when the runner measured them."""
+    runs = measured_runs(section)
+    chosen = knee(runs, usable_cpus)
+    if chosen is None or section.get("failure"):
+        return None
+    if not any(r["num_workers"] > 0 for r in runs):
+        return None  # no worker count was measured, so none can be recommended
+    eligible = eligible_runs(runs, usable_cpus)
+    basis: Any = "knee"
+    consumer = None
+    if step_time_s and section.get("batch_size"):
+        consumer = int(section.get("batch_size") or 1) / step_time_s
+        fewer = enough_for_step(eligible, chosen, consumer)
+        if fewer is not None:
+            chosen, basis = fewer, "step"
+    current: CurrentSettings = section["current"] or {}
+    current_nw = current.get("num_workers", 0)
+    current_run = next((r for r in runs if r["num_workers"] == current_nw), None)
+    paired = section.get("paired")
+    trust, interval = judge_pairing(paired, chosen["num_workers"], current_nw)
+    if trust == "same" and paired and paired.get("current") == current_nw and paired.get("windows"):
+        # The sweep kept the user's setting; the runner-up was re-measured against it in paired windows.
+        other = next((r for r in eligible if r["num_workers"] == paired.get("candidate")), None)
+        if other is not None and other["num_workers"] != current_nw:
+            verdict_on_other, other_interval = judge_pairing(paired, other["num_workers"], current_nw)
+            if verdict_on_other == "gain":
+                chosen, basis, trust, interval = other, "paired", "gain", other_interval
+    unmeasured = unmeasured_for_budget(section, usable_cpus)
+    if trust not in ("gain", "loss") and unmeasured and chosen["num_workers"] < max(unmeasured):
+        # The curve was cut before the CPUs: a knee below the cut is no knee, only where the budget ended.
+        trust = "incomplete"
+    candidate_nw: int | None = None
+    if trust in ("loss", "too-noisy", "incomplete") and current_run is not None:
+        candidate_nw = chosen["num_workers"]
+        chosen, basis = current_run, "current"
+    nw = chosen["num_workers"]
+    pin = section.get("pin_memory", {})
+    pinned, unpinned = pin.get("pinned_samples_per_s"), pin.get("unpinned_samples_per_s")
+    pin_memory = bool(cuda) and not (pinned and unpinned and pinned < 0.95 * unpinned)
+    if basis == "current":
+        # Kept: the user's own setting, as it is.
+        prefetch = current.get("prefetch_factor")
+        persistent = current.get("persistent_workers", False)
+    else:
+        prefetch = None if nw == 0 else (4 if bottleneck == "storage" else 2)
+        persistent = nw > 0
+    left_out: list[LeftOut] = [{"num_workers": r["num_workers"], "samples_per_s": _rate(r),
+                                "worker_runqueue": r.get("worker_runqueue")}
+                               for r in runs if computes_past_cpus(r, usable_cpus)]
+    gain = None
+    if interval is not None:
+        gain = round(interval[1], 3)
+    elif current_run is not None:
+        gain = round(_rate(chosen) / _rate(current_run), 3)
+    return {
+        "num_workers": nw,
+        "prefetch_factor": prefetch,
+        "persistent_workers": persistent,
+        "pin_memory": pin_memory if basis != "current" else current.get("pin_memory", False),
+        "samples_per_s": _rate(chosen),
+        "best_samples_per_s": max(_rate(r) for r in eligible),
+        "left_out": left_out,
+        "current_samples_per_s": current_run["samples_per_s"] if current_run else None,
+        "gain": gain,
+        "gain_interval": [round(interval[0], 3), round(interval[2], 3)] if interval is not None else None,
+        "paired_windows": len(paired.get("windows", [])) if paired and trust != "unpaired" else 0,
+        "basis": basis,
+        "consumer_samples_per_s": round(consumer, 2) if consumer else None,
+        "trust": trust,
+        "candidate_num_workers": candidate_nw,
+        "unmeasured": unmeasured if trust == "incomplete" else [],
+    }
+
+
+def differs_from_current(recommendation: Recommendation, current: CurrentSettings) -> list[str]:
+    """The settings the user would change, as `name=value` strings."""
+    changes = []
+    want: dict[str, Any] = dict(recommendation)
+    have: dict[str, Any] = dict(current)
+    for key in ("num_workers", "prefetch_factor", "persistent_workers", "pin_memory"):
+        if key == "prefetch_factor" and not recommendation["num_workers"]:
+            continue
+        if want.get(key) != have.get(key):
+            changes.append(f"{key}={want.get(key)}")
+    return changes
+
+
+def verdict(section: LoaderFacts, step_time_s: float | None) -> LoaderVerdict:
+    """The whole verdict on one loader section."""
+    usable = section.get("usable_cpus") or 1
+    bottleneck, reason = classify(section, usable, step_time_s)
+    cuda = section.get("torch", {}).get("cuda_available", False)
+    chosen = knee(measured_runs(section), usable)
+    batch_size = section.get("batch_size")
+    return {
+        "bottleneck": bottleneck,
+        "bottleneck_reason": reason,
+        "knee": chosen["num_workers"] if chosen else None,
+        "recommendation": recommend(section, bottleneck, cuda, usable, step_time_s),
+        "consumer_samples_per_s": round(batch_size / step_time_s, 2) if step_time_s and batch_size else None,
+    }
+
+
+def report_section(section: LoaderFacts, step_time_s: float | None) -> LoaderReport:
+    """The report's `loader` object: the facts (less the torch probe, which belongs under torch) and the
+    verdict."""
+    facts = cast(dict[str, Any], {k: v for k, v in section.items() if k != "torch_probe"})
+    return cast(LoaderReport, {**facts, **verdict(section, step_time_s)})

@@ -1,0 +1,11 @@
+"""SYS rules: the limits of the machine and the process that DataLoader workers run into.
+
+limits (SYS001 nofile, SYS002 /dev/shm, SYS003 CPU quota, SYS006 memory) reads the
+`system` facts; runtime (SYS004 sharing strategy, SYS005 threads) what torch does
+once imported. `RULES` is the family's one table, which catalog/SYS.toml names.
+"""
+from __future__ import annotations
+
+from envdoctor.rules.system import limits, runtime
+
+RULES = {**limits.RULES, **runtime.RULES}

@@ -67,6 +67,8 @@ class Distribution(_DistRequired, total=False):
     order: int
     conda_record: str
     owner: Owner
+    #: whether it ships compiled extensions (.so/.pyd in RECORD); read only for distributions that require numpy
+    compiled: bool
 
 
 class Unreadable(TypedDict, total=False):

@@ -16,6 +16,7 @@ the file and the reason; everything else is still read.
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Any, TypedDict
 
@@ -29,9 +30,13 @@ from envdoctor.facts.distributions import (
     read_distribution,
     record_lists,
 )
+from envdoctor.facts.imports import ships_extensions
 from envdoctor.facts.owners import OsPackages, Owner, os_packages, owner_of
 from envdoctor.facts.readfile import MAX_FILE_BYTES, read_bytes
 from envdoctor.facts.target import TargetFacts
+
+#: A Requires-Dist line on numpy itself (not numpy-financial).
+_NUMPY_REQUIREMENT = re.compile(r"\s*numpy\s*(?:$|[<>=!~;\[(])", re.IGNORECASE)
 
 __all__ = ["PackagesFacts", "conda_distribution", "dist_name_from_dir", "normalize", "read_bytes",
            "read_distribution", "MAX_FILE_BYTES", "gather_packages"]
@@ -224,6 +229,10 @@ def gather_packages(facts: Any) -> PackagesFacts:
             problem["conda_record"] = record
         if problem["kind"] in ("dist-info", "egg-info"):
             problem["owner"] = owner_of(real, None, record, kind, os_owned)
+    for dist in distributions:
+        # A compiled dependant of numpy breaks at import when numpy's major moves under it (PKG003 says error).
+        if any(_NUMPY_REQUIREMENT.match(text) for text in dist["requires"]):
+            dist["compiled"] = ships_extensions(dist["path"], dist["import_names"])
     pth_files: list[PthFact] = []
     for pth in target.get("pth_files") or []:
         if pth["code_line_count"]:

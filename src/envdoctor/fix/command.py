@@ -103,6 +103,13 @@ def _run(args: argparse.Namespace, check: Callable[[Any], Any] | None) -> int:
 
 
 def _fix(args: argparse.Namespace, run_check: Callable[[Any], Any]) -> int:
+    if args.dry_run:  # changes nothing, so it waits for no one
+        return _plan_and_run(args, run_check)
+    with _lock(args):  # held from the check on: a second fix would plan from a state this one is changing
+        return _plan_and_run(args, run_check)
+
+
+def _plan_and_run(args: argparse.Namespace, run_check: Callable[[Any], Any]) -> int:
     from envdoctor.config import load_config, settings_from_args
     from envdoctor.fix import render
     from envdoctor.fix.plan import make_plan
@@ -143,8 +150,7 @@ def _fix(args: argparse.Namespace, run_check: Callable[[Any], Any]) -> int:
                                         "to ask: pass --yes to run the plan (or --dry-run to only see it)")
         if not answer:
             return finish(EXIT_NOTHING, "nothing was changed")
-    with _lock(args):
-        return _apply(plan, before, config, run_check, finish)
+    return _apply(plan, before, config, run_check, finish)
 
 
 def _apply(plan: Any, before: Any, config: Any, run_check: Callable[[Any], Any], finish: Callable[..., int]) -> int:

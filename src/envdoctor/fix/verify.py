@@ -232,7 +232,10 @@ def check_files(names: set[str], sites: Iterable[str], target: Mapping[str, Any]
                         result.problems.append(f"{path} is a file of the removed {old}, and `import` still finds it")
                     else:
                         result.problems.append(f"{path} belongs to no installed distribution")
-    if clean:
+    if clean and result.removed:
+        # What the fix left is about to change: until it is listed again, undo must not hold it to the old listing.
+        journal.manifest.pop("after", None)
+        journal.save()
         for number, path in enumerate(result.removed):
             journal.keep(path, "leftovers", str(number))
         _remove_empty_folders(result.removed)

@@ -256,6 +256,16 @@ def _requirement_fix(packages: PackagesFacts, dist: Distribution, installed: Dis
     return pip_fix(packages, "install", wanted)
 
 
+def _other_major(req: Any, version: str) -> bool:
+    """Does the requirement exclude every release of the installed version's major (numpy<2 under 2.2.6)?"""
+    parsed = parsed_version(version)
+    if parsed is None or not req.specifier:
+        return False
+    major = parsed.release[0]
+    probes = [f"{major}.{minor}.0" for minor in range(0, 40)]
+    return not any(req.specifier.contains(p, prereleases=True) for p in probes)
+
+
 def find_broken_requirements(facts: Facts) -> Iterator[Hit]:
     from packaging.requirements import InvalidRequirement, Requirement
 
@@ -303,12 +313,17 @@ def find_broken_requirements(facts: Facts) -> Iterator[Hit]:
                       + (f" @ {req.url}" if req.url else str(req.specifier)))
             conda_name = conda_names.get(dep_key) or _conda_name_for(dep_key)
             fix = _requirement_fix(packages, dist, installed, req, wanted, conda_name)
+            # An extension built for one NumPy major does not load under the other: that is an import error.
+            abi_break = dep_key == "numpy" and dist.get("compiled") and installed is not None \
+                and _other_major(req, installed["version"])
             yield Hit(
                 message=message,
                 evidence={"package": dist["name"], "version": dist["version"], "requirement": str(req),
                           "dependency": req.name, "installed_version": installed["version"] if installed else None,
                           "problem": problem, "owner": owner_text(dist),
-                          "dependency_owner": owner_text(installed) if installed else None},
+                          "dependency_owner": owner_text(installed) if installed else None,
+                          "compiled_dependant": bool(dist.get("compiled"))},
+                severity=Severity.ERROR if abi_break else None,
                 **fix.hit(),
             )
 

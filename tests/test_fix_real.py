@@ -241,3 +241,27 @@ def test_a_second_fix_while_one_runs_exits_2_naming_the_lock(ignore_installed_ve
     finally:
         out, err = first.communicate("\n", timeout=600)
     assert first.returncode == 0, out + err
+
+
+@needs_debian
+def test_a_system_site_venv_reads_its_base_pth_owners_and_its_fix_roots_hold_the_base_site(
+        tmp_path: Path) -> None:
+    """The base's distutils-precedence.pth is python3-setuptools' (dpkg), so PKG011 is quiet about it, as it is
+    with /usr as the target; an unowned .pth beside it still fires. The base site is a root a fix keeps."""
+    from envdoctor.config import Config
+    from envdoctor.engine import run_check
+    from envdoctor.fix.state import write_roots
+
+    root = SystemRoot(tmp_path / "root")
+    hook = b"import os; var = 'SETUPTOOLS_USE_DISTUTILS'; enabled = os.environ.get(var, 'local') == 'local'\n"
+    root.apt_install("python3-setuptools", "setuptools", "66.1.1",
+                     {"setuptools/__init__.py": b"", "distutils-precedence.pth": hook})
+    (root.dist_packages / "stray.pth").write_bytes(b"import os\n")
+    venv = tmp_path / "venv"
+    run_ok([str(root.python), "-m", "venv", "--system-site-packages", "--without-pip", str(venv)], quiet_env())
+    report = run_check(Config(prefix=str(venv), no_loader=True, select=("PKG011",)))
+    assert [f.evidence["path"] for f in report.by_rule("PKG011")] == [str(root.dist_packages / "stray.pth")]
+    system = run_check(Config(prefix=str(root.usr), no_loader=True, select=("PKG011",)))
+    assert [f.evidence["path"] for f in system.by_rule("PKG011")] == [str(root.dist_packages / "stray.pth")]
+    roots = write_roots(report.target)
+    assert str(venv) in roots and str(root.dist_packages) in roots

@@ -199,8 +199,12 @@ def gather_packages(facts: Any) -> PackagesFacts:
     kind = target.get("kind") or "system"
     conda, problems, conda_owned = read_conda_meta(prefix, bool(facts.config.deep))
     unreadable: list[Unreadable] = list(problems)  # type: ignore[arg-type]  # the reader's dicts have this shape
-    os_owned = os_packages(str(prefix)) if kind == "system" else None
     site_dirs = site_dirs_of(target)
+    os_owned = os_packages(str(prefix)) if kind == "system" else None
+    if kind == "venv" and target.get("base_prefix") and any(d["location"] == "base" for d in site_dirs):
+        # A --system-site-packages venv reads its base's site folders: their files belong to the
+        # base's OS packages (python3-setuptools ships distutils-precedence.pth there).
+        os_owned = os_packages(os.path.realpath(str(target["base_prefix"])))
     distributions: list[Distribution] = []
     for site_dir in site_dirs:
         if site_dir["location"] == "stdlib":

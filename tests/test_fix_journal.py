@@ -183,3 +183,33 @@ def test_the_listing_of_a_conda_base_leaves_out_other_envs_and_the_package_cache
     assert listed == {".", "conda-meta", "lib", "lib/python3.11", "lib/python3.11/site-packages"}
     listed_env = {os.path.relpath(p, base / "envs" / "train") for p in list_roots([str(base / "envs" / "train")])}
     assert listed_env == {".", "lib"}
+
+
+def test_a_disk_that_fills_while_the_before_state_is_kept_changes_nothing(tmp_path: Path, journal_root: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    import errno
+
+    from envdoctor.fix import state
+    from envdoctor.fix.journal import JournalError
+
+    prefix, stray = venv_folder(tmp_path)
+    pristine = tree_digest(prefix)
+    real_copy = state.shutil.copyfile
+    copied: list[str] = []
+
+    def fills_up(source: str, destination: str, **kw: object) -> None:
+        if copied:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        copied.append(real_copy(source, destination))
+
+    monkeypatch.setattr(state.os, "link", lambda *a: (_ for _ in ()).throw(OSError(errno.EXDEV, "cross-device")))
+    monkeypatch.setattr(state.shutil, "copyfile", fills_up)
+    finding = Finding(rule="PKG002", name="duplicate-distribution", severity=Severity.ERROR, message="doubled",
+                      fix_steps=(FixStep.file_move(str(stray), str(stray) + ".envdoctor-aside"),))
+    report = Report(tool={}, generated_at="", host={}, target={"prefix": str(prefix), "kind": "venv"}, facts={},
+                    findings=[finding])
+    journal = Journal.create({"prefix": str(prefix), "kind": "venv"})
+    with pytest.raises(JournalError, match="No space left on device; nothing was changed"):
+        Executor(make_plan(report, {}), journal).run()
+    assert tree_digest(prefix) == pristine and copied  # it failed part-way through keeping the copies
+    assert Journal.latest() is None  # a fix that changed nothing is not undone

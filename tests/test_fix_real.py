@@ -265,3 +265,21 @@ def test_a_system_site_venv_reads_its_base_pth_owners_and_its_fix_roots_hold_the
     assert [f.evidence["path"] for f in system.by_rule("PKG011")] == [str(root.dist_packages / "stray.pth")]
     roots = write_roots(report.target)
     assert str(venv) in roots and str(root.dist_packages) in roots
+
+
+def test_pkg002_names_the_copy_whose_files_import_runs(tmp_path: Path, offline: dict[str, str]) -> None:
+    """A uv venv with PyYAML 6.0.1's files and a stray 6.0.2 dist-info beside its own: `import yaml` runs 6.0.1."""
+    from envdoctor.config import Config
+    from envdoctor.engine import run_check
+    from fixenvs import make_uv_venv, uv_executable
+
+    wheels = Path(offline["UV_FIND_LINKS"])
+    for version in ("6.0.1", "6.0.2"):
+        write_wheel(wheels, "PyYAML", version, {**module("yaml", version), "_yaml/__init__.py": f"# {version}\n".encode()})
+    venv, other = make_uv_venv(tmp_path / "uvenv", offline), make_uv_venv(tmp_path / "other", offline)
+    run_ok([uv_executable(), "pip", "install", "--python", str(venv), "PyYAML==6.0.1"], offline)
+    run_ok([uv_executable(), "pip", "install", "--python", str(other), "PyYAML==6.0.2"], offline)
+    [site] = venv.glob("lib/python*/site-packages")
+    shutil.copytree(next(other.glob("lib/python*/site-packages/PyYAML-6.0.2.dist-info")), site / "PyYAML-6.0.2.dist-info")
+    [finding] = run_check(Config(prefix=str(venv), no_loader=True, select=("PKG002",))).by_rule("PKG002")
+    assert "`import yaml` runs 6.0.1's files" in finding.message and "a mix" not in finding.message, finding.message

@@ -176,6 +176,21 @@ def _doubled_fix(packages: PackagesFacts, dists: list[Distribution], record: Con
                   f"{owner_text(first)}'s)"), first["version"]
 
 
+def _whose_files(dists: list[Distribution], import_name: str) -> str:
+    """For copies in one folder: the copy whose files `import` runs (every file its RECORD hashes is on disk)."""
+    whole = [d for d in dists if (d.get("files_on_disk") or {}).get("listed")
+             and d["files_on_disk"]["matching"] == d["files_on_disk"]["listed"]]
+    site = dists[0].get("site_dir")
+    if len(whole) == 1:
+        runs = whole[0]
+        others = ", ".join(d["version"] for d in dists if d is not runs)
+        return (f"`import {import_name}` runs {runs['version']}'s files in {site} (all "
+                f"{runs['files_on_disk']['listed']} its RECORD lists are on disk as recorded), under {others}'s "
+                "metadata too; `pip list` reads one of the metadata folders")
+    return (f"`import {import_name}` loads a mix of the copies' files in {site}, "
+            "and `pip list` reads one of the metadata folders")
+
+
 def find_duplicate_distributions(facts: Facts) -> Iterator[Hit]:
     packages = facts["packages"]
     groups: dict[str, list[Distribution]] = {}
@@ -193,8 +208,7 @@ def find_duplicate_distributions(facts: Facts) -> Iterator[Hit]:
         if imported is not None:
             loads = f"`import {import_name}` loads {imported['version']} from {imported.get('site_dir')}"
         elif import_name is not None:
-            loads = (f"`import {import_name}` loads a mix of the copies' files in {dists[0].get('site_dir')}, "
-                     "and `pip list` reads one of the metadata folders")
+            loads = _whose_files(dists, import_name)
         else:
             loads = "which copy `import` loads cannot be told from the files (no regular package or module of theirs)"
         breaks = _broken_by(packages, key, imported["version"]) if imported is not None else []
@@ -322,7 +336,7 @@ def find_broken_requirements(facts: Facts) -> Iterator[Hit]:
                           "dependency": req.name, "installed_version": installed["version"] if installed else None,
                           "problem": problem, "owner": owner_text(dist),
                           "dependency_owner": owner_text(installed) if installed else None,
-                          "compiled_dependant": bool(dist.get("compiled"))},
+                          **({"compiled_dependant": bool(dist.get("compiled"))} if dep_key == "numpy" else {})},
                 severity=Severity.ERROR if abi_break else None,
                 **fix.hit(),
             )

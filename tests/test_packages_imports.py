@@ -92,3 +92,26 @@ def test_classify_reads_the_kind_and_what_is_named() -> None:
     assert classify("ImportError: /x/_C.so: undefined symbol: iJIT_NotifyEvent") == ("undefined-symbol",
                                                                                      "iJIT_NotifyEvent")
     assert classify("RuntimeError: something else") == ("other", None)
+
+
+@pytest.mark.skipif(__import__("envs.systemroot", fromlist=["x"]).system_python_version() is None,
+                    reason="needs the machine's Debian python3 with python3-pip")
+def test_pkg012_in_a_debian_root_blames_pips_numpy_over_dpkgs_extension(tmp_path: Path) -> None:
+    """Debian's python3-numexpr (an egg-info: no RECORD, its extension found on disk) under pip's NumPy 2 in
+    /usr/local: the fix is to take pip's numpy away, not to pip-install over Debian's package."""
+    from envs.systemroot import SystemRoot
+
+    root = SystemRoot(tmp_path / "root")
+    root.apt_install("python3-numpy", "numpy", "1.24.2", {"numpy/__init__.py": b'__version__ = "1.24.2"\n'})
+    message = "A module that was compiled using NumPy 1.x cannot be run in NumPy 2.2.6 as it may crash."
+    root.apt_install("python3-numexpr", "numexpr", "2.8.4", {
+        "numexpr/__init__.py": f"import numpy\nraise ImportError({message!r})\n".encode(),
+        f"numexpr/interpreter{EXT}": b"\x7fELF built against Debian's NumPy 1.24"}, egg_info=True)
+    wheel = write_wheel(tmp_path / "wheels", "numpy", "2.2.6", module("numpy", "2.2.6"))
+    root.pip("install", "--break-system-packages", "--ignore-installed", "--no-index", "--no-compile", str(wheel))
+    report = deep_check(root.usr, "PKG012")
+    [finding] = report.by_rule("PKG012")
+    ev = finding.evidence
+    assert (ev["package"], ev["kind"], ev["numpy_version"], ev["numpy_owner"]) == ("numexpr", "numpy-abi", "2.2.6",
+                                                                                   "pip")
+    assert ev["owner"] == "Debian's python3-numexpr (dpkg)" and "pip uninstall numpy" in finding.fix

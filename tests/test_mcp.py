@@ -182,6 +182,18 @@ def test_the_clients_declared_roots_bound_the_paths(project: Path) -> None:
     assert outside.is_error and "the roots the MCP client declared" in _text(outside)
 
 
+def test_the_servers_root_option_names_the_folders_when_the_client_declares_none(project: Path) -> None:
+    data = project.parent / "datasets"
+    data.mkdir()
+    (project / "train.py").write_text("print('hello')\n")
+    elsewhere, here = _session(project, [
+        ("check", {"data": str(data), "select": ["SYS001"]}),
+        ("check", {"scripts": [str(project / "train.py")], "select": ["SPW"]}),
+    ], nofile=None, args=("--root", str(data)))[1]
+    assert not elsewhere.is_error, _text(elsewhere)
+    assert here.is_error and "the --root folders the server was started with" in _text(here)
+
+
 def test_arguments_are_data_never_options(project: Path) -> None:
     """`--output=…` is a file name like any other (inside the root, and absent), never an option of envdoctor's."""
     victim = project / "victim.txt"

@@ -215,10 +215,6 @@ def roots_of(client_roots: Any) -> Roots:
 
 # -- the tools -----------------------------------------------------------------
 
-READ_ONLY_NOTE = ("Read-only: reads files and the system's limits, runs no interpreter but envdoctor's own and "
-                  "none of your code.")
-
-
 def _static_argv(roots: Roots, *, select: list[str] | None, ignore: list[str] | None, data: str | None,
                  deep: bool, against: str | None, fail_on: str | None) -> list[str]:
     return ["report", "--no-loader", *(["--deep"] if deep else []),

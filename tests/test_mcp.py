@@ -153,6 +153,7 @@ def test_paths_outside_the_roots_are_refused_before_anything_runs(project: Path)
         ("check", {"scripts": ["../elsewhere/credentials"]}),
         ("check", {"scripts": ["to_credentials.py"]}),  # a link in the root to a file outside it
         ("check", {"scripts": ["to_elsewhere/credentials"]}),  # through a linked folder
+        ("check", {"scripts": ["."]}),  # a folder holding a link to a file outside the root
         ("check", {"data": "/etc"}),
         ("check", {"against": "/etc/passwd"}),
         ("compare", {"reports": ["/etc/passwd"]}),

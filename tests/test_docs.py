@@ -7,8 +7,10 @@ link between the Markdown pages of the repository points at nothing.
 """
 from __future__ import annotations
 
+import importlib.util
 import re
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 
@@ -27,6 +29,24 @@ def test_rule_pages_are_what_the_catalog_generates() -> None:
     assert sorted(on_disk) == sorted(expected), REGENERATE
     drifted = [name for name, text in expected.items() if on_disk[name] != text]
     assert not drifted, f"{', '.join(drifted)} differ from the catalog: {REGENERATE}"
+
+
+def _update_docs() -> ModuleType:  # scripts/ is no package: load the generator by its path
+    spec = importlib.util.spec_from_file_location("update_docs", ROOT / "scripts" / "update_docs.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_options_table_is_the_one_config_declares() -> None:
+    update_docs = _update_docs()
+    reference = (ROOT / "docs" / "reference.md").read_text(encoding="utf-8")
+    assert update_docs.with_options(reference, update_docs.options_table()) == reference, REGENERATE
+    from envdoctor.config import SETTINGS
+
+    for setting in SETTINGS:
+        assert f"`{setting.flag}" in reference, setting.flag
 
 
 def test_every_rule_envdoctor_rules_lists_has_a_page_headed_with_its_id(capsys: pytest.CaptureFixture[str]) -> None:

@@ -122,13 +122,12 @@ def shipped(catalog: Catalog) -> list[RuleMeta]:
     return [meta for meta in catalog.rules if not meta.origin.startswith("plugin")]
 
 
-def rule_table_markdown(catalog: Catalog, link: bool = True) -> str:
+def rule_table_markdown(catalog: Catalog) -> str:
     """The rule table: id (linked to its page), name, default severity, when it fires."""
     lines = ["| id | name | default | fires when |", "|---|---|---|---|"]
     for meta in shipped(catalog):
         summary = " ".join(meta.summary.split()).replace("|", "\\|")
-        rule_id = f"[{meta.id}]({meta.id}.md)" if link else meta.id
-        lines.append(f"| {rule_id} | {meta.name} | {meta.severity.value} | {summary} |")
+        lines.append(f"| [{meta.id}]({meta.id}.md) | {meta.name} | {meta.severity.value} | {summary} |")
     return "\n".join(lines)
 
 
@@ -141,7 +140,8 @@ def rule_pages(catalog: Catalog) -> dict[str, str]:
 
 
 _CODE_SPAN = re.compile(r"(`+)(.+?)\1", re.DOTALL)
-_SPECIAL = re.compile(r"([\\*_<>\[\]|])")
+#: Markup characters outside code spans; an underscore inside a word (num_workers) is no markup in GFM.
+_SPECIAL = re.compile(r"([\\*<>\[\]|]|(?<![A-Za-z0-9])_|_(?![A-Za-z0-9]))")
 
 
 def markdown_prose(text: str) -> str:

@@ -19,6 +19,7 @@ from typing import Any, cast
 
 from envdoctor.facts.loader import FailureFacts, LoaderFacts
 from envdoctor.facts.node_share import cpus_per_process, processes_per_node
+from envdoctor.inside import loader_protocol
 from envdoctor.loader.progress import current_sink
 from envdoctor.loader.supervisor import StageRun, run_stage
 
@@ -169,13 +170,13 @@ def assemble(facts_section: LoaderFacts, outcome: StageRun) -> None:
     section = cast(dict[str, Any], facts_section)
     for event in outcome.events:
         kind = event.get("ev")
-        if kind == "result":
+        if kind == loader_protocol.RESULT:
             _take_result(section, event.get("key"), event.get("value"))
-        elif kind == "failure":
+        elif kind == loader_protocol.FAILURE:
             section["failure"] = event.get("value")
-        elif kind in ("setup_error", "runner_error"):
+        elif kind in (loader_protocol.SETUP_ERROR, loader_protocol.RUNNER_ERROR):
             section["skipped"].append({"what": "smoke test", "reason": event.get("message")})
-            if kind == "runner_error":
+            if kind == loader_protocol.RUNNER_ERROR:
                 section["runner_error"] = event.get("traceback")
     if section["failure"] is None:
         section["failure"] = _failure_from_outcome(outcome, section)

@@ -73,12 +73,12 @@ def _seen(page: str) -> str:
     return unescape(re.sub(r"<[^>]+>", " ", html))
 
 
-def _sections(text: str, marker: str) -> dict[str, list[str]]:
+def _sections(text: str) -> dict[str, list[str]]:
     """Each doc part's words, by its heading (backquotes aside: the page renders them as code)."""
-    names = "|".join(re.escape(marker + heading) for heading in HEADINGS.values())
+    names = "|".join(map(re.escape, HEADINGS.values()))
     parts = re.split(rf"^\s*({names})\s*$", text, flags=re.MULTILINE)
     found = dict(zip(parts[1::2], parts[2::2]))
-    return {heading: found[marker + heading].replace("`", "").split() for heading in HEADINGS.values()}
+    return {heading: found[heading].replace("`", "").split() for heading in HEADINGS.values()}
 
 
 def test_explain_prints_the_words_a_reader_sees_on_the_page(capsys: pytest.CaptureFixture[str]) -> None:
@@ -87,8 +87,8 @@ def test_explain_prints_the_words_a_reader_sees_on_the_page(capsys: pytest.Captu
         shown = capsys.readouterr().out
         assert shown.rstrip("\n") == render_rule_docs(meta, "text").rstrip("\n")
         page = render_rule_docs(meta, "markdown").split("[All rules]")[0]
-        seen = _sections(_seen(page), marker="")
-        for heading, words in _sections(shown, marker="").items():
+        seen = _sections(_seen(page))
+        for heading, words in _sections(shown).items():
             assert seen[heading] == words, f"{meta.id}: {heading}"
 
 

@@ -194,7 +194,7 @@ def read_version_module(path: Path) -> dict[str, Any]:
     Read bounded (a regular file of at most VERSION_MODULE_MAX_BYTES); raises
     OSError, SyntaxError or ValueError for a file that is not one.
     """
-    from envdoctor.facts.packages import read_bytes
+    from envdoctor.facts.readfile import read_bytes
 
     text = read_bytes(str(path), VERSION_MODULE_MAX_BYTES).decode("utf-8", errors="replace")
     try:
@@ -248,7 +248,7 @@ def _site_dirs(target: dict[str, Any]) -> list[Path]:
 
 
 def _metadata(dist_info: Path) -> dict[str, Any]:
-    from envdoctor.facts.packages import read_bytes
+    from envdoctor.facts.readfile import read_bytes
 
     text = ""
     try:

@@ -3,11 +3,13 @@
 `gather_loader` chooses what to measure — the user's DataLoader
 (`preflight(loader=...)`), a dataset factory (`--dataset MODULE:CALLABLE`),
 an image folder (`--data PATH`) or the built-in synthetic dataset — runs the
-measurements in the target interpreter under a hard time budget (`run`),
-and files what the runner observed into a `LoaderFacts` (types in
-`section`). It judges nothing: the bottleneck class, the knee and the
-recommendation are the rule layer's (`envdoctor.rules.loader.verdict`),
-which the DL rules read and the engine adds to the report's `loader` object.
+measurements in the target interpreter under a hard time budget
+(`supervisor`), and files what the runner observed into a `LoaderFacts`
+(types in `envdoctor.facts.loader`). It judges nothing: the bottleneck
+class, the knee and the recommendation are the rule layer's
+(`envdoctor.rules.loader.verdict`, with the knee itself in
+`envdoctor.inside.knee`, which the runner imports too), which the DL rules
+read and the engine adds to the report's `loader` object.
 """
 from __future__ import annotations
 
@@ -26,8 +28,6 @@ from envdoctor.loader.supervisor import StageRun, run_stage
 STAGE_OVERHEAD_S = 0.7
 def gather_loader(facts: Any) -> LoaderFacts | None:
     """The loader section: None when the stage is switched off (--no-loader)."""
-    from envdoctor.rules.loader.verdict import KNEE_RULE
-
     config = facts.config
     if config.no_loader:
         return None
@@ -49,8 +49,6 @@ def gather_loader(facts: Any) -> LoaderFacts | None:
         "source": source,
         "usable_cpus": usable,
         "step_time_s": config.step_time,
-        # The candidate the runner re-measures is the one the rule layer would recommend.
-        "knee": KNEE_RULE,
         "torch_probe": True,
         "check_cuda": True,
     }

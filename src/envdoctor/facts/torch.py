@@ -435,6 +435,10 @@ def _loader_probe(facts: Any) -> TorchProbe | None:
     if facts.config.no_loader:
         return None
     raw = facts.handed_over("torch").get("torch_probe")  # declared in facts.PROBES
+    if isinstance(raw, dict) and raw.get("timed_out") and raw.get("source") == "loader":
+        # The loader stage saw this interpreter hang at start-up (loader.started_hung): started
+        # again, it would hang again, and the user's --budget would be spent twice.
+        return checked_probe(raw)
     if not isinstance(raw, dict) or "probe_version" not in raw:
         return None  # not run, or it failed in the loader's process: run our own
     if raw.get("torch_preimported"):

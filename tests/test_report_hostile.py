@@ -18,6 +18,7 @@ import pytest
 from envdoctor.model import Finding, Location, Report, Severity
 from envdoctor.report import FORMATS, RenderOptions, render
 from envdoctor.report.safe import has_unsafe
+from envdoctor.verdict import settle
 from reportfixtures import loader_section
 from support import run_envdoctor
 
@@ -71,14 +72,14 @@ def _hostile_report() -> Report:
             message=f"{hostile} is installed twice ({name})", fix=f"pip uninstall -y {hostile}\n{hostile}",
             evidence={"package": hostile, hostile: {"paths": [hostile, f"/x/{hostile}"]}},
             location=Location(f"{hostile}.py", i + 1, 1) if i % 2 else None))
-    return Report(tool={"name": "envdoctor", "version": HOSTILE["osc-title"]}, generated_at=HOSTILE["clear-screen"],
+    return settle(Report(tool={"name": "envdoctor", "version": HOSTILE["osc-title"]}, generated_at=HOSTILE["clear-screen"],
                   host={"hostname": HOSTILE["rich-close"], "platform": HOSTILE["csi-c1"]},
                   target={"prefix": HOSTILE["osc8-link"], "kind": HOSTILE["rich-link"], "python": HOSTILE["bidi-isolate"]},
                   facts={}, findings=findings, checked=None,
                   loader=loader_section(dataset=HOSTILE["osc8-link"], bottleneck=HOSTILE["rich-close"],
                                         bottleneck_reason=HOSTILE["clear-screen"],
                                         skipped=[{"what": HOSTILE["rich-link"], "reason": HOSTILE["bidi-override"]}]),
-                  errors=[{"probe": HOSTILE["nul-and-bell"], "message": HOSTILE["osc-title"]}])
+                  errors=[{"probe": HOSTILE["nul-and-bell"], "message": HOSTILE["osc-title"]}]))
 
 
 @pytest.mark.parametrize("fmt", HUMAN_FORMATS)
@@ -112,9 +113,9 @@ def test_a_million_findings_and_a_10_mib_string_render_in_bounded_time_and_size(
                   fix="guard it", location=Location("t.py", 1, 1))
     huge = Finding(rule="PKG002", name="duplicate-distribution", severity=Severity.ERROR,
                    message="x" * (10 * 2**20), evidence={"blob": "y" * (10 * 2**20)}, fix="z" * (10 * 2**20))
-    report = Report(tool={"version": "0.1.0"}, generated_at="t", host={"hostname": "h", "platform": "p"},
-                    target={"prefix": "/p", "kind": "venv", "python": "3.11"}, facts={},
-                    findings=[huge] + [one] * 1_000_000)
+    report = settle(Report(tool={"version": "0.1.0"}, generated_at="t", host={"hostname": "h", "platform": "p"},
+                           target={"prefix": "/p", "kind": "venv", "python": "3.11"}, facts={},
+                           findings=[huge] + [one] * 1_000_000))
     for fmt in ("text", "markdown", "github", "sarif"):
         started = time.monotonic()
         text = render(report, fmt, RenderOptions(verbose=True))
@@ -127,7 +128,8 @@ def test_a_million_findings_and_a_10_mib_string_render_in_bounded_time_and_size(
                 "message"]["text"]
         elif fmt == "github":  # GitHub shows 50 annotations a job: 200 are written, then a count of the rest
             lines = text.splitlines()
-            assert len(lines) == 201 and "999801 more findings are not annotated" in lines[-1]
+            assert len(lines) == 202 and "999801 more findings are not annotated" in lines[-2]
+            assert "title=envdoctor verdict%3A problems::packages: problem" in lines[-1]
             assert max(len(line) for line in lines) < 20_000
         else:
             assert len(text) < 200_000, (fmt, len(text))

@@ -11,6 +11,7 @@ from pathlib import Path
 
 from envdoctor.model import Finding, Location, Report, Severity
 from envdoctor.report.text import render, svg_text
+from envdoctor.verdict import settle
 from reportfixtures import SCRIPTS, loader_section, make_train_repo, recommendation
 from support import run_envdoctor
 
@@ -92,7 +93,7 @@ def _report(**changes) -> Report:
                 target={"prefix": "/opt/env", "kind": "conda", "python": "3.11.7"},
                 facts={"system": {}, "packages": {}, "scripts": {}, "storage": {}, "gpu": {}, "torch": {}},
                 findings=[], checked=["PKG001", "CHN001", "SYS001", "SPW001", "DSK001", "GPU001", "DL001"])
-    return Report(**{**base, **changes})
+    return settle(Report(**{**base, **changes}))
 
 
 def test_checklist_says_not_checked_when_a_probe_failed_and_the_verdict_says_so():

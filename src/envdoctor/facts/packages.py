@@ -30,11 +30,10 @@ from envdoctor.facts.distributions import (
     record_lists,
 )
 from envdoctor.facts.owners import OsPackages, Owner, os_packages, owner_of
-from envdoctor.facts.readfile import MAX_FILE_BYTES, read_bytes
 from envdoctor.facts.target import TargetFacts
 
-__all__ = ["PackagesFacts", "conda_distribution", "dist_name_from_dir", "normalize", "read_bytes",
-           "read_distribution", "MAX_FILE_BYTES", "gather_packages"]
+__all__ = ["PackagesFacts", "conda_distribution", "dist_name_from_dir", "normalize", "read_distribution",
+           "gather_packages"]
 
 
 class SiteDir(TypedDict):

@@ -8,7 +8,7 @@ measurements in the target interpreter under a hard time budget
 (types in `envdoctor.facts.loader`). It judges nothing: the bottleneck
 class, the knee and the recommendation are the rule layer's
 (`envdoctor.rules.loader.verdict`, with the knee itself in
-`envdoctor.inside.knee`, which the runner imports too), which the DL rules
+`envdoctor.inside.loader_knee`, which the runner imports too), which the DL rules
 read and the engine adds to the report's `loader` object.
 """
 from __future__ import annotations

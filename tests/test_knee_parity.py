@@ -21,7 +21,8 @@ import envdoctor.inside.loader_knee as host_knee
 from envdoctor.rules.loader.verdict import recommend
 
 ROOT = Path(__file__).resolve().parents[1]
-INSIDE = ROOT / "src" / "envdoctor" / "inside"
+#: The folder the runner is started from: beside the installed envdoctor, as loader.supervisor finds it.
+INSIDE = Path(host_knee.__file__).resolve().parent
 SWEEPS = json.loads((ROOT / "fixtures" / "sweeps.json").read_text(encoding="utf-8"))["sweeps"]
 #: None, or the step time as a share of what the best run delivers: the step rule may then pick fewer workers.
 STEP_SHARES = (None, 0.3, 0.7)

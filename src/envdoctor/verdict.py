@@ -52,7 +52,8 @@ AREAS: tuple[Area, ...] = (
     Area("gpu", ("GPU",), ("gpu", "torch")),
     Area("loader", ("DL",), ("loader",)),
 )
-#: The fleet view's own area (`envdoctor compare`, `check --distributed`).
+#: The fleet view's own area (`envdoctor compare`, `check --distributed`): a fleet report's checklist is
+#: this area and the node areas in which the nodes found something (under --distributed).
 FLEET_AREA = Area("fleet", ("FLT",), ("fleet",))
 Level = Literal["error", "warning", "info"]
 _WORST_FIRST: tuple[Level, ...] = ("error", "warning", "info")
@@ -65,13 +66,16 @@ def family(rule_id: str) -> str:
 def decide(report: Report) -> Verdict:
     """The overall result and the per-area checklist of an assembled report (findings, errors, facts,
     loader and `checked` set)."""
-    areas = (*AREAS, FLEET_AREA) if report.facts.get("fleet") is not None else AREAS
-    by_family = {fam: area.key for area in areas for fam in area.families}
-    found: dict[str, list[Finding]] = {area.key: [] for area in areas}
+    fleet = report.facts.get("fleet") is not None
+    every = (*AREAS, FLEET_AREA) if fleet else AREAS
+    by_family = {fam: area.key for area in every for fam in area.families}
+    found: dict[str, list[Finding]] = {area.key: [] for area in every}
     for finding in report.findings:
         key = by_family.get(family(finding.rule))
         if key is not None:
             found[key].append(finding)
+    # A fleet view checks the fleet; a node's area appears there only with what the nodes found in it.
+    areas = [FLEET_AREA, *(a for a in AREAS if found[a.key])] if fleet else list(AREAS)
     details = {area.key: _detail(report, area, found[area.key]) for area in areas}
     statuses = {key: _status(detail) for key, detail in details.items()}
     worst = _worst(report.findings)

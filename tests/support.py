@@ -1,7 +1,10 @@
 """Helpers every test module shares: run the real command, validate every report."""
 from __future__ import annotations
 
+import contextlib
+import io
 import json
+import locale
 import os
 import subprocess
 import sys
@@ -42,6 +45,52 @@ def run_envdoctor(*args: str, env: Mapping[str, str] | None = None, prefix_cmd: 
     full_env.setdefault("NO_COLOR", "1")
     return subprocess.run([*prefix_cmd, *envdoctor_argv(*args)], capture_output=True, text=True,
                           env=full_env, cwd=cwd, timeout=timeout)
+
+
+def run_cli(*args: str, env: Mapping[str, str] | None = None, cwd: str | None = None
+            ) -> subprocess.CompletedProcess[str]:
+    """`envdoctor ARGS` as `cli.main(ARGS)` in this process, answered as `run_envdoctor` answers.
+
+    For tests about what the command prints and returns, not about the process: it
+    saves starting Python and importing envdoctor again (a few hundred ms a run).
+    The environment (`env` replaces it, as for a child) and the working directory
+    are this run's and put back after it; standard output is encoded as a child's
+    is (UTF-8, strict) and read back as `subprocess.run(text=True)` reads a pipe,
+    so a string a child could not print fails here too. Not for the running
+    interpreter's own package facts (sys.path and the user site are pytest's
+    here): those tests, and any run under prlimit/taskset, use `run_envdoctor`.
+    """
+    from envdoctor import cli
+
+    full_env = dict(os.environ if env is None else env)
+    full_env.setdefault("NO_COLOR", "1")
+    stdout, stderr = io.BytesIO(), io.BytesIO()
+    out = io.TextIOWrapper(stdout, encoding="utf-8", errors="strict", write_through=True)
+    err = io.TextIOWrapper(stderr, encoding="utf-8", errors="backslashreplace", write_through=True)
+    saved_env, saved_cwd = dict(os.environ), os.getcwd()
+    try:
+        os.environ.clear()
+        os.environ.update(full_env)
+        if cwd is not None:
+            os.chdir(cwd)
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                code = cli.main(list(args))
+            except SystemExit as exc:  # argparse's usage errors
+                code = exc.code if isinstance(exc.code, int) else 2
+            out.flush()
+            err.flush()
+    finally:
+        os.chdir(saved_cwd)
+        os.environ.clear()
+        os.environ.update(saved_env)
+    argv = envdoctor_argv(*args)
+    return subprocess.CompletedProcess(argv, code, _as_pipe_text(stdout.getvalue()), _as_pipe_text(stderr.getvalue()))
+
+
+def _as_pipe_text(data: bytes) -> str:
+    """Bytes decoded as `subprocess.run(text=True)` decodes a pipe: the locale's encoding, universal newlines."""
+    return io.TextIOWrapper(io.BytesIO(data), encoding=locale.getpreferredencoding(False)).read()
 
 
 def json_report(proc: subprocess.CompletedProcess[str]) -> dict[str, Any]:

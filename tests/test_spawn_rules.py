@@ -87,11 +87,12 @@ def test_spw001_num_workers_from_a_name_and_from_run_time_values():
     assert [(f.location.line, f.evidence["num_workers"], f.evidence["num_workers_source"]) for f in named] == [
         (12, 2, "NUM_WORKERS = 2 (line 6)"), (16, 2, "NUM_WORKERS = 2 (line 6)")]
     unknown = check_scripts(fixture("workers_unknown.py"), select=("SPW001",)).by_rule("SPW001")
+    # An argparse option's default is what runs unless the user passes it: --workers defaults to 4.
     assert [(f.evidence["num_workers"], f.evidence["num_workers_source"]) for f in unknown] == [
-        (None, "args.workers"), (None, "os.cpu_count()")]
-    assert "not known before run time" in unknown[0].message
+        (4, "--workers (default 4)"), (None, "os.cpu_count()")]
+    assert "not known before run time" in unknown[1].message
     # The count may be 0 at run time: a warning, where a known count of 2 is an error.
-    assert {f.severity for f in unknown} == {Severity.WARNING}
+    assert [f.severity for f in unknown] == [Severity.ERROR, Severity.WARNING]
     assert {f.severity for f in named} == {Severity.ERROR}
 
 
@@ -129,7 +130,8 @@ def test_spw001_for_processes_pools_executors_and_lightning():
     assert kinds["mp_process_unguarded.py"] == ("process-start", "Process.start() starts a process (created at line 11)")
     assert kinds["mp_pool_unguarded.py"][0] == "pool"
     assert kinds["process_pool_executor.py"] == ("process-pool", "ProcessPoolExecutor.map() starts worker processes")
-    assert kinds["lightning_fit.py"][0] == "lightning"
+    # Lightning's fit iterates the loader it is given: a loader start at the call, named after the trainer.
+    assert kinds["lightning_fit.py"] == ("dataloader", "Lightning Trainer.fit() over DataLoader built at line 11")
 
 
 def test_spw001_direct_code_fix_points_at_the_existing_guard(tmp_path):

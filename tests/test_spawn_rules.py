@@ -19,7 +19,7 @@ from envdoctor.facts import Facts
 from envdoctor.facts.scripts import analyse_script, gather_scripts
 from envdoctor.model import Severity
 from envdoctor.rules.spawn.guard import default_start_method
-from support import findings, json_report, run_envdoctor
+from support import findings, json_report, run_cli
 from test_spawn_fixtures import FIXTURE_DIR, check_scripts
 
 LINUX_311 = {"python": "3.11.7", "platform": "linux", "prefix": "/opt/env", "kind": "venv"}
@@ -87,11 +87,12 @@ def test_spw001_num_workers_from_a_name_and_from_run_time_values():
     assert [(f.location.line, f.evidence["num_workers"], f.evidence["num_workers_source"]) for f in named] == [
         (12, 2, "NUM_WORKERS = 2 (line 6)"), (16, 2, "NUM_WORKERS = 2 (line 6)")]
     unknown = check_scripts(fixture("workers_unknown.py"), select=("SPW001",)).by_rule("SPW001")
+    # An argparse option's default is what runs unless the user passes it: --workers defaults to 4.
     assert [(f.evidence["num_workers"], f.evidence["num_workers_source"]) for f in unknown] == [
-        (None, "args.workers"), (None, "os.cpu_count()")]
-    assert "not known before run time" in unknown[0].message
+        (4, "--workers (default 4)"), (None, "os.cpu_count()")]
+    assert "not known before run time" in unknown[1].message
     # The count may be 0 at run time: a warning, where a known count of 2 is an error.
-    assert {f.severity for f in unknown} == {Severity.WARNING}
+    assert [f.severity for f in unknown] == [Severity.ERROR, Severity.WARNING]
     assert {f.severity for f in named} == {Severity.ERROR}
 
 
@@ -129,7 +130,8 @@ def test_spw001_for_processes_pools_executors_and_lightning():
     assert kinds["mp_process_unguarded.py"] == ("process-start", "Process.start() starts a process (created at line 11)")
     assert kinds["mp_pool_unguarded.py"][0] == "pool"
     assert kinds["process_pool_executor.py"] == ("process-pool", "ProcessPoolExecutor.map() starts worker processes")
-    assert kinds["lightning_fit.py"][0] == "lightning"
+    # Lightning's fit iterates the loader it is given: a loader start at the call, named after the trainer.
+    assert kinds["lightning_fit.py"] == ("dataloader", "Lightning Trainer.fit() over DataLoader built at line 11")
 
 
 def test_spw001_direct_code_fix_points_at_the_existing_guard(tmp_path):
@@ -345,7 +347,7 @@ def test_spw004_a_file_that_is_not_python_source_is_said_to_be_so_and_not_read(t
                                          "was not parsed and nothing of it is shown"}
     assert "Python shebang" in finding.fix and "hunter2" not in json.dumps(report.to_dict())
     assert [f["status"] for f in report.facts["scripts"]["files"]] == ["not-python", "ok"]
-    shown = run_envdoctor("check", "--no-loader", "-v", "--select", "SPW004", "--", netrc)
+    shown = run_cli("check", "--no-loader", "-v", "--select", "SPW004", "--", netrc)
     assert "not Python source" in shown.stdout and "hunter2" not in shown.stdout + shown.stderr
 
 
@@ -417,9 +419,9 @@ def test_no_scripts_means_no_scripts_section():
 # -- through the command line ---------------------------------------------------------
 
 def test_cli_report_on_scripts_and_a_directory_validates_and_exits_1(tmp_path):
-    proc = run_envdoctor("report", "--no-loader", "--select", "SPW001", "SPW004", "--",
-                         fixture("main_unguarded.py"), fixture("syntax_error.py"), str(FIXTURE_DIR),
-                         cwd=str(tmp_path))
+    proc = run_cli("report", "--no-loader", "--select", "SPW001", "SPW004", "--",
+                   fixture("main_unguarded.py"), fixture("syntax_error.py"), str(FIXTURE_DIR),
+                   cwd=str(tmp_path))
     report = json_report(proc)
     assert proc.returncode == 1, proc.stderr
     guard = [f for f in findings(report, "SPW001") if f["location"]["path"].endswith("main_unguarded.py")]
@@ -429,8 +431,8 @@ def test_cli_report_on_scripts_and_a_directory_validates_and_exits_1(tmp_path):
 
 
 def test_cli_check_text_output_shows_file_line_and_column(tmp_path):
-    proc = run_envdoctor("check", "--no-loader", "--select", "SPW001", "--", fixture("iter_next.py"),
-                         cwd=str(tmp_path))
+    proc = run_cli("check", "--no-loader", "--select", "SPW001", "--", fixture("iter_next.py"),
+                   cwd=str(tmp_path))
     assert proc.returncode == 1
     assert f"{fixture('iter_next.py')}:10:14" in proc.stdout.replace("\n", "")
 

@@ -75,6 +75,12 @@ class WorkerStart(_EventBase, total=False):
     context: str | None
     num_workers: int | None
     num_workers_source: str
+    #: The option setting that makes the workers start (`--workers > 0`) when its default is 0.
+    only_with: str | None
+    #: The training loop that iterates the loader (`Lightning Trainer`), for a trainer's run method.
+    trainer: str
+    #: The launcher that forces fork on the code it runs (accelerate's notebook_launcher).
+    launcher: str
     constructed_at: ConstructedAt
     persistent_workers: bool
     worker_uses_cuda: bool

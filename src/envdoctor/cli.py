@@ -82,6 +82,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_fix_parser(sub)
 
+    from envdoctor.loop.command import add_parser as add_run_parser
+
+    add_run_parser(sub, _cmd_run)
+
     sub.add_parser("mcp", help="serve the checks as tools for AI coding agents (Model Context Protocol, stdio)"
                    ).set_defaults(handler=_cmd_mcp)
     return parser
@@ -299,6 +303,12 @@ def _cmd_render(args: argparse.Namespace) -> int:
     report = load_report(args.report)
     emit(report, args.format, args.output, options=RenderOptions(verbose=args.verbose, against=args.against))
     return report.exit_code(args.fail_on)
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from envdoctor.loop.command import handle
+
+    return handle(args, check_writable, emit)
 
 
 def _cmd_mcp(args: argparse.Namespace) -> int:

@@ -144,6 +144,8 @@ class Report:
     schema_version: int = SCHEMA_VERSION
     #: The ids of the rules that ran (None when unknown, e.g. a fleet view): what "✓" covers.
     checked: list[str] | None = None
+    #: What `envdoctor run` measured in the user's own training loop, with its verdict; None otherwise.
+    loop: dict[str, Any] | None = None
 
     @property
     def summary(self) -> dict[str, int]:
@@ -186,7 +188,8 @@ class Report:
                        target=dict(data["target"]), facts=dict(data["facts"]), findings=findings,
                        loader=dict(data["loader"]) if data.get("loader") else None,
                        errors=[dict(e) for e in data.get("errors") or []],
-                       checked=[str(r) for r in data["checked"]] if data.get("checked") is not None else None)
+                       checked=[str(r) for r in data["checked"]] if data.get("checked") is not None else None,
+                       loop=dict(data["loop"]) if data.get("loop") else None)
         except (KeyError, TypeError, AttributeError) as exc:
             raise ValueError(f"not an envdoctor report: {type(exc).__name__}: {exc}") from None
 
@@ -203,6 +206,7 @@ class Report:
             "errors": self.errors,
             "summary": self.summary,
             "checked": self.checked,
+            "loop": self.loop,
         }
 
 

@@ -138,13 +138,20 @@ def _own(proc: Any) -> dict[str, Any]:
     return json.loads(lines[-1])
 
 
-@pytest.mark.slow
-def test_plain_loop_waits_for_data_and_keeps_its_output_and_exit_code(tmp_path: Path) -> None:
-    proc, report = _run(tmp_path, "--", sys.executable, str(LOOP_FIXTURES / "train_loop.py"),
+@pytest.fixture(scope="module")
+def plain_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, dict[str, Any]]:
+    """The plain loop that waits for data, run once under `envdoctor run` (exit code 3 of its own)."""
+    proc, report = _run(tmp_path_factory.mktemp("plain"), "--", sys.executable, str(LOOP_FIXTURES / "train_loop.py"),
                         env={"EXIT": "3", "WARMUP": str(WARMUP), "WINDOW": str(WINDOW)})
+    assert report is not None, proc.stderr
+    return proc, report
+
+
+@pytest.mark.slow
+def test_plain_loop_waits_for_data_and_keeps_its_output_and_exit_code(plain_run: tuple[Any, dict[str, Any]]) -> None:
+    proc, report = plain_run
     assert proc.returncode == 3, proc.stderr
     own = _own(proc)  # the script's own output reached the terminal (here: the pipe)
-    assert report is not None
     loop = report["loop"]
     assert loop["outcome"] == "measured" and loop["steps"] == WINDOW and loop["returncode"] == 3
     assert abs(loop["data_wait_share"] - own["own_share"]) <= 0.05, (loop["data_wait_share"], own)
@@ -154,6 +161,38 @@ def test_plain_loop_waits_for_data_and_keeps_its_output_and_exit_code(tmp_path: 
     assert loop["recommendation"]["num_workers"] >= 1
     assert "status 3" in proc.stderr
     assert not leftover_children()
+
+
+@pytest.mark.slow
+def test_the_recommendation_reaches_the_knee_of_the_real_loop(plain_run: tuple[Any, dict[str, Any]]) -> None:
+    """Re-measured without envdoctor, num_workers 0..3: the pick reaches 0.9 of the best steps/s."""
+    import subprocess
+
+    picked = plain_run[1]["loop"]["recommendation"]["num_workers"]
+    rates = {}
+    for workers in (0, 1, 2, 3):
+        done = subprocess.run([sys.executable, str(LOOP_FIXTURES / "train_loop.py")], capture_output=True, text=True,
+                              env={**os.environ, "WORKERS": str(workers), "WARMUP": str(WARMUP),
+                                   "WINDOW": str(WINDOW)}, timeout=240)
+        assert done.returncode == 0, done.stderr
+        rates[workers] = _own(done)["batches_per_s"]
+    assert rates[min(picked, 3)] >= 0.9 * max(rates.values()), (picked, rates)
+
+
+@pytest.mark.slow
+def test_prove_injects_the_candidate_into_the_users_loader(tmp_path: Path) -> None:
+    from envdoctor.facts.loop import loop_facts
+    from envdoctor.loop.supervisor import run_command
+
+    plan = {"steps": 10, "seconds": None, "warmup_steps": 2,
+            "inject": {"num_workers": 1, "prefetch_factor": 2, "persistent_workers": True,
+                       "dataset": "CostlySamples", "batch_size": 8}}
+    run = run_command([sys.executable, str(LOOP_FIXTURES / "train_loop.py")], plan, stop=True,
+                      environ={**os.environ, "STEPS": "100000"})
+    (row,) = loop_facts(run, plan)["loaders"]
+    assert row["complete"] and row["settings"]["injected"] is True
+    assert row["settings"]["num_workers"] == 1 and row["settings"]["persistent_workers"] is True
+    assert run.stopped and not leftover_children()
 
 
 @pytest.mark.slow

@@ -14,7 +14,9 @@ batches. Judged here, once, for every view:
   loading overlaps the step and a step costs max(step, load / N), where the
   load of one batch is what the main process waited for at 0 workers, or
   N × (step + wait) when N workers could not keep up. Workers beyond the
-  CPUs left after the main process's own share add nothing.
+  CPUs left after the main process's step add nothing (at num_workers=0 the
+  step's own CPU share is told from the process's CPU time in the window: a
+  step that is mostly accelerator time leaves most of its CPU to workers).
 """
 from __future__ import annotations
 
@@ -86,20 +88,36 @@ def batch_load_s(workers: int, wait_s: float, step_s: float) -> float:
     return workers * (step_s + wait_s)
 
 
-def predicted_step_s(workers: int, load_s: float, step_s: float, worker_cpus: int) -> float:
+def predicted_step_s(workers: int, load_s: float, step_s: float, worker_cpus: float) -> float:
     """Seconds a step takes with `workers` workers, in the model of the module's docstring."""
     if workers <= 0:
         return step_s + load_s
-    return max(step_s, load_s / max(1, min(workers, worker_cpus)))
+    return max(step_s, load_s / max(1.0, min(float(workers), worker_cpus)))
+
+
+def step_cpu_share(wait_s: float, step_s: float, cpus_busy: float | None) -> float:
+    """The share of a CPU the main process's step itself takes (1.0 when it cannot be told).
+
+    Known at num_workers=0 only: the process then makes every batch itself, so of the CPU it
+    uses per step (`cpus_busy` × (wait + step)) the wait is the loading and the rest the step's.
+    A step that is mostly accelerator time (or sleep) leaves most of its CPU to workers.
+    """
+    if cpus_busy is None or step_s <= 0:
+        return 1.0
+    return min(1.0, max(0.0, cpus_busy * (wait_s + step_s) - wait_s) / step_s)
 
 
 def recommend(settings: Mapping[str, Any], wait_s: float, step_s: float, usable_cpus: int,
-              cuda: bool) -> LoopRecommendation | None:
-    """The settings the loop model says remove the wait; None when no worker count would help."""
+              cuda: bool, cpus_busy: float | None = None) -> LoopRecommendation | None:
+    """The settings the loop model says remove the wait; None when no worker count would help.
+
+    `cpus_busy` is the CPUs one training process kept busy in the window (its share of the tree's).
+    """
     current = int(settings.get("num_workers") or 0)
     load = batch_load_s(current, wait_s, step_s)
-    worker_cpus = max(1, usable_cpus - 1)
-    candidates = range(0, max(current, min(MAX_WORKERS, worker_cpus)) + 1)
+    main = step_cpu_share(wait_s, step_s, cpus_busy if current == 0 else None)
+    worker_cpus = max(1.0, usable_cpus - main)
+    candidates = range(0, max(current, min(MAX_WORKERS, int(round(worker_cpus + 0.49)))) + 1)
     speed = {n: 1.0 / predicted_step_s(n, load, step_s, worker_cpus) for n in candidates}
     best = max(speed.values())
     pick = min(n for n in candidates if speed[n] >= KNEE_SHARE * best)
@@ -151,7 +169,9 @@ def loop_verdict(section: LoopFacts, proved: Mapping[str, Any] | None = None) ->
             cpu = section.get("cpu")
             cpus = cpu["usable_cpus"] if cpu else 1
             procs = max(1, len(rows))
-            rec = recommend(lead["settings"], lead["wait_s"], lead["step_s"], max(1, int(cpus) // procs), bool(cuda))
+            busy = cpu["cpu_s"] / cpu["window_s"] / procs if cpu and cpu["window_s"] > 0 else None
+            rec = recommend(lead["settings"], lead["wait_s"], lead["step_s"], max(1, int(cpus) // procs), bool(cuda),
+                            cpus_busy=busy)
             proof = section.get("proof")
             if rec is not None and proof and proof.get("windows"):
                 _judge_proof(rec, proof, int(lead["settings"].get("num_workers") or 0))

@@ -42,8 +42,8 @@ from envdoctor.facts.target import TargetFacts
 #: A Requires-Dist line on numpy itself (not numpy-financial).
 _NUMPY_REQUIREMENT = re.compile(r"\s*numpy\s*(?:$|[<>=!~;\[(])", re.IGNORECASE)
 
-__all__ = ["PackagesFacts", "conda_distribution", "dist_name_from_dir", "normalize", "read_bytes",
-           "read_distribution", "MAX_FILE_BYTES", "gather_packages"]
+__all__ = ["PackagesFacts", "conda_distribution", "dist_name_from_dir", "normalize", "read_distribution",
+           "gather_packages"]
 
 
 class SiteDir(TypedDict):

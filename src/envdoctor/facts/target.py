@@ -368,7 +368,7 @@ def ask_interpreter(interpreter: Path, timeout: float = INTERPRETER_TIMEOUT_S) -
 
 def read_pyvenv(prefix: Path) -> dict[str, str] | None:
     """pyvenv.cfg's keys (read as data, bounded), or None when the prefix is no venv."""
-    from envdoctor.facts.packages import read_bytes
+    from envdoctor.facts.readfile import read_bytes
 
     try:
         text = read_bytes(str(prefix / "pyvenv.cfg"), 1 << 16, head=True).decode("utf-8", errors="replace")

@@ -96,3 +96,23 @@ def test_pkg012_in_a_debian_root_blames_pips_numpy_over_dpkgs_extension(tmp_path
     assert (ev["package"], ev["kind"], ev["numpy_version"], ev["numpy_owner"]) == ("numexpr", "numpy-abi", "2.2.6",
                                                                                    "pip")
     assert ev["owner"] == "Debian's python3-numexpr (dpkg)" and "pip uninstall numpy" in finding.fix
+
+
+def test_pkg012_classifies_real_native_load_failures(tmp_path: Path) -> None:
+    """Real compiled extensions (built here with the C compiler): an undefined symbol and a missing library."""
+    from fixenvs import make_pip_venv, native_breakage_wheels, offline_env, run_ok
+
+    wheels = tmp_path / "wheels"
+    built = native_breakage_wheels(wheels, tmp_path / "build")
+    if built is None:
+        pytest.skip("needs a C compiler and this interpreter's Python.h")
+    env = offline_env(wheels, tmp_path / "cache")
+    venv = make_pip_venv(tmp_path / "venv", env)
+    run_ok([str(venv / "bin" / "python"), "-m", "pip", "install", "--no-compile", *map(str, built)], env)
+    found = {f.evidence["package"]: f for f in deep_check(venv, "PKG012").by_rule("PKG012")}
+    assert sorted(found) == ["libext", "symext"]
+    assert (found["symext"].evidence["kind"], found["symext"].evidence["named"]) == \
+        ("undefined-symbol", "envdoctor_missing_symbol")
+    assert (found["libext"].evidence["kind"], found["libext"].evidence["named"]) == \
+        ("missing-shared-library", "libgone.so")
+    assert "reinstall" in found["libext"].fix

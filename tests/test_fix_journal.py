@@ -213,3 +213,30 @@ def test_a_disk_that_fills_while_the_before_state_is_kept_changes_nothing(tmp_pa
         Executor(make_plan(report, {}), journal).run()
     assert tree_digest(prefix) == pristine and copied  # it failed part-way through keeping the copies
     assert Journal.latest() is None  # a fix that changed nothing is not undone
+
+
+def test_a_disk_that_fills_after_a_step_ran_is_still_undone_exactly(tmp_path: Path, journal_root: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    from envdoctor.fix.journal import JournalError
+
+    prefix, stray = venv_folder(tmp_path)
+    pristine = tree_digest(prefix)
+    real_save = Journal.save
+
+    def full_after_a_step(self: Journal) -> None:
+        if any(s.get("status") == "done" for s in self.manifest.get("steps") or []):
+            raise JournalError(f"cannot write {self.path}/manifest.json: No space left on device")
+        real_save(self)
+
+    monkeypatch.setattr(Journal, "save", full_after_a_step)
+    finding = Finding(rule="PKG002", name="duplicate-distribution", severity=Severity.ERROR, message="doubled",
+                      fix_steps=(FixStep.file_move(str(stray), str(stray) + ".envdoctor-aside"),))
+    report = Report(tool={}, generated_at="", host={}, target={"prefix": str(prefix), "kind": "venv"}, facts={},
+                    findings=[finding])
+    with pytest.raises(JournalError):
+        Executor(make_plan(report, {}), Journal.create({"prefix": str(prefix), "kind": "venv"})).run()
+    assert not stray.exists()  # the move happened; the manifest on disk still says it was running
+    monkeypatch.setattr(Journal, "save", real_save)
+    undone = undo_last()
+    assert undone.exit_code == 0, undone
+    assert tree_digest(prefix) == pristine

@@ -95,7 +95,7 @@ def test_pkg012_in_a_debian_root_blames_pips_numpy_over_dpkgs_extension(tmp_path
     ev = finding.evidence
     assert (ev["package"], ev["kind"], ev["numpy_version"], ev["numpy_owner"]) == ("numexpr", "numpy-abi", "2.2.6",
                                                                                    "pip")
-    assert ev["owner"] == "Debian's python3-numexpr (dpkg)" and "pip uninstall numpy" in finding.fix
+    assert ev["owner"] == "Debian's python3-numexpr (dpkg)" and "-m pip uninstall --break-system-packages -y numpy" in finding.fix
 
 
 def test_pkg012_classifies_real_native_load_failures(tmp_path: Path) -> None:

@@ -71,7 +71,8 @@ def write_roots(target: Mapping[str, Any]) -> list[str]:
         scripts = _scripts_of_user_site(str(user_site))
         if scripts:
             roots.append(scripts)
-    absolute = [os.path.abspath(r) for r in roots]
+    # A root that is a link to a folder (`/usr/local/bin -> /opt/bin`) is kept where the files really are.
+    absolute = [os.path.realpath(r) if os.path.islink(r) else os.path.abspath(r) for r in roots]
     outermost: list[str] = []
     for root in sorted(dict.fromkeys(absolute), key=len):
         if not any(_under(root, other) or _under(os.path.realpath(root), os.path.realpath(other))

@@ -71,12 +71,12 @@ def write_roots(target: Mapping[str, Any]) -> list[str]:
         scripts = _scripts_of_user_site(str(user_site))
         if scripts:
             roots.append(scripts)
-    # A root that is a link to a folder (`/usr/local/bin -> /opt/bin`) is kept where the files really are.
-    absolute = [os.path.realpath(r) if os.path.islink(r) else os.path.abspath(r) for r in roots]
+    # Every root by its real path (a root that is a link, `/usr/local/bin -> /opt/bin`, is kept where its
+    # files are), so the listings, the verification and undo all name one path the same way.
+    absolute = [os.path.realpath(r) for r in roots]
     outermost: list[str] = []
     for root in sorted(dict.fromkeys(absolute), key=len):
-        if not any(_under(root, other) or _under(os.path.realpath(root), os.path.realpath(other))
-                   for other in outermost):
+        if not any(_under(root, other) for other in outermost):
             outermost.append(root)
     return sorted(outermost)
 

@@ -297,7 +297,8 @@ def verify_fix(plan: Any, journal: Journal) -> Verification:
     target = plan.target
     names = fixed_names(plan.planned)
     cleaned = fixed_names(f for f in plan.planned if f.rule in CLEANS_LEFTOVERS)
-    sites = list(dict.fromkeys(str(p) for p in target.get("site_packages") or []))  # the folders import reads
+    # The folders import reads, by real path as the before-state lists them.
+    sites = list(dict.fromkeys(os.path.realpath(str(p)) for p in target.get("site_packages") or []))
     state = journal.manifest.get("before")
     before = load_listing(journal, state["listing"]) if state else {}
     result = Verification()

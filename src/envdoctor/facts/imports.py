@@ -20,8 +20,8 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypedDict
 
 #: Seconds one distribution's import may take, and all of them together.
-IMPORT_TIMEOUT_S = 30.0
-TOTAL_TIMEOUT_S = 180.0
+IMPORT_TIMEOUT_S = 60.0
+TOTAL_TIMEOUT_S = 240.0
 #: Imports run at once (each is its own interpreter).
 PARALLEL = 4
 #: Characters of a failed import's message kept.

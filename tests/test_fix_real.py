@@ -254,7 +254,8 @@ def test_a_system_site_venv_reads_its_base_pth_owners_and_its_fix_roots_hold_the
 
 
 def test_pkg002_names_the_copy_whose_files_import_runs(tmp_path: Path, offline: dict[str, str]) -> None:
-    """A uv venv with PyYAML 6.0.1's files and a stray 6.0.2 dist-info beside its own: `import yaml` runs 6.0.1."""
+    """A uv venv with PyYAML 6.0.1's files and a stray 6.0.2 dist-info beside its own: `import yaml` runs 6.0.1.
+    The fix (with uv: the venv has no pip) is verified by import and undone byte for byte."""
     from envdoctor.config import Config
     from envdoctor.engine import run_check
     from fixenvs import make_uv_venv, uv_executable
@@ -269,3 +270,13 @@ def test_pkg002_names_the_copy_whose_files_import_runs(tmp_path: Path, offline: 
     shutil.copytree(next(other.glob("lib/python*/site-packages/PyYAML-6.0.2.dist-info")), site / "PyYAML-6.0.2.dist-info")
     [finding] = run_check(Config(prefix=str(venv), no_loader=True, select=("PKG002",))).by_rule("PKG002")
     assert "`import yaml` runs 6.0.1's files" in finding.message and "a mix" not in finding.message, finding.message
+    # The fix keeps 6.0.2 and reinstalls it with uv; verified by import; undone byte for byte.
+    assert [s.tool for s in finding.fix_steps] == ["file", "uv"]
+    pristine = tree_digest(venv)
+    done = envdoctor(offline, "fix", "--prefix", str(venv), "--select", "PKG002", "--yes", "--format", "json")
+    assert done.returncode == 0, done.stdout + done.stderr
+    result = json.loads(done.stdout)
+    assert result["verification"]["ok"] and set(result["verification"]["imported"]) == {"yaml", "_yaml"}
+    assert run_ok([str(venv / "bin" / "python"), "-c", "import yaml; print(yaml.__version__)"], offline).strip() == "6.0.2"
+    assert envdoctor(offline, "fix", "--undo").returncode == 0
+    assert tree_digest(venv) == pristine

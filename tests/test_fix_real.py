@@ -108,7 +108,8 @@ def test_ignore_installed_fix_leaves_no_file_of_the_old_version_and_undo_is_exac
 
 
 def test_a_fix_that_fails_verification_is_rolled_back(ignore_installed_venv: Path, tmp_path: Path,
-                                                       offline: dict[str, str]) -> None:
+                                                       offline: dict[str, str],
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
     """A reinstall that leaves `import numpy` broken: the fix says why and puts everything back."""
     from envdoctor.fix import command
     from envdoctor.model import FixStep
@@ -122,6 +123,9 @@ def test_a_fix_that_fails_verification_is_rolled_back(ignore_installed_venv: Pat
     steps = (FixStep.command("pip", python, "-m", "pip", "install", "--no-deps", str(broken)),)
     code = command.run(fix_args(venv, "PKG002", yes=True, format="text"), replacing_steps("PKG002", lambda f: steps))
     assert code == 1
+    said = capsys.readouterr().out
+    assert "verification failed: `import numpy` fails" in said and "this numpy build is broken" in said, said
+    assert "the fix failed its verification, so it was undone" in said and "rolled back: restored:" in said
     assert tree_digest(venv) == pristine
     from envdoctor.fix.journal import Journal
 

@@ -347,7 +347,7 @@ def test_spw004_a_file_that_is_not_python_source_is_said_to_be_so_and_not_read(t
                                          "was not parsed and nothing of it is shown"}
     assert "Python shebang" in finding.fix and "hunter2" not in json.dumps(report.to_dict())
     assert [f["status"] for f in report.facts["scripts"]["files"]] == ["not-python", "ok"]
-    shown = run_envdoctor("check", "--no-loader", "-v", "--select", "SPW004", "--", netrc)
+    shown = run_cli("check", "--no-loader", "-v", "--select", "SPW004", "--", netrc)
     assert "not Python source" in shown.stdout and "hunter2" not in shown.stdout + shown.stderr
 
 

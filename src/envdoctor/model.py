@@ -182,6 +182,8 @@ class Report:
     checked: list[str] | None = None
     #: The overall result and the checklist, set by the engine (`envdoctor.verdict`); formats only render it.
     verdict: Verdict | None = None
+    #: What `envdoctor run` measured in the user's own training loop, with its verdict; None otherwise.
+    loop: dict[str, Any] | None = None
 
     @property
     def summary(self) -> dict[str, int]:
@@ -226,7 +228,8 @@ class Report:
                        errors=[dict(e) for e in data.get("errors") or []],
                        checked=[str(r) for r in data["checked"]] if data.get("checked") is not None else None,
                        # A report saved before the verdict was carried has none: `envdoctor.verdict.settle`.
-                       verdict=_verdict_from_dict(data["verdict"]) if data.get("verdict") else None)
+                       verdict=_verdict_from_dict(data["verdict"]) if data.get("verdict") else None,
+                       loop=dict(data["loop"]) if data.get("loop") else None)
         except (KeyError, TypeError, AttributeError) as exc:
             raise ValueError(f"not an envdoctor report: {type(exc).__name__}: {exc}") from None
 
@@ -244,6 +247,7 @@ class Report:
             "summary": self.summary,
             "checked": self.checked,
             "verdict": self.verdict,
+            "loop": self.loop,
         }
 
 

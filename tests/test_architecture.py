@@ -40,7 +40,7 @@ RULE_PATHLIB = frozenset({"PurePath", "PurePosixPath", "PureWindowsPath"})
 RULE_THIRD_PARTY = frozenset({"packaging"})
 #: The envdoctor modules (and packages, with everything under them) a rule may import.
 RULE_ENVDOCTOR = ("envdoctor.rules", "envdoctor.facts", "envdoctor.model", "envdoctor.catalog",
-                  "envdoctor.units", "envdoctor.versions", "envdoctor.remedies", "envdoctor.inside.knee",
+                  "envdoctor.units", "envdoctor.versions", "envdoctor.remedies", "envdoctor.inside.loader_knee",
                   "envdoctor._version")
 #: ... except these, which read files or run processes.
 RULE_FORBIDDEN = ("envdoctor.facts.readfile",)
@@ -213,7 +213,7 @@ def test_the_scan_sees_the_code_it_guards() -> None:
     assert {"envdoctor.engine", "envdoctor.verdict", "envdoctor.report.text", "envdoctor.rules.loader.verdict",
             "envdoctor.facts.packages"} <= set(edges)
     assert "envdoctor.model" in edges["envdoctor.engine"]
-    assert "envdoctor.inside.knee" in edges["envdoctor.rules.loader.verdict"]
+    assert "envdoctor.inside.loader_knee" in edges["envdoctor.rules.loader.verdict"]
     assert cycles({"a": frozenset({"b"}), "b": frozenset({"c"}), "c": frozenset({"a"}), "d": frozenset()}) == [
         ["a", "b", "c"]]
 
@@ -322,9 +322,9 @@ def test_the_inside_runs_on_the_standard_library(path: Path) -> None:
     assert bad == []
 
 
-def test_host_code_shares_only_the_knee_with_the_inside() -> None:
+def test_host_code_shares_only_the_knee_and_the_protocol_with_the_inside() -> None:
     """Rule 6: envdoctor's own modules import from inside/ only its shared, stdlib-only modules."""
-    shared = {"envdoctor.inside.knee"}
+    shared = {"envdoctor.inside.loader_knee", "envdoctor.inside.loader_protocol"}
     bad = [f"{imp.where()} imports {target_of(imp)}" for name, path in modules().items()
            if not _under(name, ("envdoctor.inside",)) for imp in imports_of(path)
            if _under(imp.module, ("envdoctor.inside",)) and target_of(imp) not in shared]

@@ -1,8 +1,8 @@
 """One knee rule: the runner re-measures the setting envdoctor then recommends, on every recorded sweep.
 
 The runner (src/envdoctor/inside/, started by path) picks the candidate for its paired windows with
-`loader_paired.candidate`, which imports `knee` from its own folder as a top-level module; the rule layer
-recommends with `envdoctor.rules.loader.verdict.recommend`, which imports `envdoctor.inside.knee`. Both are
+`loader_paired.candidate`, which imports `loader_knee` from its own folder as a top-level module; the rule layer
+recommends with `envdoctor.rules.loader.verdict.recommend`, which imports `envdoctor.inside.loader_knee`. Both are
 run here on the sweeps in fixtures/sweeps.json (recorded live), with and without a training step time.
 """
 from __future__ import annotations
@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-import envdoctor.inside.knee as host_knee
+import envdoctor.inside.loader_knee as host_knee
 from envdoctor.rules.loader.verdict import recommend
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -31,7 +31,7 @@ STEP_SHARES = (None, 0.3, 0.7)
 @pytest.fixture(scope="module")
 def runner_paired() -> Iterator[ModuleType]:
     """loader_paired imported the way the runner imports its parts (top-level names from inside/)."""
-    names = ("knee", "loader_paired", "loader_session", "loader_timing", "loader_outcomes")
+    names = ("loader_knee", "loader_paired", "loader_session", "loader_timing", "loader_outcomes")
     saved = {name: sys.modules.pop(name) for name in names if name in sys.modules}
     sys.path.insert(0, str(INSIDE))
     try:
@@ -60,7 +60,7 @@ def _step_time(sweep: dict[str, Any], share: float | None) -> float | None:
 
 
 def test_the_runner_and_the_rule_layer_load_one_file(runner_paired: ModuleType) -> None:
-    runner_knee = sys.modules["knee"]
+    runner_knee = sys.modules["loader_knee"]
     assert runner_knee is not host_knee  # two imports (top-level and packaged) ...
     assert Path(runner_knee.__file__).resolve() == Path(host_knee.__file__).resolve()  # ... of one module
     assert runner_paired.recommended is runner_knee.recommended

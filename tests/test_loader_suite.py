@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from envdoctor.inside.knee import recommended
+from envdoctor.inside.loader_knee import recommended
 from loadersupport import assert_nothing_left, dump, loader_report, shm_torch_segments
 from support import findings
 

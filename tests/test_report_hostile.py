@@ -20,7 +20,7 @@ from envdoctor.report import FORMATS, RenderOptions, render
 from envdoctor.report.safe import has_unsafe
 from envdoctor.verdict import settle
 from reportfixtures import loader_section
-from support import run_envdoctor
+from support import run_cli, run_envdoctor
 
 SPAWN = Path(__file__).resolve().parents[1] / "fixtures" / "spawn"
 
@@ -51,13 +51,13 @@ def test_a_script_with_a_hostile_name_in_every_format(tmp_path, name):
     script = tmp_path / f"t{hostile.replace('/', '_').replace(chr(0), '_')}.py"  # no file name holds / or NUL
     script.write_bytes((SPAWN / "main_unguarded.py").read_bytes())
     saved = tmp_path / "saved.json"
-    proc = run_envdoctor("report", "--no-loader", "--select", "SPW001", "-o", str(saved), "--", str(script),
-                         cwd=str(tmp_path))
+    proc = run_cli("report", "--no-loader", "--select", "SPW001", "-o", str(saved), "--", str(script),
+                   cwd=str(tmp_path))
     assert proc.returncode == 1, proc.stderr
     data = json.loads(saved.read_text(encoding="utf-8"))
     assert data["findings"][0]["location"]["path"] == str(script)  # JSON keeps the exact name
     for fmt in HUMAN_FORMATS:
-        out = run_envdoctor("render", str(saved), "--format", fmt, "-v", cwd=str(tmp_path))
+        out = run_cli("render", str(saved), "--format", fmt, "-v", cwd=str(tmp_path))
         assert out.returncode == 1, (fmt, out.stderr)
         assert "SPW001" in out.stdout, fmt
         _assert_clean(out.stdout, fmt)
@@ -99,8 +99,8 @@ def test_rich_markup_in_a_compared_report_is_text_not_markup(tmp_path):
                                                           version="[/red]1.0\x9b")
     (tmp_path / "b.json").write_text(json.dumps(other), encoding="utf-8")
     for fmt in HUMAN_FORMATS:
-        proc = run_envdoctor("compare", str(tmp_path / "a.json"), str(tmp_path / "b.json"), "--format", fmt,
-                             env={"COLUMNS": "200", "PATH": "/usr/bin:/bin"})
+        proc = run_cli("compare", str(tmp_path / "a.json"), str(tmp_path / "b.json"), "--format", fmt,
+                       env={"COLUMNS": "200", "PATH": "/usr/bin:/bin"})
         assert proc.returncode in (0, 1), (fmt, proc.stderr)
         assert "Traceback" not in proc.stderr and "MarkupError" not in proc.stderr, fmt
         _assert_clean(proc.stdout, fmt)

@@ -18,7 +18,7 @@ from envdoctor.facts import Facts
 from envdoctor.facts.scripts import analyse_script, gather_scripts
 from envdoctor.model import Severity
 from envdoctor.rules.spawn.guard import default_start_method
-from support import findings, json_report, run_envdoctor
+from support import findings, json_report, run_cli
 from test_spawn_fixtures import FIXTURE_DIR, check_scripts
 
 LINUX_311 = {"python": "3.11.7", "platform": "linux", "prefix": "/opt/env", "kind": "venv"}
@@ -390,9 +390,9 @@ def test_no_scripts_means_no_scripts_section():
 # -- through the command line ---------------------------------------------------------
 
 def test_cli_report_on_scripts_and_a_directory_validates_and_exits_1(tmp_path):
-    proc = run_envdoctor("report", "--no-loader", "--select", "SPW001", "SPW004", "--",
-                         fixture("main_unguarded.py"), fixture("syntax_error.py"), str(FIXTURE_DIR),
-                         cwd=str(tmp_path))
+    proc = run_cli("report", "--no-loader", "--select", "SPW001", "SPW004", "--",
+                   fixture("main_unguarded.py"), fixture("syntax_error.py"), str(FIXTURE_DIR),
+                   cwd=str(tmp_path))
     report = json_report(proc)
     assert proc.returncode == 1, proc.stderr
     guard = [f for f in findings(report, "SPW001") if f["location"]["path"].endswith("main_unguarded.py")]
@@ -402,8 +402,8 @@ def test_cli_report_on_scripts_and_a_directory_validates_and_exits_1(tmp_path):
 
 
 def test_cli_check_text_output_shows_file_line_and_column(tmp_path):
-    proc = run_envdoctor("check", "--no-loader", "--select", "SPW001", "--", fixture("iter_next.py"),
-                         cwd=str(tmp_path))
+    proc = run_cli("check", "--no-loader", "--select", "SPW001", "--", fixture("iter_next.py"),
+                   cwd=str(tmp_path))
     assert proc.returncode == 1
     assert f"{fixture('iter_next.py')}:10:14" in proc.stdout.replace("\n", "")
 

@@ -227,29 +227,15 @@ def _cmd_explain(args: argparse.Namespace) -> int:
 
 
 def explain_text(rule: str) -> str:
-    """One rule's docs as `envdoctor explain` prints them."""
-    import textwrap
-
+    """One rule's docs as `envdoctor explain` prints them (docs/rules/<ID>.md shows the same text)."""
     from envdoctor.catalog import load_catalog
+    from envdoctor.report.rule_docs import render_rule_docs
 
     catalog = load_catalog()
     matched = [m for m in catalog.rules if m.id == rule.upper() or m.name == rule.lower()]
     if not matched:
         raise UsageError(f"unknown rule {rule!r} (see `envdoctor rules`)")
-    meta = matched[0]
-    headings = {"what": "What it checks", "why": "Why it matters", "example": "Example", "fix": "Fix"}
-    out = [f"{meta.id} {meta.name} (default severity: {meta.severity.value})", "",
-           textwrap.fill(" ".join(meta.summary.split()), 88), ""]
-    for part, heading in headings.items():
-        out.append(heading)
-        body = meta.docs()[part]
-        if part == "example":
-            out += ["    " + line for line in body.splitlines()]
-        else:
-            for para in body.split("\n\n"):
-                out.append(textwrap.fill(" ".join(para.split()), 88, initial_indent="    ", subsequent_indent="    "))
-        out.append("")
-    return "\n".join(out)
+    return render_rule_docs(matched[0], "text")
 
 
 def _cmd_check(args: argparse.Namespace) -> int:

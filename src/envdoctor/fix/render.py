@@ -1,6 +1,6 @@
 """How a fix shows itself: the plan, each step's result and the re-check, as text or JSON.
 
-The JSON shape (documented in the README, "Fixing"):
+The JSON shape (documented in docs/fix.md, "JSON output"):
 `{"fix_version": 1, "target": {...}, "dry_run": bool, "journal": path|null,
 "plan": {"steps": [...], "findings": [...], "findings_without_steps": [...]},
 "results": [{"step", "status", "detail"}], "outcome": {"fixed", "remaining", "new"}|null,

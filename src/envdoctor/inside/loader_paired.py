@@ -3,7 +3,7 @@
 Part of the standalone runner (see loader_runner.py). One sweep point is one
 stretch of time; a busy neighbour that takes the CPUs during one point and
 not another makes a gain out of nothing. So the setting the sweep points to
-(the knee, by the rule in knee.py that envdoctor imports too) and the user's
+(the knee, by the rule in loader_knee.py that envdoctor imports too) and the user's
 own setting are both kept running, and timed in alternating windows — current
 then candidate, candidate then current, … — so a neighbour slows both sides of
 a pair alike. The runner reports the windows; envdoctor computes the gain's
@@ -14,7 +14,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from knee import recommended
+from loader_knee import recommended
 from loader_session import Session
 from loader_timing import samples_in, set_timeout, shutdown
 

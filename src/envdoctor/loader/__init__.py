@@ -8,7 +8,7 @@ measurements in the target interpreter under a hard time budget
 (types in `envdoctor.facts.loader`). It judges nothing: the bottleneck
 class, the knee and the recommendation are the rule layer's
 (`envdoctor.rules.loader.verdict`, with the knee itself in
-`envdoctor.inside.knee`, which the runner imports too), which the DL rules
+`envdoctor.inside.loader_knee`, which the runner imports too), which the DL rules
 read and the engine adds to the report's `loader` object.
 """
 from __future__ import annotations
@@ -21,6 +21,7 @@ from typing import Any, cast
 
 from envdoctor.facts.loader import FailureFacts, LoaderFacts
 from envdoctor.facts.node_share import cpus_per_process, processes_per_node
+from envdoctor.inside import loader_protocol
 from envdoctor.loader.progress import current_sink
 from envdoctor.loader.supervisor import StageRun, run_stage
 
@@ -167,13 +168,13 @@ def assemble(facts_section: LoaderFacts, outcome: StageRun) -> None:
     section = cast(dict[str, Any], facts_section)
     for event in outcome.events:
         kind = event.get("ev")
-        if kind == "result":
+        if kind == loader_protocol.RESULT:
             _take_result(section, event.get("key"), event.get("value"))
-        elif kind == "failure":
+        elif kind == loader_protocol.FAILURE:
             section["failure"] = event.get("value")
-        elif kind in ("setup_error", "runner_error"):
+        elif kind in (loader_protocol.SETUP_ERROR, loader_protocol.RUNNER_ERROR):
             section["skipped"].append({"what": "smoke test", "reason": event.get("message")})
-            if kind == "runner_error":
+            if kind == loader_protocol.RUNNER_ERROR:
                 section["runner_error"] = event.get("traceback")
     if section["failure"] is None:
         section["failure"] = _failure_from_outcome(outcome, section)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from envdoctor.facts import Facts
 from envdoctor.facts.loader import CurrentSettings, LoaderFacts, LoaderVerdict, Recommendation, RunFacts
-from envdoctor.inside.knee import STEP_HEADROOM, knee
+from envdoctor.inside.loader_knee import STEP_HEADROOM, knee
 from envdoctor.model import Severity
 from envdoctor.rules import Hit
 from envdoctor.rules.loader.verdict import (

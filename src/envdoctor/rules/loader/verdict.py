@@ -27,7 +27,7 @@ None when nothing measured tells the causes apart.
 
 The recommendation is the knee (the fewest workers within 95% of the best),
 or with a step time the fewest workers that outrun the step: that rule lives
-in `envdoctor.inside.knee`, the one module the runner imports too, so the
+in `envdoctor.inside.loader_knee`, the one module the runner imports too, so the
 setting it re-measures in paired windows is the one recommended here. When the runner
 re-measured it against the user's own setting in interleaved, paired windows
 (`paired`), the gain carries a 95% interval, and a change is recommended only
@@ -53,7 +53,7 @@ from envdoctor.facts.loader import (
     RunFacts,
     Trust,
 )
-from envdoctor.inside.knee import (
+from envdoctor.inside.loader_knee import (
     BLOCKED_SHARE,
     KNEE_FRACTION,
     WORKER_GAIN,

@@ -3,8 +3,8 @@
 The rule layer (`envdoctor.rules.loader.verdict`) recommends the knee, and the
 runner (`loader_paired.py`, inside the target's interpreter) re-measures the
 same setting against the user's own in paired windows before envdoctor
-judges. Both import this file — the host as `envdoctor.inside.knee`, the
-runner as the top-level module `knee` from its own folder — so the setting
+judges. Both import this file — the host as `envdoctor.inside.loader_knee`, the
+runner as the top-level module `loader_knee` from its own folder — so the setting
 re-measured is the one recommended, by construction. Hence the standard
 library only, and plain dicts: a run is what the runner's `run` results hold
 (`num_workers`, `samples_per_s`, `worker_cpu`, `worker_blocked`, …).

@@ -82,8 +82,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_fix_parser(sub)
 
-    sub.add_parser("mcp", help="serve the checks as tools for AI coding agents (Model Context Protocol, stdio)"
-                   ).set_defaults(handler=_cmd_mcp)
+    served = sub.add_parser("mcp", help="serve the checks as tools for AI coding agents (Model Context Protocol, stdio)")
+    served.add_argument("--root", action="append", default=[], metavar="DIR",
+                        help="a folder the tools may read when the client declares no roots (repeatable; "
+                             "default: the working directory)")
+    served.set_defaults(handler=_cmd_mcp)
     return parser
 
 
@@ -291,7 +294,7 @@ def _cmd_render(args: argparse.Namespace) -> int:
 def _cmd_mcp(args: argparse.Namespace) -> int:
     from envdoctor.integrations.mcp import serve
 
-    return serve()
+    return serve(args.root)
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:

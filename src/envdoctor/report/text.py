@@ -123,11 +123,37 @@ def first_names(findings: Iterable[Finding]) -> dict[str, str]:
 # -- findings --------------------------------------------------------------------------------------
 
 def group_findings(findings: Iterable[Finding]) -> list[list[Finding]]:
-    """Findings grouped by rule and severity, in the order they come (worst first)."""
-    groups: dict[tuple[str, int], list[Finding]] = {}
+    """Findings grouped by rule and severity, in the order they come (worst first).
+
+    A script with several findings of one rule (evidence `script`) gets a block
+    of its own, whatever their severity: every start in that file is listed
+    together, so the file is fixed once. Single findings of many files still
+    group by rule.
+    """
+    findings = list(findings)
+    per_script: dict[tuple[str, str], int] = {}
+    for finding in findings:
+        script = _script(finding)
+        if script is not None:
+            per_script[(finding.rule, script)] = per_script.get((finding.rule, script), 0) + 1
+    groups: dict[tuple[str, Any], list[Finding]] = {}
     for finding in findings:  # id(): severities are enum singletons, and hashing an Enum is slow
-        groups.setdefault((finding.rule, id(finding.severity)), []).append(finding)
+        script = _script(finding)
+        several = script is not None and per_script[(finding.rule, script)] > 1
+        groups.setdefault((finding.rule, ("script", script) if several else id(finding.severity)), []).append(finding)
     return list(groups.values())
+
+
+def _script(finding: Finding) -> str | None:
+    script = finding.evidence.get("script") if isinstance(finding.evidence, Mapping) else None
+    return script if isinstance(script, str) else None
+
+
+def _script_of(group: list[Finding]) -> str | None:
+    """The one script every finding of the group is about, when they name one."""
+    scripts = {f.evidence.get("script") if isinstance(f.evidence, Mapping) else None for f in group}
+    script = scripts.pop() if len(scripts) == 1 else None
+    return script if isinstance(script, str) else None
 
 
 def _common_tail(messages: list[str]) -> str:
@@ -222,10 +248,16 @@ def _write_group(out: _Writer, group: list[Finding], verbose: bool) -> None:
     head.append(f"{_MARK[level]} {first.rule} ", style=_STYLE[level])
     head.append(printable(first.name, 80), style="bold")
     files = list(dict.fromkeys(f.location.path for f in group if f.location))
-    if len(group) > 1:
+    script = _script_of(group) if len(group) > 1 else None
+    if script is not None:
+        head.append(f" in {printable(script, 300)} ×{len(group)}")
+    elif len(group) > 1:
         head.append(f" in {len(files)} files" if len(files) == len(group) and files else f" ×{len(group)}")
     out.line(head)
-    shown = group[:GROUP_LIMIT]
+    # One script's findings are listed in full (each is a line to move under the guard).
+    limit = min(len(group), MAX_ITEMS) if script is not None else GROUP_LIMIT
+    mixed = len({f.severity for f in group}) > 1
+    shown = group[:limit]
     messages = [own_message(f) for f in shown]
     shared = len(set(messages)) == 1 and len(shown) > 1 and all(f.location for f in shown)
     tail = messages[0] if shared else _common_tail(messages)
@@ -237,6 +269,8 @@ def _write_group(out: _Writer, group: list[Finding], verbose: bool) -> None:
             message = message[: len(message) - len(tail)].rstrip(". ") + "."
         where = _where(finding)
         line = out.text()
+        if mixed:
+            line.append(f"{_MARK[finding.severity.value]} ", style=_STYLE[finding.severity.value])
         if where:
             line.append(where, style="dim")
             line.append("  " if message else "")
@@ -247,8 +281,8 @@ def _write_group(out: _Writer, group: list[Finding], verbose: bool) -> None:
                 out.line(text, indent=indent, style="dim")
         if len(fixes) > 1 and finding.fix:
             _write_fix(out, finding.fix, indent=4)
-    if len(group) > GROUP_LIMIT:
-        out.line(f"… and {len(group) - GROUP_LIMIT} more {first.rule} findings (see --format json)", indent=2)
+    if len(group) > limit:
+        out.line(f"… and {len(group) - limit} more {first.rule} findings (see --format json)", indent=2)
     if tail and (verbose or shared):  # the shared explanation, once; concise output leaves it to -v
         out.line(printable_block(tail), indent=2)
     if len(fixes) == 1:

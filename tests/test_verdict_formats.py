@@ -156,3 +156,10 @@ def test_what_the_verdict_says_of_each_saved_situation() -> None:
     loader = verdict("loader-ok")  # an info finding (DL005) is a note, not a problem
     assert loader["result"] == "ok" and loader["areas"]["loader"] == "ok" and loader["worst"] == "info"
     assert list(verdict("fleet")["areas"]) == ["fleet"]
+
+
+def test_preflight_prints_the_same_verdict() -> None:
+    from envdoctor.api import preflight_summary
+
+    first = preflight_summary(_load(REPORTS[0].parent / "probe-failed.json")).splitlines()[0]
+    assert first == "envdoctor preflight: 0 errors, 0 warnings, 0 info — not checked: storage"

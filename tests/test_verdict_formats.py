@@ -188,3 +188,15 @@ def test_preflight_prints_the_same_verdict() -> None:
 
     first = preflight_summary(_load(REPORTS[0].parent / "probe-failed.json")).splitlines()[0]
     assert first == "envdoctor preflight: 0 errors, 0 warnings, 0 info — not checked: storage"
+
+
+def test_render_gives_an_old_report_the_verdict() -> None:
+    from support import run_cli
+
+    old = str(REPORTS[0].parent / "old-no-verdict.json")
+    proc = run_cli("render", old, "--format", "json")
+    assert proc.returncode == 1, proc.stderr  # its SPW001 and SYS001 errors
+    verdict = json.loads(proc.stdout)["verdict"]
+    assert verdict["result"] == "problems" and verdict["areas"]["spawn"] == "problem"
+    text = run_cli("render", old).stdout.splitlines()
+    assert text[1].startswith("✗ 4 errors") and "  scripts   ✗ SPW001 missing-main-guard (3 findings)" in text

@@ -200,3 +200,17 @@ def test_render_gives_an_old_report_the_verdict() -> None:
     assert verdict["result"] == "problems" and verdict["areas"]["spawn"] == "problem"
     text = run_cli("render", old).stdout.splitlines()
     assert text[1].startswith("✗ 4 errors") and "  scripts   ✗ SPW001 missing-main-guard (3 findings)" in text
+
+
+@pytest.mark.parametrize("broken", [
+    "yes", {"result": "fine", "areas": {}, "details": {}}, {"result": "ok", "areas": {"packages": "ok"}, "details": {}},
+    {"result": "ok", "areas": {"gpu": "green"}, "details": {"gpu": {"cause": None}}},
+    {"result": "ok", "areas": {"gpu": "ok"}, "details": {"gpu": {"cause": "because"}}},
+    {"result": "ok", "areas": {"gpu": "ok"}, "details": {"gpu": "none"}},
+])
+def test_a_saved_verdict_this_version_cannot_render_is_decided_again(broken: Any) -> None:
+    data = json.loads((REPORTS[0].parent / "train-problems.json").read_text(encoding="utf-8"))
+    data["verdict"] = broken
+    report = Report.from_dict(data)
+    assert report.verdict is None
+    assert settle(report).verdict == decide(report) and report.verdict["result"] == "problems"

@@ -207,6 +207,8 @@ def test_render_gives_an_old_report_the_verdict() -> None:
     {"result": "ok", "areas": {"gpu": "green"}, "details": {"gpu": {"cause": None}}},
     {"result": "ok", "areas": {"gpu": "ok"}, "details": {"gpu": {"cause": "because"}}},
     {"result": "ok", "areas": {"gpu": "ok"}, "details": {"gpu": "none"}},
+    {"result": "ok", "areas": {"\x9b31m": "ok"}, "details": {"\x9b31m": {"cause": None}}},
+    {"result": "ok", "areas": {"gpu": "ok"}, "details": {"gpu": {"rules": ["GPU\x1b]0;x"]}}},
 ])
 def test_a_saved_verdict_this_version_cannot_render_is_decided_again(broken: Any) -> None:
     data = json.loads((REPORTS[0].parent / "train-problems.json").read_text(encoding="utf-8"))

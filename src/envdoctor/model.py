@@ -7,6 +7,7 @@ imports anything heavy.
 from __future__ import annotations
 
 import enum
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypedDict
@@ -252,6 +253,8 @@ _RESULTS = ("ok", "problems", "unchecked")
 _STATUSES = ("ok", "problem", "not-checked", "not-applicable")
 _CAUSES = (None, "failed", "not-selected", "not-run", "no-facts", "not-applicable")
 _LEVELS = (None, "error", "warning", "info")
+#: What an area's name looks like (`packages`, `gpu`, …): anything else in a saved report is not a verdict.
+_AREA_NAME = re.compile(r"[a-z][a-z0-9-]{0,39}")
 
 
 def _verdict_from_dict(data: Any) -> Verdict | None:
@@ -268,6 +271,9 @@ def _verdict_from_dict(data: Any) -> Verdict | None:
     except (KeyError, TypeError, ValueError, AttributeError):
         return None
     if (verdict["result"] not in _RESULTS or verdict["worst"] not in _LEVELS or set(areas) != set(details)
+            or not all(_AREA_NAME.fullmatch(area) for area in areas)
+            or not set(verdict["unchecked"]) <= set(areas)
+            or any(not _AREA_NAME.fullmatch(rule.lower()) for d in details.values() for rule in d["rules"])
             or any(status not in _STATUSES for status in areas.values())
             or any(d["cause"] not in _CAUSES or d["worst"] not in _LEVELS for d in details.values())):
         return None

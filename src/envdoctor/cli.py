@@ -82,6 +82,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_fix_parser(sub)
 
+    from envdoctor.loop.command import add_parser as add_run_parser
+
+    add_run_parser(sub, _cmd_run)
+
     served = sub.add_parser("mcp", help="serve the checks as tools for AI coding agents (Model Context Protocol, stdio)")
     served.add_argument("--root", action="append", default=[], metavar="DIR",
                         help="a folder the tools may read when the client declares no roots (repeatable; "
@@ -289,6 +293,12 @@ def _cmd_render(args: argparse.Namespace) -> int:
     report = settle(load_report(args.report))  # a report saved before the verdict was carried gets one
     emit(report, args.format, args.output, options=RenderOptions(verbose=args.verbose, against=args.against))
     return report.exit_code(args.fail_on)
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from envdoctor.loop.command import handle
+
+    return handle(args, check_writable, emit)
 
 
 def _cmd_mcp(args: argparse.Namespace) -> int:

@@ -183,6 +183,8 @@ class Report:
     checked: list[str] | None = None
     #: The overall result and the checklist, set by the engine (`envdoctor.verdict`); formats only render it.
     verdict: Verdict | None = None
+    #: What `envdoctor run` measured in the user's own training loop, with its verdict; None otherwise.
+    loop: dict[str, Any] | None = None
 
     @property
     def summary(self) -> dict[str, int]:
@@ -228,7 +230,8 @@ class Report:
                        checked=[str(r) for r in data["checked"]] if data.get("checked") is not None else None,
                        # Saved before the verdict was carried, or not one this version renders: none (then
                        # `envdoctor.verdict.settle` decides it).
-                       verdict=_verdict_from_dict(data["verdict"]) if data.get("verdict") else None)
+                       verdict=_verdict_from_dict(data["verdict"]) if data.get("verdict") else None,
+                       loop=dict(data["loop"]) if data.get("loop") else None)
         except (KeyError, TypeError, AttributeError) as exc:
             raise ValueError(f"not an envdoctor report: {type(exc).__name__}: {exc}") from None
 
@@ -246,6 +249,7 @@ class Report:
             "summary": self.summary,
             "checked": self.checked,
             "verdict": self.verdict,
+            "loop": self.loop,
         }
 
 

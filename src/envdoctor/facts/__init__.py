@@ -30,6 +30,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from envdoctor.facts.gpu import GpuFacts
     from envdoctor.facts.imports import ImportsFacts
     from envdoctor.facts.loader import LoaderFacts
+    from envdoctor.facts.loop import LoopFacts
     from envdoctor.facts.packages import PackagesFacts
     from envdoctor.facts.scripts import ScriptsFacts
     from envdoctor.facts.spec import SpecFacts
@@ -64,6 +65,8 @@ PROBES: dict[str, Probe] = {
     "scripts": Probe("envdoctor.facts.scripts:gather_scripts", reads=("target", "system")),
     "loader": Probe("envdoctor.loader:gather_loader", reads=("target", "system", "gpu"),
                     hands_over={"torch_probe": "torch"}),
+    # Measured only by `envdoctor run`, which hands the section in as a preset; a check has none.
+    "loop": Probe("envdoctor.facts.loop:gather_loop"),
 }
 
 
@@ -130,6 +133,8 @@ class Facts:
     def __getitem__(self, section: Literal["loader"]) -> LoaderFacts | None: ...
     @overload
     def __getitem__(self, section: Literal["fleet"]) -> FleetFacts | None: ...
+    @overload
+    def __getitem__(self, section: Literal["loop"]) -> LoopFacts | None: ...
     @overload
     def __getitem__(self, section: str) -> Any: ...
 

@@ -354,6 +354,11 @@ def write(report: Report, console: Any, verbose: bool = False) -> None:
                 out.line(item)
             else:
                 console.print(item)
+    elif report.loop is not None:  # envdoctor run: the user's own loop, not an environment's checklist
+        from envdoctor.report.loop_view import loop_lines
+
+        for indent, line in loop_lines(clean_tree(report.loop)):
+            out.line(line, indent=indent)
     else:
         out.line(_heading(report), style="bold")
         level, text = verdict_line(report)

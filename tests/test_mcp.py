@@ -153,6 +153,7 @@ def test_paths_outside_the_roots_are_refused_before_anything_runs(project: Path)
         ("check", {"scripts": ["../elsewhere/credentials"]}),
         ("check", {"scripts": ["to_credentials.py"]}),  # a link in the root to a file outside it
         ("check", {"scripts": ["to_elsewhere/credentials"]}),  # through a linked folder
+        ("check", {"scripts": ["."]}),  # a folder holding a link to a file outside the root
         ("check", {"data": "/etc"}),
         ("check", {"against": "/etc/passwd"}),
         ("compare", {"reports": ["/etc/passwd"]}),
@@ -180,6 +181,18 @@ def test_the_clients_declared_roots_bound_the_paths(project: Path) -> None:
     ], nofile=None, roots=[inner])[1]
     assert not inside.is_error, _text(inside)
     assert outside.is_error and "the roots the MCP client declared" in _text(outside)
+
+
+def test_the_servers_root_option_names_the_folders_when_the_client_declares_none(project: Path) -> None:
+    data = project.parent / "datasets"
+    data.mkdir()
+    (project / "train.py").write_text("print('hello')\n")
+    elsewhere, here = _session(project, [
+        ("check", {"data": str(data), "select": ["SYS001"]}),
+        ("check", {"scripts": [str(project / "train.py")], "select": ["SPW"]}),
+    ], nofile=None, args=("--root", str(data)))[1]
+    assert not elsewhere.is_error, _text(elsewhere)
+    assert here.is_error and "the --root folders the server was started with" in _text(here)
 
 
 def test_arguments_are_data_never_options(project: Path) -> None:

@@ -29,6 +29,7 @@ import it.
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -215,10 +216,6 @@ def roots_of(client_roots: Any) -> Roots:
 
 # -- the tools -----------------------------------------------------------------
 
-READ_ONLY_NOTE = ("Read-only: reads files and the system's limits, runs no interpreter but envdoctor's own and "
-                  "none of your code.")
-
-
 def _static_argv(roots: Roots, *, select: list[str] | None, ignore: list[str] | None, data: str | None,
                  deep: bool, against: str | None, fail_on: str | None) -> list[str]:
     return ["report", "--no-loader", *(["--deep"] if deep else []),
@@ -226,6 +223,19 @@ def _static_argv(roots: Roots, *, select: list[str] | None, ignore: list[str] | 
                     against=roots.path("against", against) if against is not None else None,
                     fail_on=fail_on),
             *_rule_flags(arg.rule_ids("select", select), arg.rule_ids("ignore", ignore))]
+
+
+def _script_paths(roots: Roots, scripts: list[str] | None) -> list[str]:
+    """The scripts, each inside the roots; a folder's files too, as the check will expand it (a link in a
+    folder to a file outside the roots is refused like the file itself)."""
+    from envdoctor.facts.scripts import expand_paths
+
+    paths = roots.paths("scripts", scripts)
+    for index, given in enumerate(paths):
+        if os.path.isdir(given):
+            for found, _ in expand_paths([given]):
+                roots.path(f"scripts[{index}]", found)
+    return paths
 
 
 def check(scripts: list[str] | None = None, select: list[str] | None = None, ignore: list[str] | None = None,
@@ -248,7 +258,7 @@ def check(scripts: list[str] | None = None, select: list[str] | None = None, ign
                         fail_on=fail_on)
     # The target is always named: a [tool.envdoctor] prefix must not make this tool start another interpreter.
     argv += _flags(prefix=sys.prefix)
-    return _trim(_report(argv, roots.paths("scripts", scripts), STATIC_ALLOWANCE_S), include_facts)
+    return _trim(_report(argv, _script_paths(roots, scripts), STATIC_ALLOWANCE_S), include_facts)
 
 
 def check_environment(prefix: str, scripts: list[str] | None = None, select: list[str] | None = None,
@@ -265,7 +275,7 @@ def check_environment(prefix: str, scripts: list[str] | None = None, select: lis
     argv = _static_argv(roots, select=select, ignore=ignore, data=data, deep=deep, against=against,
                         fail_on=fail_on)
     argv += _flags(prefix=roots.path("prefix", prefix))
-    return _trim(_report(argv, roots.paths("scripts", scripts), STATIC_ALLOWANCE_S), include_facts)
+    return _trim(_report(argv, _script_paths(roots, scripts), STATIC_ALLOWANCE_S), include_facts)
 
 
 def loader(dataset: str | None = None, data: str | None = None, budget_s: float | None = None,

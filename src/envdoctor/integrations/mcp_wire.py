@@ -13,9 +13,10 @@ well-formed messages go on to it; the others are answered as JSON-RPC 2.0 says:
   longer than `MAX_LINE_BYTES`: -32600 (invalid request), with the request's
   `id` when it has a valid one, else null.
 
-The lines are read by a daemon thread, so a stop never waits for the client to
-write. SIGTERM stops the running checks (their children first: `on_stop`),
-then the server, within a few seconds, whether or not a call is running.
+The lines are read and checked by a daemon thread, so a stop never waits for
+the client to write, and a long line is parsed without holding up the calls.
+SIGTERM stops the running checks (their children first: `on_stop`), then the
+server, within a few seconds, whether or not a call is running.
 """
 from __future__ import annotations
 
@@ -138,12 +139,12 @@ class _CheckedLines:
     async def __anext__(self) -> str:
         while True:
             try:
-                data = await self._lines.receive()
+                checked = await self._lines.receive()
             except (anyio.EndOfStream, anyio.ClosedResourceError):
                 raise StopAsyncIteration from None
-            if data is None:
+            if checked is None:
                 raise StopAsyncIteration
-            line, answer = check_line(data)
+            line, answer = checked
             if line is not None:
                 return line
             if answer is not None:
@@ -159,13 +160,14 @@ async def serve_stdio(server: Any, on_stop: Callable[[], None]) -> bool:
     from mcp.server.stdio import stdio_server
     from mcp.shared.message import SessionMessage
 
-    lines_in, lines_out = anyio.create_memory_object_stream[bytes | None](16)
+    lines_in, lines_out = anyio.create_memory_object_stream[tuple[str | None, Any] | None](16)
     answers_in, answers_out = anyio.create_memory_object_stream[Any](16)
     token = anyio.lowlevel.current_token()
     stopped = anyio.Event()
 
     def hand_on(data: bytes | None) -> None:
-        anyio.from_thread.run(lines_in.send, data, token=token)
+        # Checked here, in the reader's thread: a 30 MB line is parsed without holding up the event loop.
+        anyio.from_thread.run(lines_in.send, None if data is None else check_line(data), token=token)
 
     reader = threading.Thread(target=_read_lines, args=(sys.stdin.fileno(), hand_on), name="mcp-stdin", daemon=True)
     reader.start()

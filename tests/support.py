@@ -6,6 +6,7 @@ import io
 import json
 import locale
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
@@ -124,3 +125,50 @@ def leftover_children() -> list[tuple[int, list[str]]]:
             continue
         found.append((child.pid, cmdline))
     return found
+
+
+SHM_DIR = "/dev/shm"
+#: torch names a shared-memory segment after the process that made it: torch_<pid>_<random>_<n>.
+_TORCH_SEGMENT = re.compile(r"torch_(\d+)_")
+
+
+def shm_names(prefix: str) -> set[str]:
+    """The entries of /dev/shm whose names start with `prefix` (none when there is no /dev/shm)."""
+    try:
+        return {name for name in os.listdir(SHM_DIR) if name.startswith(prefix)}
+    except OSError:
+        return set()
+
+
+def shm_left(before: set[str], prefix: str) -> set[str]:
+    """What this test's processes left in /dev/shm: entries named `prefix…` that were not there
+    `before` and that no running process outside this test is using.
+
+    /dev/shm is the machine's: another pytest-xdist worker, or anyone else on a shared
+    machine, has segments there while its runs go on. A torch segment names the pid that
+    made it; a named semaphore is mapped by every process that uses it. A segment whose
+    maker is gone and that nobody else maps is a leftover, whoever made it.
+    """
+    new = shm_names(prefix) - before
+    if not new:
+        return set()
+    import psutil
+
+    ours = {os.getpid(), *(child.pid for child in psutil.Process().children(recursive=True))}
+    in_use = set()
+    for name in new:
+        match = _TORCH_SEGMENT.match(name)
+        if match and int(match.group(1)) not in ours and psutil.pid_exists(int(match.group(1))):
+            in_use.add(name)
+    unexplained = new - in_use
+    if unexplained:
+        for pid in psutil.pids():
+            if pid in ours:
+                continue
+            try:
+                with open(f"/proc/{pid}/maps", encoding="utf-8", errors="replace") as fh:
+                    maps = fh.read()
+            except OSError:
+                continue
+            in_use |= {name for name in unexplained if f"{SHM_DIR}/{name}" in maps}
+    return new - in_use

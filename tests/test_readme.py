@@ -55,3 +55,10 @@ def test_ci_runs_the_readme_commands_and_the_gates_in_order() -> None:
     assert ci[0] == "python3 -m venv .venv"
     assert ci.index(".venv/bin/ruff check .") < ci.index(".venv/bin/mypy") < len(ci) - 1
     assert ci[-1] == tests[-1]
+
+
+def test_development_names_the_quick_tier_as_the_test_command_less_the_slow_tests() -> None:
+    """The quick loop is the README's test command with `-m "not slow"` (the tier conftest.py skips importing)."""
+    _, tests = _readme_commands()
+    quick = f'{tests[-1]} -m "not slow"'
+    assert f"\n{quick}\n" in README.read_text(encoding="utf-8"), f"README.md does not show the quick tier as {quick!r}"

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import ast
+import re
 from typing import Any
 
 from envdoctor.analysis.spawn.names import MAX_CALL_DEPTH, MAX_CALLS_FOLLOWED
@@ -22,9 +23,15 @@ from envdoctor.analysis.spawn.values import (
 )
 from envdoctor.analysis.spawn.walker import Frame
 
+#: What a function's lines mention when it may build or start workers (see skippable_under_guard).
+RELEVANT = re.compile(r"[Ll]oader|Process|Pool|Executor|spawn|start_processes|start_method|get_context|cuda|"
+                      r"Trainer|Engine|\.fit\(|\.run\(|prepare")
+
 
 class BodyRunner(StartTracker):
     """Calls into functions: a generator or coroutine is deferred until consumed, the rest run now."""
+
+    _relevant: dict[int, bool]
 
     def call_function(self, func: Function, node: ast.AST, frame: Frame, positional: list[Value],
                       keywords: dict[str, Value], self_value: Value | None) -> Value:
@@ -45,6 +52,8 @@ class BodyRunner(StartTracker):
             return Unknown(f"{call_site.call}()")
         if self.calls_followed >= MAX_CALLS_FOLLOWED:
             self.truncated = True
+            return Unknown(f"{call_site.call}()")
+        if frame.guarded and self.skippable_under_guard(func, scope):
             return Unknown(f"{call_site.call}()")
         memo_key = self.memo_key(func, scope, frame)
         if self.out_of_time():
@@ -75,6 +84,24 @@ class BodyRunner(StartTracker):
         if memo_key is not None:
             self.memo[memo_key] = result
         return result
+
+    def skippable_under_guard(self, func: Function, scope: dict[str, Value]) -> bool:
+        """Under the guard nothing is a spawn-guard start; only SPW002 reads what starts there.
+
+        A function of another module called there with plain arguments is walked
+        only when its own lines mention what builds or starts workers (a loader,
+        a process, a trainer, CUDA): walking a library's whole call graph under
+        the guard cost most of the analysis and can find nothing else.
+        """
+        module = func.module
+        if module is None or module.is_main or not all(is_plain(v) for v in scope.values()):
+            return False
+        cached = self._relevant.get(id(func.node))
+        if cached is None:
+            end = getattr(func.node, "end_lineno", None) or len(module.lines)
+            cached = any(RELEVANT.search(line) for line in module.lines[func.node.lineno - 1:end])
+            self._relevant[id(func.node)] = cached
+        return not cached
 
     def memo_key(self, func: Function, scope: dict[str, Value], frame: Frame) -> tuple[Any, ...] | None:
         """A key for calls whose walk would repeat an earlier one, or None when it might not."""

@@ -79,6 +79,7 @@ class Walker:
         self.stack: list[ast.AST] = []
         self.guard_lines: list[int] = []
         self._generators: dict[int, bool] = {}
+        self._relevant: dict[int, bool] = {}
         self.memo: dict[tuple[Any, ...], Value] = {}
         self._bound_memo: dict[int, frozenset[str]] = {}
         self.state_version = 0

@@ -171,7 +171,7 @@ def read_script(path: str) -> tuple[str | None, str | None, SourceProblem]:
 
 def _parse(text: str, path: str, info: ScriptFile, shared: SharedModules | None = None) -> ast.Module | None:
     try:
-        return shared.parse(path, text) if shared is not None else ast.parse(text, filename=path)
+        return shared.parse(path, text, keep=False) if shared is not None else ast.parse(text, filename=path)
     except SyntaxError as exc:
         # The grammar is envdoctor's own interpreter's: the rule compares it with the target's.
         info.update({"status": "unparsable", "error": f"SyntaxError: {exc.msg}",
@@ -253,6 +253,7 @@ def gather_scripts(facts: Any) -> ScriptsFacts | None:
     files: list[ScriptFile] = []
     shared = SharedModules()  # a package several scripts import is read and walked once
     with _settled_heap() as settle:
+        shared.freeze = True
         for path, exists in expand_paths(scripts):
             if not exists:
                 files.append({"path": path, "status": "unreadable", "error": "no such file or directory"})

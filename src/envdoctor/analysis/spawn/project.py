@@ -15,6 +15,7 @@ recorded for it, never an exception.
 from __future__ import annotations
 
 import ast
+import gc
 import importlib.util
 import os
 import sys
@@ -83,15 +84,28 @@ class SharedModules:
         self.modules: dict[tuple[str, str, bool], Module] = {}
         #: Parsed sources by real path: a file checked as a script and imported as a module is parsed once.
         self.parsed: dict[str, tuple[str, ast.Module]] = {}
+        #: Freeze each kept tree out of the garbage collector (only inside gather_scripts' settled heap).
+        self.freeze = False
 
-    def parse(self, path: str, text: str) -> ast.Module:
-        """The tree of `text` (read from `path`), parsed once per check; raises what ast.parse raises."""
+    def parse(self, path: str, text: str, keep: bool = True) -> ast.Module:
+        """The tree of `text` (read from `path`), parsed once per check; raises what ast.parse raises.
+
+        `keep` is False for a script: its tree is dropped after its own walk unless a
+        module import needs it (then it is parsed again), so a folder of scripts is never
+        held in memory at once (about 1 KB per line).
+        """
         key = os.path.realpath(path)
         known = self.parsed.get(key)
         if known is not None and known[0] == text:
             return known[1]
         tree = ast.parse(text, filename=path)
+        if not keep:
+            return tree
         self.parsed[key] = (text, tree)
+        if self.freeze and gc.isenabled():
+            # Keep the collector off this tree from now on: each collection would walk every
+            # kept tree again (gather_scripts unfreezes when the check ends).
+            gc.freeze()
         return tree
 
 

@@ -473,10 +473,16 @@ def find_notebook_main_objects(facts: Facts) -> Iterator[Hit]:
     for script in _files(facts):
         if script["status"] != "ok" or script.get("kind") != "notebook":
             continue
+        reported: set[tuple[str, int, int]] = set()
         for start in script.get("worker_starts", []):
             objects = start.get("main_objects") or []
             if start["kind"] not in ("dataloader", "loader-passed") or not objects:
                 continue
+            # A helper's loop reached from several cells is one place the workers fail to unpickle.
+            place = (start["path"], start["line"], start["column"])
+            if place in reported:
+                continue
+            reported.add(place)
             method, source = effective_method(start, script, default)
             source_text = default_reason if source == "the default" else source
             names = ", ".join(f"{o['name']} ({o['role']}, cell {o.get('cell', '?')} line {o['line']})"

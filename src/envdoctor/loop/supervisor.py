@@ -215,6 +215,9 @@ def _forwarding(proc: subprocess.Popen[bytes]) -> Iterator[None]:
 
 
 def _terminal_foreground() -> bool:
+    """Whether envdoctor (and so the command) is the foreground job of a terminal: Ctrl-C reaches both."""
+    if sys.platform == "win32":
+        return sys.stdin is not None and sys.stdin.isatty()  # a console's Ctrl-C reaches every process on it
     try:
         return os.tcgetpgrp(sys.stdin.fileno()) == os.getpgrp()
     except (OSError, ValueError, AttributeError):

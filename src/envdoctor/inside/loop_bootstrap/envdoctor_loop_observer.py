@@ -215,7 +215,7 @@ def _patch(module):
                                            (loader_class, "__init__", __init__, original_init)):
         if name == "__init__" and not inject:
             continue
-        wrapper.__wrapped__ = original
+        wrapper.__wrapped__ = original  # type: ignore[union-attr]
         setattr(owner, name, wrapper)
 
 

@@ -105,6 +105,15 @@ def test_a_proof_that_cannot_tell_says_so() -> None:
     assert rec["trust"] == "gain" and rec["gain_interval"][0] > 1.0 and "measured in your loop" in proved.fix
 
 
+def test_the_text_report_is_one_screen_with_the_bar_the_verdict_and_the_fix() -> None:
+    from envdoctor.report.text import render
+
+    text = render(_report(_section(wait_s=0.0095, step_s=0.0212, ranks=(0, 1))), width=80)
+    assert "██████░░░░░░░░░░░░░░  31% of each step: waits for data" in text
+    assert "rank 1" in text and "DL009 training-waits-for-data" in text and "fix: DataLoader(..., num_workers=1" in text
+    assert len(text.splitlines()) <= 24 and max(len(line) for line in text.splitlines()) <= 80
+
+
 def test_the_command_line_shown_is_redacted() -> None:
     from envdoctor.facts.loop import redacted_command
 
@@ -237,6 +246,28 @@ def test_a_failing_command_keeps_its_exit_code_in_one_line(tmp_path: Path) -> No
     assert "status 7" in line and "without iterating a torch DataLoader" in line
     assert report is not None and report["loop"]["outcome"] == "no-loader"
     assert "hf_abcdefghijklmnopqrstuvwx" not in json.dumps(report)
+
+
+@pytest.mark.slow
+def test_sigterm_to_envdoctor_reaches_the_command(tmp_path: Path) -> None:
+    import signal
+    import subprocess
+    import time
+
+    from support import envdoctor_argv
+
+    script = ("import signal, sys, time\n"
+              "signal.signal(signal.SIGTERM, lambda *a: (print('got SIGTERM', flush=True), sys.exit(5)))\n"
+              "print('ready', flush=True)\n"
+              "time.sleep(60)\n")
+    proc = subprocess.Popen(envdoctor_argv("run", "--", sys.executable, "-c", script), stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, cwd=str(tmp_path), start_new_session=True)
+    assert proc.stdout is not None
+    assert proc.stdout.readline() == "ready\n"
+    time.sleep(0.2)
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 5 and out == "got SIGTERM\n", err
 
 
 @pytest.mark.slow

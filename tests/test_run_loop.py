@@ -41,7 +41,7 @@ def _report(section: dict[str, Any]) -> Any:
     from envdoctor.config import Config
     from envdoctor.loop.command import build_report
 
-    return build_report(section, Config(select=("DL009",)))
+    return build_report(section, Config(select=("DL009",), no_loader=True))
 
 
 def test_the_loop_model_overlaps_loading_with_the_step() -> None:
@@ -114,6 +114,28 @@ def test_the_text_report_is_one_screen_with_the_bar_the_verdict_and_the_fix() ->
     assert len(text.splitlines()) <= 24 and max(len(line) for line in text.splitlines()) <= 80
 
 
+def test_tune_puts_the_smoke_tests_rates_into_the_loop() -> None:
+    from envdoctor.rules.loader.loop import tuned
+
+    # Alone the loader makes 60 batches/s at 0 workers and 110 at 1: in a loop with a 20 ms step, 0 workers
+    # take 20 + 16.7 ms a step, 1 worker max(20, 9.1) ms.
+    loader = {"batch_size": 8, "runs": [{"num_workers": 0, "samples_per_s": 480.0},
+                                        {"num_workers": 1, "samples_per_s": 880.0},
+                                        {"num_workers": 2, "samples_per_s": 900.0}]}
+    rec = tuned({"num_workers": 0, "batch_size": 8}, wait_s=0.0167, step_s=0.020, loader=loader, cuda=False)
+    assert rec is not None and rec["basis"] == "smoke-test" and rec["num_workers"] == 1
+    assert rec["gain"] == pytest.approx(36.7 / 20, rel=0.01)
+
+
+def test_tune_imports_only_a_script_that_guards_its_training(tmp_path: Path) -> None:
+    from envdoctor.loop.command import script_runs_at_import
+
+    assert script_runs_at_import(str(LOOP_FIXTURES / "train_loop.py")) is None
+    unguarded = tmp_path / "train.py"
+    unguarded.write_text("import torch\nSTEPS = 3\nfor step in range(STEPS):\n    pass\n")
+    assert "train.py:3 runs code at import (For)" in (script_runs_at_import(str(unguarded)) or "")
+
+
 def test_the_command_line_shown_is_redacted() -> None:
     from envdoctor.facts.loop import redacted_command
 
@@ -126,7 +148,8 @@ def test_the_command_line_shown_is_redacted() -> None:
 # -- real commands -----------------------------------------------------------------------------------
 
 def _run(tmp_path: Path, *args: str, env: dict[str, str] | None = None, timeout: float = 240) -> tuple[Any, dict[str, Any] | None]:
-    """`envdoctor run --format json --output FILE ARGS`, its temporary files kept in tmp_path/tmp."""
+    """`envdoctor run --format json --output FILE ARGS`, its temporary files (events, --tune's pickle) kept in
+    tmp_path/tmp, where none may be left."""
     tmp = tmp_path / "tmp"
     tmp.mkdir(exist_ok=True)
     out = tmp_path / "r.json"
@@ -167,7 +190,8 @@ def test_plain_loop_waits_for_data_and_keeps_its_output_and_exit_code(plain_run:
     (hit,) = findings(report, "DL009")
     assert hit["evidence"]["settings"]["num_workers"] == 0 and hit["evidence"]["settings"]["batch_size"] == 8
     assert hit["evidence"]["wait_s_per_step"] > 0 and hit["evidence"]["step_s_per_step"] >= 0.02
-    assert loop["recommendation"]["num_workers"] >= 1
+    assert loop["recommendation"]["num_workers"] >= 1 and loop["recommendation"]["basis"] == "loop-model"
+    assert report["loader"] is None  # no smoke test without --tune
     assert "status 3" in proc.stderr
     assert not leftover_children()
 
@@ -202,6 +226,18 @@ def test_prove_injects_the_candidate_into_the_users_loader(tmp_path: Path) -> No
     assert row["complete"] and row["settings"]["injected"] is True
     assert row["settings"]["num_workers"] == 1 and row["settings"]["persistent_workers"] is True
     assert run.stopped and not leftover_children()
+
+
+@pytest.mark.slow
+def test_tune_runs_the_smoke_test_on_the_very_same_loader(tmp_path: Path) -> None:
+    proc, report = _run(tmp_path, "--tune", "--", sys.executable, str(LOOP_FIXTURES / "train_loop.py"))
+    assert proc.returncode == 0, proc.stderr
+    assert report is not None and report["loader"] is not None, report and report["loop"]
+    assert {run["num_workers"] for run in report["loader"]["runs"]} >= {0, 1}
+    assert "CostlySamples" in report["loader"]["dataset"]  # the script's own class, unpickled from __main__
+    rec = report["loop"]["recommendation"]
+    assert rec["basis"] == "smoke-test" and rec["num_workers"] >= 1
+    assert report["loop"]["tune"]["step_time_s"] == report["loop"]["step_s"]
 
 
 @pytest.mark.slow

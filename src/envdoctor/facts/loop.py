@@ -89,6 +89,8 @@ class LoopFacts(TypedDict):
     wall_s: float
     #: `--prove`: the paired bounded runs (candidate injected against the user's settings), or None.
     proof: dict[str, Any] | None
+    #: `--tune`: what the smoke test of the same loader was given, or why it did not run; None without --tune.
+    tune: dict[str, Any] | None
 
 
 def gather_loop(facts: Any) -> LoopFacts | None:
@@ -229,4 +231,5 @@ def loop_facts(run: Any, plan: Mapping[str, Any], environ: Mapping[str, str] | N
         "environment": redact_environ(os.environ if environ is None else environ),
         "wall_s": round(run.wall_s, 3),
         "proof": None,
+        "tune": None,
     }

@@ -61,6 +61,9 @@ class CommandRun:
     gpu_samples: list[tuple[float, list[dict[str, Any]]]] = field(default_factory=list)
     gpu_error: str | None = None
     usable_cpus: int = 1
+    #: --tune: the observer's hand-over (the pickled loader, moved out of the events folder; the caller
+    #: removes it), or None.
+    tune: dict[str, Any] | None = None
 
 
 def child_environment(environ: Mapping[str, str], events_dir: str, plan: Mapping[str, Any]) -> dict[str, str]:
@@ -259,6 +262,22 @@ def _reap_leftovers(sampler: _Sampler) -> None:
             p.kill()
 
 
+def _take_tune(events: Sequence[Mapping[str, Any]], events_dir: str) -> dict[str, Any] | None:
+    """The observer's --tune hand-over, its pickle moved beside the events folder before that is removed."""
+    tune = next((dict(e) for e in events if e.get("event") == "tune"), None)
+    if tune is None or not tune.get("path"):
+        return tune
+    source = Path(str(tune["path"]))
+    if source.parent.resolve() != Path(events_dir).resolve() or not source.is_file():
+        tune.update(path=None, error="the loader's pickle is missing")
+        return tune
+    fd, kept = tempfile.mkstemp(prefix="envdoctor-tune-", suffix=".pkl")
+    os.close(fd)
+    os.replace(source, kept)
+    tune["path"] = kept
+    return tune
+
+
 def window_closed(events: Sequence[Mapping[str, Any]]) -> bool:
     """Every process that iterated a DataLoader has closed a window on one of them."""
     iterating = {e.get("pid") for e in events if e.get("event") == "loader"}
@@ -309,6 +328,7 @@ def run_command(argv: Sequence[str], plan: Mapping[str, Any], *, stop: bool = Fa
             _reap_leftovers(sampler)
         run.events += read_events(events_dir, offsets)
         run.loaded = _read_loaded(events_dir)
+        run.tune = _take_tune(run.events, events_dir)
         return run
     finally:
         run.wall_s = time.monotonic() - started

@@ -40,6 +40,8 @@ MAX_WORKERS = 8
 
 
 class LoopRecommendation(TypedDict):
+    #: "loop-model" (from the loop's own wait and step) or "smoke-test" (--tune: the same loader measured alone).
+    basis: str
     num_workers: int
     prefetch_factor: int | None
     persistent_workers: bool
@@ -125,9 +127,36 @@ def recommend(settings: Mapping[str, Any], wait_s: float, step_s: float, usable_
     gain = speed[pick] / now if now > 0 else None
     if pick == current or gain is None or gain < 1.0 + DATA_WAIT_SHARE / 2:
         return None
-    return {"num_workers": pick, "prefetch_factor": 2 if pick else None, "persistent_workers": pick > 0,
+    return {"basis": "loop-model", "num_workers": pick, "prefetch_factor": 2 if pick else None,
+            "persistent_workers": pick > 0,
             "pin_memory": bool(cuda) or bool(settings.get("pin_memory")), "gain": round(gain, 2),
             "gain_interval": None, "paired_windows": 0, "trust": "unpaired", "predicted_gain": round(gain, 2)}
+
+
+def tuned(settings: Mapping[str, Any], wait_s: float, step_s: float, loader: Mapping[str, Any] | None,
+          cuda: bool) -> LoopRecommendation | None:
+    """--tune: the recommendation from the smoke test of the very same loader, with the measured step as consumer.
+
+    Each measured worker count's batches/s, put in the loop: at num_workers=0 loading and the step take
+    turns (step + 1/rate), with workers they overlap (max(step, 1/rate)). None without measured runs.
+    """
+    if not loader:
+        return None
+    size = loader.get("batch_size") or settings.get("batch_size") or 1
+    rates = {int(run["num_workers"]): float(run["samples_per_s"]) / size for run in loader.get("runs") or []
+             if run.get("samples_per_s")}
+    if not rates:
+        return None
+    in_loop = {n: 1.0 / (step_s + 1.0 / rate if n == 0 else max(step_s, 1.0 / rate)) for n, rate in rates.items()}
+    best = max(in_loop.values())
+    pick = min(n for n, speed in in_loop.items() if speed >= KNEE_SHARE * best)
+    gain = in_loop[pick] * (wait_s + step_s)
+    if pick == int(settings.get("num_workers") or 0):
+        return None
+    return {"basis": "smoke-test", "num_workers": pick, "prefetch_factor": 2 if pick else None,
+            "persistent_workers": pick > 0, "pin_memory": bool(cuda) or bool(settings.get("pin_memory")),
+            "gain": round(gain, 2), "gain_interval": None, "paired_windows": 0, "trust": "unpaired",
+            "predicted_gain": round(gain, 2)}
 
 
 def process_rows(section: LoopFacts) -> list[LoopProcessRow]:
@@ -145,8 +174,11 @@ def _round(value: float | None) -> float | None:
     return None if value is None else round(value, 5)
 
 
-def loop_verdict(section: LoopFacts, proved: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """The report's `loop` object: the speaking process's numbers, its recommendation, a row per process."""
+def loop_verdict(section: LoopFacts, loader: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The report's `loop` object: the speaking process's numbers, its recommendation, a row per process.
+
+    `loader` is the smoke test's section when `--tune` ran one on the same loader.
+    """
     rows = process_rows(section)
     lead = next((r for r in rows if r["complete"]), rows[0] if rows else None)
     cuda = section.get("cuda")
@@ -170,13 +202,15 @@ def loop_verdict(section: LoopFacts, proved: Mapping[str, Any] | None = None) ->
             cpus = cpu["usable_cpus"] if cpu else 1
             procs = max(1, len(rows))
             busy = cpu["cpu_s"] / cpu["window_s"] / procs if cpu and cpu["window_s"] > 0 else None
-            rec = recommend(lead["settings"], lead["wait_s"], lead["step_s"], max(1, int(cpus) // procs), bool(cuda),
-                            cpus_busy=busy)
+            rec = tuned(lead["settings"], lead["wait_s"], lead["step_s"], loader, bool(cuda)) or recommend(
+                lead["settings"], lead["wait_s"], lead["step_s"], max(1, int(cpus) // procs), bool(cuda),
+                cpus_busy=busy)
             proof = section.get("proof")
             if rec is not None and proof and proof.get("windows"):
                 _judge_proof(rec, proof, int(lead["settings"].get("num_workers") or 0))
             out["recommendation"] = rec
             out["proof"] = proof
+    out["tune"] = section.get("tune")
     return out
 
 
@@ -212,7 +246,8 @@ def training_waits_for_data(facts: Facts) -> Iterator[Hit]:
     section = facts["loop"]
     if not section or section["outcome"] != "measured":
         return
-    loop = loop_verdict(section)
+    # Only --tune's smoke test measured the loop's own loader; any other loader section is not its.
+    loop = loop_verdict(section, facts.get("loader") if facts.config.loader_source is not None else None)
     if not loop["waits_for_data"]:
         return
     share, wait, step = loop["data_wait_share"], loop["wait_s"], loop["step_s"]
@@ -247,7 +282,9 @@ def training_waits_for_data(facts: Facts) -> Iterator[Hit]:
             fix = (f"keep your settings: {_settings_text(rec)} was predicted {rec['predicted_gain']:.2f}× but measured "
                    "slower in your loop; make each sample cheaper instead")
         else:
-            fix += (f" — predicted {rec['predicted_gain']:.2f}× the steps per second; "
+            basis = ("from the smoke test of this loader (--tune)" if rec["basis"] == "smoke-test"
+                     else "from the loop's own wait and step")
+            fix += (f" — predicted {rec['predicted_gain']:.2f}× the steps per second {basis}; "
                     "`envdoctor run --prove -- CMD` measures it in your loop")
     yield Hit(message=message, evidence=evidence, fix=fix)
 

@@ -23,7 +23,7 @@ WARMUP, WINDOW = 5, 40
 
 def _section(wait_s: float, step_s: float, workers: int = 0, steps: int = 40, ranks: tuple[int | None, ...] = (None,),
              usable: int = 2) -> dict[str, Any]:
-    loaders = [{"pid": 100 + i, "rank": rank, "local_rank": rank, "steps": steps, "complete": True,
+    loaders = [{"pid": 100 + i, "rank": rank, "local_rank": rank, "framework": None, "steps": steps, "complete": True,
                 "settings": {"num_workers": workers, "batch_size": 8, "prefetch_factor": None, "pin_memory": False,
                              "persistent_workers": False, "start_method": None, "dataset": "CostlySamples"},
                 "wait_total_s": wait_s * steps, "step_total_s": step_s * steps,
@@ -80,6 +80,13 @@ def test_dl009_stays_quiet_when_the_loop_keeps_up() -> None:
     assert not report.by_rule("DL009")
     assert report.to_dict()["loop"]["waits_for_data"] is False
     assert report.exit_code("warning") == 0
+
+
+def test_the_fix_names_the_trainers_own_arguments() -> None:
+    section = _section(wait_s=0.008, step_s=0.020)
+    section["loaders"][0]["framework"] = "transformers"
+    (hit,) = _report(section).by_rule("DL009")
+    assert hit.fix.startswith("TrainingArguments(..., dataloader_num_workers=1, dataloader_persistent_workers=True")
 
 
 def test_a_row_per_rank_and_rank_0_speaks() -> None:
@@ -202,13 +209,13 @@ def test_the_recommendation_reaches_the_knee_of_the_real_loop(plain_run: tuple[A
     import subprocess
 
     picked = plain_run[1]["loop"]["recommendation"]["num_workers"]
-    rates = {}
-    for workers in (0, 1, 2, 3):
+    rates: dict[int, float] = {}
+    for workers in (0, 1, 2, 3, 3, 2, 1, 0):  # twice, interleaved: the best of two per setting
         done = subprocess.run([sys.executable, str(LOOP_FIXTURES / "train_loop.py")], capture_output=True, text=True,
                               env={**os.environ, "WORKERS": str(workers), "WARMUP": str(WARMUP),
                                    "WINDOW": str(WINDOW)}, timeout=240)
         assert done.returncode == 0, done.stderr
-        rates[workers] = _own(done)["batches_per_s"]
+        rates[workers] = max(rates.get(workers, 0.0), _own(done)["batches_per_s"])
     assert rates[min(picked, 3)] >= 0.9 * max(rates.values()), (picked, rates)
 
 
@@ -329,7 +336,7 @@ def test_lightning_loop_fires(tmp_path: Path) -> None:
                         env={"ROOT_DIR": str(tmp_path / "lightning")})
     assert proc.returncode == 0, proc.stderr
     assert report is not None and findings(report, "DL009"), report["loop"]
-    assert report["loop"]["settings"]["num_workers"] == 0
+    assert report["loop"]["settings"]["num_workers"] == 0 and report["loop"]["framework"] == "lightning"
 
 
 @pytest.mark.slow
@@ -339,4 +346,4 @@ def test_hf_trainer_loop_that_keeps_up_stays_quiet(tmp_path: Path) -> None:
                         env={"SAMPLE_S": "0", "STEP_S": "0.05", "OUTPUT_DIR": str(tmp_path / "hf")})
     assert proc.returncode == 0, proc.stderr
     assert report is not None and report["loop"]["outcome"] == "measured", report and report["loop"]
-    assert not findings(report, "DL009")
+    assert not findings(report, "DL009") and report["loop"]["framework"] == "transformers"

@@ -37,6 +37,8 @@ class LoopLoader(TypedDict):
     pid: int
     rank: int | None
     local_rank: int | None
+    #: "transformers" (the HF Trainer), "lightning", or None: who built the loop, as the observer saw it.
+    framework: str | None
     settings: LoopSettings
     #: Steps inside the window; `complete` says whether the window filled.
     steps: int
@@ -131,6 +133,7 @@ def _loader_row(event: Mapping[str, Any]) -> LoopLoader:
         "pid": int(event.get("pid") or 0),
         "rank": event.get("rank"),
         "local_rank": event.get("local_rank"),
+        "framework": event.get("framework"),
         "settings": dict(event.get("settings") or {}),  # type: ignore[typeddict-item]
         "steps": len(steps),
         "complete": event.get("event") == "window",

@@ -76,7 +76,17 @@ def _rank(name):
 
 
 def _ranks():
-    return {"rank": _rank("RANK"), "local_rank": _rank("LOCAL_RANK"), "world_size": _rank("WORLD_SIZE")}
+    return {"rank": _rank("RANK"), "local_rank": _rank("LOCAL_RANK"), "world_size": _rank("WORLD_SIZE"),
+            "framework": _framework()}
+
+
+def _framework():
+    """Who built the loop, so the fix names the setting where the user sets it (the HF Trainer builds the loader)."""
+    if "transformers.trainer" in sys.modules:
+        return "transformers"
+    if "lightning.pytorch" in sys.modules or "pytorch_lightning" in sys.modules:
+        return "lightning"
+    return None
 
 
 class _Loader:

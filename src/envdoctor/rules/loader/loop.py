@@ -8,7 +8,9 @@ batches. Judged here, once, for every view:
   most steps: the training loader, not a short validation pass) and which
   process speaks for the run (rank 0, else the first);
 - the share of each step spent waiting, against `DATA_WAIT_SHARE`;
-- what num_workers would remove the wait, from a model of the loop that the
+- what num_workers would remove the wait (the fewest whose loading reaches
+  STEP_HEADROOM, 1.25×, what the step consumes, as the smoke test's own
+  consumer check asks), from a model of the loop that the
   measurement fixes: with `num_workers=0` the main process loads a batch and
   then runs the step, in turn, so a step costs wait + step; with N workers
   loading overlaps the step and a step costs max(step, load / N), where the
@@ -26,6 +28,7 @@ from typing import Any, TypedDict
 from envdoctor.facts import Facts
 from envdoctor.facts.loop import LoopFacts, LoopLoader, LoopSettings
 from envdoctor.rules import Hit
+from envdoctor.rules.loader.verdict import STEP_HEADROOM
 
 #: DL009 fires when the loop waits for data this share of each step or more. TensorBoard's profiler
 #: calls a step "not input-bound" below 5% and "highly input-bound" from 20%; 10% sits between, and
@@ -58,6 +61,7 @@ class LoopProcessRow(TypedDict):
     pid: int
     rank: int | None
     local_rank: int | None
+    framework: str | None
     steps: int
     complete: bool
     wait_s: float | None
@@ -121,8 +125,10 @@ def recommend(settings: Mapping[str, Any], wait_s: float, step_s: float, usable_
     worker_cpus = max(1.0, usable_cpus - main)
     candidates = range(0, max(current, min(MAX_WORKERS, int(round(worker_cpus + 0.49)))) + 1)
     speed = {n: 1.0 / predicted_step_s(n, load, step_s, worker_cpus) for n in candidates}
-    best = max(speed.values())
-    pick = min(n for n in candidates if speed[n] >= KNEE_SHARE * best)
+    # With headroom: the fewest workers that load STEP_HEADROOM × what the step consumes (a busier moment
+    # makes each sample dearer), else the knee of the prediction.
+    loading = {n: min(float(n), worker_cpus) / load if load > 0 else float("inf") for n in candidates if n}
+    pick = _pick(speed, loading, step_s)
     now = 1.0 / (step_s + wait_s) if step_s + wait_s > 0 else speed[current]
     gain = speed[pick] / now if now > 0 else None
     if pick == current or gain is None or gain < 1.0 + DATA_WAIT_SHARE / 2:
@@ -148,8 +154,7 @@ def tuned(settings: Mapping[str, Any], wait_s: float, step_s: float, loader: Map
     if not rates:
         return None
     in_loop = {n: 1.0 / (step_s + 1.0 / rate if n == 0 else max(step_s, 1.0 / rate)) for n, rate in rates.items()}
-    best = max(in_loop.values())
-    pick = min(n for n, speed in in_loop.items() if speed >= KNEE_SHARE * best)
+    pick = _pick(in_loop, {n: rate for n, rate in rates.items() if n}, step_s)
     gain = in_loop[pick] * (wait_s + step_s)
     if pick == int(settings.get("num_workers") or 0):
         return None
@@ -159,11 +164,22 @@ def tuned(settings: Mapping[str, Any], wait_s: float, step_s: float, loader: Map
             "predicted_gain": round(gain, 2)}
 
 
+def _pick(speed: Mapping[int, float], loading: Mapping[int, float], step_s: float) -> int:
+    """The fewest workers whose batches/s reach STEP_HEADROOM × the step's, else the smallest within
+    KNEE_SHARE of the best predicted steps/s."""
+    enough = [n for n, rate in loading.items() if rate * step_s >= STEP_HEADROOM]
+    if enough:
+        return min(enough)
+    best = max(speed.values())
+    return min(n for n, value in speed.items() if value >= KNEE_SHARE * best)
+
+
 def process_rows(section: LoopFacts) -> list[LoopProcessRow]:
     rows: list[LoopProcessRow] = []
     for row in speaking_loader(section["loaders"]):
         wait, step = per_step(row)
-        rows.append({"pid": row["pid"], "rank": row["rank"], "local_rank": row["local_rank"], "steps": row["steps"],
+        rows.append({"pid": row["pid"], "rank": row["rank"], "local_rank": row["local_rank"],
+                     "framework": row.get("framework"), "steps": row["steps"],
                      "complete": row["complete"], "wait_s": _round(wait), "step_s": _round(step),
                      "data_wait_share": row["data_wait_share"], "batches_per_s": row["batches_per_s"],
                      "settings": row["settings"]})
@@ -193,7 +209,7 @@ def loop_verdict(section: LoopFacts, loader: Mapping[str, Any] | None = None) ->
         return out
     out.update({"steps": lead["steps"], "wait_s": lead["wait_s"], "step_s": lead["step_s"],
                 "data_wait_share": lead["data_wait_share"], "batches_per_s": lead["batches_per_s"],
-                "settings": lead["settings"], "rank": lead["rank"]})
+                "settings": lead["settings"], "rank": lead["rank"], "framework": lead["framework"]})
     if lead["complete"] and lead["wait_s"] is not None and lead["step_s"] is not None:
         share = lead["data_wait_share"] or 0.0
         out["waits_for_data"] = share >= DATA_WAIT_SHARE
@@ -232,13 +248,17 @@ def _ms(seconds: float) -> str:
     return f"{seconds * 1000:.1f} ms" if seconds < 10 else f"{seconds:.1f} s"
 
 
-def _settings_text(rec: LoopRecommendation) -> str:
-    parts = [f"num_workers={rec['num_workers']}"]
+def _settings_text(rec: LoopRecommendation, framework: str | None = None) -> str:
+    """The settings where the user sets them: the HF Trainer builds its loader from TrainingArguments."""
+    prefix = "dataloader_" if framework == "transformers" else ""
+    parts = [f"{prefix}num_workers={rec['num_workers']}"]
     if rec["num_workers"]:
-        parts += [f"persistent_workers={rec['persistent_workers']}", f"prefetch_factor={rec['prefetch_factor']}"]
+        parts += [f"{prefix}persistent_workers={rec['persistent_workers']}",
+                  f"{prefix}prefetch_factor={rec['prefetch_factor']}"]
     if rec["pin_memory"]:
-        parts.append("pin_memory=True")
-    return "DataLoader(..., " + ", ".join(parts) + ")"
+        parts.append(f"{prefix}pin_memory=True")
+    owner = "TrainingArguments" if framework == "transformers" else "DataLoader"
+    return f"{owner}(..., " + ", ".join(parts) + ")"
 
 
 def training_waits_for_data(facts: Facts) -> Iterator[Hit]:
@@ -270,7 +290,7 @@ def training_waits_for_data(facts: Facts) -> Iterator[Hit]:
                "GPU) or give the job more CPUs")
     else:
         evidence["recommendation"] = dict(rec)
-        fix = _settings_text(rec)
+        fix = _settings_text(rec, loop.get("framework"))
         if rec["trust"] == "gain" and rec["gain_interval"]:
             low, high = rec["gain_interval"]
             fix += (f" — measured in your loop: {rec['gain']:.2f}× the steps per second "
@@ -279,7 +299,8 @@ def training_waits_for_data(facts: Facts) -> Iterator[Hit]:
             fix += (f" — predicted {rec['predicted_gain']:.2f}×; measured in your loop it was too noisy to tell "
                     f"({rec['paired_windows']} paired runs)")
         elif rec["trust"] == "loss":
-            fix = (f"keep your settings: {_settings_text(rec)} was predicted {rec['predicted_gain']:.2f}× but measured "
+            fix = (f"keep your settings: {_settings_text(rec, loop.get('framework'))} was predicted "
+                   f"{rec['predicted_gain']:.2f}× but measured "
                    "slower in your loop; make each sample cheaper instead")
         else:
             basis = ("from the smoke test of this loader (--tune)" if rec["basis"] == "smoke-test"

@@ -28,6 +28,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from envdoctor.config import Config
     from envdoctor.facts.fleet import FleetFacts
     from envdoctor.facts.gpu import GpuFacts
+    from envdoctor.facts.imports import ImportsFacts
     from envdoctor.facts.loader import LoaderFacts
     from envdoctor.facts.loop import LoopFacts
     from envdoctor.facts.packages import PackagesFacts
@@ -57,6 +58,7 @@ PROBES: dict[str, Probe] = {
     "system": Probe("envdoctor.facts.system:gather_system", reads=("target",)),
     "packages": Probe("envdoctor.facts.packages:gather_packages", reads=("target", "system")),
     "spec": Probe("envdoctor.facts.spec:gather_spec", reads=("target", "packages")),
+    "imports": Probe("envdoctor.facts.imports:gather_imports", reads=("target", "packages")),
     "torch": Probe("envdoctor.facts.torch:gather_torch", reads=("target", "system", "gpu", "loader")),
     "gpu": Probe("envdoctor.facts.gpu:gather_gpu", reads=("target", "system")),
     "storage": Probe("envdoctor.facts.storage:gather_storage", reads=("target", "system")),
@@ -117,6 +119,8 @@ class Facts:
     def __getitem__(self, section: Literal["packages"]) -> PackagesFacts: ...
     @overload
     def __getitem__(self, section: Literal["spec"]) -> SpecFacts | None: ...
+    @overload
+    def __getitem__(self, section: Literal["imports"]) -> ImportsFacts: ...
     @overload
     def __getitem__(self, section: Literal["torch"]) -> TorchFacts: ...
     @overload

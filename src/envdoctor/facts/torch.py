@@ -194,7 +194,7 @@ def read_version_module(path: Path) -> dict[str, Any]:
     Read bounded (a regular file of at most VERSION_MODULE_MAX_BYTES); raises
     OSError, SyntaxError or ValueError for a file that is not one.
     """
-    from envdoctor.facts.packages import read_bytes
+    from envdoctor.facts.readfile import read_bytes
 
     text = read_bytes(str(path), VERSION_MODULE_MAX_BYTES).decode("utf-8", errors="replace")
     try:
@@ -248,7 +248,7 @@ def _site_dirs(target: dict[str, Any]) -> list[Path]:
 
 
 def _metadata(dist_info: Path) -> dict[str, Any]:
-    from envdoctor.facts.packages import read_bytes
+    from envdoctor.facts.readfile import read_bytes
 
     text = ""
     try:
@@ -435,6 +435,10 @@ def _loader_probe(facts: Any) -> TorchProbe | None:
     if facts.config.no_loader:
         return None
     raw = facts.handed_over("torch").get("torch_probe")  # declared in facts.PROBES
+    if isinstance(raw, dict) and raw.get("timed_out") and raw.get("source") == "loader":
+        # The loader stage saw this interpreter hang at start-up (loader.started_hung): started
+        # again, it would hang again, and the user's --budget would be spent twice.
+        return checked_probe(raw)
     if not isinstance(raw, dict) or "probe_version" not in raw:
         return None  # not run, or it failed in the loader's process: run our own
     if raw.get("torch_preimported"):

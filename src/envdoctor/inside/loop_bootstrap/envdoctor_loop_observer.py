@@ -236,7 +236,7 @@ def _patch(module):
                                            (loader_class, "__init__", __init__, original_init)):
         if name == "__init__" and not inject:
             continue
-        wrapper.__wrapped__ = original  # type: ignore[union-attr]
+        wrapper.__dict__["__wrapped__"] = original  # (as functools.wraps would: the original stays reachable)
         setattr(owner, name, wrapper)
 
 

@@ -27,8 +27,8 @@ from typing import Any, TypedDict
 
 from envdoctor.facts import Facts
 from envdoctor.facts.loop import LoopFacts, LoopLoader, LoopSettings
+from envdoctor.inside.loader_knee import STEP_HEADROOM
 from envdoctor.rules import Hit
-from envdoctor.rules.loader.verdict import STEP_HEADROOM
 
 #: DL009 fires when the loop waits for data this share of each step or more. TensorBoard's profiler
 #: calls a step "not input-bound" below 5% and "highly input-bound" from 20%; 10% sits between, and

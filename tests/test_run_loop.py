@@ -204,6 +204,8 @@ def test_plain_loop_waits_for_data_and_keeps_its_output_and_exit_code(plain_run:
 
 
 @pytest.mark.slow
+@pytest.mark.skipif(not os.environ.get("ENVDOCTOR_THROUGHPUT_TESTS"),
+                    reason="asserts throughput, which a busy machine decides (set ENVDOCTOR_THROUGHPUT_TESTS=1)")
 def test_the_recommendation_reaches_the_knee_of_the_real_loop(plain_run: tuple[Any, dict[str, Any]]) -> None:
     """Re-measured without envdoctor, num_workers 0..3: the pick reaches 0.9 of the best steps/s."""
     import subprocess

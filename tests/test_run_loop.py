@@ -349,3 +349,54 @@ def test_hf_trainer_loop_that_keeps_up_stays_quiet(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     assert report is not None and report["loop"]["outcome"] == "measured", report and report["loop"]
     assert not findings(report, "DL009") and report["loop"]["framework"] == "transformers"
+
+
+@pytest.mark.slow
+def test_python_that_ignores_pythonpath_is_said_so(tmp_path: Path) -> None:
+    proc, report = _run(tmp_path, "--", sys.executable, "-I", "-c", "print('isolated')")
+    assert proc.returncode == 0 and proc.stdout == "isolated\n"
+    assert "no Python process of it loaded the observer" in proc.stderr
+    assert report is not None and report["loop"]["outcome"] == "no-bootstrap"
+
+
+@pytest.mark.slow
+def test_a_command_a_signal_ends_exits_128_plus_the_signal(tmp_path: Path) -> None:
+    proc, _ = _run(tmp_path, "--", sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGKILL)")
+    assert proc.returncode == 128 + 9, proc.stderr
+
+
+@pytest.mark.slow
+def test_the_observer_leaves_out_warm_up_epoch_starts_and_other_loaders(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """In-process: the observer's window, its seconds limit, and a validation pass between two batches."""
+    import importlib.util
+    import time
+
+    torch = pytest.importorskip("torch")
+    from torch.utils.data import dataloader
+
+    from envdoctor.loop.supervisor import BOOTSTRAP_DIR, read_events
+
+    spec = importlib.util.spec_from_file_location("observer_under_test", BOOTSTRAP_DIR / "envdoctor_loop_observer.py")
+    assert spec and spec.loader
+    observer = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(observer)
+    monkeypatch.setenv(observer.EVENTS_ENV, str(tmp_path))
+    monkeypatch.setattr(dataloader._BaseDataLoaderIter, "__next__", dataloader._BaseDataLoaderIter.__next__)
+    monkeypatch.setattr(dataloader.DataLoader, "__iter__", dataloader.DataLoader.__iter__)
+    observer._plan = {"steps": 5, "seconds": None, "warmup_steps": 2}
+    observer._patch(dataloader)
+    train = torch.utils.data.DataLoader(list(range(40)), batch_size=2)
+    val = torch.utils.data.DataLoader(list(range(4)), batch_size=2)
+    for epoch in range(2):
+        for step, _batch in enumerate(train):
+            time.sleep(0.001)
+            if epoch == 0 and step == 3:
+                for _ in val:  # a validation pass: this gap is no training step
+                    pass
+    (window,) = [e for e in read_events(str(tmp_path)) if e["event"] == "window"]
+    assert len(window["step_s"]) == 5 and window["interrupted"] == 1
+    assert window["settings"]["batch_size"] == 2 and window["settings"]["num_workers"] == 0
+    assert all(step >= 0.001 for step in window["step_s"])
+    loaders = [e for e in read_events(str(tmp_path)) if e["event"] == "loader"]
+    assert len(loaders) == 2  # train and val, each announced once

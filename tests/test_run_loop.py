@@ -29,11 +29,13 @@ def _section(wait_s: float, step_s: float, workers: int = 0, steps: int = 40, ra
                 "wait_total_s": wait_s * steps, "step_total_s": step_s * steps,
                 "data_wait_share": round(wait_s / (wait_s + step_s), 4),
                 "batches_per_s": round(1 / (wait_s + step_s), 3), "first_batch_s": [0.05], "interrupted": 0,
-                "window_start": 1.0, "window_end": 2.0} for i, rank in enumerate(ranks)]
+                "window_start": 1.0, "window_end": 2.0, "intra_op_threads": 2, "omp_num_threads": None}
+               for i, rank in enumerate(ranks)]
     return {"command": ["python", "train.py"], "returncode": 0, "start_error": None, "stopped": False,
             "outcome": "measured", "plan": {"steps": steps, "seconds": None, "warmup_steps": 5},
             "python_processes": len(ranks), "loaders": loaders,
-            "cpu": {"cpu_s": 0.3, "window_s": 1.0, "usable_cpus": usable, "busy_share": 0.15, "processes": 1},
+            "cpu": {"cpu_s": 0.3, "window_s": 1.0, "usable_cpus": usable, "busy_share": 0.15, "processes": 1,
+                    "machine_busy_share": 0.5},
             "cuda": None, "environment": {}, "wall_s": 3.0, "proof": None}
 
 
@@ -80,6 +82,16 @@ def test_dl009_stays_quiet_when_the_loop_keeps_up() -> None:
     assert not report.by_rule("DL009")
     assert report.to_dict()["loop"]["waits_for_data"] is False
     assert report.exit_code("warning") == 0
+
+
+def test_main_process_threads_on_a_busy_machine_are_named() -> None:
+    section = _section(wait_s=0.008, step_s=0.020)
+    (quiet,) = _report(section).by_rule("DL009")
+    assert "intra-op threads" not in quiet.fix and quiet.evidence["intra_op_threads"] == 2
+    section["cpu"]["machine_busy_share"] = 0.97
+    (hit,) = _report(section).by_rule("DL009")
+    assert "loads on 2 intra-op threads while the machine is 97% busy" in hit.fix and "OMP_NUM_THREADS=1" in hit.fix
+    assert hit.evidence["machine_busy_share"] == 0.97
 
 
 def test_the_fix_names_the_trainers_own_arguments() -> None:

@@ -59,6 +59,8 @@ class CommandRun:
     loaded: list[dict[str, Any]] = field(default_factory=list)
     cpu_samples: list[tuple[float, dict[tuple[int, float], float]]] = field(default_factory=list)
     gpu_samples: list[tuple[float, list[dict[str, Any]]]] = field(default_factory=list)
+    #: The whole machine's CPU seconds (busy, all) at each sample: how busy the neighbours keep it.
+    machine_samples: list[tuple[float, float, float]] = field(default_factory=list)
     gpu_error: str | None = None
     usable_cpus: int = 1
     #: --tune: the observer's hand-over (the pickled loader, moved out of the events folder; the caller
@@ -147,6 +149,11 @@ class _Sampler(threading.Thread):
                     times = proc.cpu_times()
                     cpu[(proc.pid, proc.create_time())] = times.user + times.system
         self.run_record.cpu_samples.append((now, cpu))
+        with contextlib.suppress(Exception):
+            machine = psutil.cpu_times()
+            idle = machine.idle + getattr(machine, "iowait", 0.0)
+            total = sum(machine)
+            self.run_record.machine_samples.append((now, total - idle, total))
         if self._nvml is not None:
             self.run_record.gpu_samples.append((now, _gpu_sample(self._nvml)))
 

@@ -53,8 +53,12 @@ def loop_lines(loop: Mapping[str, Any]) -> list[tuple[int, str]]:
     lines.append((2, f"loader     {settings_text(loop.get('settings'))}"))
     cpu = loop.get("cpu")
     if cpu:
+        machine = cpu.get("machine_busy_share")
+        threads = loop.get("intra_op_threads")
         lines.append((2, f"CPU        {cpu['busy_share']:.0%} of {cpu['usable_cpus']} usable CPUs busy "
-                         f"({cpu['processes']} processes)"))
+                         f"({cpu['processes']} processes)"
+                         + (f"; machine {machine:.0%} busy" if machine is not None else "")
+                         + (f"; {threads} intra-op threads" if threads else "")))
     cuda = loop.get("cuda")
     if cuda and cuda.get("devices"):
         for device in cuda["devices"][:RANK_LIMIT]:

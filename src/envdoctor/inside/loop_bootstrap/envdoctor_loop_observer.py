@@ -80,6 +80,15 @@ def _ranks():
             "framework": _framework()}
 
 
+def _threads():
+    """torch's intra-op threads in this process: at num_workers=0 the loading runs on them too."""
+    torch = sys.modules.get("torch")
+    try:
+        return int(torch.get_num_threads()) if torch is not None else None
+    except Exception:
+        return None
+
+
 def _framework():
     """Who built the loop, so the fix names the setting where the user sets it (the HF Trainer builds the loader)."""
     if "transformers.trainer" in sys.modules:
@@ -151,7 +160,8 @@ def _summary(state, kind):
     event = {"event": kind, "loader": state.key, "settings": state.settings, "seen": state.seen,
              "wait_s": [round(x, 7) for x in state.wait], "step_s": [round(x, 7) for x in state.step],
              "first_batch_s": [round(x, 6) for x in state.first[:8]], "epochs": state.epochs,
-             "interrupted": state.interrupted, "window_start": state.wall0}
+             "interrupted": state.interrupted, "window_start": state.wall0, "intra_op_threads": _threads(),
+             "omp_num_threads": os.environ.get("OMP_NUM_THREADS")}
     event.update(_ranks())
     return event
 

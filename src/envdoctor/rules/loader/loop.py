@@ -62,6 +62,7 @@ class LoopProcessRow(TypedDict):
     rank: int | None
     local_rank: int | None
     framework: str | None
+    intra_op_threads: int | None
     steps: int
     complete: bool
     wait_s: float | None
@@ -179,7 +180,8 @@ def process_rows(section: LoopFacts) -> list[LoopProcessRow]:
     for row in speaking_loader(section["loaders"]):
         wait, step = per_step(row)
         rows.append({"pid": row["pid"], "rank": row["rank"], "local_rank": row["local_rank"],
-                     "framework": row.get("framework"), "steps": row["steps"],
+                     "framework": row.get("framework"), "intra_op_threads": row.get("intra_op_threads"),
+                     "steps": row["steps"],
                      "complete": row["complete"], "wait_s": _round(wait), "step_s": _round(step),
                      "data_wait_share": row["data_wait_share"], "batches_per_s": row["batches_per_s"],
                      "settings": row["settings"]})
@@ -209,7 +211,8 @@ def loop_verdict(section: LoopFacts, loader: Mapping[str, Any] | None = None) ->
         return out
     out.update({"steps": lead["steps"], "wait_s": lead["wait_s"], "step_s": lead["step_s"],
                 "data_wait_share": lead["data_wait_share"], "batches_per_s": lead["batches_per_s"],
-                "settings": lead["settings"], "rank": lead["rank"], "framework": lead["framework"]})
+                "settings": lead["settings"], "rank": lead["rank"], "framework": lead["framework"],
+                "intra_op_threads": lead["intra_op_threads"]})
     if lead["complete"] and lead["wait_s"] is not None and lead["step_s"] is not None:
         share = lead["data_wait_share"] or 0.0
         out["waits_for_data"] = share >= DATA_WAIT_SHARE
@@ -281,9 +284,13 @@ def training_waits_for_data(facts: Facts) -> Iterator[Hit]:
         "batches_per_s": loop["batches_per_s"], "steps": loop["steps"], "threshold": DATA_WAIT_SHARE,
         "settings": loop["settings"], "processes": len(loop["processes"]),
     }
+    contention = ""
     if loop.get("cpu"):
         evidence["cpu_busy_share"] = loop["cpu"]["busy_share"]
         evidence["usable_cpus"] = loop["cpu"]["usable_cpus"]
+        evidence["machine_busy_share"] = loop["cpu"].get("machine_busy_share")
+        evidence["intra_op_threads"] = loop.get("intra_op_threads")
+        contention = thread_contention(loop)
     if rec is None:
         fix = ("no worker count is predicted to remove the wait (the CPUs left for workers cannot load a batch "
                "within a step): make each sample cheaper (decode smaller, cache decoded samples, augment on the "
@@ -307,7 +314,26 @@ def training_waits_for_data(facts: Facts) -> Iterator[Hit]:
                      else "from the loop's own wait and step")
             fix += (f" — predicted {rec['predicted_gain']:.2f}× the steps per second {basis}; "
                     "`envdoctor run --prove -- CMD` measures it in your loop")
+    if contention:
+        fix += ". " + contention
     yield Hit(message=message, evidence=evidence, fix=fix)
+
+
+#: The machine counts as busy for the main process's threads from this share of all its CPU time.
+BUSY_MACHINE_SHARE = 0.9
+
+
+def thread_contention(loop: Mapping[str, Any]) -> str:
+    """A sentence naming main-process thread contention, or "": at num_workers=0 the loading runs on
+    torch's intra-op threads in the main process, which on a busy machine fight the neighbours for the
+    CPUs (a sample can cost many times its quiet-machine time); each worker runs one thread."""
+    settings, cpu, threads = loop.get("settings") or {}, loop.get("cpu") or {}, loop.get("intra_op_threads")
+    busy = cpu.get("machine_busy_share")
+    if settings.get("num_workers") or not threads or threads < 2 or busy is None or busy < BUSY_MACHINE_SHARE:
+        return ""
+    return (f"The main process loads on {threads} intra-op threads while the machine is {busy:.0%} busy: they "
+            "contend with other processes for the CPUs (workers run one thread each); with num_workers=0 kept, "
+            "try OMP_NUM_THREADS=1")
 
 
 RULES = {"DL009": training_waits_for_data}

@@ -121,3 +121,17 @@ def test_main_process_thread_contention_at_num_workers_0_is_named() -> None:
     assert "torch.set_num_threads(1)" in hit.fix and "OMP_NUM_THREADS=1" in hit.fix and "workers" in hit.fix
     assert findings_of(recorded.IMAGE_FOLDER_ONE_THREAD_NO_FASTER, "SYS005") == []
     assert findings_of(recorded.QUIET_SATURATED, "SYS005") == []
+
+
+def test_a_clear_gain_before_the_budget_cut_is_recommended_with_what_was_left_unmeasured() -> None:
+    data = judged(recorded.IMAGE_FOLDER_CUT)
+    rec = data["recommendation"]
+    assert rec["trust"] == "incomplete" and rec["unmeasured"] == [2]
+    assert rec["num_workers"] == 1 and rec["basis"] == "knee" and rec["gain"] == pytest.approx(8.995, abs=1e-3)
+    (hit,) = findings_of(data, "DL005")
+    assert "the budget ended before num_workers=2 could be measured" in hit.message
+    assert hit.evidence["unmeasured"] == [2] and hit.fix.startswith("DataLoader(dataset, batch_size=32, num_workers=1")
+    # A gain within what one stretch of noise does keeps the user's setting, as before.
+    close = copy.deepcopy(recorded.IMAGE_FOLDER_CUT)
+    close["runs"][1].update(samples_per_s=20.0)
+    assert judged(close)["recommendation"]["basis"] == "current"

@@ -287,7 +287,7 @@ def find_loader_settings(facts: Facts) -> Iterator[Hit]:
     current = _current(section)
     synthetic = section.get("source", {"kind": ""})["kind"] == "synthetic"
     curve = _curve(section)
-    if rec["trust"] == "incomplete":
+    if rec["trust"] == "incomplete" and rec["basis"] == "current":
         unmeasured = ", ".join(str(n) for n in rec["unmeasured"])
         yield Hit(
             message=(f"the budget ended before num_workers={unmeasured} could be measured (the curve up to the "
@@ -359,6 +359,10 @@ def find_loader_settings(facts: Facts) -> Iterator[Hit]:
     others = others_cpus(section)
     evidence.update(others_cpu=others, current_basis=rec["current_basis"],
                     current_sweep_samples_per_s=rec["current_sweep_samples_per_s"])
+    if rec["trust"] == "incomplete":
+        evidence.update(unmeasured=rec["unmeasured"])
+        past_cpus += (f"; the budget ended before num_workers={', '.join(str(n) for n in rec['unmeasured'])} "
+                      f"could be measured, so more workers may gain more (re-run with a longer --budget)")
     if judged.bottleneck == "cpu-contended":
         past_cpus += (f"; other processes kept {others} of the {usable} usable CPU(s) busy meanwhile, so part of "
                       "the gain is CPU share taken from them: check again on the training node")

@@ -101,6 +101,8 @@ CONTENDED_CPUS = 0.5
 POOL_SLOWDOWN = 1.5
 #: ... and saves at least this much a sample (below it, timer noise).
 POOL_SLOWDOWN_FLOOR_S = 0.0002
+#: Where the budget cut the curve, a measured setting this many times the user's own is still recommended.
+CLEAR_GAIN = 2.0
 #: Two-sided 95% quantiles of Student's t by degrees of freedom (the paired windows are few).
 T95 = {1: 12.71, 2: 4.30, 3: 3.18, 4: 2.78, 5: 2.57, 6: 2.45, 7: 2.36, 8: 2.31, 9: 2.26, 10: 2.23}
 
@@ -547,11 +549,16 @@ def recommend(section: LoaderFacts, bottleneck: Bottleneck | None, cuda: bool,
         if runner_up is not None and not settled:
             trust = "too-noisy"
     unmeasured = unmeasured_for_budget(section, usable_cpus)
+    clear = False
     if trust not in ("gain", "loss") and unmeasured and chosen["num_workers"] < max(unmeasured):
         # The curve was cut before the CPUs: a knee below the cut is no knee, only where the budget ended.
         trust = "incomplete"
+        # Unless a measured setting already beats the user's by far more than one stretch of noise does:
+        # that much is gained at least, whatever the unmeasured counts would add.
+        clear = (current_run is not None and chosen["num_workers"] != current_nw
+                 and _rate(chosen) >= CLEAR_GAIN * _rate(current_run))
     candidate_nw: int | None = None
-    if trust in ("loss", "too-noisy", "incomplete") and current_run is not None:
+    if (trust in ("loss", "too-noisy") or (trust == "incomplete" and not clear)) and current_run is not None:
         candidate_nw = chosen["num_workers"] if chosen["num_workers"] != current_nw else runner_up
         chosen, basis = current_run, "current"
     nw = chosen["num_workers"]

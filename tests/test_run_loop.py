@@ -273,3 +273,13 @@ def test_hf_trainer_loop_that_keeps_up_stays_quiet(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     assert report is not None and report["loop"]["outcome"] == "measured", report and report["loop"]
     assert not findings(report, "DL009")
+
+
+def test_the_verdict_judges_the_loop_in_the_loader_area() -> None:
+    # `envdoctor run` measured the user's loop, not the smoke test: the loader area is checked by DL009.
+    waits = _report(_section(wait_s=0.008, step_s=0.020)).verdict
+    keeps_up = _report(_section(wait_s=0.0004, step_s=0.050)).verdict
+    assert waits is not None and keeps_up is not None
+    assert (waits["result"], waits["areas"]["loader"], waits["details"]["loader"]["rules"]) == (
+        "problems", "problem", ["DL009"])
+    assert (keeps_up["result"], keeps_up["areas"]["loader"]) == ("ok", "ok")

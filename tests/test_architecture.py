@@ -100,7 +100,14 @@ def _resolve(base: str, level: int, path: Path) -> str:
     return ".".join(package + ([base] if base else []))
 
 
-def imports_of(path: Path) -> list[Import]:
+@cache
+def parsed(path: Path) -> ast.Module:
+    """Each file parsed once for all the rules."""
+    return ast.parse(path.read_text(encoding="utf-8"), str(path))
+
+
+@cache
+def imports_of(path: Path) -> tuple[Import, ...]:
     """Every import statement in the file, anywhere in it."""
     found: list[Import] = []
 
@@ -126,8 +133,8 @@ def imports_of(path: Path) -> list[Import]:
             inner = in_function or isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda))
             visit(node, inner, type_only)
 
-    visit(ast.parse(path.read_text(encoding="utf-8"), str(path)), False, False)
-    return found
+    visit(parsed(path), False, False)
+    return tuple(found)
 
 
 def target_of(imp: Import) -> str | None:
@@ -242,7 +249,7 @@ def test_facts_flow_one_way() -> None:
 
 
 def _rule_violations(path: Path) -> Iterator[str]:
-    tree = ast.parse(path.read_text(encoding="utf-8"))
+    tree = parsed(path)
     os_aliases = set()
     for imp in imports_of(path):
         top = imp.module.split(".")[0]

@@ -16,10 +16,11 @@ from typing import Any
 
 import pytest
 
-from envdoctor.model import Report
+from envdoctor.model import Finding, Location, Report, Severity
 from envdoctor.report import RenderOptions, load_report, render
 from envdoctor.report.text import AREA_LABELS
 from envdoctor.verdict import decide, settle
+from reportfixtures import loader_section, recommendation
 
 REPORTS = sorted((Path(__file__).resolve().parents[1] / "fixtures" / "reports").glob("*.json"))
 KEY_OF = {label: key for key, label in AREA_LABELS.items()}
@@ -107,9 +108,33 @@ FORMATS = {"json": from_json, "sarif": from_sarif, "github": from_github, "text"
            "markdown": from_markdown}
 
 
-@pytest.mark.parametrize("path", REPORTS, ids=lambda p: p.stem)
-def test_every_format_renders_the_reports_verdict(path: Path) -> None:
-    report = _load(path)
+def _built(name: str) -> Report:
+    """Reports made from reportfixtures' sections, as the report tests make them."""
+    guard = Finding(rule="SPW001", name="missing-main-guard", severity=Severity.ERROR, message="loop at import",
+                    location=Location("train/a.py", 8, 1))
+    start = Finding(rule="SPW002", name="start-method", severity=Severity.INFO, message="spawn")
+    base: dict[str, Any] = dict(tool={"name": "envdoctor", "version": "0.1.0"}, generated_at="t",
+                                host={"hostname": "h", "platform": "linux-64"},
+                                target={"prefix": "/opt/env", "kind": "conda", "python": "3.11.7"},
+                                facts={"system": {}, "packages": {}, "scripts": {}, "storage": {}, "gpu": {},
+                                       "torch": {}},
+                                checked=["PKG001", "CHN001", "SYS001", "SPW001", "SPW002", "DSK001", "GPU001",
+                                         "DL001"])
+    made = {
+        "built-loader": dict(findings=[start], loader=loader_section(recommendation=recommendation(2, 990.0))),
+        "built-guard-and-skip": dict(findings=[guard], loader=loader_section(
+            skipped=[{"what": "smoke test", "reason": "torch cannot be imported"}]),
+            errors=[{"rule": "GPU001", "probe": "gpu", "message": "skipped: probe 'gpu' failed: NVML error"}]),
+    }
+    return settle(Report(**{**base, **made[name]}))
+
+
+CASES = [*((p.stem, p) for p in REPORTS), ("built-loader", None), ("built-guard-and-skip", None)]
+
+
+@pytest.mark.parametrize(("name", "path"), CASES, ids=[name for name, _ in CASES])
+def test_every_format_renders_the_reports_verdict(name: str, path: Path | None) -> None:
+    report = _load(path) if path is not None else _built(name)
     assert report.verdict is not None
     assert report.verdict == decide(report)  # what the engine decides of this report, and nothing else
     expected = report.verdict["result"], dict(report.verdict["areas"])
@@ -156,3 +181,38 @@ def test_what_the_verdict_says_of_each_saved_situation() -> None:
     loader = verdict("loader-ok")  # an info finding (DL005) is a note, not a problem
     assert loader["result"] == "ok" and loader["areas"]["loader"] == "ok" and loader["worst"] == "info"
     assert list(verdict("fleet")["areas"]) == ["fleet"]
+
+
+def test_preflight_prints_the_same_verdict() -> None:
+    from envdoctor.api import preflight_summary
+
+    first = preflight_summary(_load(REPORTS[0].parent / "probe-failed.json")).splitlines()[0]
+    assert first == "envdoctor preflight: 0 errors, 0 warnings, 0 info — not checked: storage"
+
+
+def test_render_gives_an_old_report_the_verdict() -> None:
+    from support import run_cli
+
+    old = str(REPORTS[0].parent / "old-no-verdict.json")
+    proc = run_cli("render", old, "--format", "json")
+    assert proc.returncode == 1, proc.stderr  # its SPW001 and SYS001 errors
+    verdict = json.loads(proc.stdout)["verdict"]
+    assert verdict["result"] == "problems" and verdict["areas"]["spawn"] == "problem"
+    text = run_cli("render", old).stdout.splitlines()
+    assert text[1].startswith("✗ 4 errors") and "  scripts   ✗ SPW001 missing-main-guard (3 findings)" in text
+
+
+@pytest.mark.parametrize("broken", [
+    "yes", {"result": "fine", "areas": {}, "details": {}}, {"result": "ok", "areas": {"packages": "ok"}, "details": {}},
+    {"result": "ok", "areas": {"gpu": "green"}, "details": {"gpu": {"cause": None}}},
+    {"result": "ok", "areas": {"gpu": "ok"}, "details": {"gpu": {"cause": "because"}}},
+    {"result": "ok", "areas": {"gpu": "ok"}, "details": {"gpu": "none"}},
+    {"result": "ok", "areas": {"\x9b31m": "ok"}, "details": {"\x9b31m": {"cause": None}}},
+    {"result": "ok", "areas": {"gpu": "ok"}, "details": {"gpu": {"rules": ["GPU\x1b]0;x"]}}},
+])
+def test_a_saved_verdict_this_version_cannot_render_is_decided_again(broken: Any) -> None:
+    data = json.loads((REPORTS[0].parent / "train-problems.json").read_text(encoding="utf-8"))
+    data["verdict"] = broken
+    report = Report.from_dict(data)
+    assert report.verdict is None
+    assert settle(report).verdict == decide(report) and report.verdict["result"] == "problems"

@@ -7,6 +7,7 @@ imports anything heavy.
 from __future__ import annotations
 
 import enum
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal, TypedDict
@@ -227,7 +228,8 @@ class Report:
                        loader=dict(data["loader"]) if data.get("loader") else None,
                        errors=[dict(e) for e in data.get("errors") or []],
                        checked=[str(r) for r in data["checked"]] if data.get("checked") is not None else None,
-                       # A report saved before the verdict was carried has none: `envdoctor.verdict.settle`.
+                       # Saved before the verdict was carried, or not one this version renders: none (then
+                       # `envdoctor.verdict.settle` decides it).
                        verdict=_verdict_from_dict(data["verdict"]) if data.get("verdict") else None,
                        loop=dict(data["loop"]) if data.get("loop") else None)
         except (KeyError, TypeError, AttributeError) as exc:
@@ -251,13 +253,35 @@ class Report:
         }
 
 
-def _verdict_from_dict(data: Mapping[str, Any]) -> Verdict:
-    details = {str(area): AreaDetail(worst=d.get("worst"), findings=int(d.get("findings") or 0),
-                                     rules=[str(r) for r in d.get("rules") or []], cause=d.get("cause"),
-                                     reason=d.get("reason"))
-               for area, d in dict(data.get("details") or {}).items()}
-    return Verdict(result=data["result"], worst=data.get("worst"), areas=dict(data["areas"]),
-                   unchecked=[str(a) for a in data.get("unchecked") or []], details=details)
+_RESULTS = ("ok", "problems", "unchecked")
+_STATUSES = ("ok", "problem", "not-checked", "not-applicable")
+_CAUSES = (None, "failed", "not-selected", "not-run", "no-facts", "not-applicable")
+_LEVELS = (None, "error", "warning", "info")
+#: What an area's name looks like (`packages`, `gpu`, …): anything else in a saved report is not a verdict.
+_AREA_NAME = re.compile(r"[a-z][a-z0-9-]{0,39}")
+
+
+def _verdict_from_dict(data: Any) -> Verdict | None:
+    """A saved verdict, or None when it is not one this version can render (then it is decided again)."""
+    try:
+        areas = {str(area): status for area, status in dict(data["areas"]).items()}
+        details = {}
+        for area, d in dict(data["details"]).items():
+            details[str(area)] = AreaDetail(worst=d.get("worst"), findings=int(d.get("findings") or 0),
+                                            rules=[str(r) for r in d.get("rules") or []], cause=d.get("cause"),
+                                            reason=None if d.get("reason") is None else str(d["reason"]))
+        verdict = Verdict(result=data["result"], worst=data.get("worst"), areas=areas,
+                          unchecked=[str(a) for a in data.get("unchecked") or []], details=details)
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return None
+    if (verdict["result"] not in _RESULTS or verdict["worst"] not in _LEVELS or set(areas) != set(details)
+            or not all(_AREA_NAME.fullmatch(area) for area in areas)
+            or not set(verdict["unchecked"]) <= set(areas)
+            or any(not _AREA_NAME.fullmatch(rule.lower()) for d in details.values() for rule in d["rules"])
+            or any(status not in _STATUSES for status in areas.values())
+            or any(d["cause"] not in _CAUSES or d["worst"] not in _LEVELS for d in details.values())):
+        return None
+    return verdict
 
 
 def _finding_from_dict(data: Mapping[str, Any]) -> Finding:

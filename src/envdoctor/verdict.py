@@ -119,6 +119,8 @@ def _not_checked(report: Report, area: Area) -> tuple[AreaCause | None, str | No
     if report.checked is not None and not any(family(r) in area.families for r in report.checked):
         return "not-selected", "not selected"
     if area.key == "loader":
+        if report.loop is not None and not report.loader:
+            return None, None  # `envdoctor run`: the user's own loop was measured instead (DL009)
         if not report.loader:
             return "not-run", "the smoke test did not run"
         skipped = next((s for s in report.loader.get("skipped") or [] if s.get("what") == "smoke test"), None)

@@ -92,12 +92,12 @@ def area_line(report: Report, area: str, names: Mapping[str, str] | None = None)
     status, detail = verdict["areas"][area], verdict["details"][area]
     if names is None:
         names = first_names(report.findings)
-    rules = detail["rules"]
-    if detail["findings"]:
-        summary = (f"{rules[0]} {printable(names.get(rules[0], ''), 80)}"
-                   + (f" ({detail['findings']} findings)" if detail["findings"] > 1 else "") if len(rules) == 1
-                   else f"{detail['findings']} findings: " + ", ".join(rules[:6]) + (" …" if len(rules) > 6 else ""))
-    if status == "problem" or (status == "ok" and detail["findings"]):
+    rules, count = detail["rules"], detail["findings"]
+    if status in ("problem", "ok") and count:  # an ok area may hold info findings: they are shown, as notes
+        if len(rules) == 1:
+            summary = f"{rules[0]} {printable(names.get(rules[0], ''), 80)}" + (f" ({count} findings)" if count > 1 else "")
+        else:
+            summary = f"{count} findings: " + ", ".join(rules[:6]) + (" …" if len(rules) > 6 else "")
         return detail["worst"], summary
     if status == "ok":
         return None, "✓"
@@ -358,7 +358,7 @@ def write(report: Report, console: Any, verbose: bool = False) -> None:
         from envdoctor.report.loop_view import loop_lines
 
         for indent, line in loop_lines(clean_tree(report.loop)):
-            out.line(line, indent=indent)
+            out.line(line, indent=indent, hang=11 if indent == 2 else 2)  # wrapped lines under the values
     else:
         out.line(_heading(report), style="bold")
         level, text = verdict_line(report)

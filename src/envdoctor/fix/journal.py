@@ -1,7 +1,8 @@
 """The journal: where a fix keeps everything it moved, and the manifest that says how to put it back.
 
 One journal per `envdoctor fix` run, in `$XDG_CACHE_HOME/envdoctor/journal/<timestamp>/`
-(`~/.cache` when the variable is unset): `manifest.json` plus `files/`
+(`~/.cache` when the variable is unset; `~/Library/Caches` on macOS, `%LOCALAPPDATA%`
+on Windows): `manifest.json` plus `files/`
 (what file moves took away), `snapshots/` (copies of the files a package
 step may change, taken before it runs) and `undone/` (what `fix --undo`
 took away in turn). Nothing is ever deleted.
@@ -18,6 +19,7 @@ import json
 import os
 import shutil
 import stat
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -31,7 +33,15 @@ Entry = dict[str, Any]
 
 
 def journal_root() -> Path:
-    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    """The user's cache: $XDG_CACHE_HOME (else ~/.cache); on macOS ~/Library/Caches unless XDG_CACHE_HOME is
+    set; on Windows %LOCALAPPDATA% (else ~/AppData/Local)."""
+    home = os.path.expanduser("~")
+    if sys.platform == "win32":
+        cache = os.environ.get("LOCALAPPDATA") or os.path.join(home, "AppData", "Local")
+    elif sys.platform == "darwin":
+        cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(home, "Library", "Caches")
+    else:
+        cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(home, ".cache")
     return Path(cache) / "envdoctor" / "journal"
 
 

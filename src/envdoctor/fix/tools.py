@@ -14,6 +14,7 @@ from __future__ import annotations
 import glob
 import os
 import shutil
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -215,7 +216,7 @@ def _authorize_tool(tool: str, argv: Sequence[str], target: Target, environ: Map
     elif tool in ("apt", "dnf"):
         if target.kind != "system" or str(target.prefix) not in ("/usr", "/usr/local", "/"):
             raise Refused(f"{tool} installs into the system, not into {target.prefix}")
-        if os.geteuid() != 0:
+        if sys.platform == "win32" or os.geteuid() != 0:
             raise Refused(f"{tool} needs root: run `{' '.join(argv)}` yourself")
     return (executable, *argv[1:])
 

@@ -89,7 +89,9 @@ def choose_source(config: Any) -> tuple[dict[str, Any], dict[str, Any] | None, s
     """What to measure: (source for the runner's plan, objects for a forked run, a description)."""
     if config.loader_object is not None:
         dataset, kwargs, description = describe_loader(config.loader_object)
-        if hasattr(os, "fork"):
+        # macOS has fork, but forking a process that has loaded Apple's frameworks (torch does) can crash the
+        # child; that is why spawn is its default. There, as on Windows, the loader crosses pickled.
+        if hasattr(os, "fork") and sys.platform != "darwin":
             return {"kind": "object"}, {"dataset": dataset, "kwargs": kwargs, "description": description}, description
         return pickled_source(dataset, kwargs, description), None, description
     if config.dataset:

@@ -257,6 +257,19 @@ def test_sys001_fires_as_an_error_at_macos_default_of_256() -> None:
     assert hit.evidence["soft_limit"] == 256 and hit.evidence["num_workers"] == 8
 
 
+def test_apple_silicon_workers_are_counted_on_performance_cores() -> None:
+    """10 CPUs, 8 of them performance cores: the planned workers (SYS001's estimate) are 8, not 10."""
+    from envdoctor.facts.system import worker_cpus
+
+    system = _system("darwin", nofile=256)
+    system["cpu"].update(count=10, usable=10, performance_cores=8, efficiency_cores=2)
+    assert worker_cpus(system["cpu"]) == 8
+    [hit] = _system_rule("SYS001", system)
+    assert hit.evidence["num_workers"] == 8
+    intel = {**system["cpu"], "performance_cores": None, "efficiency_cores": None}
+    assert worker_cpus(intel) == 10
+
+
 def test_sys001_and_sys002_have_nothing_to_judge_on_windows() -> None:
     system = _system("win32")
     assert {"nofile", "shm"} <= set(system["not_applicable"])

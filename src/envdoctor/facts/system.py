@@ -235,6 +235,20 @@ def usable_cpus(cpu_count: int | None, affinity: int | None, quota_cpus: float |
     return max(1, usable)
 
 
+def worker_cpus(cpu: CpuFacts | dict[str, Any]) -> int:
+    """CPUs worth one DataLoader worker each: the usable CPUs, on Apple silicon only its performance cores.
+
+    An efficiency core is several times slower than a performance core, and the
+    training step waits for the slowest worker's batch: workers beyond the
+    performance cores add little but contention.
+    """
+    usable = int(cpu.get("usable") or 1)
+    performance = cpu.get("performance_cores")
+    if performance and cpu.get("efficiency_cores"):
+        return max(1, min(usable, int(performance)))
+    return usable
+
+
 def read_shm(path: str = SHM_PATH) -> ShmFacts | None:
     if sys.platform == "win32":
         return None

@@ -19,6 +19,7 @@ from typing import Any, cast
 
 from envdoctor.facts.loader import FailureFacts, LoaderFacts
 from envdoctor.facts.node_share import cpus_per_process, processes_per_node
+from envdoctor.facts.system import worker_cpus
 from envdoctor.loader.progress import current_sink
 from envdoctor.loader.supervisor import StageRun, run_stage
 
@@ -33,7 +34,7 @@ def gather_loader(facts: Any) -> LoaderFacts | None:
         return None
     system = facts.get("system") or {}
     procs = processes_per_node(config.procs_per_node)
-    usable = cpus_per_process(int((system.get("cpu") or {}).get("usable") or 1), procs)
+    usable = cpus_per_process(worker_cpus(system.get("cpu") or {}), procs)
     available = (system.get("memory") or {}).get("effective_available")
     source, objects, description = choose_source(config)
     section = empty_section(description)

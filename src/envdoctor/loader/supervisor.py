@@ -217,17 +217,13 @@ def _tracked_alive(procs: dict[int, float]) -> bool:
 class _Child:
     """The runner's process as started: `poll()` is its returncode (negative: a signal), None while it runs."""
 
-    def __init__(self, pid: int, handle: Any = None) -> None:
+    def __init__(self, pid: int, popen: Any = None) -> None:
         self.pid = pid
-        #: The subprocess.Popen or multiprocessing Process, where one started it; None for a forked pid.
-        self.handle = handle
+        #: The subprocess.Popen that started it (Windows knows a child by its handle); None for a forked pid.
+        self.popen = popen
 
     def poll(self) -> int | None:
-        if self.handle is None:
-            return _waitpid_nohang(self.pid)
-        if hasattr(self.handle, "poll"):  # subprocess.Popen
-            return self.handle.poll()
-        return self.handle.exitcode if not self.handle.is_alive() else None  # multiprocessing.Process
+        return _waitpid_nohang(self.pid) if self.popen is None else self.popen.poll()
 
 
 def _waitpid_nohang(pid: int) -> int | None:
@@ -282,7 +278,7 @@ class _EventPipe:
 
 
 class _EventFile:
-    """Events appended to a file the runner opens by name, tailed here (Windows; a spawned runner).
+    """Events appended to a file the runner opens by name, tailed here (Windows).
 
     A file never reads as closed: the end of the runner is told by its process.
     """

@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from envdoctor.facts import Facts
+from envdoctor.facts.system import worker_cpus
 from envdoctor.model import Severity
 from envdoctor.rules import Hit
 from envdoctor.units import GIB, MIB, human_bytes
@@ -53,7 +54,8 @@ def loader_plan(facts: Facts) -> dict[str, Any]:
     loader: dict[str, Any] = dict(section or {})
     current = loader.get("current") or {}
     # One training process's share of the node's CPUs (--procs-per-node, LOCAL_WORLD_SIZE).
-    usable = cpus_per_process(system["cpu"]["usable"], processes_per_node(facts.config.procs_per_node))
+    # Apple silicon: the performance cores only (facts.system.worker_cpus).
+    usable = cpus_per_process(worker_cpus(system["cpu"]), processes_per_node(facts.config.procs_per_node))
     if recommendation.get("num_workers") is not None or current.get("num_workers") is not None:
         workers = max(recommendation.get("num_workers") or 0, current.get("num_workers") or 0)
         prefetch = recommendation.get("prefetch_factor") or current.get("prefetch_factor") or 2

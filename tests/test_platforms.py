@@ -415,3 +415,20 @@ def test_not_applicable_facts_by_platform() -> None:
     assert set(not_applicable_here("win32")) == {"nofile", "shm", "cgroups"}
     assert set(not_applicable_here("darwin")) == {"shm", "cgroups"}
     assert set(not_applicable_here("freebsd14")) == {"cgroups"}
+
+
+def test_fix_finds_a_windows_prefixs_own_commands(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`envdoctor fix` runs the prefix's own tools: Scripts\\pip.exe in a venv, condabin\\conda.bat in conda."""
+    from envdoctor.fix import tools
+
+    venv, conda = tmp_path / "venv", tmp_path / "miniforge3"
+    for exe in (venv / "Scripts" / "pip.exe", conda / "condabin" / "conda.bat"):
+        exe.parent.mkdir(parents=True)
+        exe.write_bytes(b"MZ")
+        exe.chmod(0o755)
+    monkeypatch.setattr(tools.sys, "platform", "win32")
+    monkeypatch.setattr(tools.shutil, "which", lambda *args, **kwargs: None)  # nothing on PATH
+    found = tools.find_executable("pip", "pip", tools.Target(venv, "venv", None), {})
+    assert found == str(venv / "Scripts" / "pip.exe")
+    found = tools.find_executable("conda", "conda", tools.Target(conda, "conda", None), {})
+    assert found == str(conda / "condabin" / "conda.bat")

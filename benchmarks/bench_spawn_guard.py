@@ -15,7 +15,7 @@ the whole folder checked at once (`envdoctor check REPO`, which follows every
 script's imports of the project's own modules, each module read and walked
 once) against `python -m py_compile` on the same *.py files, in lines/second.
 
-The corpus the README's precision and recall figures come from (read-only
+The corpus docs/checks.md's precision and recall figures come from (read-only
 checkouts of public repositories, HEAD commits of 2026-11-30): GunhoChoi/PyTorch-FastCampus
 1e9ba63e, bearpaw/pytorch-classification 24f1c456, bentrevett/pytorch-sentiment-analysis
 329f654b, chenyuntc/simple-faster-rcnn-pytorch 367db367, eriklindernoren/PyTorch-GAN

@@ -123,14 +123,15 @@ def test_undo_refuses_when_a_file_was_added_inside_a_folder_the_fix_moved(tmp_pa
 
 def test_bytecode_written_on_import_since_the_fix_is_no_conflict(tmp_path: Path, journal_root: Path) -> None:
     prefix, stray = venv_folder(tmp_path)
+    pristine = tree_digest(prefix)
     aside = Path(str(stray) + ".envdoctor-aside")
     journal = run_moves(prefix, (str(stray), str(aside)))
     (aside / "__pycache__").mkdir()
     (aside / "__pycache__" / "x.cpython-311.pyc").write_bytes(b"\x00")
     undone = undo_last()
     assert undone.exit_code == 0, undone
-    assert (stray / "__pycache__" / "x.cpython-311.pyc").exists()  # moved back along with its folder
-    assert journal.path.exists()
+    assert tree_digest(prefix) == pristine  # byte for byte: the bytecode goes into the journal, not back
+    assert list((journal.path / "undone").rglob("x.cpython-311.pyc"))
 
 
 def test_undo_of_one_prefix_leaves_another_prefixs_newer_fix_alone(tmp_path: Path, journal_root: Path) -> None:
@@ -173,12 +174,42 @@ def test_plan_text_escapes_control_characters_from_metadata(tmp_path: Path) -> N
 
 
 def test_the_listing_of_a_conda_base_leaves_out_other_envs_and_the_package_cache(tmp_path: Path) -> None:
-    from envdoctor.fix.journal import walk_paths
+    from envdoctor.fix.state import list_roots
 
     base = tmp_path / "miniforge"
     for folder in ("conda-meta", "envs/train/lib", "pkgs/numpy-1.26.4", "lib/python3.11/site-packages"):
         (base / folder).mkdir(parents=True)
-    listed = {os.path.relpath(p, base) for p, _ in walk_paths(base)}
-    assert listed == {"conda-meta", "lib", "lib/python3.11", "lib/python3.11/site-packages"}
-    listed_venv = {os.path.relpath(p, base / "envs" / "train") for p, _ in walk_paths(base / "envs" / "train")}
-    assert listed_venv == {"lib"}
+    listed = {os.path.relpath(p, base) for p in list_roots([str(base)])}
+    assert listed == {".", "conda-meta", "lib", "lib/python3.11", "lib/python3.11/site-packages"}
+    listed_env = {os.path.relpath(p, base / "envs" / "train") for p in list_roots([str(base / "envs" / "train")])}
+    assert listed_env == {".", "lib"}
+
+
+def test_a_disk_that_fills_while_the_before_state_is_kept_changes_nothing(tmp_path: Path, journal_root: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    import errno
+
+    from envdoctor.fix import state
+    from envdoctor.fix.journal import JournalError
+
+    prefix, stray = venv_folder(tmp_path)
+    pristine = tree_digest(prefix)
+    real_copy = state.shutil.copyfile
+    copied: list[str] = []
+
+    def fills_up(source: str, destination: str, **kw: object) -> None:
+        if copied:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        copied.append(real_copy(source, destination))
+
+    monkeypatch.setattr(state.os, "link", lambda *a: (_ for _ in ()).throw(OSError(errno.EXDEV, "cross-device")))
+    monkeypatch.setattr(state.shutil, "copyfile", fills_up)
+    finding = Finding(rule="PKG002", name="duplicate-distribution", severity=Severity.ERROR, message="doubled",
+                      fix_steps=(FixStep.file_move(str(stray), str(stray) + ".envdoctor-aside"),))
+    report = Report(tool={}, generated_at="", host={}, target={"prefix": str(prefix), "kind": "venv"}, facts={},
+                    findings=[finding])
+    journal = Journal.create({"prefix": str(prefix), "kind": "venv"})
+    with pytest.raises(JournalError, match="No space left on device; nothing was changed"):
+        Executor(make_plan(report, {}), journal).run()
+    assert tree_digest(prefix) == pristine and copied  # it failed part-way through keeping the copies
+    assert Journal.latest() is None  # a fix that changed nothing is not undone

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import pytest
 
+from envdoctor.inside.loader_knee import recommended
 from loadersupport import assert_nothing_left, dump, loader_report, shm_torch_segments
 from support import findings
 
@@ -25,8 +26,25 @@ def _check(name: str, expected: set[str], rules: set[str], budget: str = BUDGET)
     assert loader["bottleneck"] in expected, dump(report)
     fired = {f["rule"] for f in report["findings"]}
     assert rules <= fired, (fired, dump(report))
-    assert loader["recommendation"] is not None
+    assert_recommendation_follows_the_knee(loader)
     return report
+
+
+def assert_recommendation_follows_the_knee(loader: dict) -> None:
+    """The recommendation is a measured setting, the one its basis names: the knee rule's pick on these runs
+    (knee, step), the user's own (current), or the runner-up that won the paired windows (paired)."""
+    rec = loader["recommendation"]
+    assert rec is not None, dump({"loader": loader})
+    runs = {r["num_workers"]: r for r in loader["runs"] if r.get("samples_per_s")}
+    assert rec["num_workers"] in runs and rec["samples_per_s"] == runs[rec["num_workers"]]["samples_per_s"], rec
+    if rec["basis"] in ("knee", "step"):
+        chosen, basis = recommended(loader["runs"], loader.get("usable_cpus") or 1, loader.get("batch_size"),
+                                    loader.get("step_time_s"))
+        assert chosen is not None and (chosen["num_workers"], basis) == (rec["num_workers"], rec["basis"]), rec
+    elif rec["basis"] == "current":
+        assert rec["num_workers"] == loader["current"]["num_workers"], rec
+    else:
+        assert rec["basis"] == "paired" and rec["num_workers"] == loader["paired"]["candidate"], rec
 
 
 def test_cpu_bound_transform() -> None:

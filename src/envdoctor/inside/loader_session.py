@@ -5,12 +5,13 @@ only at import time, never envdoctor.
 """
 from __future__ import annotations
 
-import json
 import os
 import threading
 import time
 from dataclasses import dataclass, field
 from typing import Any
+
+import loader_protocol  # the parts are found through the runner's own folder on sys.path
 
 
 class Events:
@@ -30,7 +31,7 @@ class Events:
         return cls(int(plan["event_fd"]))
 
     def emit(self, ev: str, **fields: Any) -> None:
-        data = (json.dumps({"ev": ev, **fields}, default=repr) + "\n").encode("utf-8")
+        data = loader_protocol.encode(ev, fields)
         with self.lock:
             try:
                 while data:
@@ -40,10 +41,10 @@ class Events:
                 pass  # envdoctor has gone; nothing left to tell
 
     def phase(self, name: str, limit_s: float, **fields: Any) -> None:
-        self.emit("phase", name=name, limit_s=round(limit_s, 3), **fields)
+        self.emit(loader_protocol.PHASE, name=name, limit_s=round(limit_s, 3), **fields)
 
     def result(self, key: str, value: Any) -> None:
-        self.emit("result", key=key, value=value)
+        self.emit(loader_protocol.RESULT, key=key, value=value)
 
     def skip(self, what: str, reason: str) -> None:
         self.result("skip", {"what": what, "reason": reason})

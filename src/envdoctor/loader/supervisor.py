@@ -46,6 +46,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from envdoctor.inside import loader_protocol
 from envdoctor.process import kill_group
 
 RUNNER_PATH = Path(__file__).resolve().parent.parent / "inside" / "loader_runner.py"
@@ -93,7 +94,24 @@ class StageRun:
 
     @property
     def finished(self) -> bool:
-        return any(e.get("ev") == "done" for e in self.events)
+        return any(e.get("ev") == loader_protocol.DONE for e in self.events)
+
+    def take(self, line: bytes, progress: ProgressSink | None) -> dict[str, Any] | None:
+        """File one line of the runner's event stream; None when it holds no event."""
+        event = loader_protocol.decode(line)
+        if event is None:
+            return None
+        self.events.append(event)
+        if event["ev"] == loader_protocol.PHASE:
+            self.last_phase = event
+        elif event["ev"] == loader_protocol.INDEX:
+            self.last_index = event.get("i")
+        if progress is not None:
+            try:
+                progress(event)
+            except Exception:
+                pass  # a broken display must not break the measurement
+        return event
 
     def signal_name(self) -> str | None:
         if self.returncode is not None and self.returncode < 0:
@@ -484,22 +502,9 @@ def _follow(outcome: StageRun, child: _Child, events: _Events, hard_deadline: fl
             pending += data
             *lines, pending = pending.split(b"\n")
             for line in lines:
-                try:
-                    event = json.loads(line)
-                except ValueError:
-                    continue
-                outcome.events.append(event)
-                kind = event.get("ev")
-                if kind == "phase":
-                    outcome.last_phase = event
+                event = outcome.take(line, progress)
+                if event is not None and event["ev"] == loader_protocol.PHASE:
                     phase_deadline = time.monotonic() + float(event.get("limit_s") or 0) + PHASE_GRACE_S
-                elif kind == "index":
-                    outcome.last_index = event.get("i")
-                if progress is not None:
-                    try:
-                        progress(event)
-                    except Exception:
-                        pass  # a broken display must not break the measurement
         if outcome.finished:
             outcome.returncode = _reap(child, 2.0)
             return
@@ -547,18 +552,7 @@ def _drain(outcome: StageRun, events: _Events, pending: bytes, progress: Progres
             break
         pending += data
     for line in pending.split(b"\n"):
-        try:
-            event = json.loads(line)
-        except ValueError:
-            continue
-        outcome.events.append(event)
-        if event.get("ev") == "index":
-            outcome.last_index = event.get("i")
-        if progress is not None:
-            try:
-                progress(event)
-            except Exception:
-                pass
+        outcome.take(line, progress)
 
 
 def _group_alive(pgid: int) -> bool:

@@ -9,6 +9,10 @@ files"). `verbose` adds each finding's evidence, drawn as indented
 80 columns. Every string from outside goes through `report.safe` and into
 rich `Text` objects, so neither control characters nor rich markup in a file
 or package name reach the terminal.
+
+The verdict and the checklist are the report's own (`Report.verdict`,
+decided once by `envdoctor.verdict`): this module words them, it does not
+decide them, so text, Markdown, GitHub, SARIF and JSON agree.
 """
 from __future__ import annotations
 
@@ -17,26 +21,18 @@ import os
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from envdoctor.model import Finding, Report, Severity
+from envdoctor.model import NO_VERDICT, Finding, Report, Severity, Verdict
 from envdoctor.report.safe import MAX_ITEMS, clean_report, clean_tree, printable, printable_block
 
 _STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
 _MARK = {"error": "✗", "warning": "!", "info": "i"}
-#: The areas of the checklist, in the order shown, with the rule families each covers.
-AREAS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("packages", ("PKG",)), ("channels", ("CHN",)), ("limits", ("SYS",)), ("scripts", ("SPW",)),
-    ("storage", ("DSK",)), ("GPU", ("GPU",)), ("loader", ("DL",)),
-)
-#: Which facts sections each area's rules read: a failed probe leaves the area unchecked.
-_AREA_SECTIONS = {"packages": ("target", "packages"), "channels": ("target", "packages"),
-                  "limits": ("system",), "scripts": ("scripts",), "storage": ("storage",),
-                  "GPU": ("gpu", "torch"), "loader": ("loader",)}
+#: How the checklist names each area of the verdict (`envdoctor.verdict.AREAS`) on screen.
+AREA_LABELS = {"system": "limits", "spawn": "scripts", "gpu": "GPU"}
 #: Findings of one rule shown in full before "… and N more".
 GROUP_LIMIT = 10
 #: Rules shown in full before the rest are counted (a report with a million findings stays readable).
 BLOCK_LIMIT = 40
 SVG_WIDTH = 100
-NOT_SELECTED = "not checked (not selected)"
 
 
 def severity_counts(findings: Iterable[Finding]) -> dict[str, int]:
@@ -78,85 +74,86 @@ def format_value(value: Any, depth: int = 0) -> str:
     return printable(value, 300)
 
 
-# -- the checklist ---------------------------------------------------------------------------------
+# -- the checklist: rendered from the report's verdict, decided by envdoctor.verdict ----------------
 
-def _family(rule_id: str) -> str:
-    return rule_id.rstrip("0123456789")
-
-
-def _area_of(rule_id: str) -> str | None:
-    family = _family(rule_id)
-    return next((name for name, families in AREAS if family in families), None)
+def area_label(area: str) -> str:
+    return AREA_LABELS.get(area, area)
 
 
-def _probe_failure(report: Report, area: str) -> str | None:
-    sections = _AREA_SECTIONS.get(area, ())
-    for error in report.errors:
-        if error.get("probe") in sections:
-            return f"{error['probe']} probe failed: {error.get('message', '')}"
-        rule = error.get("rule")
-        if rule and _area_of(str(rule)) == area:
-            return f"{rule}: {error.get('message', '')}"
-    return None
+def verdict_of(report: Report) -> Verdict:
+    """The verdict the engine decided; a report assembled without one renders as "no verdict"."""
+    return report.verdict if report.verdict is not None else NO_VERDICT
 
 
-def area_statuses(report: Report) -> dict[str, tuple[str | None, str]]:
-    """For each area of the checklist: (worst severity, "unchecked", "skipped" or None; what to say).
-
-    None with "✓" means every selected rule of the area ran and found nothing;
-    "unchecked" means a probe or rule of the area failed, "skipped" that none was
-    selected or the loader did not run; the text says which. One pass over the
-    findings, so a report with a million of them costs no more than a list.
-    """
-    area_of: dict[str, str | None] = {}
-    found: dict[str, list[Finding]] = {area: [] for area, _ in AREAS}
-    for finding in report.findings:
-        if finding.rule not in area_of:
-            area_of[finding.rule] = _area_of(finding.rule)
-        area = area_of[finding.rule]
-        if area is not None:
-            found[area].append(finding)
-    return {area: _area_status(report, area, found[area]) for area, _ in AREAS}
-
-
-def _area_status(report: Report, area: str, found: list[Finding]) -> tuple[str | None, str]:
-    families = dict(AREAS)[area]
-    if found:
-        counts = severity_counts(found)
-        worst = next(level for level in ("error", "warning", "info") if counts[level])
-        rules = list(dict.fromkeys(f.rule for f in found))
-        names = {f.rule: f.name for f in found[:1000]}
+def area_line(report: Report, area: str, names: Mapping[str, str] | None = None) -> tuple[str | None, str]:
+    """One area of the checklist as (mark key, text): the mark key is a severity, "unchecked", "skipped",
+    "n/a" or None for ✓."""
+    verdict = verdict_of(report)
+    status, detail = verdict["areas"][area], verdict["details"][area]
+    if names is None:
+        names = first_names(report.findings)
+    rules, count = detail["rules"], detail["findings"]
+    if status in ("problem", "ok") and count:  # an ok area may hold info findings: they are shown, as notes
         if len(rules) == 1:
-            n = len(found)
-            return worst, f"{rules[0]} {printable(names.get(rules[0], ''), 80)}" + (f" ({n} findings)" if n > 1 else "")
-        return worst, f"{len(found)} findings: " + ", ".join(rules[:6]) + (" …" if len(rules) > 6 else "")
-    failure = _probe_failure(report, area)
-    if failure:
-        return "unchecked", "not checked: " + printable(failure, 120)
-    checked = report.checked
-    if checked is not None:
-        if not any(_family(r) in families for r in checked):
-            return "skipped", NOT_SELECTED
-    elif area != "loader" and not any(s in report.facts for s in _AREA_SECTIONS[area]):
+            summary = f"{rules[0]} {printable(names.get(rules[0], ''), 80)}" + (f" ({count} findings)" if count > 1 else "")
+        else:
+            summary = f"{count} findings: " + ", ".join(rules[:6]) + (" …" if len(rules) > 6 else "")
+        return detail["worst"], summary
+    if status == "ok":
+        return None, "✓"
+    if status == "not-applicable":
+        return "n/a", f"not applicable ({printable(detail['reason'] or '', 120)})"
+    cause, reason = detail["cause"], printable(detail["reason"] or "", 120)
+    if cause == "failed":
+        return "unchecked", "not checked: " + reason
+    if cause == "no-facts":
         return "skipped", "not checked"
-    if area == "loader" and not report.loader:
-        return "skipped", "not checked (the smoke test did not run)"
-    return None, "✓"
+    return "skipped", f"not checked ({reason})"
 
 
-def unchecked_areas(report: Report) -> list[str]:
-    """Areas whose checks were meant to run but could not (a probe or a rule failed)."""
-    return [area for area, (level, _) in area_statuses(report).items() if level == "unchecked"]
+def first_names(findings: Iterable[Finding]) -> dict[str, str]:
+    """Rule id -> its name, from the findings (each rule's first)."""
+    names: dict[str, str] = {}
+    for finding in findings:
+        if finding.rule not in names:
+            names[finding.rule] = finding.name
+    return names
 
 
 # -- findings --------------------------------------------------------------------------------------
 
 def group_findings(findings: Iterable[Finding]) -> list[list[Finding]]:
-    """Findings grouped by rule and severity, in the order they come (worst first)."""
-    groups: dict[tuple[str, int], list[Finding]] = {}
+    """Findings grouped by rule and severity, in the order they come (worst first).
+
+    A script with several findings of one rule (evidence `script`) gets a block
+    of its own, whatever their severity: every start in that file is listed
+    together, so the file is fixed once. Single findings of many files still
+    group by rule.
+    """
+    findings = list(findings)
+    per_script: dict[tuple[str, str], int] = {}
+    for finding in findings:
+        script = _script(finding)
+        if script is not None:
+            per_script[(finding.rule, script)] = per_script.get((finding.rule, script), 0) + 1
+    groups: dict[tuple[str, Any], list[Finding]] = {}
     for finding in findings:  # id(): severities are enum singletons, and hashing an Enum is slow
-        groups.setdefault((finding.rule, id(finding.severity)), []).append(finding)
+        script = _script(finding)
+        several = script is not None and per_script[(finding.rule, script)] > 1
+        groups.setdefault((finding.rule, ("script", script) if several else id(finding.severity)), []).append(finding)
     return list(groups.values())
+
+
+def _script(finding: Finding) -> str | None:
+    script = finding.evidence.get("script") if isinstance(finding.evidence, Mapping) else None
+    return script if isinstance(script, str) else None
+
+
+def _script_of(group: list[Finding]) -> str | None:
+    """The one script every finding of the group is about, when they name one."""
+    scripts = {f.evidence.get("script") if isinstance(f.evidence, Mapping) else None for f in group}
+    script = scripts.pop() if len(scripts) == 1 else None
+    return script if isinstance(script, str) else None
 
 
 def _common_tail(messages: list[str]) -> str:
@@ -251,10 +248,16 @@ def _write_group(out: _Writer, group: list[Finding], verbose: bool) -> None:
     head.append(f"{_MARK[level]} {first.rule} ", style=_STYLE[level])
     head.append(printable(first.name, 80), style="bold")
     files = list(dict.fromkeys(f.location.path for f in group if f.location))
-    if len(group) > 1:
+    script = _script_of(group) if len(group) > 1 else None
+    if script is not None:
+        head.append(f" in {printable(script, 300)} ×{len(group)}")
+    elif len(group) > 1:
         head.append(f" in {len(files)} files" if len(files) == len(group) and files else f" ×{len(group)}")
     out.line(head)
-    shown = group[:GROUP_LIMIT]
+    # One script's findings are listed in full (each is a line to move under the guard).
+    limit = min(len(group), MAX_ITEMS) if script is not None else GROUP_LIMIT
+    mixed = len({f.severity for f in group}) > 1
+    shown = group[:limit]
     messages = [own_message(f) for f in shown]
     shared = len(set(messages)) == 1 and len(shown) > 1 and all(f.location for f in shown)
     tail = messages[0] if shared else _common_tail(messages)
@@ -266,6 +269,8 @@ def _write_group(out: _Writer, group: list[Finding], verbose: bool) -> None:
             message = message[: len(message) - len(tail)].rstrip(". ") + "."
         where = _where(finding)
         line = out.text()
+        if mixed:
+            line.append(f"{_MARK[finding.severity.value]} ", style=_STYLE[finding.severity.value])
         if where:
             line.append(where, style="dim")
             line.append("  " if message else "")
@@ -276,8 +281,8 @@ def _write_group(out: _Writer, group: list[Finding], verbose: bool) -> None:
                 out.line(text, indent=indent, style="dim")
         if len(fixes) > 1 and finding.fix:
             _write_fix(out, finding.fix, indent=4)
-    if len(group) > GROUP_LIMIT:
-        out.line(f"… and {len(group) - GROUP_LIMIT} more {first.rule} findings (see --format json)", indent=2)
+    if len(group) > limit:
+        out.line(f"… and {len(group) - limit} more {first.rule} findings (see --format json)", indent=2)
     if tail and (verbose or shared):  # the shared explanation, once; concise output leaves it to -v
         out.line(printable_block(tail), indent=2)
     if len(fixes) == 1:
@@ -320,17 +325,16 @@ def _heading(report: Report) -> str:
             f"on {printable(report.host.get('hostname', '?'), 100)}")
 
 
-def _verdict(report: Report, statuses: dict[str, tuple[str | None, str]] | None = None) -> tuple[str, str]:
-    counts = severity_counts(report.findings)
-    worst = next((s for s in ("error", "warning", "info") if counts[s]), None)
-    skipped = report.not_checked()
-    unchecked = [area for area, (level, _) in (statuses or {}).items() if level == "unchecked"]
-    if worst is None and (skipped or unchecked):
-        worst = "warning"  # nothing found, but not everything could be looked at
-    text = f"{_MARK.get(worst or '', '✓')} {summary_line(report, counts)}"
-    if unchecked:
-        text += f" — not checked: {', '.join(unchecked)}"
-    return text, _STYLE.get(worst or "", "bold green")
+def verdict_line(report: Report, counts: dict[str, int] | None = None) -> tuple[str | None, str]:
+    """The verdict as (severity mark, text): the worst severity found, or None for ✓; a result of
+    `unchecked` is marked as a warning (nothing found is not an all-clear when not everything was looked at)."""
+    verdict = verdict_of(report)
+    text = summary_line(report, counts)
+    if verdict["unchecked"]:
+        text += f" — not checked: {', '.join(area_label(a) for a in verdict['unchecked'])}"
+    if verdict["result"] == "unchecked" and verdict["worst"] in (None, "info"):
+        return "warning", text
+    return verdict["worst"], text
 
 
 def write(report: Report, console: Any, verbose: bool = False) -> None:
@@ -342,28 +346,34 @@ def write(report: Report, console: Any, verbose: bool = False) -> None:
 
         shown = clean_report(report)
         out.line(printable(fleet_heading(shown, shown.facts["fleet"]), 400), style="bold")
-        text, style = _verdict(report)
-        out.line(text, style=style)
+        level, text = verdict_line(report)
+        out.line(f"{_MARK.get(level or '', '✓')} {text}", style=_STYLE.get(level or "", "bold green"))
         out.line()
         for item in fleet_renderables(shown):
             if isinstance(item, out.text().__class__):  # a line of text: wrapped lines indented
                 out.line(item)
             else:
                 console.print(item)
+    elif report.loop is not None:  # envdoctor run: the user's own loop, not an environment's checklist
+        from envdoctor.report.loop_view import loop_lines
+
+        for indent, line in loop_lines(clean_tree(report.loop)):
+            out.line(line, indent=indent)
     else:
         out.line(_heading(report), style="bold")
-        statuses = area_statuses(report)
-        text, style = _verdict(report, statuses)
-        out.line(text, style=style)
+        level, text = verdict_line(report)
+        out.line(f"{_MARK.get(level or '', '✓')} {text}", style=_STYLE.get(level or "", "bold green"))
         out.line()
+        verdict = verdict_of(report)
+        names = first_names(report.findings)
         unselected = []
-        for area, _families in AREAS:
-            level, status = statuses[area]
-            if status == NOT_SELECTED:
-                unselected.append(area)
+        for area in verdict["areas"]:
+            if verdict["details"][area]["cause"] == "not-selected":
+                unselected.append(area_label(area))
                 continue
+            level, status = area_line(report, area, names)
             line = out.text()
-            line.append(f"{area:<9} ", style="bold")
+            line.append(f"{area_label(area):<9} ", style="bold")
             style = _STYLE.get(level or "", "green" if level is None else "magenta" if level == "unchecked" else "dim")
             mark = _MARK.get(level or "", "")
             line.append(f"{mark} {status}" if mark else status, style=style)

@@ -73,7 +73,8 @@ class ScriptAnalysis(CallWalker):
         steps = [*frame.via, self.step(f"import {module.name}", stmt, frame)]
         prefix = [{"function": s.call, "path": s.path, "line": s.line, "code": s.code} for s in steps]
         for event in module.import_events or []:
-            key = (event["kind"], event["path"], event["line"], event["column"], frame.guarded)
+            key = (event["kind"], event["path"], event["line"], event["column"], frame.guarded,
+                   (prefix[0]["path"], prefix[0]["line"]))
             if key in self._seen:
                 continue
             self._seen.add(key)

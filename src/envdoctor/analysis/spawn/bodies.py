@@ -58,7 +58,8 @@ class BodyRunner(StartTracker):
         # module-level statement to move under the guard.
         via = frame.via + (call_site,)
         inner = Frame(scope=scope, guarded=frame.guarded, module=func.module or frame.module, via=via,
-                      function=func, self_class=func.owner, self_value=self_value, enclosing=func.closure)
+                      function=func, self_class=func.owner, self_value=self_value, enclosing=func.closure,
+                      forced_method=frame.forced_method, forced_by=frame.forced_by)
         self.stack.append(node)
         try:
             if isinstance(node, ast.Lambda):

@@ -6,11 +6,8 @@ import ast
 from envdoctor.analysis.spawn.bodies import BodyRunner
 from envdoctor.analysis.spawn.names import (
     CUDA_INIT_CALLS,
-    EAGER_ITER,
     EXECUTOR_CLASSES,
     GET_CONTEXT,
-    KNOWN_WRAPPER_METHODS,
-    KNOWN_WRAPPERS,
     LOADER_CLASSES,
     MANAGER_CLASSES,
     POOL_CLASSES,
@@ -18,8 +15,7 @@ from envdoctor.analysis.spawn.names import (
     SET_START_METHOD,
     TENSOR_FACTORIES,
     TORCH_SPAWN,
-    TRAINER_CLASSES,
-    TRAINER_RUNS,
+    iterating_callees,
 )
 from envdoctor.analysis.spawn.values import (
     Bound,
@@ -34,10 +30,14 @@ from envdoctor.analysis.spawn.values import (
     Iterating,
     Loader,
     Mapping_,
+    NamespaceObj,
+    Option,
+    ParserObj,
     PoolObj,
     ProcessObj,
     QualName,
     Seq,
+    SettingsObj,
     Site,
     SuperObj,
     TrainerObj,
@@ -70,8 +70,7 @@ class CallWalker(BodyRunner):
             return self.call_method(func, node, frame, positional, keywords, open_, site)
         if isinstance(func, Context):
             return Unknown(node=node)
-        known = isinstance(func, Bound) and func.attr in KNOWN_WRAPPER_METHODS
-        return self.call_unknown(node, positional, keywords, known=known)
+        return self.call_unknown(node, positional, keywords)
 
     def call_qualified(self, name: str, node: ast.Call, frame: Frame, positional: list[Value],
                        keywords: dict[str, Value], open_: bool, site: Site) -> Value:
@@ -83,8 +82,13 @@ class CallWalker(BodyRunner):
             items = dict(base.items) if base else {}
             items.update(keywords)
             return Mapping_(items, open=(bool(positional) and base is None) or open_)
-        if name in EAGER_ITER:
-            for value in [*positional, *keywords.values()]:
+        callees = iterating_callees()
+        iterated = callees.when_called.get(name)
+        if iterated is not None:
+            positions, names = iterated
+            chosen = [v for i, v in enumerate(positional) if positions is None or i in positions]
+            chosen += [v for k, v in keywords.items() if k in names or (positions is None and k != "start")]
+            for value in chosen:
                 loader = loaderish(value)
                 if loader is not None:
                     self.start_loader(loader, node, frame, f"{short}()")
@@ -92,6 +96,15 @@ class CallWalker(BodyRunner):
                 if isinstance(value, Deferred) and short != "iter":
                     self.run_deferred(value, node, frame)
             return Unknown(node=node)
+        if name in callees.fork_launchers:
+            return self.launch_forked(name, node, frame, positional)
+        if name == "argparse.ArgumentParser":
+            return ParserObj()
+        if name == "builtins.getattr" and len(positional) == 3 and isinstance(positional[1], Const):
+            return self.option_of(positional[0], str(positional[1].value), positional[2])
+        if name == "builtins.vars" and positional and isinstance(positional[0], NamespaceObj):
+            parser = positional[0].parser
+            return Mapping_({dest: Option(flag, default) for dest, (flag, default) in parser.options.items()})
         if name == "builtins.next" and positional and isinstance(positional[0], Deferred):
             self.run_deferred(positional[0], node, frame)
         if name == "builtins.super":
@@ -120,8 +133,11 @@ class CallWalker(BodyRunner):
         if name in GET_CONTEXT:
             method = positional[0] if positional else keywords.get("method")
             return Context(method.value if isinstance(method, Const) else None)
-        if name in TRAINER_CLASSES:
-            return TrainerObj(site)
+        if name in callees.settings_classes:
+            return SettingsObj(dict(keywords), open=open_)
+        spec = callees.trainers.get(name)
+        if spec is not None:
+            return TrainerObj(site, spec, list(positional), dict(keywords))
         if name in CUDA_INIT_CALLS:
             self.record("cuda-init", node, frame, call=self.source(node.func) + "()")
             return Unknown(node=node)
@@ -140,7 +156,125 @@ class CallWalker(BodyRunner):
         if name == "asyncio.run" and positional:
             if isinstance(positional[0], Deferred):
                 return self.run_deferred(positional[0], node, frame)
-        return self.call_unknown(node, positional, keywords, known=name in KNOWN_WRAPPERS)
+        return self.call_unknown(node, positional, keywords, known=name in callees.when_iterated)
+
+    def launch_forked(self, name: str, node: ast.Call, frame: Frame, positional: list[Value]) -> Value:
+        """A launcher that forces fork (accelerate's notebook_launcher) runs its function: what it starts is forked."""
+        if positional and isinstance(positional[0], Function):
+            args = positional[1].items if len(positional) > 1 and isinstance(positional[1], Seq) else []
+            saved = frame.forced_method, frame.forced_by
+            frame.forced_method, frame.forced_by = "fork", name.rsplit(".", 1)[-1]
+            try:
+                self.call_function(positional[0], node, frame, list(args), {}, None)
+            finally:
+                frame.forced_method, frame.forced_by = saved
+        return Unknown(node=node)
+
+    def option_of(self, owner: Value, key: str, default: Value) -> Value:
+        """`getattr(args, "workers", 0)`, `config.get("num_workers", 0)`: the user's setting, else the default."""
+        if isinstance(owner, NamespaceObj) and key in owner.parser.options:
+            flag, known = owner.parser.options[key]
+            return Option(flag, known)
+        if isinstance(owner, Mapping_) and key in owner.items:
+            return owner.items[key]
+        if isinstance(default, Const) and isinstance(default.value, int) and "worker" in key.lower():
+            return Option(f"{key!r} in the config", default)
+        return Unknown(f"{key}")
+
+    def argparse_method(self, parser: ParserObj, attr: str, positional: list[Value],
+                        keywords: dict[str, Value]) -> Value:
+        """add_argument records an option; parse_args gives the namespace whose attributes they are."""
+        if attr == "add_argument":
+            flags = [str(v.value) for v in positional if isinstance(v, Const) and isinstance(v.value, str)]
+            dest_value = keywords.get("dest")
+            long = next((f for f in flags if f.startswith("--")), flags[0] if flags else "")
+            dest = (str(dest_value.value) if isinstance(dest_value, Const)
+                    else long.lstrip("-").replace("-", "_"))
+            if dest:
+                default = keywords.get("default", Const(None))
+                if isinstance(default, Const) and default.origin is None:
+                    default = Const(default.value)
+                parser.options[dest] = (long, default)
+            return Unknown()
+        if attr == "set_defaults":
+            for dest, value in keywords.items():
+                flag = parser.options.get(dest, (f"--{dest}", value))[0]
+                parser.options[dest] = (flag, value)
+            return Const(None)
+        if attr in ("add_argument_group", "add_mutually_exclusive_group"):
+            return parser
+        if attr in ("parse_args", "parse_intermixed_args"):
+            return NamespaceObj(parser)
+        if attr in ("parse_known_args", "parse_known_intermixed_args"):
+            return Seq([NamespaceObj(parser), Unknown()])
+        return Unknown()
+
+    def run_trainer(self, trainer: TrainerObj, attr: str, node: ast.Call, frame: Frame,
+                    positional: list[Value], keywords: dict[str, Value]) -> Value:
+        """A trainer's run method iterates the loaders it received: a start only when one may have workers."""
+        spec = trainer.spec
+        strategy = trainer.keywords.get("strategy")
+        if isinstance(strategy, Const) and str(strategy.value) in spec.spawn_strategies:
+            self.record("torch-spawn", node, frame, context="spawn",
+                        starts=f"{spec.name}.{attr}() with strategy={strategy.value!r} starts processes with spawn")
+            return Unknown(node=node)
+        received = [*trainer.received, *trainer.keywords.values(), *positional, *keywords.values()]
+        models = [v for v in [*positional[:1], keywords.get("model"), keywords.get("datamodule")]
+                  if v is not None]
+        if models:
+            trainer.model = models[0]
+        elif trainer.model is not None:
+            received.append(trainer.model)
+        loaders: list[Loader] = []
+        for value in received:
+            loaders += self.loaders_in(value, spec, node, frame)
+        if spec.workers_from is not None:
+            loaders += self.built_loaders(trainer)
+        started = [lo for lo in loaders
+                   if not (isinstance(lo.num_workers, Const) and isinstance(lo.num_workers.value, int)
+                           and lo.num_workers.value <= 0)]
+        if started:
+            loader = max(started, key=lambda lo: isinstance(lo.num_workers, Const))
+            self.start_loader(loader, node, frame, f"{spec.name}.{attr}()", trainer=spec.name)
+        return Unknown(node=node)
+
+    def loaders_in(self, value: Value, spec: object, node: ast.Call, frame: Frame, depth: int = 0) -> list[Loader]:
+        """The DataLoaders a value holds: itself, a list or dict of them, or a model's loader hooks."""
+        loader = loaderish(value)
+        if loader is not None:
+            return [loader]
+        if depth > 2:
+            return []
+        if isinstance(value, Seq):
+            return [lo for item in value.items for lo in self.loaders_in(item, spec, node, frame, depth + 1)]
+        if isinstance(value, Mapping_):
+            return [lo for item in value.every_value() for lo in self.loaders_in(item, spec, node, frame, depth + 1)]
+        if isinstance(value, Instance):
+            found: list[Loader] = []
+            for hook in getattr(spec, "hooks", ()):
+                method = value.cls.lookup(hook)
+                if isinstance(method, Function):
+                    returned = self.call_function(method, node, frame, [], {}, value)
+                    found += self.loaders_in(returned, spec, node, frame, depth + 1)
+            for attr in value.attrs.values():
+                if loaderish(attr) is not None:
+                    found.append(loaderish(attr))  # type: ignore[arg-type]
+            return found
+        return []
+
+    def built_loaders(self, trainer: TrainerObj) -> list[Loader]:
+        """The loaders a trainer builds itself (Hugging Face: num_workers from TrainingArguments)."""
+        argument, position, field_name, default = trainer.spec.workers_from
+        settings = trainer.keywords.get(argument)
+        if settings is None and len(trainer.received) > position:
+            settings = trainer.received[position]
+        if settings is None:
+            workers: Value = Const(default)
+        elif isinstance(settings, SettingsObj):
+            workers = settings.keywords.get(field_name, Const(default) if not settings.open else Unknown(field_name))
+        else:
+            workers = Unknown(f"{field_name} of {settings.text()}")
+        return [Loader(site=trainer.site, num_workers=workers, class_name=f"{trainer.spec.name}'s DataLoader")]
 
     def call_method(self, bound: Bound, node: ast.Call, frame: Frame, positional: list[Value],
                     keywords: dict[str, Value], open_: bool, site: Site) -> Value:
@@ -163,11 +297,15 @@ class CallWalker(BodyRunner):
             self.record("process-pool", node, frame,
                         starts=f"ProcessPoolExecutor.{attr}() starts worker processes", context=obj.context)
             return Unknown(node=node)
-        if isinstance(obj, TrainerObj) and attr in TRAINER_RUNS:
-            self.record("lightning", node, frame,
-                        starts=f"Trainer.{attr}() iterates the DataLoaders and may launch processes",
-                        context=None)
-            return Unknown(node=node)
+        if isinstance(obj, TrainerObj) and attr in obj.spec.runs:
+            return self.run_trainer(obj, attr, node, frame, positional, keywords)
+        if isinstance(obj, ParserObj):
+            return self.argparse_method(obj, attr, positional, keywords)
+        if attr == "get" and len(positional) == 2 and isinstance(positional[0], Const) and not isinstance(
+                obj, Mapping_):
+            return self.option_of(obj, str(positional[0].value), positional[1])
+        if attr in iterating_callees().wrapper_methods:
+            return self.call_unknown(node, positional, keywords, known=True)
         if isinstance(obj, Context):
             if attr == "Process":
                 return ProcessObj(site, obj.method)
@@ -208,6 +346,9 @@ class CallWalker(BodyRunner):
             key = positional[0] if positional else None
             if isinstance(key, Const) and str(key.value) in obj.items:
                 return obj.items[str(key.value)]
+            if isinstance(key, Const) and len(positional) == 2 and obj.default is None:
+                # A key the dict may not hold: its default, or what a config we cannot read sets.
+                return self.option_of(Unknown(), str(key.value), positional[1]) if obj.open else positional[1]
             return any_of(values) if values and not all(is_plain(v) for v in values) else Unknown()
         if all(is_plain(v) for v in values) or len(values) > 4:
             return Unknown()

@@ -16,6 +16,8 @@ from envdoctor.analysis.spawn.values import (
     Instance,
     Mapping_,
     Module,
+    NamespaceObj,
+    Option,
     QualName,
     Seq,
     SuperObj,
@@ -106,6 +108,12 @@ class ExpressionWalker(StatementWalker):
             return QualName(f"{owner.name}.{attr}", owner.missing)
         if isinstance(owner, Module):
             return self.module_attribute(owner, attr)
+        if isinstance(owner, NamespaceObj):
+            # `args.workers`: the option's default unless the user passes --workers.
+            if attr in owner.parser.options:
+                flag, default = owner.parser.options[attr]
+                return Option(flag, default)
+            return Unknown(f"args.{attr}")
         if isinstance(owner, Instance):
             if attr in owner.attrs:
                 return owner.attrs[attr]
@@ -200,7 +208,7 @@ class ExpressionWalker(StatementWalker):
         value = self.eval(node.elt, inner)
         if isinstance(node, ast.GeneratorExp) or is_plain(value):
             return Unknown(node=node)
-        return Seq([value])
+        return Seq([value], repeated=True)
 
     expr_SetComp = expr_ListComp
     expr_GeneratorExp = expr_ListComp

@@ -1,6 +1,9 @@
 """Known names: the classes and functions that start workers, iterate, set start methods, touch CUDA."""
 from __future__ import annotations
 
+from dataclasses import dataclass
+from functools import cache
+
 LOADER_CLASSES = frozenset({
     "torch.utils.data.DataLoader",
     "torch.utils.data.dataloader.DataLoader",
@@ -23,16 +26,6 @@ TORCH_SPAWN = frozenset({"torch.multiprocessing.spawn", "torch.multiprocessing.s
                          "torch.multiprocessing.spawn.spawn", "torch.multiprocessing.spawn.start_processes"})
 SET_START_METHOD = frozenset({f"{m}.set_start_method" for m in MP_MODULES})
 GET_CONTEXT = frozenset({f"{m}.get_context" for m in MP_MODULES})
-TRAINER_CLASSES = frozenset({"lightning.Trainer", "lightning.pytorch.Trainer", "pytorch_lightning.Trainer",
-                             "lightning.pytorch.trainer.Trainer", "pytorch_lightning.trainer.Trainer",
-                             "lightning.pytorch.trainer.trainer.Trainer"})
-TRAINER_RUNS = frozenset({"fit", "validate", "test", "predict"})
-#: Builtins and itertools functions that call iter() on their arguments when called.
-EAGER_ITER = frozenset({f"builtins.{n}" for n in (
-    "iter", "enumerate", "zip", "map", "filter", "list", "tuple", "set", "frozenset", "sorted",
-    "sum", "min", "max", "any", "all", "dict")} | {f"itertools.{n}" for n in (
-        "islice", "cycle", "tee", "product", "zip_longest", "starmap", "accumulate", "compress",
-        "dropwhile", "takewhile", "filterfalse", "groupby", "pairwise", "batched")})
 #: torch.cuda calls that initialise CUDA in the calling process (they call _lazy_init).
 CUDA_INIT_CALLS = frozenset(f"torch.cuda.{n}" for n in (
     "init", "set_device", "current_device", "synchronize", "get_device_properties", "get_device_name",
@@ -51,23 +44,80 @@ STAR_EXPORTS = {
     "torch.multiprocessing": {"Process", "Pool", "Manager", "set_start_method", "get_context", "spawn",
                               "start_processes"},
     "lightning": {"Trainer"}, "lightning.pytorch": {"Trainer"}, "pytorch_lightning": {"Trainer"},
+    "transformers": {"Trainer", "TrainingArguments"},
 }
-BUILTIN_NAMES = frozenset(n.split(".", 1)[1] for n in EAGER_ITER if n.startswith("builtins.")) | {
-    "next", "len", "print", "range", "super", "isinstance", "object"}
+BUILTIN_NAMES = frozenset({
+    "iter", "enumerate", "zip", "map", "filter", "list", "tuple", "set", "frozenset", "sorted", "sum", "min",
+    "max", "any", "all", "dict", "next", "len", "print", "range", "super", "isinstance", "object", "getattr",
+    "vars"})
 
 #: Bounds that keep pathological files fast: calls followed per file, nesting of calls.
 MAX_CALLS_FOLLOWED = 50_000
 MAX_CALL_DEPTH = 25
 
-#: Wrappers known to iterate the loader they wrap when they are iterated (progress bars …).
-KNOWN_WRAPPERS = frozenset({
-    "tqdm.tqdm", "tqdm.auto.tqdm", "tqdm.notebook.tqdm", "tqdm.std.tqdm", "tqdm.rich.tqdm", "tqdm.autonotebook.tqdm",
-    "rich.progress.track", "alive_progress.alive_it", "progressbar.progressbar",
-})
-#: Methods of unknown objects that hand back the loader they are given, ready to iterate.
-KNOWN_WRAPPER_METHODS = frozenset({"prepare", "prepare_data_loader"})
 #: Top-level modules never looked for among the project's files (the libraries the tables name).
 EXTERNAL_ROOTS = frozenset({
     "torch", "torchdata", "torch_geometric", "monai", "lightning", "pytorch_lightning", "tqdm", "rich",
-    "numpy", "typing_extensions",
+    "numpy", "typing_extensions", "transformers", "accelerate", "ignite", "argparse",
 })
+
+
+@dataclass(frozen=True)
+class TrainerSpec:
+    """A training loop whose run methods iterate the DataLoaders it receives (catalog: [[trainer]])."""
+
+    name: str
+    runs: frozenset[str]
+    hooks: tuple[str, ...] = ()
+    spawn_strategies: frozenset[str] = frozenset()
+    #: (argument name, position, field, default): where the loaders it builds get num_workers.
+    workers_from: tuple[str, int, str, int] | None = None
+
+
+@dataclass(frozen=True)
+class IteratingCallees:
+    """The catalog's iterating_callees table, indexed for the walk."""
+
+    #: Calls that iterate their arguments at once: name -> (positions or None for all, keyword names).
+    when_called: dict[str, tuple[frozenset[int] | None, frozenset[str]]]
+    #: Wrappers that iterate what they wrap when they are iterated.
+    when_iterated: frozenset[str]
+    wrapper_methods: frozenset[str]
+    trainers: dict[str, TrainerSpec]
+    #: Settings objects a trainer reads its loaders' num_workers from (TrainingArguments).
+    settings_classes: frozenset[str]
+    fork_launchers: frozenset[str]
+
+
+@cache
+def iterating_callees() -> IteratingCallees:
+    """The table of library calls that iterate a loader, read once from the catalog when first needed."""
+    from envdoctor.catalog import load_data
+
+    data = load_data("iterating_callees")
+    when_called: dict[str, tuple[frozenset[int] | None, frozenset[str]]] = {}
+    for entry in data.get("iterates_when_called", []):
+        arguments = entry.get("arguments", "all")
+        positions = None if arguments == "all" else frozenset(int(i) for i in arguments)
+        for name in entry["names"]:
+            when_called[name] = (positions, frozenset(entry.get("keywords", ())))
+    trainers: dict[str, TrainerSpec] = {}
+    settings: set[str] = set()
+    for entry in data.get("trainer", []):
+        settings.update(entry.get("settings_classes", ()))
+        workers = entry.get("workers_from")
+        spec = TrainerSpec(
+            name=entry["name"], runs=frozenset(entry["runs"]), hooks=tuple(entry.get("hooks", ())),
+            spawn_strategies=frozenset(entry.get("spawn_strategies", ())),
+            workers_from=(workers["argument"], int(workers["position"]), workers["field"], int(workers["default"]))
+            if workers else None)
+        for name in entry["classes"]:
+            trainers[name] = spec
+    return IteratingCallees(
+        when_called=when_called,
+        when_iterated=frozenset(n for e in data.get("iterates_when_iterated", []) for n in e["names"]),
+        wrapper_methods=frozenset(data.get("wrapper_methods", {}).get("names", ())),
+        trainers=trainers,
+        settings_classes=frozenset(settings),
+        fork_launchers=frozenset(data.get("fork_launchers", {}).get("names", ())),
+    )

@@ -16,6 +16,7 @@ from envdoctor.analysis.spawn.values import (
     Iterating,
     Loader,
     Mapping_,
+    Option,
     QualName,
     Seq,
     Site,
@@ -25,6 +26,26 @@ from envdoctor.analysis.spawn.values import (
     loaderish,
 )
 from envdoctor.analysis.spawn.walker import Frame
+
+
+def worker_count(workers: Value) -> tuple[int | None, str, str | None]:
+    """(count, where it comes from, the condition under which workers start) for a num_workers value.
+
+    A count known before run time is a number; an option or config entry whose
+    default is 0 starts workers only when the user raises it (`--workers > 0`),
+    one whose default is larger starts them by default.
+    """
+    if isinstance(workers, Const) and isinstance(workers.value, int):
+        return workers.value, workers.origin or "literal", None
+    if isinstance(workers, Option):
+        default = workers.default
+        if isinstance(default, Const) and isinstance(default.value, int) and not isinstance(default.value, bool):
+            if default.value <= 0:
+                return None, workers.text(), f"{workers.flag} > 0"
+            return default.value, workers.text(), None
+        return None, workers.text(), None
+    return None, workers.text(), None
+
 
 #: DataLoader parameters whose values the workers unpickle (besides the dataset).
 SHIPPED = ("dataset", "sampler", "batch_sampler", "collate_fn", "worker_init_fn")
@@ -48,15 +69,10 @@ class StartTracker(ExpressionWalker):
         elif isinstance(value, Deferred):
             self.run_deferred(value, node, frame)
 
-    def start_loader(self, loader: Loader, node: ast.AST, frame: Frame, how: str) -> None:
-        workers = loader.num_workers
-        if isinstance(workers, Const) and isinstance(workers.value, int) and workers.value <= 0:
+    def start_loader(self, loader: Loader, node: ast.AST, frame: Frame, how: str, **extra: Any) -> None:
+        count, source, only_with = worker_count(loader.num_workers)
+        if count is not None and count <= 0:
             return  # num_workers=0 loads in the main process: nothing starts
-        if isinstance(workers, Const) and isinstance(workers.value, int):
-            count: Any = workers.value
-            source = workers.origin or "literal"
-        else:
-            count, source = None, workers.text()
         built = (f"line {loader.site.line}" if loader.site.path == frame.module.path
                  else f"{loader.site.path}:{loader.site.line}")
         self.record(
@@ -64,11 +80,14 @@ class StartTracker(ExpressionWalker):
             starts=f"{how} over {loader.class_name} built at {built}",
             num_workers=count,
             num_workers_source=source,
+            only_with=only_with,
             constructed_at={"path": loader.site.path, "line": loader.site.line, "column": loader.site.column},
-            context=loader.context,
+            context=loader.context or frame.forced_method,
             persistent_workers=loader.persistent,
             worker_uses_cuda=self.worker_side_uses_cuda(loader),
             main_objects=self.main_objects(loader),
+            **({"launcher": frame.forced_by} if frame.forced_by and not loader.context else {}),
+            **extra,
         )
 
     def main_objects(self, loader: Loader) -> list[dict[str, Any]]:
@@ -179,16 +198,15 @@ class StartTracker(ExpressionWalker):
             loader = loaderish(value)
             if loader is None:
                 continue
-            workers = loader.num_workers
-            if isinstance(workers, Const) and isinstance(workers.value, int) and workers.value <= 0:
+            count, source, only_with = worker_count(loader.num_workers)
+            if count is not None and count <= 0:
                 continue
             self.record(
                 "loader-passed", node, frame,
                 starts=(f"passes {loader.class_name} built at line {loader.site.line} to {callee.name}(), "
                         f"which envdoctor cannot read ({callee.missing})"),
                 callee=callee.name, reason=callee.missing,
-                num_workers=workers.value if isinstance(workers, Const) else None,
-                num_workers_source=(workers.origin or "literal") if isinstance(workers, Const) else workers.text(),
+                num_workers=count, num_workers_source=source, only_with=only_with,
                 constructed_at={"path": loader.site.path, "line": loader.site.line, "column": loader.site.column},
                 context=loader.context, persistent_workers=loader.persistent, worker_uses_cuda=False,
                 main_objects=self.main_objects(loader),

@@ -58,6 +58,8 @@ class QualName(Value):
 @dataclass(eq=False)
 class Seq(Value):
     items: list[Value]
+    #: Built by a comprehension: any number of elements, each like `items` (`[DataLoader(d) for d in ds]`).
+    repeated: bool = False
 
 
 @dataclass(eq=False)
@@ -183,7 +185,51 @@ class Executor(Value):
 
 @dataclass(eq=False)
 class TrainerObj(Value):
+    """A training loop from the catalog's [[trainer]] table, with what its constructor received."""
+
     site: Site
+    spec: Any = None  # names.TrainerSpec
+    received: list[Value] = field(default_factory=list)
+    keywords: dict[str, Value] = field(default_factory=dict)
+    #: The model the last run was given (`trainer.test(ckpt_path="best")` reuses it).
+    model: Value | None = None
+
+
+@dataclass(eq=False)
+class Option(Value):
+    """A command-line option or config entry: its value is the default unless the user sets it.
+
+    `num_workers=args.workers` with `--workers` defaulting to 0 starts nothing by
+    default, and workers only when the option raises it.
+    """
+
+    flag: str
+    default: Value
+
+    def text(self) -> str:
+        return f"{self.flag} (default {self.default.text()})"
+
+
+@dataclass(eq=False)
+class SettingsObj(Value):
+    """A trainer's settings object (`TrainingArguments(dataloader_num_workers=4)`), by keyword."""
+
+    keywords: dict[str, Value]
+    open: bool = False
+
+
+@dataclass(eq=False)
+class ParserObj(Value):
+    """An argparse.ArgumentParser: its options by destination, (flag, default)."""
+
+    options: dict[str, tuple[str, Value]] = field(default_factory=dict)
+
+
+@dataclass(eq=False)
+class NamespaceObj(Value):
+    """What parse_args() returns: attributes are the parser's options."""
+
+    parser: ParserObj
 
 
 @dataclass(eq=False)
@@ -274,7 +320,8 @@ class SuperObj(Value):
 
 def is_plain(value: Value, depth: int = 0) -> bool:
     """Values that cannot start anything: binding them inside a function changes no memo."""
-    if isinstance(value, (Unknown, Const, QualName, Function, ClassInfo, GuardFlag)):
+    if isinstance(value, (Unknown, Const, QualName, Function, ClassInfo, GuardFlag, Option, ParserObj,
+                          NamespaceObj, SettingsObj)):
         return True
     if depth < 2 and isinstance(value, Seq):
         return all(is_plain(v, depth + 1) for v in value.items[:16]) and len(value.items) <= 16
@@ -304,13 +351,21 @@ def join(a: Value | None, b: Value | None) -> Value:
     if isinstance(a, Mapping_) and isinstance(b, Mapping_):
         # `{"num_workers": 2} if cuda else {}`: a key either branch sets may be set.
         keys = list(dict.fromkeys([*a.items, *b.items]))
-        return Mapping_({k: join(a.items.get(k), b.items.get(k)) for k in keys}, open=a.open or b.open)
+        # `{k: DataLoader(...) for k in ...}` in both branches of an if/else: keep what any key holds.
+        default = join(a.default, b.default) if a.default is not None or b.default is not None else None
+        return Mapping_({k: join(a.items.get(k), b.items.get(k)) for k in keys}, open=a.open or b.open,
+                        default=default)
+    if isinstance(a, Mapping_) and isinstance(b, Unknown) or isinstance(b, Mapping_) and isinstance(a, Unknown):
+        # `json.load(f) if path else {}`: the dict's keys, and whatever the unknown one holds.
+        known = a if isinstance(a, Mapping_) else b
+        assert isinstance(known, Mapping_)
+        return Mapping_(dict(known.items), open=True, default=known.default)
     return a if _rank(a) >= _rank(b) else b
 
 
 def _rank(value: Value) -> int:
     """How much a value matters to the guard: a loader that may start workers most."""
-    if isinstance(value, (Unknown, Const)):
+    if isinstance(value, (Unknown, Const, Option)):
         return 0
     loader = loaderish(value)
     if loader is None:

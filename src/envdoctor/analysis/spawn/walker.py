@@ -29,6 +29,7 @@ from envdoctor.analysis.spawn.values import (
     Step,
     Unknown,
     Value,
+    any_of,
     is_plain,
     join,
     loaderish,
@@ -54,6 +55,9 @@ class Frame:
     class_body: bool = False
     #: Loops around the statement being walked: a name's value there may change on a later pass.
     loop_depth: int = 0
+    #: The start method a launcher forces on what it runs (accelerate's notebook_launcher: fork).
+    forced_method: str | None = None
+    forced_by: str | None = None
 
     def closure(self) -> list[dict[str, Value]]:
         """The scopes a function defined here can see (not the module's, not a class body's)."""
@@ -110,12 +114,15 @@ class Walker:
         module = frame.module
         line = getattr(node, "lineno", 1)
         column = module.column(line, getattr(node, "col_offset", 0))
-        key = (kind, module.path, line, column, frame.guarded)
+        entry = frame.via[0] if frame.via else None
+        # One finding per start site: the same loop in a helper is a start for each
+        # module-level statement that reaches it (the user moves each one under the guard).
+        key = (kind, module.path, line, column, frame.guarded,
+               (entry.path, entry.line) if entry is not None else None)
         if key in self._seen:
             return
         self._seen.add(key)
         self.seq += 1
-        entry = frame.via[0] if frame.via else None
         event = {
             "kind": kind,
             "path": module.path,
@@ -159,12 +166,18 @@ class Walker:
             loader = loaderish(value)
             if loader is not None:  # `a, b = loader` iterates it
                 self.start_loader(loader, target, frame, "unpacking")
-            items = value.items if isinstance(value, Seq) and len(value.items) == len(target.elts) else None
+            # `a, b = [loader_a, loader_b]` iterates the list, not a loader: nothing starts.
+            seq = value if isinstance(value, Seq) else None
+            items = seq.items if seq is not None and len(seq.items) == len(target.elts) and not seq.repeated else None
+            each = (any_of(seq.items) if seq is not None and seq.items and items is None
+                    and not all(is_plain(v) for v in seq.items) else None)
             for i, element in enumerate(target.elts):
                 if isinstance(element, ast.Starred):
                     self.bind(element.value, Unknown(node=element), frame, line)
+                elif items is not None:
+                    self.bind(element, items[i], frame, line)
                 else:
-                    self.bind(element, items[i] if items else Unknown(node=element), frame, line)
+                    self.bind(element, each if each is not None else Unknown(node=element), frame, line)
         elif isinstance(target, ast.Attribute):
             owner = self.eval(target.value, frame)
             if isinstance(owner, Instance):

@@ -12,12 +12,11 @@ from dataclasses import dataclass
 
 from envdoctor.facts import Facts
 from envdoctor.facts.loader import CurrentSettings, LoaderFacts, LoaderVerdict, Recommendation, RunFacts
+from envdoctor.inside.loader_knee import STEP_HEADROOM, knee
 from envdoctor.model import Severity
 from envdoctor.rules import Hit
 from envdoctor.rules.loader.verdict import (
-    STEP_HEADROOM,
     differs_from_current,
-    knee,
     measured_runs,
     startup_cost,
     verdict,

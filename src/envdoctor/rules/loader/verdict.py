@@ -26,7 +26,9 @@ first that holds names the class):
 None when nothing measured tells the causes apart.
 
 The recommendation is the knee (the fewest workers within 95% of the best),
-or with a step time the fewest workers that outrun the step. When the runner
+or with a step time the fewest workers that outrun the step: that rule lives
+in `envdoctor.inside.loader_knee`, the one module the runner imports too, so the
+setting it re-measures in paired windows is the one recommended here. When the runner
 re-measured it against the user's own setting in interleaved, paired windows
 (`paired`), the gain carries a 95% interval, and a change is recommended only
 when that interval says it wins: a loss, or an interval that does not exclude
@@ -51,93 +53,46 @@ from envdoctor.facts.loader import (
     RunFacts,
     Trust,
 )
+from envdoctor.inside.loader_knee import (
+    BLOCKED_SHARE,
+    KNEE_FRACTION,
+    WORKER_GAIN,
+    computes_past_cpus,
+    computing_share,
+    eligible_runs,
+    knee,
+    measured,
+    recommended,
+)
 
-#: A setting "reaches" the best throughput at this fraction of it.
-KNEE_FRACTION = 0.95
-#: Workers must beat num_workers=0 by this factor to count as a gain.
-WORKER_GAIN = 1.10
 #: Workers below this share of num_workers=0 lose to it outright.
 WORKER_LOSS = 0.9
 #: Start-up counts as the bottleneck above this share of an epoch's loading time.
 STARTUP_SHARE = 0.5
 #: Below this, start-up is too small to mention whatever its share.
 STARTUP_FLOOR_S = 0.25
-#: `__getitem__` that is blocked (not running, not waiting for a CPU) this much of its time waits on I/O.
-BLOCKED_SHARE = 0.5
 #: The CPUs count as all busy at this fraction of the usable CPUs.
 CPU_BUSY_SHARE = 0.8
 #: Workers computing or queued for a CPU this share of the time are not idle on IPC.
 WORKER_BUSY_SHARE = 0.6
 #: Workers queued for a CPU this share of the time find the CPUs taken.
 CPU_WAIT_SHARE = 0.25
-#: With a step time, a setting must deliver this multiple of what the step consumes (jitter, epoch starts).
-STEP_HEADROOM = 1.25
 #: Samples cost this many times more CPU with workers than without: the handover is the work (IPC).
 HANDOVER_FACTOR = 2.0
 #: `__getitem__` below this share of a sample's cost at num_workers=0: batches, not samples, cost the time.
 GETITEM_MINOR_SHARE = 0.25
 #: A candidate with fewer workers than the current setting may lose this much (fewer processes for it).
 FEWER_WORKERS_TOLERANCE = KNEE_FRACTION
-#: The knee's rule as the runner applies it to choose the setting it re-measures in paired windows.
-KNEE_RULE = {"fraction": KNEE_FRACTION, "worker_gain": WORKER_GAIN, "step_headroom": STEP_HEADROOM,
-             "blocked_share": BLOCKED_SHARE}
 #: Two-sided 95% quantiles of Student's t by degrees of freedom (the paired windows are few).
 T95 = {1: 12.71, 2: 4.30, 3: 3.18, 4: 2.78, 5: 2.57, 6: 2.45, 7: 2.36, 8: 2.31, 9: 2.26, 10: 2.23}
 
 
 def measured_runs(section: LoaderFacts) -> list[RunFacts]:
-    return sorted((r for r in section["runs"] if r["samples_per_s"]), key=lambda r: r["num_workers"])
+    return measured(section["runs"])
 
 
 def _rate(run: RunFacts) -> float:
     return run["samples_per_s"] or 0.0
-
-
-def computing_share(run: RunFacts) -> float | None:
-    """Of the time a worker was not queued for a CPU, the share it computed (the rest it waited).
-
-    Queueing is left out: on busy CPUs it grows with the number of workers and
-    says nothing of whether a worker, given a CPU, computes or waits.
-    """
-    cpu, blocked = run.get("worker_cpu"), run.get("worker_blocked")
-    if cpu is None or blocked is None or cpu + blocked <= 0:
-        return None
-    return cpu / (cpu + blocked)
-
-
-def computes_past_cpus(run: RunFacts, usable_cpus: int | None) -> bool:
-    """More workers than usable CPUs, and workers that compute rather than wait.
-
-    Such a run can only beat the usable CPUs' worth of workers by taking CPU
-    time from other processes (the training process among them), or by noise:
-    it is never a setting to recommend. Unknown worker accounting counts as
-    waiting, so nothing is excluded on no evidence.
-    """
-    if not usable_cpus or run["num_workers"] <= usable_cpus:
-        return False
-    share = computing_share(run)
-    return share is not None and share >= 1 - BLOCKED_SHARE
-
-
-def eligible_runs(runs: list[RunFacts], usable_cpus: int | None) -> list[RunFacts]:
-    """The runs a recommendation may be drawn from (see computes_past_cpus)."""
-    return [r for r in runs if not computes_past_cpus(r, usable_cpus)]
-
-
-def knee(runs: list[RunFacts], usable_cpus: int | None = None) -> RunFacts | None:
-    """The run with the fewest workers that reaches ~95% of the best throughput.
-
-    Workers that do not beat num_workers=0 by 10% are not worth their processes,
-    whatever the noise put first: then the knee is num_workers=0.
-    """
-    runs = eligible_runs(runs, usable_cpus)
-    if not runs:
-        return None
-    zero = next((r for r in runs if r["num_workers"] == 0), None)
-    best = max(_rate(r) for r in runs)
-    if zero is not None and best < WORKER_GAIN * _rate(zero):
-        return zero
-    return min((r for r in runs if _rate(r) >= KNEE_FRACTION * best), key=lambda r: r["num_workers"])
 
 
 def startup_cost(run: RunFacts, batch_size: int) -> float | None:
@@ -386,14 +341,6 @@ def classify(section: LoaderFacts, usable_cpus: int, step_time_s: float | None) 
 # The recommendation and its trust.
 
 
-def enough_for_step(runs: list[RunFacts], chosen: RunFacts, consumer: float) -> RunFacts | None:
-    """The fewest workers that outrun the training step with headroom, when that is fewer than the knee."""
-    floor = 1 if chosen["num_workers"] > 0 else 0
-    fits = [r for r in runs if floor <= r["num_workers"] < chosen["num_workers"]
-            and _rate(r) >= STEP_HEADROOM * consumer]
-    return min(fits, key=lambda r: r["num_workers"]) if fits else None
-
-
 def gain_interval(paired: PairedFacts) -> tuple[float, float, float] | None:
     """(low, gain, high): the candidate's throughput over the current one's, geometric mean of the
     paired windows' ratios with its 95% interval; None with fewer than two pairs."""
@@ -449,19 +396,16 @@ def recommend(section: LoaderFacts, bottleneck: Bottleneck | None, cuda: bool,
     """Settings for the knee (or, with a step time, the fewest workers that outrun the step), checked
     against the user's setting in the paired windows when the runner measured them."""
     runs = measured_runs(section)
-    chosen = knee(runs, usable_cpus)
-    if chosen is None or section.get("failure"):
+    # The same call the runner makes to choose what it re-measures in paired windows (loader_paired.py).
+    found, knee_basis = recommended(runs, usable_cpus, section.get("batch_size"), step_time_s)
+    if found is None or section.get("failure"):
         return None
+    chosen: RunFacts = found
+    basis: Any = knee_basis
     if not any(r["num_workers"] > 0 for r in runs):
         return None  # no worker count was measured, so none can be recommended
     eligible = eligible_runs(runs, usable_cpus)
-    basis: Any = "knee"
-    consumer = None
-    if step_time_s and section.get("batch_size"):
-        consumer = int(section.get("batch_size") or 1) / step_time_s
-        fewer = enough_for_step(eligible, chosen, consumer)
-        if fewer is not None:
-            chosen, basis = fewer, "step"
+    consumer = int(section.get("batch_size") or 1) / step_time_s if step_time_s and section.get("batch_size") else None
     current: CurrentSettings = section["current"] or {}
     current_nw = current.get("num_workers", 0)
     current_run = next((r for r in runs if r["num_workers"] == current_nw), None)

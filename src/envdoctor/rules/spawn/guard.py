@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator
+from dataclasses import replace
 from typing import Any
 
 from envdoctor.facts import Facts
@@ -123,7 +124,9 @@ def effective_method(start: WorkerStart, script: ScriptFile, default: str | None
     """The start method one worker start will use: its own context, the script's choice, the default."""
     context = start.get("context")
     if context:
-        how = "torch.multiprocessing.spawn" if start["kind"] == "torch-spawn" else "its multiprocessing_context"
+        how = ("torch.multiprocessing.spawn" if start["kind"] == "torch-spawn"
+               else f"{start['launcher']}(), which starts what it runs with fork" if start.get("launcher")
+               else "its multiprocessing_context")
         cell = f"cell {start['cell']}, " if start.get("cell") else ""
         return context, f"set by {how} ({cell}line {start['line']})"
     chosen: StartMethodCall | None = None
@@ -176,12 +179,37 @@ def find_missing_main_guard(facts: Facts) -> Iterator[Hit]:
     for script in _files(facts):
         if script["status"] != "ok" or script.get("kind") == "notebook":
             continue
+        hits = []
         for start in script.get("worker_starts", []):
             if start["guarded"] or start["kind"] not in STARTS_PROCESSES:
                 continue
             if suppressed(start["code"], "SPW001") or suppressed(start["entry"]["code"], "SPW001"):
                 continue
-            yield _missing_guard_hit(script, start, default, default_reason, on_windows)
+            hits.append((start, _missing_guard_hit(script, start, default, default_reason, on_windows)))
+        if len(hits) > 1:
+            # Every start of the script has the same fix: one guard around all of them.
+            fix = _script_fix(script, [start for start, _ in hits])
+            hits = [(start, replace(hit, fix=fix)) for start, hit in hits]
+        for _, hit in hits:
+            yield hit
+
+
+def _script_fix(script: ScriptFile, starts: list[WorkerStart]) -> str:
+    """One fix for a script with several starts: the module-level statements that reach them, under one guard."""
+    entries: dict[tuple[str, int], str] = {}
+    for start in starts:
+        entry = start["entry"]
+        entries.setdefault((str(entry.get("path", script["path"])), int(entry["line"])), str(entry["code"]))
+    guard = script.get("guard_lines") or []
+    where = (f"the existing `if __name__ == \"__main__\":` block at line {guard[0]}" if guard
+             else "a new `if __name__ == \"__main__\":` block at the end of the file")
+    lines = ", ".join(str(line) for _, line in sorted(entries))
+    return (f"Move the module-level statements that start workers (lines {lines}) into a function such as "
+            f"`def main():` and call it from {where}:\n"
+            f"    def main():\n" + "".join(f"        {code}\n" for code in list(entries.values())[:6])
+            + ("        ...\n" if len(entries) > 6 else "")
+            + "    if __name__ == \"__main__\":\n        main()\n"
+            f"so the workers, which re-import {script['path']}, run none of them.")
 
 
 def _missing_guard_hit(script: ScriptFile, start: WorkerStart, default: str | None, default_reason: str,
@@ -190,8 +218,16 @@ def _missing_guard_hit(script: ScriptFile, start: WorkerStart, default: str | No
     forced_fork = method == "fork" and method_source != "the default" and not on_windows
     workers = start.get("num_workers")
     loaderish = start["kind"] in ("dataloader", "loader-passed")
-    workers_text = (f"num_workers={workers}" if workers is not None
-                    else f"num_workers={start.get('num_workers_source')} (not known before run time)")
+    only_with = start.get("only_with")
+    if workers is not None:
+        workers_text = f"num_workers={workers}" + (
+            "" if start.get("num_workers_source") in (None, "literal") or "default" not in str(
+                start.get("num_workers_source")) else f" from {start.get('num_workers_source')}")
+    elif only_with:
+        # An option or config entry that defaults to 0: workers start only when the user raises it.
+        workers_text = (f"num_workers from {start.get('num_workers_source')}: workers start only with {only_with}")
+    else:
+        workers_text = f"num_workers={start.get('num_workers_source')} (not known before run time)"
     what = f"{start.get('starts')} ({workers_text})" if loaderish else str(start.get("starts"))
     via = _via_text(start, script["path"])
     followed = path_followed(start)
@@ -200,14 +236,16 @@ def _missing_guard_hit(script: ScriptFile, start: WorkerStart, default: str | No
                 "--platform asks for, so the run dies here")
     elif method in ("spawn", "forkserver"):
         source_text = default_reason if method_source == "the default" else method_source
-        here = f"this target uses {method} ({source_text}), so the run dies here"
+        here = (f"this target uses {method} ({source_text}), so the run dies here"
+                + (f" with {only_with}" if only_with else ""))
     elif method is None:
         here = f"the start method on this target could not be worked out ({default_reason})"
     elif forced_fork:
         here = ("it works only because the script forces fork, which Windows lacks and which "
                 "macOS considers unsafe")
     else:
-        here = f"it runs on this target only because fork is the default here; it dies on {SPAWN_PLACES}"
+        here = (f"it runs on this target only because fork is the default here; it dies on {SPAWN_PLACES}"
+                + (f" with {only_with}" if only_with else ""))
     where = f"{start['path']}:{start['line']}"
     if start["kind"] == "loader-passed":
         message = (f"{where}: at import time, outside `if __name__ == \"__main__\":`, the script {what}. "
@@ -235,6 +273,10 @@ def _missing_guard_hit(script: ScriptFile, start: WorkerStart, default: str | No
     }
     if loaderish:
         evidence.update(num_workers=workers, num_workers_source=start.get("num_workers_source"))
+        if only_with:
+            evidence["only_with"] = only_with
+        if start.get("trainer"):
+            evidence["trainer"] = start.get("trainer")
     if start["kind"] == "loader-passed":
         evidence.update(callee=start.get("callee"), unreadable_because=start.get("reason"))
     return Hit(
@@ -346,7 +388,7 @@ def _cost_fix(method: str, persistent: bool) -> str:
 
 
 def find_unparsable_script(facts: Facts) -> Iterator[Hit]:
-    """SPW004: a script given to check that cannot be read, decoded or parsed."""
+    """SPW004: a script given to check that cannot be read, decoded or parsed, or is not Python source."""
     target_python, _ = _target(facts)
     for script in _files(facts):
         status = script.get("status")
@@ -358,6 +400,11 @@ def find_unparsable_script(facts: Facts) -> Iterator[Hit]:
         if status == "unreadable":
             message = f"{path}: cannot be read ({error}); the other scripts are still checked."
             fix = f"Check the path and its permissions: `ls -l {path}`."
+            location = Location(path, 1, 1)
+        elif status == "not-python":
+            message = f"{path}: {error}; the other scripts are still checked."
+            fix = ("Give check the training script itself (a .py file or a notebook); a script without the suffix "
+                   "needs a Python shebang on its first line (`#!/usr/bin/env python3`) to be read as one.")
             location = Location(path, 1, 1)
         elif "not valid" in error:
             message = f"{path}: cannot be decoded: {error}; the other scripts are still checked."
@@ -383,7 +430,7 @@ def find_unparsable_script(facts: Facts) -> Iterator[Hit]:
         evidence: dict[str, Any] = {"path": path, "status": status, "error": error}
         if script.get("parser_python"):
             evidence.update(parser_python=script.get("parser_python"), target_python=target_python)
-        for key in ("line", "column", "code", "encoding"):
+        for key in ("line", "column", "encoding"):  # never the line itself: the file may not be Python at all
             if script.get(key) is not None:
                 evidence[key] = script.get(key)
         yield Hit(message=message, evidence=evidence, fix=fix, location=location)

@@ -126,3 +126,10 @@ def test_links_between_the_pages_point_at_files_and_headings_that_exist() -> Non
             elif anchor and resolved.suffix == ".md" and anchor not in _anchors(resolved.read_text(encoding="utf-8")):
                 broken.append(f"{page.relative_to(ROOT)}: {target} (no such heading)")
     assert not broken, broken
+
+
+def test_no_page_holds_a_merge_conflict() -> None:
+    pages = [*ROOT.glob("*.md"), *(ROOT / "docs").rglob("*.md")]
+    marked = [str(page.relative_to(ROOT)) for page in pages
+              if re.search(r"^(<{7} |>{7} |={7}$)", page.read_text(encoding="utf-8"), re.MULTILINE)]
+    assert not marked, f"conflict markers left in {marked}"

@@ -100,6 +100,7 @@ def test_macos_report_keeps_nofile_and_drops_shm_and_cgroups() -> None:
     assert set(system["not_applicable"]) == {"shm", "cgroups"}
     assert isinstance(system["limits"]["nofile"]["soft"], int)
     assert report["facts"]["packages"]["distributions"]
+    assert report["verdict"]["areas"]["gpu"] == "not-applicable"  # no NVML on a Mac: n/a, not ✓
 
 
 @pytest.mark.slow
@@ -432,3 +433,15 @@ def test_fix_finds_a_windows_prefixs_own_commands(tmp_path: Path, monkeypatch: p
     assert found == str(venv / "Scripts" / "pip.exe")
     found = tools.find_executable("conda", "conda", tools.Target(conda, "conda", None), {})
     assert found == str(conda / "condabin" / "conda.bat")
+
+
+def test_gpu_area_is_not_applicable_on_a_mac(monkeypatch: pytest.MonkeyPatch) -> None:
+    """No NVIDIA GPU or NVML on macOS: the GPU section says so, and the checklist shows n/a, not ✓."""
+    from envdoctor.facts import gpu
+
+    monkeypatch.setattr(gpu.sys, "platform", "darwin")
+    monkeypatch.setattr(gpu, "read_nvml", lambda: {"available": False, "reason": "no NVML", "device_count": 0,
+                                                   "devices": []})
+    monkeypatch.setattr(gpu, "pci_nvidia_gpus", lambda: [])
+    section = gpu.gather_gpu(None)
+    assert section["applicable"] is False and "MPS" in section["not_applicable_reason"]

@@ -54,6 +54,8 @@ def test_ci_runs_the_readme_commands_and_the_gates_in_order() -> None:
     # Install first; the gates before the tests; the README's test command last, exactly.
     assert ci[0] == "python3 -m venv .venv"
     assert ci.index(".venv/bin/ruff check .") < ci.index(".venv/bin/mypy") < len(ci) - 1
+    # Windows and macOS as the type checker sees them: platform code behind sys.platform checks.
+    assert ".venv/bin/mypy --platform win32" in ci and ".venv/bin/mypy --platform darwin" in ci
     assert ci[-1] == tests[-1]
 
 

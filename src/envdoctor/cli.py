@@ -159,9 +159,12 @@ def write_report(path: str, text: str, what: str = "the report") -> None:
                     raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
                 view = view[written:]
             os.fsync(fd)
-            os.fchmod(fd, _mode_for(where))
+            if sys.platform != "win32":
+                os.fchmod(fd, _mode_for(where))
         finally:
             os.close(fd)
+        if sys.platform == "win32":  # no fchmod; only the read-only bit means anything there
+            os.chmod(tmp, _mode_for(where))
         os.replace(tmp, where)
     except OSError as exc:
         with contextlib.suppress(OSError):

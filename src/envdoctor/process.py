@@ -3,13 +3,16 @@
 Every probe that starts an interpreter (the target environment's Python, the
 torch probe, the loader stage) goes through `run_bounded`: the child gets a
 session (and so a process group) of its own, and when it overstays its limit
-the whole group is killed, workers and grandchildren included.
+the whole group is killed, workers and grandchildren included. Windows has no
+process groups to kill: there the child's process tree, as psutil sees it, is
+killed instead.
 """
 from __future__ import annotations
 
 import os
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -46,11 +49,34 @@ class Completed:
 
 
 def kill_group(pgid: int) -> None:
-    """Kill a whole process group, ignoring one that is already gone."""
+    """Kill a whole process group, ignoring one that is already gone (on Windows: the leader's tree)."""
+    if sys.platform == "win32":
+        kill_tree(pgid)
+        return
     try:
         os.killpg(pgid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         pass
+
+
+def kill_tree(pid: int) -> None:
+    """Kill a process and every descendant psutil finds, children first; gone ones are skipped.
+
+    Where there are no process groups (Windows), this is how a child's workers
+    are ended: they are found by their parent links while the child still runs.
+    """
+    import psutil
+
+    try:
+        root = psutil.Process(pid)
+        family = [*root.children(recursive=True), root]
+    except psutil.Error:
+        return
+    for proc in family:
+        try:
+            proc.kill()
+        except psutil.Error:
+            continue
 
 
 def run_bounded(

@@ -13,12 +13,13 @@ shared.
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 from typing import Any, TypedDict
 
-from envdoctor.facts.applicability import Applicability
+from envdoctor.facts.applicability import Applicability, not_applicable
 from envdoctor.facts.kernel_files import read_kernel_file
 
 
@@ -241,6 +242,10 @@ def gather_gpu(facts: Any) -> GpuFacts:
     if section["available"]:
         section["job_pids"] = job_pids()
     section["pci_gpus"] = pci_nvidia_gpus()
+    if sys.platform == "darwin" and not section["available"]:
+        # The GPU rules are NVIDIA's (driver, CUDA build, compute capability): nothing to judge on a Mac.
+        section.update(not_applicable("macOS has no NVIDIA GPU or NVML; torch reaches Apple's GPU through "
+                                      "MPS (facts.torch.mps)"))
     return section
 
 

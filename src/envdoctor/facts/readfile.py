@@ -43,7 +43,9 @@ def open_regular(path: str, extra_flags: int = 0) -> int:
     symlink swapped in between a stat and the open cannot get past; anything
     else raises NotRegularFile (an OSError).
     """
-    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0) | extra_flags
+    # O_BINARY: Windows would otherwise translate CRLF and stop at a Ctrl+Z byte.
+    flags = os.O_RDONLY | getattr(os, "O_NONBLOCK", 0) | getattr(os, "O_NOCTTY", 0) | getattr(os, "O_BINARY", 0) \
+        | extra_flags
     try:
         fd = os.open(path, flags)
     except ValueError as exc:  # a NUL byte in a name taken from a file's contents

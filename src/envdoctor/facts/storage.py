@@ -15,6 +15,13 @@ file's cached pages with posix_fadvise(DONTNEED) before and after reading.
 The method used is recorded (`cache_bypass`), so a figure served from RAM is
 never passed off as a disk's. Every reader takes the paths it reads as
 arguments, so tests can feed it saved copies of /proc and /sys.
+
+macOS has no mountinfo: its mounts come from `mount` (facts.macos), judged by
+the same file-system types (smbfs, nfs, afpfs, webdav are network). Windows
+has neither: a UNC path (`\\\\server\\share\\...`) or a drive that CIM reports
+as a network drive (facts.windows) is a network mount, named by its share.
+O_DIRECT and posix_fadvise are Linux's, so elsewhere the read probe reads
+through the cache and says so (`cache_bypass: none`).
 """
 from __future__ import annotations
 
@@ -24,14 +31,18 @@ import os
 import random
 import stat
 import statistics
+import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from envdoctor.facts.applicability import Applicability
 from envdoctor.facts.kernel_files import read_kernel_file
 from envdoctor.facts.readfile import open_regular
+
+if TYPE_CHECKING:  # pragma: no cover
+    from envdoctor.facts.windows import WindowsDrive
 
 
 class BlockDevice(TypedDict, total=False):
@@ -157,6 +168,7 @@ class StorageFacts(_StorageRequired, Applicability, total=False):
 NETWORK_FSTYPES = frozenset({
     "nfs", "nfs4", "cifs", "smb3", "smbfs", "lustre", "gpfs", "beegfs", "ceph", "glusterfs",
     "afs", "panfs", "wekafs", "orangefs", "pvfs2", "9p", "davfs", "ncpfs", "coda", "ocfs2", "gfs2",
+    "afpfs", "webdav", "smb",  # macOS's names, and what a Windows share is called here
 })
 #: FUSE file systems known to fetch their data from a network or object store.
 NETWORK_FUSE = frozenset({
@@ -503,8 +515,17 @@ class _Budget:
         return max(0, min(wanted, self.max_bytes - self.read))
 
 
+#: Linux's flag to read around the page cache (0 elsewhere: macOS and Windows have none os.open takes).
+if sys.platform.startswith("linux"):
+    _O_DIRECT = os.O_DIRECT
+else:
+    _O_DIRECT = 0
+
+
 def _drop_cache(fd: int) -> bool:
-    """Evict the file's clean pages from the page cache (a no-op on tmpfs)."""
+    """Evict the file's clean pages from the page cache (a no-op on tmpfs); Linux only."""
+    if not sys.platform.startswith("linux"):
+        return False
     try:
         os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
         return True
@@ -512,12 +533,20 @@ def _drop_cache(fd: int) -> bool:
         return False
 
 
+def _pread(fd: int, length: int, offset: int) -> bytes:
+    """Bytes at `offset`; Windows has no pread, and each descriptor here is one thread's."""
+    if sys.platform == "win32":
+        os.lseek(fd, offset, os.SEEK_SET)
+        return os.read(fd, length)
+    return os.pread(fd, length, offset)
+
+
 class _Reader:
     """Opens files bypassing the page cache if it can, and remembers how it did."""
 
     def __init__(self) -> None:
         self.methods: set[str] = set()
-        self._direct_ok = hasattr(os, "O_DIRECT")
+        self._direct_ok = bool(_O_DIRECT)
         # O_DIRECT needs an aligned buffer; an anonymous mmap is page-aligned.
         self._buffer = mmap.mmap(-1, SEQUENTIAL_CHUNK)
 
@@ -529,7 +558,7 @@ class _Reader:
         """
         if self._direct_ok:
             try:
-                return open_regular(path, os.O_DIRECT), True
+                return open_regular(path, _O_DIRECT), True
             except OSError as exc:
                 if exc.errno != errno.EINVAL:
                     raise
@@ -541,7 +570,7 @@ class _Reader:
 
     def read(self, fd: int, direct: bool, offset: int, allowance: int) -> int:
         """Read at `offset`, never more than `allowance` bytes; the bytes read (0 at the end)."""
-        if direct:
+        if direct and sys.platform != "win32":
             # O_DIRECT wants aligned lengths: round down so the allowance holds.
             length = min(SEQUENTIAL_CHUNK, allowance - allowance % ALIGN)
             if length <= 0:
@@ -556,7 +585,7 @@ class _Reader:
                 self._direct_ok = False  # the file system takes the flag but not the reads
                 self.methods.add("fadvise_dontneed")
                 _drop_cache(fd)
-        return len(os.pread(fd, min(allowance, SEQUENTIAL_CHUNK), offset))
+        return len(_pread(fd, min(allowance, SEQUENTIAL_CHUNK), offset))
 
     def close(self, fd: int, direct: bool) -> None:
         if not direct:
@@ -683,12 +712,15 @@ def read_probe(files: list[tuple[str, int]], max_bytes: int = READ_MAX_BYTES,
 
 
 def fast_local_mounts(mounts: list[dict[str, Any]], sys_root: Path = Path("/sys"),
-                      statvfs: Any = os.statvfs) -> list[FastMount]:
+                      statvfs: Any = None) -> list[FastMount]:
     """Mounts on local NVMe or SSD disks, with free space, most free first: where to copy data to.
 
     Only block-device mounts are looked at (statvfs on a hung network mount
     would block), and each device once, at its first writable mount point.
     """
+    if sys.platform == "win32":
+        return []  # no mount table, no statvfs
+    statvfs = statvfs or os.statvfs
     found: dict[str, FastMount] = {}
     for mount in mounts:
         if mount["dev"].startswith("0:") or mount["dev"] in found or mount["root"] not in ("/", ""):
@@ -717,6 +749,56 @@ def _mountinfo_text(path: Path) -> str:
         return ""
 
 
+def _unc_share(path: str) -> str | None:
+    """`\\\\server\\share` of a UNC path (`\\\\?\\UNC\\server\\share\\...` too), else None."""
+    text = path.replace("/", "\\")
+    if text.upper().startswith("\\\\?\\UNC\\"):
+        text = "\\\\" + text[8:]
+    elif text.startswith("\\\\?\\") or text.startswith("\\\\.\\"):
+        return None  # a long local path (\\?\\C:\\...) or a device
+    if not text.startswith("\\\\"):
+        return None
+    parts = [p for p in text[2:].split("\\") if p]
+    return "\\\\" + "\\".join(parts[:2]) if len(parts) >= 2 else None
+
+
+def windows_mount(path: str, real: str, drives: list[WindowsDrive]) -> MountChain:
+    """The mount behind a Windows path: a UNC share, or the drive and what CIM says it is."""
+    for candidate in (path, real):
+        share = _unc_share(candidate)
+        if share:
+            return {"path": path, "mount_point": share, "fstype": "smb", "source": share, "kind": "network",
+                    "backend": "smb", "device": None}
+    letter = (path[:2] if path[1:2] == ":" else real[:2] if real[1:2] == ":" else "").upper()
+    drive = next((d for d in drives if d["device"] == letter), None) if letter else None
+    if drive is None:
+        return {"path": path, "mount_point": letter or None, "fstype": None, "kind": "unknown", "device": None}
+    if drive["kind"] == "network":
+        source = drive["provider"] or letter
+        return {"path": path, "mount_point": letter, "fstype": "smb", "source": source, "kind": "network",
+                "backend": "smb", "device": None}
+    return {"path": path, "mount_point": letter, "fstype": drive["filesystem"], "source": letter,
+            "kind": "ram" if drive["kind"] == "ram" else "local", "backend": drive["kind"], "device": None}
+
+
+def _gather_mounts(section: StorageFacts, real: str, mountinfo: Path, sys_root: Path) -> None:
+    """The mount chain from Linux's mountinfo, or from `mount` on macOS."""
+    if sys.platform == "darwin" and mountinfo == Path("/proc/self/mountinfo"):
+        from envdoctor.facts.macos import read_mounts
+
+        mounts = read_mounts()
+    else:
+        mounts = parse_mountinfo(_mountinfo_text(mountinfo))
+    if not mounts:
+        section["mount"] = None
+        section["mount_error"] = f"{mountinfo} could not be read (not Linux?)"
+        return
+    mount = resolve_storage(real, mounts, sys_root)
+    section["mount"] = mount
+    section["effective"] = effective_medium(mount)
+    section["fast_local_mounts"] = fast_local_mounts(mounts, sys_root)
+
+
 def gather_storage(facts: Any, mountinfo: Path = Path("/proc/self/mountinfo"),
                    sys_root: Path = Path("/sys")) -> StorageFacts:
     """The storage section: the data path's mount, device, file sample and read speed."""
@@ -730,15 +812,15 @@ def gather_storage(facts: Any, mountinfo: Path = Path("/proc/self/mountinfo"),
     section["exists"] = True
     real = os.path.realpath(path)
     section["realpath"] = real
-    mounts = parse_mountinfo(_mountinfo_text(mountinfo))
-    if not mounts:
-        section["mount"] = None
-        section["mount_error"] = f"{mountinfo} could not be read (not Linux?)"
-    else:
-        mount = resolve_storage(real, mounts, sys_root)
+    if sys.platform == "win32":
+        from envdoctor.facts.windows import read_cim
+
+        cim = read_cim()
+        mount = windows_mount(path, real, cim["drives"] if cim else [])
         section["mount"] = mount
         section["effective"] = effective_medium(mount)
-        section["fast_local_mounts"] = fast_local_mounts(mounts, sys_root)
+    else:
+        _gather_mounts(section, real, mountinfo, sys_root)
     sample, files = sample_files(real)
     section["sample"] = sample
     if given or config.deep:

@@ -3,6 +3,13 @@
 Each reader takes the paths it reads as arguments (defaulting to the real
 ones), so tests can point it at saved copies of /proc and /sys as well as at
 the live machine.
+
+Not every fact exists everywhere. Windows has no RLIMIT_NOFILE and no
+/dev/shm, macOS no /dev/shm, and cgroups are Linux's alone: such a fact is
+left out and named in `not_applicable` with the reason, so its rule stays
+quiet and the report says "n/a" rather than "not checked". In their place
+Windows has the commit limit (`memory.commit_limit`, see facts.windows) and
+Apple silicon its performance and efficiency cores (see facts.macos).
 """
 from __future__ import annotations
 
@@ -26,6 +33,9 @@ class CpuFacts(TypedDict):
     cgroup_version: int | None
     quota_cpus: float | None
     usable: int
+    #: Apple silicon's performance and efficiency cores (sysctl hw.perflevel0/1.logicalcpu); None elsewhere.
+    performance_cores: int | None
+    efficiency_cores: int | None
 
 
 class MemoryFacts(TypedDict):
@@ -36,6 +46,9 @@ class MemoryFacts(TypedDict):
     cgroup_limit: int | None
     cgroup_usage: int | None
     effective_available: int
+    #: Windows: physical memory plus the paging file, and what of it is not committed yet; None elsewhere.
+    commit_limit: int | None
+    commit_available: int | None
 
 
 class NofileLimit(TypedDict):
@@ -79,9 +92,33 @@ class SystemFacts(TypedDict):
     container: ContainerFacts
     #: The relevant environment variables, secrets redacted (envdoctor.redact).
     environ: dict[str, str]
+    #: Facts that cannot exist on this platform ("nofile", "shm", "cgroups"), each with the reason.
+    not_applicable: dict[str, str]
 
 
 SHM_PATH = "/dev/shm"
+#: Why a fact does not apply, by platform (sys.platform prefix) and fact.
+NOT_APPLICABLE: dict[str, dict[str, str]] = {
+    "win32": {
+        "nofile": "Windows has no open-file rlimit (RLIMIT_NOFILE): handles are not capped by a soft limit",
+        "shm": "Windows has no /dev/shm: torch shares tensors through file mappings backed by the paging "
+               "file (see the commit limit)",
+        "cgroups": "cgroups exist on Linux only",
+    },
+    "darwin": {
+        "shm": "macOS has no /dev/shm file system to fill: POSIX shared memory is not size-limited by a mount",
+        "cgroups": "cgroups exist on Linux only",
+    },
+    "other": {"cgroups": "cgroups exist on Linux only"},
+}
+
+
+def not_applicable_here(platform: str | None = None) -> dict[str, str]:
+    """The facts that cannot exist on `platform` (sys.platform by default), with the reason."""
+    platform = platform or sys.platform
+    if platform.startswith("linux"):
+        return {}
+    return dict(NOT_APPLICABLE.get(platform, NOT_APPLICABLE["other"]))
 
 
 def parse_proc_cgroup(text: str) -> dict[str, str]:
@@ -198,7 +235,23 @@ def usable_cpus(cpu_count: int | None, affinity: int | None, quota_cpus: float |
     return max(1, usable)
 
 
+def worker_cpus(cpu: CpuFacts | dict[str, Any]) -> int:
+    """CPUs worth one DataLoader worker each: the usable CPUs, on Apple silicon only its performance cores.
+
+    An efficiency core is several times slower than a performance core, and the
+    training step waits for the slowest worker's batch: workers beyond the
+    performance cores add little but contention.
+    """
+    usable = int(cpu.get("usable") or 1)
+    performance = cpu.get("performance_cores")
+    if performance and cpu.get("efficiency_cores"):
+        return max(1, min(usable, int(performance)))
+    return usable
+
+
 def read_shm(path: str = SHM_PATH) -> ShmFacts | None:
+    if sys.platform == "win32":
+        return None
     try:
         st = os.statvfs(path)
     except OSError:
@@ -229,27 +282,44 @@ def detect_container(root: Path = Path("/"), environ: dict[str, str] | None = No
 
 
 def read_nofile() -> NofileLimit:
-    try:
-        import resource
-    except ImportError:  # pragma: no cover - Windows
+    if sys.platform == "win32":
         return {"soft": None, "hard": None, "soft_unlimited": False, "hard_unlimited": False}
+    import resource
+
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     unlimited = resource.RLIM_INFINITY
     return {"soft": None if soft == unlimited else soft, "hard": None if hard == unlimited else hard,
             "soft_unlimited": soft == unlimited, "hard_unlimited": hard == unlimited}
 
 
+def read_affinity() -> int | None:
+    """CPUs this process may run on: sched_getaffinity on Linux, psutil on Windows; macOS has no affinity."""
+    if sys.platform.startswith("linux"):
+        return len(os.sched_getaffinity(0))
+    if sys.platform == "win32":
+        import psutil
+
+        try:
+            return len(psutil.Process().cpu_affinity() or []) or None
+        except (psutil.Error, AttributeError):
+            return None
+    return None
+
+
 def gather_system(facts: Any) -> SystemFacts:
     import psutil
 
+    from envdoctor.facts.macos import read_core_counts
+    from envdoctor.facts.windows import read_cim
+
     cpu_count = os.cpu_count()
-    try:
-        affinity: int | None = len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover - macOS, Windows
-        affinity = None
-    quota = read_cpu_quota()
+    affinity = read_affinity()
+    linux = sys.platform.startswith("linux")
+    quota = read_cpu_quota() if linux else {"cgroup_version": None, "quota_cpus": None}
     memory = psutil.virtual_memory()
-    limit = read_memory_limit()
+    limit = read_memory_limit() if linux else {"cgroup_limit": None, "cgroup_usage": None}
+    performance, efficiency = read_core_counts()
+    windows = read_cim()
     available = memory.available
     if limit["cgroup_limit"] is not None:
         used = limit["cgroup_usage"] or 0
@@ -265,6 +335,8 @@ def gather_system(facts: Any) -> SystemFacts:
             "cgroup_version": quota["cgroup_version"],
             "quota_cpus": quota["quota_cpus"],
             "usable": usable_cpus(cpu_count, affinity, quota["quota_cpus"]),
+            "performance_cores": performance,
+            "efficiency_cores": efficiency,
         },
         "memory": {
             "total": memory.total,
@@ -272,9 +344,12 @@ def gather_system(facts: Any) -> SystemFacts:
             "cgroup_limit": limit["cgroup_limit"],
             "cgroup_usage": limit["cgroup_usage"],
             "effective_available": available,
+            "commit_limit": windows["commit_limit"] if windows else None,
+            "commit_available": windows["commit_available"] if windows else None,
         },
         "limits": {"nofile": read_nofile()},
         "shm": read_shm(),
-        "container": detect_container(),
+        "container": detect_container() if linux else {"in_container": False, "kind": None, "evidence": []},
         "environ": redact_environ(os.environ),
+        "not_applicable": not_applicable_here(),
     }

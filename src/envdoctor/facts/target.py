@@ -272,7 +272,9 @@ def _import_path_of_a_run_from_here() -> list[str]:
     script = sys.argv[0] if sys.argv else ""
     # Python resolves a symlinked script before taking its folder (/usr/local/bin/envdoctor -> venv/bin).
     script_dirs = {os.path.abspath(os.path.dirname(script)), os.path.dirname(os.path.realpath(script))}
-    if entries and Path(script).name == "envdoctor" and entries[0] in script_dirs:
+    # On Windows the console script is envdoctor.exe (or envdoctor-script.py beside it).
+    if entries and Path(script).name in ("envdoctor", "envdoctor.exe", "envdoctor-script.py") \
+            and entries[0] in script_dirs:
         entries[0] = os.getcwd()
     return entries
 

@@ -76,6 +76,14 @@ class ThreadPool(TypedDict, total=False):
     architecture: str
 
 
+class TorchMps(TypedDict, total=False):
+    """Apple's Metal backend (macOS): compiled into this torch, and usable on this machine."""
+
+    built: bool | None
+    available: bool | None
+    error: str
+
+
 class TorchProbe(TypedDict, total=False):
     """The import probe (inside/torch_probe.py) as envdoctor ran it, or why it did not run."""
 
@@ -120,6 +128,7 @@ class TorchProbe(TypedDict, total=False):
     cudnn: int | None
     cudnn_error: str
     cuda: TorchCuda
+    mps: TorchMps
     sharing_strategy: str | None
     sharing_strategies: list[str]
     sharing_strategy_error: str
@@ -173,6 +182,7 @@ class TorchFacts(_TorchRequired, total=False):
     import_warnings: list[str]
     timed_out: bool
     cuda: TorchCuda
+    mps: TorchMps
     numpy_version: str | None
 
 
@@ -427,6 +437,8 @@ def _probe_reason(facts: Any) -> str | None:
         return "loader stage"
     if gpu_present(facts.get("gpu")):
         return "gpu present"
+    if facts["target"].get("platform") == "osx-arm64":
+        return "Apple silicon: whether MPS is usable"
     return None
 
 
@@ -463,7 +475,7 @@ def _timeout_after_loader(facts: Any) -> float:
 MIN_SHARED_TIMEOUT_S = 10.0
 #: The probe's keys that rules read at the top of the section (SYS001 reads sharing_strategy).
 _LIFTED = ("sharing_strategy", "start_method", "intra_op_threads", "threadpools", "cudnn",
-           "import_error", "import_warnings", "timed_out", "cuda", "numpy_version")
+           "import_error", "import_warnings", "timed_out", "cuda", "mps", "numpy_version")
 
 
 def gather_torch(facts: Any) -> TorchFacts:

@@ -1,7 +1,8 @@
 """The journal: where a fix keeps everything it moved, and the manifest that says how to put it back.
 
 One journal per `envdoctor fix` run, in `$XDG_CACHE_HOME/envdoctor/journal/<timestamp>/`
-(`~/.cache` when the variable is unset): `manifest.json`, `before.json` (the listing
+(`~/.cache` when the variable is unset; `~/Library/Caches` on macOS, `%LOCALAPPDATA%`
+on Windows): `manifest.json`, `before.json` (the listing
 of every root the steps may write, taken before the first step: envdoctor.fix.state)
 with `objects/` (those files' bytes, by content), `after.json` (what the fix left),
 `leftovers/` (files of a removed version a verified fix took away) and `undone/`
@@ -20,6 +21,7 @@ import json
 import os
 import shutil
 import stat
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +34,15 @@ Entry = dict[str, Any]
 
 
 def journal_root() -> Path:
-    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    """The user's cache: $XDG_CACHE_HOME (else ~/.cache); on macOS ~/Library/Caches unless XDG_CACHE_HOME is
+    set; on Windows %LOCALAPPDATA% (else ~/AppData/Local)."""
+    home = os.path.expanduser("~")
+    if sys.platform == "win32":
+        cache = os.environ.get("LOCALAPPDATA") or os.path.join(home, "AppData", "Local")
+    elif sys.platform == "darwin":
+        cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(home, "Library", "Caches")
+    else:
+        cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(home, ".cache")
     return Path(cache) / "envdoctor" / "journal"
 
 

@@ -101,13 +101,23 @@ def find_executable(tool: str, name: str, target: Target, environ: Mapping[str, 
     candidates = []
     if tool in _EXE_VARIABLES and environ.get(_EXE_VARIABLES[tool]):
         candidates.append(environ[_EXE_VARIABLES[tool]])
-    candidates.append(str(target.prefix / "bin" / name))
+    candidates += command_paths(target.prefix, name)
     if target.prefix.parent.name == "envs":  # <base>/envs/<name>: the base holds conda itself
-        candidates.append(str(target.prefix.parent.parent / "bin" / name))
+        candidates += command_paths(target.prefix.parent.parent, name)
     for candidate in candidates:
-        if os.path.basename(candidate) == name and os.path.isfile(candidate) and os.access(candidate, os.X_OK):
+        if os.path.basename(candidate) in (name, f"{name}.exe", f"{name}.bat") and os.path.isfile(candidate) \
+                and os.access(candidate, os.X_OK):
             return candidate
     return None
+
+
+def command_paths(prefix: Path, name: str) -> list[str]:
+    """Where a prefix keeps the command `name`: bin/ on POSIX; on Windows Scripts\\ (venv, pip's entry
+    points), Library\\bin\\ and condabin\\ (conda), as .exe or .bat."""
+    if sys.platform != "win32":
+        return [str(prefix / "bin" / name)]
+    folders = (prefix / "Scripts", prefix / "Library" / "bin", prefix / "condabin", prefix)
+    return [str(folder / (name + suffix)) for folder in folders for suffix in (".exe", ".bat")]
 
 
 def authorize(step: FixStep, target: Target, environ: Mapping[str, str] | None = None,

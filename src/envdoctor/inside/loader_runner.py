@@ -7,7 +7,8 @@ envdoctor starts this file as a script in a session of its own
 calls `run_plan` in a forked child of the training process.
 
 The runner measures and reports; it judges nothing. It writes one JSON object
-a line to the event file descriptor the plan names: `phase` events (what it
+a line to the event file descriptor the plan names (or, on Windows, to the
+event file it names): `phase` events (what it
 is doing now and how long that may take, so envdoctor can kill the group if
 it overstays), `index` events while it fetches samples in its own process
 (so a sample that kills the interpreter is still known), `result` events with
@@ -100,7 +101,7 @@ def main(argv: list[str]) -> int:
         os.unlink(argv[1])  # read once: no plan file outlives the runner's start, whatever happens to envdoctor
     except OSError:
         pass
-    events = Events(int(plan["event_fd"]))
+    events = Events.for_plan(plan)
     run_plan(plan, events)
     sys.stdout.flush()
     sys.stderr.flush()

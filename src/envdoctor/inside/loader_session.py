@@ -15,11 +15,20 @@ import loader_protocol  # the parts are found through the runner's own folder on
 
 
 class Events:
-    """Writes events as JSON lines to a file descriptor (a pipe to envdoctor)."""
+    """Writes events as JSON lines to a file descriptor: a pipe to envdoctor, or (Windows, a spawned
+    runner) a file envdoctor tails, opened by the name the plan gives."""
 
     def __init__(self, fd: int) -> None:
         self.fd = fd
         self.lock = threading.Lock()
+
+    @classmethod
+    def for_plan(cls, plan: dict[str, Any]) -> Events:
+        path = plan.get("event_path")
+        if path:
+            # Binary: Windows would otherwise write each newline as CRLF.
+            return cls(os.open(path, os.O_WRONLY | os.O_APPEND | getattr(os, "O_BINARY", 0)))
+        return cls(int(plan["event_fd"]))
 
     def emit(self, ev: str, **fields: Any) -> None:
         data = loader_protocol.encode(ev, fields)

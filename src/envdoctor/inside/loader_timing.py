@@ -6,6 +6,7 @@ only at import time, torch passed in.
 from __future__ import annotations
 
 import os
+import sys
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -66,6 +67,8 @@ def busy_cpus() -> tuple[float, int] | None:
     what the loader's own processes used, it is the CPU time other processes
     took from the CPUs the loader could have had.
     """
+    if not sys.platform.startswith("linux"):
+        return None  # /proc/stat and sched_getaffinity are Linux's
     try:
         allowed = os.sched_getaffinity(0)
         with open("/proc/stat") as fh:

@@ -220,6 +220,15 @@ def _cuda(torch, result):
     result["cuda"] = cuda
 
 
+def _mps(torch, result):
+    """Apple's Metal backend: built into this torch (macOS wheels), usable here (Apple silicon, macOS 12.3+)."""
+    try:
+        backend = torch.backends.mps
+        result["mps"] = {"built": bool(backend.is_built()), "available": bool(backend.is_available())}
+    except Exception as exc:
+        result["mps"] = {"built": None, "available": None, "error": _error_text(exc)}
+
+
 def captured_warnings(result, key):
     """The warnings recorded while importing `key` (a list of dicts)."""
     caught = result.get(key + "_import_warnings")
@@ -273,6 +282,7 @@ def _describe_torch(torch, result):
         result["cudnn"] = None
         result["cudnn_error"] = _error_text(exc)
     _cuda(torch, result)
+    _mps(torch, result)
     try:
         import torch.multiprocessing as tmp
         result["sharing_strategy"] = tmp.get_sharing_strategy()

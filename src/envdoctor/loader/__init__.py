@@ -21,6 +21,7 @@ from typing import Any, cast
 
 from envdoctor.facts.loader import FailureFacts, LoaderFacts
 from envdoctor.facts.node_share import cpus_per_process, processes_per_node
+from envdoctor.facts.system import worker_cpus
 from envdoctor.inside import loader_protocol
 from envdoctor.loader.progress import current_sink
 from envdoctor.loader.supervisor import StageRun, run_stage
@@ -34,7 +35,7 @@ def gather_loader(facts: Any) -> LoaderFacts | None:
         return None
     system = facts.get("system") or {}
     procs = processes_per_node(config.procs_per_node)
-    usable = cpus_per_process(int((system.get("cpu") or {}).get("usable") or 1), procs)
+    usable = cpus_per_process(worker_cpus(system.get("cpu") or {}), procs)
     available = (system.get("memory") or {}).get("effective_available")
     source, objects, description = choose_source(config)
     section = empty_section(description)
@@ -88,7 +89,9 @@ def choose_source(config: Any) -> tuple[dict[str, Any], dict[str, Any] | None, s
     """What to measure: (source for the runner's plan, objects for a forked run, a description)."""
     if config.loader_object is not None:
         dataset, kwargs, description = describe_loader(config.loader_object)
-        if hasattr(os, "fork"):
+        # macOS has fork, but forking a process that has loaded Apple's frameworks (torch does) can crash the
+        # child; that is why spawn is its default. There, as on Windows, the loader crosses pickled.
+        if hasattr(os, "fork") and sys.platform != "darwin":
             return {"kind": "object"}, {"dataset": dataset, "kwargs": kwargs, "description": description}, description
         return pickled_source(dataset, kwargs, description), None, description
     if config.loader_source is not None:

@@ -20,6 +20,14 @@ process — and supervises it:
 - SIGTERM and SIGHUP to envdoctor while the stage runs (how CI cancels a job)
   end the stage the same way — nothing left running, no plan file left — and
   are then delivered again to whatever handled them before.
+
+Windows has no fork, no process groups, no SIGHUP and no descriptors a child
+can inherit by number. There the runner writes its events to a file it opens
+by name (`_EventFile`, tailed here instead of a pipe), `preflight(loader=...)`
+hands the user's objects over pickled instead of forking (see
+`loader.choose_source`), the process tree is killed through psutil
+(`process.kill_tree`), and SIGBREAK (Ctrl+Break, a closed console) ends the
+stage where SIGHUP would. macOS keeps the pipe and the process groups.
 """
 from __future__ import annotations
 
@@ -55,6 +63,8 @@ MEMORY_CAP_ENV = "ENVDOCTOR_LOADER_MEMORY_CAP"
 #: The cap never goes below this: importing torch alone takes a few hundred MiB.
 MIN_MEMORY_CAP = 1024**3
 SHM_DIR = "/dev/shm"
+#: Events travel through a file, not an inherited pipe (Windows: no descriptor passes by number).
+EVENTS_BY_FILE = sys.platform == "win32"
 _SHM_NAME = re.compile(r"^torch_(\d+)_")
 
 ProgressSink = Callable[[dict[str, Any]], None]
@@ -222,22 +232,101 @@ def _tracked_alive(procs: dict[int, float]) -> bool:
     return False
 
 
-def _reap(pid: int, wait_s: float) -> int | None:
+class _Child:
+    """The runner's process as started: `poll()` is its returncode (negative: a signal), None while it runs."""
+
+    def __init__(self, pid: int, popen: Any = None) -> None:
+        self.pid = pid
+        #: The subprocess.Popen that started it (Windows knows a child by its handle); None for a forked pid.
+        self.popen = popen
+
+    def poll(self) -> int | None:
+        return _waitpid_nohang(self.pid) if self.popen is None else self.popen.poll()
+
+
+def _waitpid_nohang(pid: int) -> int | None:
+    """A forked child's returncode if it ended (0 when it was reaped already), else None."""
+    if sys.platform == "win32":
+        raise OSError("no forked children on Windows")
+    try:
+        done, status = os.waitpid(pid, os.WNOHANG)
+    except ChildProcessError:
+        return 0
+    return os.waitstatus_to_exitcode(status) if done else None
+
+
+def _reap(child: _Child, wait_s: float) -> int | None:
     """Wait up to wait_s for the child to end; its returncode (negative: a signal)."""
     end = time.monotonic() + wait_s
     while True:
-        try:
-            done, status = os.waitpid(pid, os.WNOHANG)
-        except ChildProcessError:
-            return None
-        if done:
-            return os.waitstatus_to_exitcode(status)
+        code = child.poll()
+        if code is not None:
+            return code
         if time.monotonic() >= end:
             return None
         time.sleep(0.01)
 
 
-def _start_script(plan: dict[str, Any], interpreter: str, write_fd: int, log: Any, cwd: str | None) -> int:
+class _EventPipe:
+    """Events through a pipe the runner inherits by descriptor (POSIX); an empty read: every writer is gone."""
+
+    def __init__(self) -> None:
+        self.read_fd, self.write_fd = os.pipe()
+
+    def for_plan(self) -> dict[str, Any]:
+        return {"event_fd": self.write_fd}
+
+    def started(self) -> None:
+        """The child holds its copy now: ours must go, or the pipe never reads as closed."""
+        if self.write_fd >= 0:
+            os.close(self.write_fd)
+            self.write_fd = -1
+
+    def read(self, timeout: float) -> tuple[bytes, bool]:
+        """(bytes that came, whether every writer has gone)."""
+        ready, _, _ = select.select([self.read_fd], [], [], timeout)
+        if not ready:
+            return b"", False
+        data = os.read(self.read_fd, 1 << 16)
+        return data, not data
+
+    def close(self) -> None:
+        self.started()
+        os.close(self.read_fd)
+
+
+class _EventFile:
+    """Events appended to a file the runner opens by name, tailed here (Windows).
+
+    A file never reads as closed: the end of the runner is told by its process.
+    """
+
+    def __init__(self) -> None:
+        fd, self.path = tempfile.mkstemp(prefix="envdoctor-events-", suffix=".jsonl")
+        self.reader = os.fdopen(fd, "rb")
+
+    def for_plan(self) -> dict[str, Any]:
+        return {"event_path": self.path}
+
+    def started(self) -> None:
+        pass
+
+    def read(self, timeout: float) -> tuple[bytes, bool]:
+        data = self.reader.read(1 << 16)
+        if not data and timeout > 0:
+            time.sleep(timeout)
+        return data or b"", False
+
+    def close(self) -> None:
+        self.reader.close()
+        with contextlib.suppress(OSError):
+            os.unlink(self.path)
+
+
+_Events = _EventPipe | _EventFile
+
+
+def _start_script(plan: dict[str, Any], interpreter: str, events: _Events, log: Any, cwd: str | None) -> _Child:
     import subprocess
 
     from envdoctor.facts.torch import probe_environment
@@ -245,38 +334,47 @@ def _start_script(plan: dict[str, Any], interpreter: str, write_fd: int, log: An
     plan_file = tempfile.NamedTemporaryFile("w", suffix=".json", prefix="envdoctor-plan-", delete=False)
     plan["_plan_file"] = plan_file.name  # run_stage removes it, also when the interpreter cannot start
     with plan_file:
-        json.dump({k: v for k, v in plan.items() if k != "_plan_file"} | {"event_fd": write_fd}, plan_file)
+        json.dump({k: v for k, v in plan.items() if k != "_plan_file"} | events.for_plan(), plan_file)
+    inherit = (events.write_fd,) if isinstance(events, _EventPipe) else ()
     proc = subprocess.Popen(
         [interpreter, "-B", str(RUNNER_PATH), plan_file.name],
-        stdin=subprocess.DEVNULL, stdout=log, stderr=log, pass_fds=(write_fd,),
-        # probe_environment(): quiet, plus the threadpoolctl the torch probe may borrow.
-        start_new_session=True, env=probe_environment(), cwd=cwd,
+        stdin=subprocess.DEVNULL, stdout=log, stderr=log, pass_fds=inherit,
+        # probe_environment(): quiet, plus the threadpoolctl the torch probe may borrow. A session of its own
+        # (POSIX; Windows ignores it) and on Windows a process group of its own, so Ctrl+C reaches envdoctor,
+        # which ends the tree, and not the runner half-way through a write.
+        start_new_session=True, creationflags=getattr(subprocess, "CREATE_NEW_PROCESS_GROUP", 0),
+        env=probe_environment(), cwd=cwd,
     )
-    # The Popen object is dropped: the child is reaped with waitpid below, like a forked one.
-    proc.returncode = 0
-    return proc.pid
+    return _Child(proc.pid, proc)
 
 
-def _start_fork(plan: dict[str, Any], write_fd: int, read_fd: int, log: Any, objects: dict[str, Any]) -> int:
-    """Run the runner in a forked child of this process: the user's own objects, as they are."""
+def _runner_module() -> Any:
+    inside = str(RUNNER_PATH.parent)
+    if inside not in sys.path:
+        sys.path.insert(0, inside)
+    import loader_runner
+
+    return loader_runner
+
+
+def _start_fork(plan: dict[str, Any], events: _EventPipe, log: Any, objects: dict[str, Any]) -> _Child:
+    """Run the runner in a forked child of this process (Linux): the user's own objects, as they are."""
+    if sys.platform == "win32":
+        raise OSError("Windows cannot fork")
     sys.stdout.flush()
     sys.stderr.flush()
     pid = os.fork()
     if pid:
-        return pid
+        return _Child(pid)
     # The child: a session of its own, output to the log, then the runner, then out.
     code = 70
     try:
         os.setsid()
-        os.close(read_fd)
+        os.close(events.read_fd)
         os.dup2(log.fileno(), 1)
         os.dup2(log.fileno(), 2)
-        probes = str(RUNNER_PATH.parent)
-        if probes not in sys.path:
-            sys.path.insert(0, probes)
-        import loader_runner
-
-        loader_runner.run_plan({**plan, "event_fd": write_fd}, loader_runner.Events(write_fd),
+        loader_runner = _runner_module()
+        loader_runner.run_plan({**plan, **events.for_plan()}, loader_runner.Events(events.write_fd),
                                objects["dataset"], objects["kwargs"], objects["description"])
         code = 0
     except BaseException:
@@ -295,8 +393,10 @@ class StageInterrupted(BaseException):
         self.signum = signum
 
 
-#: Signals that end the stage cleanly, then reach whatever handled them before.
-STAGE_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
+#: Signals that end the stage cleanly, then reach whatever handled them before: SIGTERM, and SIGHUP where
+#: it exists (not on Windows), SIGBREAK where it exists (Windows: Ctrl+Break, the console closed).
+STAGE_SIGNALS: tuple[int, ...] = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP", "SIGBREAK")
+                                       if hasattr(signal, name))
 
 
 @contextlib.contextmanager
@@ -338,34 +438,33 @@ def _run_stage(plan: dict[str, Any], *, interpreter: str | None, objects: dict[s
                progress: ProgressSink | None) -> StageRun:
     outcome = StageRun(memory_cap_bytes=memory_cap(available_bytes))
     shm_before = _shm_names()
-    read_fd, write_fd = os.pipe()
+    events: _Events = _EventFile() if EVENTS_BY_FILE else _EventPipe()
     log = tempfile.TemporaryFile("w+", prefix="envdoctor-loader-")
     start = time.monotonic()
-    pid = None
+    child = None
     try:
         if objects is not None:
-            pid = _start_fork(plan, write_fd, read_fd, log, objects)
+            if not isinstance(events, _EventPipe):
+                raise OSError("the user's own objects cross by fork, and fork has no event file")
+            child = _start_fork(plan, events, log, objects)
         else:
             assert interpreter is not None
-            pid = _start_script(plan, interpreter, write_fd, log, cwd)
-        outcome.pid = pid
-        os.close(write_fd)
-        write_fd = -1
-        _follow(outcome, pid, read_fd, start + budget_s + STAGE_GRACE_S, progress)
+            child = _start_script(plan, interpreter, events, log, cwd)
+        outcome.pid = child.pid
+        events.started()
+        _follow(outcome, child, events, start + budget_s + STAGE_GRACE_S, progress)
     finally:
         # A SIGTERM now must not cut the cleanup short: it waits until everything is gone.
         blocked = _block_stage_signals()
-        if write_fd >= 0:
-            os.close(write_fd)
-        if pid is not None:
-            _kill(outcome, pid)
-            code = _reap(pid, 5.0)
+        if child is not None:
+            _kill(outcome, child.pid)
+            code = _reap(child, 5.0)
             if outcome.returncode is None:
                 outcome.returncode = code
-            outcome.pids.add(pid)
-            _wait_group_gone(pid, outcome.procs)
+            outcome.pids.add(child.pid)
+            _wait_group_gone(child.pid, outcome.procs)
             outcome.shm_removed = _clean_shm(shm_before, outcome.pids, outcome.semaphores)
-        os.close(read_fd)
+        events.close()
         log.seek(0)
         outcome.log_tail = log.read()[-4000:]
         log.close()
@@ -376,56 +475,51 @@ def _run_stage(plan: dict[str, Any], *, interpreter: str | None, objects: dict[s
             except OSError:
                 pass
         outcome.wall_s = time.monotonic() - start
-        if blocked:
+        if blocked and sys.platform != "win32":
             signal.pthread_sigmask(signal.SIG_UNBLOCK, STAGE_SIGNALS)
     return outcome
 
 
 def _block_stage_signals() -> bool:
-    if threading.current_thread() is not threading.main_thread():
+    """Hold SIGTERM/SIGHUP back during the cleanup (POSIX; Windows cannot block signals)."""
+    if sys.platform == "win32" or threading.current_thread() is not threading.main_thread():
         return False
     signal.pthread_sigmask(signal.SIG_BLOCK, STAGE_SIGNALS)
     return True
 
 
-def _follow(outcome: StageRun, pid: int, read_fd: int, hard_deadline: float,
+def _follow(outcome: StageRun, child: _Child, events: _Events, hard_deadline: float,
             progress: ProgressSink | None) -> None:
+    pid = child.pid
     pending = b""
     phase_deadline: float | None = None
     next_poll = 0.0
     next_maps = 0.0
     while True:
         now = time.monotonic()
-        ready, _, _ = select.select([read_fd], [], [], 0.05)
-        closed = False
-        if ready:
-            data = os.read(read_fd, 1 << 16)
-            closed = not data  # every writer is gone: the runner (and its workers) ended
-            if data:
-                pending += data
-                *lines, pending = pending.split(b"\n")
-                for line in lines:
-                    event = outcome.take(line, progress)
-                    if event is not None and event["ev"] == loader_protocol.PHASE:
-                        phase_deadline = time.monotonic() + float(event.get("limit_s") or 0) + PHASE_GRACE_S
+        data, closed = events.read(0.05)  # closed: every writer is gone, the runner (and its workers) ended
+        if data:
+            pending += data
+            *lines, pending = pending.split(b"\n")
+            for line in lines:
+                event = outcome.take(line, progress)
+                if event is not None and event["ev"] == loader_protocol.PHASE:
+                    phase_deadline = time.monotonic() + float(event.get("limit_s") or 0) + PHASE_GRACE_S
         if outcome.finished:
-            outcome.returncode = _reap(pid, 2.0)
+            outcome.returncode = _reap(child, 2.0)
             return
         if closed:
-            outcome.returncode = _reap(pid, 2.0)
+            outcome.returncode = _reap(child, 2.0)
             if outcome.returncode is None:  # it closed the pipe yet lives on: end it
                 _kill(outcome, pid)
-                outcome.returncode = _reap(pid, 2.0)
-            _drain(outcome, read_fd, pending, progress)
+                outcome.returncode = _reap(child, 2.0)
+            _drain(outcome, events, pending, progress)
             return
-        if not ready:
-            try:
-                done, status = os.waitpid(pid, os.WNOHANG)
-            except ChildProcessError:
-                done, status = pid, 0
-            if done:
-                outcome.returncode = os.waitstatus_to_exitcode(status)
-                _drain(outcome, read_fd, pending, progress)
+        if not data:
+            code = child.poll()
+            if code is not None:
+                outcome.returncode = code
+                _drain(outcome, events, pending, progress)
                 return
         if now > hard_deadline:
             outcome.killed_for = "budget"
@@ -450,14 +544,11 @@ def _follow(outcome: StageRun, pid: int, read_fd: int, hard_deadline: float,
                 return
 
 
-def _drain(outcome: StageRun, read_fd: int, pending: bytes, progress: ProgressSink | None) -> None:
+def _drain(outcome: StageRun, events: _Events, pending: bytes, progress: ProgressSink | None) -> None:
     """Events written just before the runner ended."""
     while True:
-        ready, _, _ = select.select([read_fd], [], [], 0)
-        if not ready:
-            break
-        data = os.read(read_fd, 1 << 16)
-        if not data:
+        data, closed = events.read(0)
+        if not data or closed:
             break
         pending += data
     for line in pending.split(b"\n"):
@@ -465,6 +556,8 @@ def _drain(outcome: StageRun, read_fd: int, pending: bytes, progress: ProgressSi
 
 
 def _group_alive(pgid: int) -> bool:
+    if sys.platform == "win32":
+        return False  # no groups: the tracked descendants are what is waited for
     try:
         os.killpg(pgid, 0)
     except ProcessLookupError:

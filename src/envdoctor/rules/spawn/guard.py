@@ -174,6 +174,8 @@ def find_missing_main_guard(facts: Facts) -> Iterator[Hit]:
     Never on a notebook: spawn does not re-run it, so a main guard is not the fix (SPW005 is).
     """
     default, default_reason = _default_method(facts)
+    # The machine itself runs Windows: spawn is all there is, whatever --platform asks about.
+    on_windows = str((facts.get("target") or {}).get("platform") or "").startswith("win")
     for script in _files(facts):
         if script["status"] != "ok" or script.get("kind") == "notebook":
             continue
@@ -190,7 +192,7 @@ def find_missing_main_guard(facts: Facts) -> Iterator[Hit]:
             sites.setdefault((str(entry.get("path", script["path"])), int(entry["line"])), []).append(start)
         for starts in sites.values():
             first, *rest = sorted(starts, key=lambda s: s["seq"])
-            hit = _missing_guard_hit(script, first, default, default_reason)
+            hit = _missing_guard_hit(script, first, default, default_reason, on_windows)
             if rest:
                 hit = replace(hit, evidence={**hit.evidence, "then_starts": [
                     {"path": s["path"], "line": s["line"], "code": s["code"]} for s in rest]})
@@ -221,9 +223,10 @@ def _script_fix(script: ScriptFile, starts: list[WorkerStart]) -> str:
             f"so the workers, which re-import {script['path']}, run none of them.")
 
 
-def _missing_guard_hit(script: ScriptFile, start: WorkerStart, default: str | None, default_reason: str) -> Hit:
+def _missing_guard_hit(script: ScriptFile, start: WorkerStart, default: str | None, default_reason: str,
+                       on_windows: bool = False) -> Hit:
     method, method_source = effective_method(start, script, default)
-    forced_fork = method == "fork" and method_source != "the default"
+    forced_fork = method == "fork" and method_source != "the default" and not on_windows
     workers = start.get("num_workers")
     loaderish = start["kind"] in ("dataloader", "loader-passed")
     only_with = start.get("only_with")
@@ -239,7 +242,10 @@ def _missing_guard_hit(script: ScriptFile, start: WorkerStart, default: str | No
     what = f"{start.get('starts')} ({workers_text})" if loaderish else str(start.get("starts"))
     via = _via_text(start, script["path"])
     followed = path_followed(start)
-    if method in ("spawn", "forkserver"):
+    if on_windows and method not in ("spawn", "forkserver"):
+        here = ("this machine runs Windows, where spawn is the only start method whatever the script or "
+                "--platform asks for, so the run dies here")
+    elif method in ("spawn", "forkserver"):
         source_text = default_reason if method_source == "the default" else method_source
         here = (f"this target uses {method} ({source_text}), so the run dies here"
                 + (f" with {only_with}" if only_with else ""))

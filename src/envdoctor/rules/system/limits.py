@@ -1,7 +1,10 @@
 """SYS rules: the limits of the machine the workers will run on.
 
 SYS001 open-file limit, SYS002 /dev/shm size, SYS003 CPU quota, SYS006
-memory headroom. SYS004 and SYS005 (sharing strategy, thread
+memory headroom (on Windows also the commit limit, which spawned workers
+exhaust before memory). Where a limit does not exist (no RLIMIT_NOFILE or
+/dev/shm on Windows, no /dev/shm on macOS) the facts name it in
+`system.not_applicable` and its rule has nothing to judge. SYS004 and SYS005 (sharing strategy, thread
 oversubscription) read torch facts and live in `rules.system.runtime`.
 """
 from __future__ import annotations
@@ -11,17 +14,22 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from envdoctor.facts import Facts
+from envdoctor.facts.system import worker_cpus
 from envdoctor.model import Severity
 from envdoctor.rules import Hit
 from envdoctor.units import GIB, MIB, human_bytes
 
 if TYPE_CHECKING:  # pragma: no cover
+    from envdoctor.facts.system import MemoryFacts
     from envdoctor.facts.torch import TorchFacts
 
 #: With no estimate of the bytes in flight, /dev/shm below this is too small.
 SHM_FLOOR = 512 * MIB
 #: What one DataLoader worker is assumed to need when the loader did not measure it.
 ASSUMED_WORKER_BYTES = 512 * MIB
+#: What a spawned Windows worker that imports a CUDA build of torch is assumed to commit: Windows commits
+#: each process's copy of the CUDA libraries' writable sections, so the commit far exceeds what it touches.
+ASSUMED_CUDA_WORKER_COMMIT = 2 * GIB
 #: Open files the main process needs before any worker starts.
 BASE_NOFILE = 1024
 #: The limit we recommend when one is too low.
@@ -46,7 +54,8 @@ def loader_plan(facts: Facts) -> dict[str, Any]:
     loader: dict[str, Any] = dict(section or {})
     current = loader.get("current") or {}
     # One training process's share of the node's CPUs (--procs-per-node, LOCAL_WORLD_SIZE).
-    usable = cpus_per_process(system["cpu"]["usable"], processes_per_node(facts.config.procs_per_node))
+    # Apple silicon: the performance cores only (facts.system.worker_cpus).
+    usable = cpus_per_process(worker_cpus(system["cpu"]), processes_per_node(facts.config.procs_per_node))
     if recommendation.get("num_workers") is not None or current.get("num_workers") is not None:
         workers = max(recommendation.get("num_workers") or 0, current.get("num_workers") or 0)
         prefetch = recommendation.get("prefetch_factor") or current.get("prefetch_factor") or 2
@@ -166,6 +175,7 @@ def find_low_memory_headroom(facts: Facts) -> Iterator[Hit]:
     workers = plan["num_workers"]
     if not workers:
         return
+    yield from _short_commit(facts, memory, plan)
     per_worker = plan["worker_bytes"] or ASSUMED_WORKER_BYTES
     batches = (plan["batch_bytes"] or 0) * workers * plan["prefetch_factor"]
     need = workers * per_worker + batches
@@ -182,6 +192,34 @@ def find_low_memory_headroom(facts: Facts) -> Iterator[Hit]:
                   "batch_bytes_in_flight": batches, "estimated_need": need},
         fix=(f"use num_workers={fits}" if fits else "run with num_workers=0")
         + " or raise the memory limit (docker run --memory / the job's --mem)",
+    )
+
+
+def _short_commit(facts: Facts, memory: MemoryFacts, plan: dict[str, Any]) -> Iterator[Hit]:
+    """Windows: the commit limit (RAM plus paging file) against N spawned workers that each import torch."""
+    commit_available = memory.get("commit_available")
+    if commit_available is None:
+        return
+    workers = plan["num_workers"]
+    torch: TorchFacts | None = facts.get("torch")
+    cuda = bool(torch and torch.get("build") == "cuda")
+    per_worker = max(plan["worker_bytes"] or 0, ASSUMED_CUDA_WORKER_COMMIT if cuda else ASSUMED_WORKER_BYTES)
+    batches = (plan["batch_bytes"] or 0) * workers * plan["prefetch_factor"]
+    need = workers * per_worker + batches
+    if commit_available >= need:
+        return
+    fits = max(0, int((commit_available - batches) * 0.8 // per_worker))
+    yield Hit(
+        message=(f"{human_bytes(commit_available)} of commit is left (of a {human_bytes(memory.get('commit_limit') or 0)} "
+                 f"limit: memory plus the paging file) but {workers} spawned workers, each importing "
+                 f"{'a CUDA build of ' if cuda else ''}torch afresh, need about {human_bytes(need)}: expect "
+                 "'[WinError 1455] The paging file is too small for this operation to complete'"),
+        evidence={"commit_available_bytes": commit_available, "commit_limit_bytes": memory.get("commit_limit"),
+                  "num_workers": workers, "per_worker_commit_bytes": per_worker, "torch_cuda": cuda,
+                  "batch_bytes_in_flight": batches, "estimated_need": need},
+        fix=(f"use num_workers={fits}" if fits else "run with num_workers=0")
+        + " with persistent_workers=True, or let Windows grow the paging file (System Properties > Advanced > "
+          "Performance > Virtual memory: 'System managed size', or a larger maximum on a disk with room)",
     )
 
 

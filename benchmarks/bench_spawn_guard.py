@@ -28,7 +28,7 @@ Largest repository: huggingface/diffusers (2,089 files, 1,029,213 lines): envdoc
 lines/s against ast.parse's 156,918 in the same run (1.81x), peak 371-377 MB (ast.parse: 31 MB),
 on a shared 2-core machine (the ratio held at 1.81-1.85x as its load changed).
 
-The corpus the README's precision and recall figures come from (read-only
+The corpus docs/checks.md's precision and recall figures come from (read-only
 checkouts of public repositories, HEAD commits of 2026-11-30): GunhoChoi/PyTorch-FastCampus
 1e9ba63e, bearpaw/pytorch-classification 24f1c456, bentrevett/pytorch-sentiment-analysis
 329f654b, chenyuntc/simple-faster-rcnn-pytorch 367db367, eriklindernoren/PyTorch-GAN

@@ -19,8 +19,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 FACTS_INIT = ROOT / "src" / "envdoctor" / "facts" / "__init__.py"
 SCHEMA = ROOT / "src" / "envdoctor" / "report" / "schema.json"
-#: Sections the report carries at its top level (`target`, `loader`), not under `facts`.
-TOP_LEVEL = ("target", "loader")
+#: Sections the report carries at its top level (`target`, `loader`, `loop`), not under `facts`.
+TOP_LEVEL = ("target", "loader", "loop")
 
 
 def _imports(tree: ast.Module) -> dict[str, str]:

@@ -1,5 +1,17 @@
-"""Shared fixtures. Every Report built in-process is validated against the schema."""
+"""Shared fixtures. Every Report built in-process is validated against the schema.
+
+Two hooks keep the test loop short without changing what any test checks: the
+quick tier does not import the modules it would deselect whole (Lightning,
+transformers and the MCP client cost seconds to import, in every pytest-xdist
+worker), and envdoctor's own modules are compiled once per session where the
+environment says not to write bytecode, so the hundreds of `envdoctor` children
+the suite starts do not each compile them again.
+"""
 from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -7,6 +19,38 @@ from support import validate_report
 
 # The conda fixture builder (fixtures/condafixtures.py) provides the session-scoped `conda_world`.
 pytest_plugins = ["condafixtures"]
+
+#: A module marked slow as a whole: `pytestmark = pytest.mark.slow` or a list that starts with it.
+_SLOW_MODULE = re.compile(r"^pytestmark = (?:pytest\.mark\.slow$|\[\s*pytest\.mark\.slow,)", re.MULTILINE)
+QUICK_TIER = "not slow"
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    """Under `-m "not slow"` every test of a slow module would be deselected: do not import it at all."""
+    if config.getoption("markexpr", "") != QUICK_TIER or collection_path.suffix != ".py":
+        return None
+    try:
+        source = collection_path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None
+    return True if _SLOW_MODULE.search(source) else None
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Compile envdoctor's modules to bytecode once when Python is told not to write it (PYTHONDONTWRITEBYTECODE).
+
+    An installed envdoctor was compiled by pip; an editable one under that setting would
+    be compiled from source by every child `python -m envdoctor` (a third of its start-up).
+    Only stale or missing files are written, atomically, into the package's own __pycache__
+    folders (which git ignores): the same files Python itself writes without the setting.
+    """
+    if not sys.flags.dont_write_bytecode:
+        return
+    import compileall
+
+    import envdoctor
+
+    compileall.compile_dir(Path(envdoctor.__file__).parent, quiet=2)
 
 
 @pytest.fixture(autouse=True)

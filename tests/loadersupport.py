@@ -9,16 +9,13 @@ from typing import Any
 
 import psutil
 
-from support import json_report, leftover_children, run_envdoctor
+from support import json_report, leftover_children, run_envdoctor, shm_left, shm_names
 
 FIXTURES_DIR = Path(__file__).resolve().parent.parent / "fixtures"
 
 
 def shm_torch_segments() -> set[str]:
-    try:
-        return {name for name in os.listdir("/dev/shm") if name.startswith("torch_")}
-    except OSError:
-        return set()
+    return shm_names("torch_")
 
 
 def loader_report(*args: str, env: dict[str, str] | None = None, prefix_cmd: tuple[str, ...] = ()
@@ -46,7 +43,7 @@ def assert_nothing_left(report: dict[str, Any], shm_before: set[str]) -> None:
             continue
     assert survivors == [], f"processes of the runner's group survived: {survivors}"
     assert leftover_children() == []
-    assert shm_torch_segments() - shm_before == set()
+    assert shm_left(shm_before, "torch_") == set()
 
 
 def dump(report: dict[str, Any]) -> str:

@@ -1,8 +1,12 @@
 """Helpers every test module shares: run the real command, validate every report."""
 from __future__ import annotations
 
+import contextlib
+import io
 import json
+import locale
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
@@ -44,6 +48,52 @@ def run_envdoctor(*args: str, env: Mapping[str, str] | None = None, prefix_cmd: 
                           env=full_env, cwd=cwd, timeout=timeout)
 
 
+def run_cli(*args: str, env: Mapping[str, str] | None = None, cwd: str | None = None
+            ) -> subprocess.CompletedProcess[str]:
+    """`envdoctor ARGS` as `cli.main(ARGS)` in this process, answered as `run_envdoctor` answers.
+
+    For tests about what the command prints and returns, not about the process: it
+    saves starting Python and importing envdoctor again (a few hundred ms a run).
+    The environment (`env` replaces it, as for a child) and the working directory
+    are this run's and put back after it; standard output is encoded as a child's
+    is (UTF-8, strict) and read back as `subprocess.run(text=True)` reads a pipe,
+    so a string a child could not print fails here too. Not for the running
+    interpreter's own package facts (sys.path and the user site are pytest's
+    here): those tests, and any run under prlimit/taskset, use `run_envdoctor`.
+    """
+    from envdoctor import cli
+
+    full_env = dict(os.environ if env is None else env)
+    full_env.setdefault("NO_COLOR", "1")
+    stdout, stderr = io.BytesIO(), io.BytesIO()
+    out = io.TextIOWrapper(stdout, encoding="utf-8", errors="strict", write_through=True)
+    err = io.TextIOWrapper(stderr, encoding="utf-8", errors="backslashreplace", write_through=True)
+    saved_env, saved_cwd = dict(os.environ), os.getcwd()
+    try:
+        os.environ.clear()
+        os.environ.update(full_env)
+        if cwd is not None:
+            os.chdir(cwd)
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                code = cli.main(list(args))
+            except SystemExit as exc:  # argparse's usage errors
+                code = exc.code if isinstance(exc.code, int) else 2
+            out.flush()
+            err.flush()
+    finally:
+        os.chdir(saved_cwd)
+        os.environ.clear()
+        os.environ.update(saved_env)
+    argv = envdoctor_argv(*args)
+    return subprocess.CompletedProcess(argv, code, _as_pipe_text(stdout.getvalue()), _as_pipe_text(stderr.getvalue()))
+
+
+def _as_pipe_text(data: bytes) -> str:
+    """Bytes decoded as `subprocess.run(text=True)` decodes a pipe: the locale's encoding, universal newlines."""
+    return io.TextIOWrapper(io.BytesIO(data), encoding=locale.getpreferredencoding(False)).read()
+
+
 def json_report(proc: subprocess.CompletedProcess[str]) -> dict[str, Any]:
     """The validated JSON report a `report --json` run printed."""
     assert proc.stdout.strip(), f"no report on stdout; stderr:\n{proc.stderr}"
@@ -75,3 +125,50 @@ def leftover_children() -> list[tuple[int, list[str]]]:
             continue
         found.append((child.pid, cmdline))
     return found
+
+
+SHM_DIR = "/dev/shm"
+#: torch names a shared-memory segment after the process that made it: torch_<pid>_<random>_<n>.
+_TORCH_SEGMENT = re.compile(r"torch_(\d+)_")
+
+
+def shm_names(prefix: str) -> set[str]:
+    """The entries of /dev/shm whose names start with `prefix` (none when there is no /dev/shm)."""
+    try:
+        return {name for name in os.listdir(SHM_DIR) if name.startswith(prefix)}
+    except OSError:
+        return set()
+
+
+def shm_left(before: set[str], prefix: str) -> set[str]:
+    """What this test's processes left in /dev/shm: entries named `prefix…` that were not there
+    `before` and that no running process outside this test is using.
+
+    /dev/shm is the machine's: another pytest-xdist worker, or anyone else on a shared
+    machine, has segments there while its runs go on. A torch segment names the pid that
+    made it; a named semaphore is mapped by every process that uses it. A segment whose
+    maker is gone and that nobody else maps is a leftover, whoever made it.
+    """
+    new = shm_names(prefix) - before
+    if not new:
+        return set()
+    import psutil
+
+    ours = {os.getpid(), *(child.pid for child in psutil.Process().children(recursive=True))}
+    in_use = set()
+    for name in new:
+        match = _TORCH_SEGMENT.match(name)
+        if match and int(match.group(1)) not in ours and psutil.pid_exists(int(match.group(1))):
+            in_use.add(name)
+    unexplained = new - in_use
+    if unexplained:
+        for pid in psutil.pids():
+            if pid in ours:
+                continue
+            try:
+                with open(f"/proc/{pid}/maps", encoding="utf-8", errors="replace") as fh:
+                    maps = fh.read()
+            except OSError:
+                continue
+            in_use |= {name for name in unexplained if f"{SHM_DIR}/{name}" in maps}
+    return new - in_use

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from support import envdoctor_argv, findings, json_report, run_envdoctor
+from support import envdoctor_argv, findings, json_report, run_cli, run_envdoctor
 
 STATIC = ("--no-loader", "--select", "SYS")
 
@@ -32,38 +32,38 @@ def write_pyproject(folder: Path, body: str) -> Path:
 
 def test_unknown_key_in_pyproject(tmp_path: Path) -> None:
     cwd = write_pyproject(tmp_path, "[tool.envdoctor]\nfail-on = 'warning'\nbudgett = 3\n")
-    assert_one_line_error(run_envdoctor("check", *STATIC, cwd=str(cwd)), "unknown key 'budgett'")
+    assert_one_line_error(run_cli("check", *STATIC, cwd=str(cwd)), "unknown key 'budgett'")
 
 
 def test_wrong_type_in_pyproject(tmp_path: Path) -> None:
     cwd = write_pyproject(tmp_path, "[tool.envdoctor]\nbudget = 'fast'\n")
-    assert_one_line_error(run_envdoctor("check", *STATIC, cwd=str(cwd)), "budget must be a number")
+    assert_one_line_error(run_cli("check", *STATIC, cwd=str(cwd)), "budget must be a number")
 
 
 def test_invalid_toml_in_pyproject(tmp_path: Path) -> None:
     cwd = write_pyproject(tmp_path, "[tool.envdoctor\nbudget = \n")
-    assert_one_line_error(run_envdoctor("check", *STATIC, cwd=str(cwd)), "not valid TOML")
+    assert_one_line_error(run_cli("check", *STATIC, cwd=str(cwd)), "not valid TOML")
 
 
 def test_unknown_rule_in_select() -> None:
-    assert_one_line_error(run_envdoctor("check", "--no-loader", "--select", "SYS999"), "unknown rule 'SYS999'")
+    assert_one_line_error(run_cli("check", "--no-loader", "--select", "SYS999"), "unknown rule 'SYS999'")
 
 
 def test_unwritable_output(tmp_path: Path) -> None:
     target = tmp_path / "no" / "such" / "folder" / "report.json"
-    assert_one_line_error(run_envdoctor("report", *STATIC, "--output", str(target)), "cannot write the report")
+    assert_one_line_error(run_cli("report", *STATIC, "--output", str(target)), "cannot write the report")
 
 
 def test_missing_prefix(tmp_path: Path) -> None:
-    assert_one_line_error(run_envdoctor("check", *STATIC, "--prefix", str(tmp_path / "gone")), "does not exist")
+    assert_one_line_error(run_cli("check", *STATIC, "--prefix", str(tmp_path / "gone")), "does not exist")
 
 
 def test_explain_unknown_rule() -> None:
-    assert_one_line_error(run_envdoctor("explain", "NOPE123"), "unknown rule")
+    assert_one_line_error(run_cli("explain", "NOPE123"), "unknown rule")
 
 
 def test_bad_severity_pair_is_a_usage_error() -> None:
-    proc = run_envdoctor("check", "--no-loader", "--severity", "SYS003")
+    proc = run_cli("check", "--no-loader", "--severity", "SYS003")
     assert proc.returncode == 2 and "RULE=LEVEL" in proc.stderr and "Traceback" not in proc.stderr
 
 
@@ -102,21 +102,23 @@ def test_markdown_and_output_file(tmp_path: Path) -> None:
 
 def test_report_json_output_file_is_valid(tmp_path: Path) -> None:
     out = tmp_path / "r.json"
-    proc = run_envdoctor("report", *STATIC, "-o", str(out))
-    assert proc.returncode in (0, 1)
+    proc = run_cli("report", *STATIC, "-o", str(out))
     from support import validate_report
 
     report = validate_report(json.loads(out.read_text()))
+    # The exit code the report calls for (--fail-on error): 1 for an error, or for a rule that could not run.
+    not_checked = any(e.get("rule") and e.get("probe") for e in report["errors"])
+    assert proc.returncode == (1 if report["summary"]["error"] or not_checked else 0), (proc.returncode, report)
     assert report["target"]["kind"] in ("venv", "conda", "pixi", "system")
     assert report["target"]["python"].count(".") == 2
 
 
 def test_rules_and_explain() -> None:
-    listing = run_envdoctor("rules")
+    listing = run_cli("rules")
     assert listing.returncode == 0
     ids = [line.split()[0] for line in listing.stdout.splitlines()]
     assert {"SYS001", "SYS002", "SYS003", "SYS006"} <= set(ids)
-    explained = run_envdoctor("explain", "shm-too-small")
+    explained = run_cli("explain", "shm-too-small")
     assert explained.returncode == 0
     for heading in ("What it checks", "Why it matters", "Example", "Fix"):
         assert f"\n{heading}\n" in explained.stdout
@@ -126,7 +128,7 @@ def test_rules_and_explain() -> None:
 def test_secrets_in_the_environment_are_redacted() -> None:
     env = dict(os.environ, HF_TOKEN="hf_supersecretvalue", WANDB_API_KEY="wandbsecret123",
                OMP_NUM_THREADS="3")
-    proc = run_envdoctor("report", *STATIC, env=env)
+    proc = run_cli("report", *STATIC, env=env)
     assert "supersecretvalue" not in proc.stdout and "wandbsecret123" not in proc.stdout
     environ = json_report(proc)["facts"]["system"]["environ"]
     assert environ["HF_TOKEN"] == "[redacted]" and environ["WANDB_API_KEY"] == "[redacted]"
@@ -161,7 +163,7 @@ def test_the_api_refuses_a_missing_data_path_too(tmp_path: Path) -> None:
     (("--severity", "NOPE9=info"), ("--severity", "unknown rule 'NOPE9'")),
 ])
 def test_hostile_setting_values_are_one_line_refusals(args: tuple[str, ...], fragments: tuple[str, ...]) -> None:
-    assert_one_line_error(run_envdoctor("report", "--no-loader", "--select", "SYS003", *args), *fragments)
+    assert_one_line_error(run_cli("report", "--no-loader", "--select", "SYS003", *args), *fragments)
 
 
 @pytest.mark.parametrize("body,fragment", [
@@ -174,11 +176,11 @@ def test_hostile_setting_values_are_one_line_refusals(args: tuple[str, ...], fra
 ])
 def test_hostile_pyproject_values_are_refused(tmp_path: Path, body: str, fragment: str) -> None:
     cwd = write_pyproject(tmp_path, f"[tool.envdoctor]\n{body}\n")
-    assert_one_line_error(run_envdoctor("check", *STATIC, cwd=str(cwd)), fragment)
+    assert_one_line_error(run_cli("check", *STATIC, cwd=str(cwd)), fragment)
 
 
 def test_missing_against_file_is_refused_not_skipped(tmp_path: Path) -> None:
-    proc = run_envdoctor("report", "--no-loader", "--select", "PKG007", "--against", str(tmp_path / "env.yml"))
+    proc = run_cli("report", "--no-loader", "--select", "PKG007", "--against", str(tmp_path / "env.yml"))
     assert_one_line_error(proc, "env.yml", "does not exist", "--against")
     assert proc.stdout == ""
 
@@ -238,7 +240,7 @@ def _leftovers(folder: Path) -> list[str]:
 def test_a_failed_run_leaves_the_previous_report_unchanged(tmp_path: Path) -> None:
     keep = tmp_path / "keep.json"
     keep.write_text('{"previous": "report"}\n')
-    proc = run_envdoctor("report", "--prefix", "/nonexistent", "-o", str(keep))
+    proc = run_cli("report", "--prefix", "/nonexistent", "-o", str(keep))
     assert_one_line_error(proc, "/nonexistent", "does not exist")
     assert keep.read_text() == '{"previous": "report"}\n'
     assert _leftovers(tmp_path) == []
@@ -256,7 +258,7 @@ def test_a_full_file_system_is_exit_2_and_the_previous_report_stays(tmp_path: Pa
 
 
 def test_dev_full_as_output_or_standard_output_is_exit_2() -> None:
-    assert_one_line_error(run_envdoctor("report", *STATIC, "-o", "/dev/full"),
+    assert_one_line_error(run_cli("report", *STATIC, "-o", "/dev/full"),
                           "cannot write the report to /dev/full", "No space left")
     for command in ("report", "check"):
         with open("/dev/full", "w") as full:
@@ -273,13 +275,13 @@ def test_output_into_the_inspected_environment_is_refused(tmp_path: Path) -> Non
     cfg = venv / "pyvenv.cfg"
     before = cfg.read_bytes()
     for flag in ("-o", "--svg"):
-        proc = run_envdoctor("check", *STATIC, "--prefix", str(venv), flag, str(cfg))
+        proc = run_cli("check", *STATIC, "--prefix", str(venv), flag, str(cfg))
         assert_one_line_error(proc, "will not write", "inside the inspected environment", str(venv))
         assert cfg.read_bytes() == before
     # Through a symlink from outside, too.
     link = tmp_path / "looks-outside"
     link.symlink_to(venv / "lib")
-    proc = run_envdoctor("check", *STATIC, "--prefix", str(venv), "-o", str(link / "r.json"))
+    proc = run_cli("check", *STATIC, "--prefix", str(venv), "-o", str(link / "r.json"))
     assert_one_line_error(proc, "inside the inspected environment")
     assert not (venv / "lib" / "r.json").exists()
 
@@ -288,7 +290,7 @@ def test_a_report_written_over_an_old_one_keeps_its_permissions(tmp_path: Path) 
     out = tmp_path / "r.json"
     out.write_text("old")
     out.chmod(0o640)
-    proc = run_envdoctor("report", *STATIC, "-o", str(out))
+    proc = run_cli("report", *STATIC, "-o", str(out))
     assert proc.returncode in (0, 1), proc.stderr
     assert json.loads(out.read_text())["schema_version"] == 1
     assert stat.S_IMODE(out.stat().st_mode) == 0o640
@@ -304,7 +306,7 @@ def test_a_python_that_cannot_start_is_not_an_all_clear(tmp_path: Path) -> None:
     python.chmod(0o755)
     (env / "bin" / "python3").symlink_to("python")
     for command in ("check", "report"):
-        proc = run_envdoctor(command, "--no-loader", "--prefix", str(env))
+        proc = run_cli(command, "--no-loader", "--prefix", str(env))
         assert_one_line_error(proc, "Python cannot start", "exited with status 127")
         assert "0 errors" not in proc.stdout
 

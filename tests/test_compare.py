@@ -20,7 +20,7 @@ from typing import Any
 
 import pytest
 
-from support import findings, json_report, run_envdoctor, validate_report
+from support import findings, json_report, run_cli, run_envdoctor, validate_report
 
 HAS_TWO_CPUS = hasattr(os, "sched_getaffinity") and len(os.sched_getaffinity(0)) >= 2
 
@@ -53,7 +53,7 @@ def _compare(*paths: Any, fmt: str = "json", fail_on: str | None = None) -> subp
     args = ["compare", *map(str, paths), "--format", fmt]
     if fail_on:
         args += ["--fail-on", fail_on]
-    return run_envdoctor(*args)
+    return run_cli(*args)
 
 
 def _by_what(report: dict[str, Any], rule: str) -> dict[str, dict[str, Any]]:
@@ -163,12 +163,12 @@ def test_a_fleet_report_is_not_taken_for_a_node(real_reports: dict[str, Path], t
 
 
 def test_compare_usage_errors_exit_2(tmp_path: Path) -> None:
-    missing = run_envdoctor("compare", str(tmp_path / "nope.json"))
+    missing = run_cli("compare", str(tmp_path / "nope.json"))
     assert missing.returncode == 2 and "no report at" in missing.stderr and "Traceback" not in missing.stderr
-    empty_dir = run_envdoctor("compare", str(tmp_path))
+    empty_dir = run_cli("compare", str(tmp_path))
     assert empty_dir.returncode == 2 and "without any .json report" in empty_dir.stderr
     (tmp_path / "broken.json").write_text("{")
-    none_readable = run_envdoctor("compare", str(tmp_path / "broken.json"))
+    none_readable = run_cli("compare", str(tmp_path / "broken.json"))
     assert none_readable.returncode == 2
     assert "none of the files given is a readable envdoctor report" in none_readable.stderr
     assert "broken.json: not valid JSON" in none_readable.stderr
@@ -179,7 +179,7 @@ def test_compare_never_reads_its_own_output(real_reports: dict[str, Path], tmp_p
         shutil.copy(real_reports[name], tmp_path / f"{name}.json")
     out = tmp_path / "fleet.json"
     for _ in range(2):  # the second run finds the first one's fleet.json in the folder
-        proc = run_envdoctor("compare", str(tmp_path), "--json", "-o", str(out))
+        proc = run_cli("compare", str(tmp_path), "--json", "-o", str(out))
         assert proc.returncode == 0, proc.stderr
         report = validate_report(json.loads(out.read_text()))
         assert findings(report, "FLT008") == []
@@ -188,7 +188,7 @@ def test_compare_never_reads_its_own_output(real_reports: dict[str, Path], tmp_p
     assert sorted(p.name for p in tmp_path.iterdir()) == ["fleet.json", "node-a.json", "node-lownofile.json"]
     # Named as an input and as the output: refused before anything is read or written.
     before = out.read_bytes()
-    proc = run_envdoctor("compare", str(out), str(tmp_path / "node-a.json"), "-o", str(out))
+    proc = run_cli("compare", str(out), str(tmp_path / "node-a.json"), "-o", str(out))
     assert proc.returncode == 2 and "both a report to compare and the output" in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1 and out.read_bytes() == before
 

@@ -162,11 +162,16 @@ def test_only_the_command_line_imports_the_cli_module() -> None:
     importers = set()
     for path in src.rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            names = ([a.name for a in node.names] if isinstance(node, ast.Import)
-                     else [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):  # `from envdoctor.cli import x` and `from envdoctor import cli`
+                names = [node.module or "", *(f"{node.module}.{a.name}" for a in node.names)]
+            else:
+                continue
             if "envdoctor.cli" in names:
                 importers.add(path.relative_to(src).as_posix())
-    assert importers <= {"cli.py", "__main__.py"}, importers
+    # Exactly the entry point: an empty set (a scan that found nothing) fails too.
+    assert importers == {"__main__.py"}, importers
 
 
 def test_probe_dependencies_are_declared_known_and_free_of_cycles() -> None:

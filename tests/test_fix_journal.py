@@ -123,14 +123,15 @@ def test_undo_refuses_when_a_file_was_added_inside_a_folder_the_fix_moved(tmp_pa
 
 def test_bytecode_written_on_import_since_the_fix_is_no_conflict(tmp_path: Path, journal_root: Path) -> None:
     prefix, stray = venv_folder(tmp_path)
+    pristine = tree_digest(prefix)
     aside = Path(str(stray) + ".envdoctor-aside")
     journal = run_moves(prefix, (str(stray), str(aside)))
     (aside / "__pycache__").mkdir()
     (aside / "__pycache__" / "x.cpython-311.pyc").write_bytes(b"\x00")
     undone = undo_last()
     assert undone.exit_code == 0, undone
-    assert (stray / "__pycache__" / "x.cpython-311.pyc").exists()  # moved back along with its folder
-    assert journal.path.exists()
+    assert tree_digest(prefix) == pristine  # byte for byte: the bytecode goes into the journal, not back
+    assert list((journal.path / "undone").rglob("x.cpython-311.pyc"))
 
 
 def test_undo_of_one_prefix_leaves_another_prefixs_newer_fix_alone(tmp_path: Path, journal_root: Path) -> None:
@@ -173,12 +174,93 @@ def test_plan_text_escapes_control_characters_from_metadata(tmp_path: Path) -> N
 
 
 def test_the_listing_of_a_conda_base_leaves_out_other_envs_and_the_package_cache(tmp_path: Path) -> None:
-    from envdoctor.fix.journal import walk_paths
+    from envdoctor.fix.state import list_roots
 
     base = tmp_path / "miniforge"
     for folder in ("conda-meta", "envs/train/lib", "pkgs/numpy-1.26.4", "lib/python3.11/site-packages"):
         (base / folder).mkdir(parents=True)
-    listed = {os.path.relpath(p, base) for p, _ in walk_paths(base)}
-    assert listed == {"conda-meta", "lib", "lib/python3.11", "lib/python3.11/site-packages"}
-    listed_venv = {os.path.relpath(p, base / "envs" / "train") for p, _ in walk_paths(base / "envs" / "train")}
-    assert listed_venv == {"lib"}
+    listed = {os.path.relpath(p, base) for p in list_roots([str(base)])}
+    assert listed == {".", "conda-meta", "lib", "lib/python3.11", "lib/python3.11/site-packages"}
+    listed_env = {os.path.relpath(p, base / "envs" / "train") for p in list_roots([str(base / "envs" / "train")])}
+    assert listed_env == {".", "lib"}
+
+
+def test_a_disk_that_fills_while_the_before_state_is_kept_changes_nothing(tmp_path: Path, journal_root: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    import errno
+
+    from envdoctor.fix import state
+    from envdoctor.fix.journal import JournalError
+
+    prefix, stray = venv_folder(tmp_path)
+    pristine = tree_digest(prefix)
+    real_copy = state.shutil.copyfile
+    copied: list[str] = []
+
+    def fills_up(source: str, destination: str, **kw: object) -> None:
+        if copied:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        copied.append(real_copy(source, destination))
+
+    monkeypatch.setattr(state.os, "link", lambda *a: (_ for _ in ()).throw(OSError(errno.EXDEV, "cross-device")))
+    monkeypatch.setattr(state.shutil, "copyfile", fills_up)
+    finding = Finding(rule="PKG002", name="duplicate-distribution", severity=Severity.ERROR, message="doubled",
+                      fix_steps=(FixStep.file_move(str(stray), str(stray) + ".envdoctor-aside"),))
+    report = Report(tool={}, generated_at="", host={}, target={"prefix": str(prefix), "kind": "venv"}, facts={},
+                    findings=[finding])
+    journal = Journal.create({"prefix": str(prefix), "kind": "venv"})
+    with pytest.raises(JournalError, match="No space left on device; nothing was changed"):
+        Executor(make_plan(report, {}), journal).run()
+    assert tree_digest(prefix) == pristine and copied  # it failed part-way through keeping the copies
+    assert Journal.latest() is None  # a fix that changed nothing is not undone
+
+
+def test_a_disk_that_fills_after_a_step_ran_is_still_undone_exactly(tmp_path: Path, journal_root: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    from envdoctor.fix.journal import JournalError
+
+    prefix, stray = venv_folder(tmp_path)
+    pristine = tree_digest(prefix)
+    real_save = Journal.save
+
+    def full_after_a_step(self: Journal) -> None:
+        if any(s.get("status") == "done" for s in self.manifest.get("steps") or []):
+            raise JournalError(f"cannot write {self.path}/manifest.json: No space left on device")
+        real_save(self)
+
+    monkeypatch.setattr(Journal, "save", full_after_a_step)
+    finding = Finding(rule="PKG002", name="duplicate-distribution", severity=Severity.ERROR, message="doubled",
+                      fix_steps=(FixStep.file_move(str(stray), str(stray) + ".envdoctor-aside"),))
+    report = Report(tool={}, generated_at="", host={}, target={"prefix": str(prefix), "kind": "venv"}, facts={},
+                    findings=[finding])
+    with pytest.raises(JournalError):
+        Executor(make_plan(report, {}), Journal.create({"prefix": str(prefix), "kind": "venv"})).run()
+    assert not stray.exists()  # the move happened; the manifest on disk still says it was running
+    monkeypatch.setattr(Journal, "save", real_save)
+    undone = undo_last()
+    assert undone.exit_code == 0, undone
+    assert tree_digest(prefix) == pristine
+
+
+def test_the_roots_a_fix_keeps_for_each_kind_of_target(tmp_path: Path) -> None:
+    from envdoctor.fix.state import write_roots
+
+    venv = tmp_path / "venv"
+    user_site = tmp_path / "home" / ".local" / "lib" / "python3.11" / "site-packages"
+    base = tmp_path / "root" / "usr" / "lib" / "python3" / "dist-packages"
+    assert write_roots({"prefix": str(venv), "kind": "venv", "site_packages": [str(venv / "lib/python3.11/site-packages")],
+                        "user_site": str(user_site), "user_site_enabled": False}) == [str(venv)]
+    # A --system-site-packages venv reads its base's site (and the user site): those are roots too.
+    assert write_roots({"prefix": str(venv), "kind": "venv", "user_site": str(user_site), "user_site_enabled": True,
+                        "site_packages": [str(venv / "lib/python3.11/site-packages"), str(user_site), str(base)]}) == \
+        sorted([str(venv), str(user_site), str(tmp_path / "home" / ".local" / "bin"), str(base)])
+    usr = tmp_path / "root" / "usr"
+    local = usr / "local"
+    (tmp_path / "opt-bin").mkdir()
+    local.mkdir(parents=True)
+    (local / "bin").symlink_to(tmp_path / "opt-bin")  # a root that is a link is kept where its files are
+    assert write_roots({"prefix": str(usr), "kind": "system", "python": "3.11.2",
+                        "purelib": str(local / "lib/python3.11/dist-packages"),
+                        "site_packages": [str(local / "lib/python3.11/dist-packages"), str(base)],
+                        "user_site": str(user_site), "user_site_enabled": False}) == \
+        sorted([str(tmp_path / "opt-bin"), str(local / "lib" / "python3.11"), str(base)])

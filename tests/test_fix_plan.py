@@ -14,7 +14,6 @@ from pathlib import Path
 import pytest
 
 from envdoctor.fix.plan import make_plan
-from envdoctor.fix.snapshot import distribution_name, inverse_commands
 from envdoctor.fix.tools import Target, package_arguments
 from envdoctor.model import Finding, FixStep, Report, Severity
 
@@ -230,25 +229,10 @@ def test_a_refused_later_step_also_holds_back_the_earlier_ones(conda_prefix: Pat
     assert plan.runnable == []
 
 
-def test_package_arguments_and_inverse_commands(tmp_path: Path) -> None:
+def test_package_arguments(tmp_path: Path) -> None:
     assert package_arguments("pip", ["/e/bin/python", "-m", "pip", "install", "--force-reinstall", "--no-deps",
                                      "-f", "/wheels", "numpy==2.1.3"]) == ("install", ["numpy==2.1.3"])
     assert package_arguments("uv", ["uv", "pip", "uninstall", "--python", "/e", "PyYAML"]) == ("uninstall", ["PyYAML"])
-    assert distribution_name("urllib3<3,>=1.21.1") == "urllib3"
-    assert distribution_name("/w/Foo_Bar-1.0-py3-none-any.whl") == "foo-bar"
-    assert distribution_name("torch @ https://x/torch-2.5.1.whl") == "torch"
-    wheel = tmp_path / "numpy-2.1.3-py3-none-any.whl"
-    wheel.write_bytes(b"")
-    before = [{"name": "numpy", "version": "2.1.3", "source": wheel.as_uri()},
-              {"name": "six", "version": "1.16.0", "source": None}]
-    assert inverse_commands("pip", ["/e/bin/python", "-m", "pip", "install", "numpy", "six", "urllib3"], "install",
-                            {"numpy", "six", "urllib3"}, before, None) == [
-        ["/e/bin/python", "-m", "pip", "install", "--no-deps", "--force-reinstall", f"numpy @ {wheel.as_uri()}"],
-        ["/e/bin/python", "-m", "pip", "install", "--no-deps", "--force-reinstall", "six==1.16.0"],
-        ["/e/bin/python", "-m", "pip", "uninstall", "-y", "urllib3"]]
-    assert inverse_commands("uv", ["uv", "pip", "uninstall", "--python", "/e", "six"], "uninstall", {"six"},
-                            before[1:], "/e") == [
-        ["uv", "pip", "install", "--python", "/e", "--no-deps", "--reinstall", "six==1.16.0"]]
 
 
 def test_target_contains_resolves_symlinks(tmp_path: Path) -> None:

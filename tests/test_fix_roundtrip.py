@@ -102,7 +102,7 @@ def test_pkg002_fix_then_undo_on_a_real_pip_venv(tmp_path: Path, offline: dict[s
     refused = envdoctor(offline, "fix", "--prefix", str(venv), "--select", "PKG002")
     assert refused.returncode == 2 and "pass --yes" in refused.stderr + refused.stdout
     assert tree_digest(venv) == pristine
-    assert not (tmp_path / "cache" / "envdoctor" / "journal").exists()
+    assert not list((tmp_path / "cache" / "envdoctor" / "journal").glob("*/manifest.json"))  # no fix journal
 
     done = envdoctor(offline, "fix", "--prefix", str(venv), "--select", "PKG002", "--yes", "--format", "json")
     assert done.returncode == 0, done.stdout + done.stderr
@@ -119,16 +119,20 @@ def test_pkg002_fix_then_undo_on_a_real_pip_venv(tmp_path: Path, offline: dict[s
     assert manifest["status"] == "finished"
     moved = manifest["steps"][0]["moved"]
     assert moved["from"] == old and "METADATA" in moved["tree"]
-    package = manifest["steps"][1]["package"]
-    assert [(d["name"], d["version"]) for d in package["distributions"]] == [("numpy", "2.1.3")]
-    assert any(p.endswith("numpy/__init__.py") for p in package["files_before"])
-    new_wheel = next(Path(offline["PIP_FIND_LINKS"]).glob("numpy-2.1.3-*.whl"))
-    assert package["inverse"] == [[python + "3", "-m", "pip", "install", "--no-deps", "--force-reinstall",
-                                   f"numpy @ {new_wheel.as_uri()}"]]  # the version and source it came from
+    step = manifest["steps"][1]
+    new_info = next(venv.glob("lib/python*/site-packages/numpy-2.1.3.dist-info"))
+    assert "--no-compile" in step["ran"] and not list((new_info.parent / "numpy").rglob("*.pyc"))  # no bytecode
+    assert step["distributions"]["added"] == [] and step["distributions"]["removed"] == []  # same folder rewritten
+    before = manifest["before"]
+    assert before["roots"] == [str(venv)] and (journal / before["listing"]).is_file()
+    assert str(new_info / "RECORD") in json.loads((journal / before["listing"]).read_text())
+    assert result["verification"]["ok"] and result["verification"]["imported"]["numpy"].startswith(str(venv))
     assert tree_digest(venv) != pristine
 
     undone = envdoctor(offline, "fix", "--undo", "--format", "json")
-    assert undone.returncode == 0 and json.loads(undone.stdout)["problems"] == [], undone.stdout
+    said = json.loads(undone.stdout)
+    assert undone.returncode == 0 and said["problems"] == [], undone.stdout
+    assert said["after_hash"] == said["before_hash"] == before["hash"]
     assert tree_digest(venv) == pristine
     assert len(check(venv, "PKG002").by_rule("PKG002")) == 1  # the doubled state is back, as it was
     again = envdoctor(offline, "fix", "--undo")
@@ -241,9 +245,8 @@ def test_a_dependency_the_step_upgrades_unnamed_comes_back_too(tmp_path: Path, o
                                                                tool: str) -> None:
     """`install trainkit==2.0` also upgrades urllib3 (trainkit 2.0 needs urllib3>=2), which the argv never names.
 
-    pip: `--dry-run --report` names it before the step, so its files are in the snapshot and come back byte
-    for byte. uv has no such report: undo reinstalls the recorded 1.26.0 from the wheel it came from (uv
-    writes no bytecode, so that too gives the same bytes).
+    The before-state holds the whole prefix, so what the step changed unnamed comes back byte for byte,
+    with no reinstall from an index (for pip and uv alike).
     """
     wheels = Path(offline["PIP_FIND_LINKS"])
     old_urllib3 = tiny_wheel(wheels, "urllib3", "1.26.0")
@@ -268,14 +271,11 @@ def test_a_dependency_the_step_upgrades_unnamed_comes_back_too(tmp_path: Path, o
     journal = Journal.create(dict(target))
     assert [r.status for r in Executor(plan, journal).run()] == ["done"]
     assert run_ok([python, "-c", "import urllib3; print(urllib3.__version__)"], offline).strip() == "2.2.3"
-    package = json.loads((journal.path / "manifest.json").read_text())["steps"][0]["package"]
-    snapshotted = sorted(d["name"] for d in package["distributions"])
-    if tool == "pip":
-        assert snapshotted == ["trainkit", "urllib3"] and package["reinstall"] == []
-    else:
-        assert snapshotted == ["trainkit"]
-        assert package["reinstall"] == [[uv_executable(), "pip", "install", "--python", str(venv),
-                                         "--no-deps", "--reinstall", f"urllib3 @ {old_urllib3.as_uri()}"]]
+    record = json.loads((journal.path / "manifest.json").read_text())["steps"][0]
+    site = next(venv.glob("lib/python*/site-packages"))
+    assert record["distributions"] == {
+        "removed": [str(site / "trainkit-1.0.dist-info"), str(site / "urllib3-1.26.0.dist-info")],
+        "added": [str(site / "trainkit-2.0.dist-info"), str(site / "urllib3-2.2.3.dist-info")]}
 
     undone = undo_last()
     assert undone.exit_code == 0, undone

@@ -88,8 +88,11 @@ def test_a_process_the_factory_started_in_its_own_session_is_killed(tmp_path: Pa
     report, _, _ = loader_report("--dataset", "loaderfixtures.leftovers:escaping_factory", "--budget", "10",
                                  env={"ENVDOCTOR_TEST_RECORD": str(record)})
     (pid,) = _recorded(record, "pid")
+    assert _recorded(record, "helper-up") == [pid], dump(report)  # it ran while the stage did
     helper = psutil.Process(int(pid)) if psutil.pid_exists(int(pid)) else None
     assert helper is None or _wait_gone([helper], GONE_WITHIN_S) == [], dump(report)
+    # Gone, and not by itself: it would have written this on its way out of a normal end.
+    assert _recorded(record, "helper-exited") == [], dump(report)
 
 
 def test_workers_that_call_setsid_are_killed(tmp_path: Path) -> None:

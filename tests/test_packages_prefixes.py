@@ -513,3 +513,25 @@ def test_prefix_without_an_interpreter_is_still_read(conda_world: World, tmp_pat
     assert report["target"]["python"] is None
     assert rule_ids(report) == ["CHN003"]
     assert report["facts"]["packages"]["distributions"] == []
+
+
+def test_a_chroots_venv_whose_python_resolves_to_the_host_is_refused_in_one_line(tmp_path: Path) -> None:
+    """Read from the host, a chroot venv's `bin/python -> /usr/bin/python3` is the host's interpreter."""
+    chroot = tmp_path / "chroot"
+    (chroot / "etc").mkdir(parents=True)
+    (chroot / "etc" / "os-release").write_text('ID=debian\n')
+    (chroot / "usr" / "bin").mkdir(parents=True)
+    venv = chroot / "opt" / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "pyvenv.cfg").write_text("home = /usr/bin\ninclude-system-site-packages = false\n")
+    os.symlink(os.path.realpath(sys.executable), venv / "bin" / "python3")
+    proc = subprocess.run([sys.executable, "-m", "envdoctor", "check", "--prefix", str(venv), "--no-loader"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and proc.stdout == ""
+    [line] = proc.stderr.strip().splitlines()
+    assert f"outside the root file system {chroot}" in line and "chroot" in line
+    # Inside its own root it is fine: the Debian-style roots of the system tests keep their interpreter inside.
+    from envdoctor.facts.target import interpreter_outside_root
+
+    (chroot / "usr" / "bin" / "python3").write_bytes(b"")
+    assert interpreter_outside_root(venv, chroot / "usr" / "bin" / "python3") is None

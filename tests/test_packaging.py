@@ -26,6 +26,8 @@ def test_wheel_ships_catalog_schema_and_probes(wheel: Path) -> None:
     names = set(zipfile.ZipFile(wheel).namelist())
     assert "envdoctor/_catalog/SYS.toml" in names
     assert "envdoctor/report/schema.json" in names
+    # What runs inside the target, started by path, with the knee both sides import.
+    assert {"envdoctor/inside/loader_runner.py", "envdoctor/inside/torch_probe.py", "envdoctor/inside/loader_knee.py"} <= names
     assert not any(name.startswith("torch") for name in names)
     metadata = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith("METADATA"))).decode()
     requires = [line for line in metadata.splitlines() if line.startswith("Requires-Dist:") and "extra ==" not in line]

@@ -13,7 +13,7 @@ from torch.utils.data import DataLoader, Dataset, default_collate
 import envdoctor
 import torch
 from envdoctor.api import preflight_summary
-from support import leftover_children
+from support import leftover_children, shm_left, shm_names
 
 
 class Waits(Dataset):
@@ -204,10 +204,8 @@ def test_spawn_workers_starting_slowly_are_not_a_hang() -> None:
     slow = [s for s in outcome["skipped"] if "had not delivered a first batch" in s["reason"]]
     assert measured or slow, outcome
     assert outcome["seconds"] < 12 + 8
-    assert _semaphores() - before == set()
+    assert shm_left(before, "sem.mp-") == set()
 
 
 def _semaphores() -> set[str]:
-    import os
-
-    return {name for name in os.listdir("/dev/shm") if name.startswith("sem.mp-")}
+    return shm_names("sem.mp-")

@@ -1,20 +1,28 @@
-"""README.md tells the truth: its rule table is the catalog's, its commands are the ones CI runs."""
+"""README.md tells the truth: its two opening commands are the ones CI runs, and it stays short.
+
+The rule table moved to docs/rules/index.md (tests/test_docs.py keeps it in step with the catalog).
+"""
 from __future__ import annotations
 
 import re
 from pathlib import Path
 
-from envdoctor.catalog import load_catalog, rule_table_markdown
-
 README = Path(__file__).resolve().parents[1] / "README.md"
 CI = README.parent / ".ci" / "run"
+#: The README is the first five minutes; the rest lives in docs/.
+MAX_README_LINES = 250
+
+
+def _fenced_blocks(text: str) -> list[tuple[str, str]]:
+    """Every fenced block of a Markdown text, in order: (info string, body)."""
+    return re.findall(r"^```([\w-]*)\n(.*?)^```$", text, re.MULTILINE | re.DOTALL)
 
 
 def _readme_commands() -> tuple[list[str], list[str]]:
     """The steps of the README's two commands: install-and-run, and the tests."""
-    blocks = re.findall(r"```(?:sh|bash|console)?\n(.*?)```", README.read_text(encoding="utf-8"), re.DOTALL)[:2]
-    assert len(blocks) == 2, "README.md lost its two opening commands"
-    install_and_run, tests = ([step.strip() for step in block.strip().split("&&")] for block in blocks)
+    blocks = _fenced_blocks(README.read_text(encoding="utf-8"))[:2]
+    assert [info for info, _ in blocks] == ["sh", "sh"], "README.md must open with its two commands, as ```sh blocks"
+    install_and_run, tests = ([step.strip() for step in body.strip().split("&&")] for _, body in blocks)
     return install_and_run, tests
 
 
@@ -29,14 +37,6 @@ def _ci_commands() -> list[str]:
         command = re.sub(r'(\.venv/bin/[a-z]+)"', r"\1", command)
         commands.append(command.split(" || ")[0].replace(" --quiet", ""))
     return commands
-
-
-def test_readme_rule_table_matches_the_catalog() -> None:
-    text = README.read_text(encoding="utf-8")
-    block = re.search(r"<!-- rules:start -->\n(.*?)\n<!-- rules:end -->", text, re.DOTALL)
-    assert block, "README.md lost its rules block"
-    expected = rule_table_markdown(load_catalog(plugins=False))
-    assert block.group(1) == expected, "run `python scripts/update_readme.py`"
 
 
 def test_readme_starts_with_install_and_check_then_the_tests() -> None:
@@ -55,3 +55,24 @@ def test_ci_runs_the_readme_commands_and_the_gates_in_order() -> None:
     assert ci[0] == "python3 -m venv .venv"
     assert ci.index(".venv/bin/ruff check .") < ci.index(".venv/bin/mypy") < len(ci) - 1
     assert ci[-1] == tests[-1]
+
+
+def test_readme_names_the_quick_tier_and_the_full_suite_in_its_development_section() -> None:
+    text = README.read_text(encoding="utf-8")
+    development = text.split("\n## Development\n", 1)[1].split("\n## ", 1)[0]
+    _, tests = _readme_commands()
+    commands = [body.strip() for _, body in _fenced_blocks(development)]
+    assert any(c.startswith(".venv/bin/python -m pytest") and '-m "not slow"' in c for c in commands), commands
+    assert f"`{tests[-1]}`" in development  # the full suite: the README's test command
+
+
+def test_readme_stays_a_page_for_newcomers() -> None:
+    lines = README.read_text(encoding="utf-8").splitlines()
+    assert len(lines) <= MAX_README_LINES, f"README.md has {len(lines)} lines: move the detail to docs/"
+
+
+def test_development_names_the_quick_tier_as_the_test_command_less_the_slow_tests() -> None:
+    """The quick loop is the README's test command with `-m "not slow"` (the tier conftest.py skips importing)."""
+    _, tests = _readme_commands()
+    quick = f'{tests[-1]} -m "not slow"'
+    assert f"\n{quick}\n" in README.read_text(encoding="utf-8"), f"README.md does not show the quick tier as {quick!r}"

@@ -43,6 +43,16 @@ def test_secret_names() -> None:
     ("login with hf_AbCdEfGhIjKlMnOpQrStUvWx12 now", f"login with {REDACTED} now"),
     ("key AKIAIOSFODNN7EXAMPLE", f"key {REDACTED}"),
     ("WANDB_API_KEY=abc123 HF_HUB_OFFLINE=1 python train.py", f"WANDB_API_KEY={REDACTED} HF_HUB_OFFLINE=1 python train.py"),
+    # credentials as files write them (issue 24: a .netrc and a .pgpass line came back verbatim)
+    ("machine api.example.com login alice password s3cr3t!", f"machine api.example.com login alice password {REDACTED}"),
+    ("default login bob passwd hunter2", f"default login bob passwd {REDACTED}"),
+    ("password: hunter2", f"password: {REDACTED}"),
+    ("  api_key: abc123, region: eu", f"  api_key: {REDACTED}, region: eu"),
+    ("alice:hunter2@db.example.com", f"alice:{REDACTED}@db.example.com"),
+    ("psql alice:hunter2@10.0.0.1:5432/train", f"psql alice:{REDACTED}@10.0.0.1:5432/train"),
+    ("db.example.com:5432:train:alice:pg-Pa55", f"db.example.com:5432:train:alice:{REDACTED}"),
+    ("*:*:*:postgres:pw\\:x", f"*:*:*:postgres:{REDACTED}"),
+    ("root:$6$rounds$Efgh1234567890/xyz.:20228:0:99999:7:::", f"root:{REDACTED}:20228:0:99999:7:::"),
 ])
 def test_values_redacted_by_shape(text: str, expected: str) -> None:
     assert redact_text(text) == expected
@@ -53,6 +63,10 @@ def test_values_redacted_by_shape(text: str, expected: str) -> None:
     "cf30153c4c131c8164ee7798e5022d810682e2cb",  # a git revision
     "numpy-1.26.4-py311h64a7726_0", "https://conda.anaconda.org/conda-forge/linux-64",
     "pip install --index-url https://download.pytorch.org/whl/cu128 torch", "OMP_NUM_THREADS=4",
+    # near misses of the credential shapes
+    "git@github.com:org/repo.git", "root:*:20228:0:99999:7:::", "localhost:5432:db:user", "10.0.0.1:5432",
+    "train.py:12:3: cannot be parsed: SyntaxError: invalid syntax", "torch 2.13.0 @ file:///wheels/torch.whl",
+    "the price is $5 and $6", "user@example.com",
 ])
 def test_ordinary_values_stay(text: str) -> None:
     assert redact_text(text) == text

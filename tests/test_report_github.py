@@ -28,8 +28,12 @@ def test_cli_annotates_train_a_line_8_and_the_sys001_finding_from_a_subfolder(tm
     proc = run_envdoctor("check", "--no-loader", "--select", "SPW001,SYS001", "--format", "github", "a.py", "b.py",
                          "c.py", cwd=str(repo / "train"), prefix_cmd=["prlimit", "--nofile=256:4096"])
     assert proc.returncode == 1, proc.stderr
-    lines = proc.stdout.splitlines()
+    *lines, verdict = proc.stdout.splitlines()
     assert len(lines) == 4 and all(line.startswith("::") for line in lines)
+    # The report's verdict, last: problems found, the unselected areas named as not checked.
+    assert verdict == ("::notice file=pyproject.toml,line=1,title=envdoctor verdict%3A problems::packages: not-checked, "
+                       "channels: not-checked, limits: problem, scripts: problem, storage: not-checked, "
+                       "GPU: not-checked, loader: not-checked")
     parsed = [_parse(line) for line in lines]
     by_title = {props["title"].split()[0] + props.get("file", ""): (level, props, msg) for level, props, msg in parsed}
     level, props, message = by_title["SPW001train/a.py"]

@@ -18,8 +18,9 @@ import pytest
 from envdoctor.model import Finding, Location, Report, Severity
 from envdoctor.report import FORMATS, RenderOptions, render
 from envdoctor.report.safe import has_unsafe
+from envdoctor.verdict import settle
 from reportfixtures import loader_section
-from support import run_envdoctor
+from support import run_cli, run_envdoctor
 
 SPAWN = Path(__file__).resolve().parents[1] / "fixtures" / "spawn"
 
@@ -50,13 +51,13 @@ def test_a_script_with_a_hostile_name_in_every_format(tmp_path, name):
     script = tmp_path / f"t{hostile.replace('/', '_').replace(chr(0), '_')}.py"  # no file name holds / or NUL
     script.write_bytes((SPAWN / "main_unguarded.py").read_bytes())
     saved = tmp_path / "saved.json"
-    proc = run_envdoctor("report", "--no-loader", "--select", "SPW001", "-o", str(saved), "--", str(script),
-                         cwd=str(tmp_path))
+    proc = run_cli("report", "--no-loader", "--select", "SPW001", "-o", str(saved), "--", str(script),
+                   cwd=str(tmp_path))
     assert proc.returncode == 1, proc.stderr
     data = json.loads(saved.read_text(encoding="utf-8"))
     assert data["findings"][0]["location"]["path"] == str(script)  # JSON keeps the exact name
     for fmt in HUMAN_FORMATS:
-        out = run_envdoctor("render", str(saved), "--format", fmt, "-v", cwd=str(tmp_path))
+        out = run_cli("render", str(saved), "--format", fmt, "-v", cwd=str(tmp_path))
         assert out.returncode == 1, (fmt, out.stderr)
         assert "SPW001" in out.stdout, fmt
         _assert_clean(out.stdout, fmt)
@@ -71,14 +72,14 @@ def _hostile_report() -> Report:
             message=f"{hostile} is installed twice ({name})", fix=f"pip uninstall -y {hostile}\n{hostile}",
             evidence={"package": hostile, hostile: {"paths": [hostile, f"/x/{hostile}"]}},
             location=Location(f"{hostile}.py", i + 1, 1) if i % 2 else None))
-    return Report(tool={"name": "envdoctor", "version": HOSTILE["osc-title"]}, generated_at=HOSTILE["clear-screen"],
+    return settle(Report(tool={"name": "envdoctor", "version": HOSTILE["osc-title"]}, generated_at=HOSTILE["clear-screen"],
                   host={"hostname": HOSTILE["rich-close"], "platform": HOSTILE["csi-c1"]},
                   target={"prefix": HOSTILE["osc8-link"], "kind": HOSTILE["rich-link"], "python": HOSTILE["bidi-isolate"]},
                   facts={}, findings=findings, checked=None,
                   loader=loader_section(dataset=HOSTILE["osc8-link"], bottleneck=HOSTILE["rich-close"],
                                         bottleneck_reason=HOSTILE["clear-screen"],
                                         skipped=[{"what": HOSTILE["rich-link"], "reason": HOSTILE["bidi-override"]}]),
-                  errors=[{"probe": HOSTILE["nul-and-bell"], "message": HOSTILE["osc-title"]}])
+                  errors=[{"probe": HOSTILE["nul-and-bell"], "message": HOSTILE["osc-title"]}]))
 
 
 @pytest.mark.parametrize("fmt", HUMAN_FORMATS)
@@ -98,8 +99,8 @@ def test_rich_markup_in_a_compared_report_is_text_not_markup(tmp_path):
                                                           version="[/red]1.0\x9b")
     (tmp_path / "b.json").write_text(json.dumps(other), encoding="utf-8")
     for fmt in HUMAN_FORMATS:
-        proc = run_envdoctor("compare", str(tmp_path / "a.json"), str(tmp_path / "b.json"), "--format", fmt,
-                             env={"COLUMNS": "200", "PATH": "/usr/bin:/bin"})
+        proc = run_cli("compare", str(tmp_path / "a.json"), str(tmp_path / "b.json"), "--format", fmt,
+                       env={"COLUMNS": "200", "PATH": "/usr/bin:/bin"})
         assert proc.returncode in (0, 1), (fmt, proc.stderr)
         assert "Traceback" not in proc.stderr and "MarkupError" not in proc.stderr, fmt
         _assert_clean(proc.stdout, fmt)
@@ -112,9 +113,9 @@ def test_a_million_findings_and_a_10_mib_string_render_in_bounded_time_and_size(
                   fix="guard it", location=Location("t.py", 1, 1))
     huge = Finding(rule="PKG002", name="duplicate-distribution", severity=Severity.ERROR,
                    message="x" * (10 * 2**20), evidence={"blob": "y" * (10 * 2**20)}, fix="z" * (10 * 2**20))
-    report = Report(tool={"version": "0.1.0"}, generated_at="t", host={"hostname": "h", "platform": "p"},
-                    target={"prefix": "/p", "kind": "venv", "python": "3.11"}, facts={},
-                    findings=[huge] + [one] * 1_000_000)
+    report = settle(Report(tool={"version": "0.1.0"}, generated_at="t", host={"hostname": "h", "platform": "p"},
+                           target={"prefix": "/p", "kind": "venv", "python": "3.11"}, facts={},
+                           findings=[huge] + [one] * 1_000_000))
     for fmt in ("text", "markdown", "github", "sarif"):
         started = time.monotonic()
         text = render(report, fmt, RenderOptions(verbose=True))
@@ -127,7 +128,8 @@ def test_a_million_findings_and_a_10_mib_string_render_in_bounded_time_and_size(
                 "message"]["text"]
         elif fmt == "github":  # GitHub shows 50 annotations a job: 200 are written, then a count of the rest
             lines = text.splitlines()
-            assert len(lines) == 201 and "999801 more findings are not annotated" in lines[-1]
+            assert len(lines) == 202 and "999801 more findings are not annotated" in lines[-2]
+            assert "title=envdoctor verdict%3A problems::packages: problem" in lines[-1]
             assert max(len(line) for line in lines) < 20_000
         else:
             assert len(text) < 200_000, (fmt, len(text))

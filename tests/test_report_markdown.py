@@ -11,6 +11,7 @@ from markdown_it import MarkdownIt
 
 from envdoctor.model import Finding, Location, Report, Severity
 from envdoctor.report.markdown import code_span, render
+from envdoctor.verdict import settle
 from reportfixtures import SCRIPTS, loader_section, make_train_repo
 from support import run_envdoctor
 
@@ -24,7 +25,7 @@ def _report(findings: list[Finding], **changes) -> Report:
                 host={"hostname": "h", "platform": "linux-64"},
                 target={"prefix": "/opt/env", "kind": "conda", "python": "3.11.7"}, facts={}, findings=findings,
                 checked=["SPW001", "SYS001"])
-    return Report(**{**base, **changes})
+    return settle(Report(**{**base, **changes}))
 
 
 def test_main_guard_renders_as_code_fixes_as_code_blocks_evidence_in_details(tmp_path):

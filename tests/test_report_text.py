@@ -11,8 +11,9 @@ from pathlib import Path
 
 from envdoctor.model import Finding, Location, Report, Severity
 from envdoctor.report.text import render, svg_text
+from envdoctor.verdict import settle
 from reportfixtures import SCRIPTS, loader_section, make_train_repo, recommendation
-from support import run_envdoctor
+from support import run_cli, run_envdoctor
 
 SPAWN = Path(__file__).resolve().parents[1] / "fixtures" / "spawn"
 
@@ -76,8 +77,8 @@ def test_findings_of_one_rule_are_grouped_under_one_head_with_one_fix(tmp_path):
     repo.mkdir()
     for name in ("x.py", "y.py", "z.py"):
         (repo / name).write_bytes((SPAWN / "main_unguarded.py").read_bytes())
-    proc = run_envdoctor("check", "--no-loader", "--select", "SPW001", "x.py", "y.py", "z.py", cwd=str(repo),
-                         env={**_env(), "COLUMNS": "80"})
+    proc = run_cli("check", "--no-loader", "--select", "SPW001", "x.py", "y.py", "z.py", cwd=str(repo),
+                   env={**_env(), "COLUMNS": "80"})
     lines = proc.stdout.splitlines()
     assert "✗ SPW001 missing-main-guard in 3 files" in lines
     assert [line[:12] for line in lines if re.match(r"  [xyz]\.py", line)] == ["  x.py:10:5 ", "  y.py:10:5 ",
@@ -92,7 +93,7 @@ def _report(**changes) -> Report:
                 target={"prefix": "/opt/env", "kind": "conda", "python": "3.11.7"},
                 facts={"system": {}, "packages": {}, "scripts": {}, "storage": {}, "gpu": {}, "torch": {}},
                 findings=[], checked=["PKG001", "CHN001", "SYS001", "SPW001", "DSK001", "GPU001", "DL001"])
-    return Report(**{**base, **changes})
+    return settle(Report(**{**base, **changes}))
 
 
 def test_checklist_says_not_checked_when_a_probe_failed_and_the_verdict_says_so():
@@ -129,8 +130,8 @@ def test_svg_is_recorded_at_a_fixed_width_whatever_stdout_is(tmp_path):
     first = (tmp_path / "a.svg").read_text(encoding="utf-8")
     for columns in ("40", "200"):
         out = tmp_path / f"cli-{columns}.svg"
-        proc = run_envdoctor("check", "--no-loader", "--select", "SPW001", "--svg", str(out),
-                             str(SPAWN / "main_unguarded.py"), env={**_env(), "COLUMNS": columns})
+        proc = run_cli("check", "--no-loader", "--select", "SPW001", "--svg", str(out),
+                       str(SPAWN / "main_unguarded.py"), env={**_env(), "COLUMNS": columns})
         assert proc.returncode == 1, proc.stderr
         svg = out.read_text(encoding="utf-8")
         assert re.search(r'viewBox="0 0 ([\d.]+) ', svg).group(1) == re.search(r'viewBox="0 0 ([\d.]+) ', first).group(1)
@@ -152,9 +153,9 @@ def test_files_after_a_rule_list_are_scripts_as_pre_commit_passes_them(tmp_path)
     for argv in (["--select", "SPW001", "train/a.py"],
                  ["--select", "SPW001", "SPW004", "--fail-on", "error", "--select", "SPW001", "train/a.py", "train/b.py"],
                  ["--select", "SPW001,SPW004", "--", "train/a.py", "train/b.py"]):
-        proc = run_envdoctor("check", "--no-loader", *argv, cwd=str(repo), env={**_env(), "COLUMNS": "80"})
+        proc = run_cli("check", "--no-loader", *argv, cwd=str(repo), env={**_env(), "COLUMNS": "80"})
         assert proc.returncode == 1, (argv, proc.stderr)
         assert "  train/a.py:8:1  for-loop over DataLoader" in proc.stdout, argv
         assert ("train/b.py:7:5" in proc.stdout) == ("train/b.py" in argv), argv
-    proc = run_envdoctor("check", "--no-loader", "--select", "SPW001", "--bogus", "train/a.py", cwd=str(repo))
+    proc = run_cli("check", "--no-loader", "--select", "SPW001", "--bogus", "train/a.py", cwd=str(repo))
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "--bogus" in proc.stderr

@@ -20,7 +20,7 @@ from envdoctor.model import Finding, Location, Report, Severity
 from envdoctor.report import RenderOptions, render
 from envdoctor.report.sarif import DESCRIPTION_LIMIT, FINGERPRINT_KEY, artifact_location, to_sarif
 from reportfixtures import make_train_repo
-from support import run_envdoctor
+from support import run_cli, run_envdoctor
 from test_spawn_fixtures import FIXTURE_DIR
 
 SCHEMA = Path(__file__).resolve().parents[1] / "fixtures" / "sarif" / "sarif-schema-2.1.0.json"
@@ -185,9 +185,9 @@ def test_cli_sarif_from_a_subfolder_is_repository_relative_and_locates_sys001(tm
 
 
 def test_cli_sarif_for_the_spawn_fixtures(tmp_path):
-    proc = run_envdoctor("check", "--no-loader", "--select", "SPW001,SPW004", "--format", "sarif",
-                         "--output", str(tmp_path / "out.sarif"), "--", str(FIXTURE_DIR / "main_unguarded.py"),
-                         str(FIXTURE_DIR / "syntax_error.py"), cwd=str(FIXTURE_DIR.parent))
+    proc = run_cli("check", "--no-loader", "--select", "SPW001,SPW004", "--format", "sarif",
+                   "--output", str(tmp_path / "out.sarif"), "--", str(FIXTURE_DIR / "main_unguarded.py"),
+                   str(FIXTURE_DIR / "syntax_error.py"), cwd=str(FIXTURE_DIR.parent))
     assert proc.returncode == 1, proc.stderr
     log = json.loads((tmp_path / "out.sarif").read_text(encoding="utf-8"))
     validate_sarif(log)

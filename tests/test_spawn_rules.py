@@ -6,6 +6,7 @@ another platform than this one, in the exact format the target probe emits.
 """
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -18,7 +19,7 @@ from envdoctor.facts import Facts
 from envdoctor.facts.scripts import analyse_script, gather_scripts
 from envdoctor.model import Severity
 from envdoctor.rules.spawn.guard import default_start_method
-from support import findings, json_report, run_envdoctor
+from support import findings, json_report, run_cli
 from test_spawn_fixtures import FIXTURE_DIR, check_scripts
 
 LINUX_311 = {"python": "3.11.7", "platform": "linux", "prefix": "/opt/env", "kind": "venv"}
@@ -320,8 +321,34 @@ def test_spw004_syntax_error_with_position_and_no_traceback():
     assert finding.evidence["status"] == "unparsable"
     assert finding.evidence["error"] == "SyntaxError: expected ':'"
     assert (finding.evidence["line"], finding.evidence["column"]) == (7, 20)
-    assert finding.evidence["code"] == "for batch in loader"
+    assert "code" not in finding.evidence  # the position and the parser's message, never the line
     assert "py_compile" in finding.fix
+
+
+def test_spw004_quotes_no_line_of_a_file_that_does_not_parse(tmp_path):
+    """Its first lines parse, line 3 is a credentials line: position and message only, in every format."""
+    path = write(tmp_path, "settings.py", "import os\n\nmachine api.example.com login alice password hunter2\n")
+    report = check_scripts(path, select=("SPW004",))
+    [finding] = report.by_rule("SPW004")
+    assert finding.evidence == {"path": path, "status": "unparsable", "error": "SyntaxError: invalid syntax",
+                                "line": 3, "column": 9, "encoding": "utf-8",
+                                "parser_python": "{}.{}".format(*sys.version_info[:2]),
+                                "target_python": finding.evidence["target_python"]}
+    assert "hunter2" not in json.dumps(report.to_dict()) and "login alice" not in json.dumps(report.to_dict())
+
+
+def test_spw004_a_file_that_is_not_python_source_is_said_to_be_so_and_not_read(tmp_path):
+    netrc = write(tmp_path, "netrc", "machine api.example.com login alice password hunter2\n")
+    shebang = write(tmp_path, "train", "#!/usr/bin/env python3\nprint('hi')\n")
+    report = check_scripts(netrc, shebang, select=("SPW004",))
+    [finding] = report.by_rule("SPW004")
+    assert finding.evidence == {"path": netrc, "status": "not-python",
+                                "error": "not Python source (no .py or .ipynb suffix and no Python shebang), so it "
+                                         "was not parsed and nothing of it is shown"}
+    assert "Python shebang" in finding.fix and "hunter2" not in json.dumps(report.to_dict())
+    assert [f["status"] for f in report.facts["scripts"]["files"]] == ["not-python", "ok"]
+    shown = run_cli("check", "--no-loader", "-v", "--select", "SPW004", "--", netrc)
+    assert "not Python source" in shown.stdout and "hunter2" not in shown.stdout + shown.stderr
 
 
 def test_spw004_newer_syntax_than_envdoctors_python_is_not_called_a_syntax_error(tmp_path):
@@ -392,9 +419,9 @@ def test_no_scripts_means_no_scripts_section():
 # -- through the command line ---------------------------------------------------------
 
 def test_cli_report_on_scripts_and_a_directory_validates_and_exits_1(tmp_path):
-    proc = run_envdoctor("report", "--no-loader", "--select", "SPW001", "SPW004", "--",
-                         fixture("main_unguarded.py"), fixture("syntax_error.py"), str(FIXTURE_DIR),
-                         cwd=str(tmp_path))
+    proc = run_cli("report", "--no-loader", "--select", "SPW001", "SPW004", "--",
+                   fixture("main_unguarded.py"), fixture("syntax_error.py"), str(FIXTURE_DIR),
+                   cwd=str(tmp_path))
     report = json_report(proc)
     assert proc.returncode == 1, proc.stderr
     guard = [f for f in findings(report, "SPW001") if f["location"]["path"].endswith("main_unguarded.py")]
@@ -404,8 +431,8 @@ def test_cli_report_on_scripts_and_a_directory_validates_and_exits_1(tmp_path):
 
 
 def test_cli_check_text_output_shows_file_line_and_column(tmp_path):
-    proc = run_envdoctor("check", "--no-loader", "--select", "SPW001", "--", fixture("iter_next.py"),
-                         cwd=str(tmp_path))
+    proc = run_cli("check", "--no-loader", "--select", "SPW001", "--", fixture("iter_next.py"),
+                   cwd=str(tmp_path))
     assert proc.returncode == 1
     assert f"{fixture('iter_next.py')}:10:14" in proc.stdout.replace("\n", "")
 

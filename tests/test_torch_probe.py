@@ -180,6 +180,47 @@ def test_hanging_sitecustomize_times_out_and_leaves_nothing(tmp_path: Path) -> N
     assert hits[0].evidence["timeout_s"] == 3 and "did not finish within 3 s" in hits[0].message
 
 
+def test_the_probe_shares_the_budget_with_a_loader_stage_that_waited_on_torch() -> None:
+    # What the loader stage hands the torch section (loader.started_hung and the import-phase kill).
+    def facts(handed: dict[str, Any], budget: float = 12.0) -> Facts:
+        return Facts.from_dict({"loader": {"torch_probe": handed}}, Config(budget=budget))
+
+    hung = {"ran": True, "source": "loader", "timed_out": True, "stage": "start", "timeout_s": 12.0,
+            "seconds": 15.1, "error": "the environment's Python did not start within the loader stage's 12 s"}
+    probe = torch_facts._loader_probe(facts(hung))
+    assert probe is not None and probe["timed_out"] is True and probe["source"] == "loader" and "stage" not in probe
+    slow_import = {"source": "loader", "timed_out": True, "stage": "import", "seconds": 15.2}
+    assert torch_facts._loader_probe(facts(slow_import)) is None  # slow is not hung: the probe runs ...
+    assert torch_facts._timeout_after_loader(facts(slow_import)) == 12.0  # ... within the budget, not 60 s
+    assert torch_facts._timeout_after_loader(facts(slow_import, budget=3)) == torch_facts.MIN_SHARED_TIMEOUT_S
+    assert torch_facts._timeout_after_loader(facts({"probe_version": 3})) == torch_facts.probe_timeout()
+
+
+@pytest.mark.slow
+def test_a_target_that_hangs_at_start_up_costs_the_budget_once(tmp_path: Path) -> None:
+    # The loader stage meets the hang first; the torch probe must not start the interpreter to hang again.
+    prefix, site = make_venv(tmp_path / "env")
+    fake_torch(site, HEALTHY)
+    (site / "sitecustomize.py").write_text("import time\ntime.sleep(600)\n")
+    start = time.monotonic()
+    proc = run_envdoctor("check", "--format", "json", "--budget", "15", "--prefix", str(prefix))
+    wall = time.monotonic() - start
+    report = json_report(proc)
+    assert proc.returncode == 1
+    (hit,) = findings(report, "PKG010")
+    assert "did not finish within 15 s" in hit["message"]
+    assert hit["evidence"]["probe_source"] == "loader" and hit["evidence"]["timeout_s"] == 15
+    probe = report["facts"]["torch"]["probe"]
+    assert probe["source"] == "loader" and probe["timed_out"] is True and "not started again" in probe["error"]
+    assert {"what": "smoke test", "reason": "the environment's Python did not start within the 15 s budget"} in \
+        report["loader"]["skipped"]
+    assert report["loader"]["failure"] is None  # a hung start-up is no hung dataset (DL006)
+    assert findings(report, "DL006") == []
+    assert report["verdict"]["areas"]["loader"] == "not-checked"
+    assert "did not start" in report["verdict"]["details"]["loader"]["reason"]
+    assert wall <= 60, wall  # was 78 s: the probe's own 60 s after the stage's 18
+
+
 def test_numpy_abi_warning_fires_pkg008(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     prefix, site = make_venv(tmp_path / "env")
     fake_torch(site, NUMPY1_EXTENSION, version="2.1.2+cu121", cuda="12.1")

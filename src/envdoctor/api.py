@@ -90,10 +90,11 @@ def preflight(
 
 
 def preflight_summary(report: Report) -> str:
-    """The few lines preflight() prints: the counts, each finding, and the loader's verdict."""
-    from envdoctor.report.text import summary_line
+    """The few lines preflight() prints: the report's verdict (the counts, and the areas not checked), each
+    finding, and the loader's verdict."""
+    from envdoctor.report.text import verdict_line
 
-    lines = [f"envdoctor preflight: {summary_line(report)}"]
+    lines = [f"envdoctor preflight: {verdict_line(report)[1]}"]
     for finding in report.findings:
         lines.append(f"  {finding.severity.value:<7} {finding.rule} {finding.name}: {finding.message}")
     loader = report.loader

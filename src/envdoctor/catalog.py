@@ -33,7 +33,7 @@ else:  # pragma: no cover - exercised on 3.10 only
 from envdoctor.model import Severity
 
 DOC_PARTS = ("what", "why", "example", "fix")
-#: The order families are listed in (rules, README, explain); unknown families come last.
+#: The order families are listed in (`rules`, docs/rules/, explain); unknown families come last.
 FAMILY_ORDER = ("PKG", "CHN", "SYS", "SPW", "DSK", "GPU", "DL", "FLT")
 ENTRY_POINT_GROUP = "envdoctor.rules"
 
@@ -220,13 +220,3 @@ def load_catalog(plugins: bool = True) -> Catalog:
         parts.extend(_load_plugins())
     return _assemble(parts)
 
-
-def rule_table_markdown(catalog: Catalog) -> str:
-    """The README's rule table, generated from the catalog so the two never disagree."""
-    lines = ["| id | name | default | fires when |", "|---|---|---|---|"]
-    for meta in catalog.rules:
-        if meta.origin.startswith("plugin"):
-            continue
-        summary = " ".join(meta.summary.split()).replace("|", "\\|")
-        lines.append(f"| {meta.id} | {meta.name} | {meta.severity.value} | {summary} |")
-    return "\n".join(lines)

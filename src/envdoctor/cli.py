@@ -82,8 +82,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_fix_parser(sub)
 
-    sub.add_parser("mcp", help="serve the checks as tools for AI coding agents (Model Context Protocol, stdio)"
-                   ).set_defaults(handler=_cmd_mcp)
+    from envdoctor.loop.command import add_parser as add_run_parser
+
+    add_run_parser(sub, _cmd_run)
+
+    served = sub.add_parser("mcp", help="serve the checks as tools for AI coding agents (Model Context Protocol, stdio)")
+    served.add_argument("--root", action="append", default=[], metavar="DIR",
+                        help="a folder the tools may read when the client declares no roots (repeatable; "
+                             "default: the working directory)")
+    served.set_defaults(handler=_cmd_mcp)
     return parser
 
 
@@ -227,29 +234,15 @@ def _cmd_explain(args: argparse.Namespace) -> int:
 
 
 def explain_text(rule: str) -> str:
-    """One rule's docs as `envdoctor explain` prints them."""
-    import textwrap
-
+    """One rule's docs as `envdoctor explain` prints them (docs/rules/<ID>.md shows the same text)."""
     from envdoctor.catalog import load_catalog
+    from envdoctor.report.rule_docs import render_rule_docs
 
     catalog = load_catalog()
     matched = [m for m in catalog.rules if m.id == rule.upper() or m.name == rule.lower()]
     if not matched:
         raise UsageError(f"unknown rule {rule!r} (see `envdoctor rules`)")
-    meta = matched[0]
-    headings = {"what": "What it checks", "why": "Why it matters", "example": "Example", "fix": "Fix"}
-    out = [f"{meta.id} {meta.name} (default severity: {meta.severity.value})", "",
-           textwrap.fill(" ".join(meta.summary.split()), 88), ""]
-    for part, heading in headings.items():
-        out.append(heading)
-        body = meta.docs()[part]
-        if part == "example":
-            out += ["    " + line for line in body.splitlines()]
-        else:
-            for para in body.split("\n\n"):
-                out.append(textwrap.fill(" ".join(para.split()), 88, initial_indent="    ", subsequent_indent="    "))
-        out.append("")
-    return "\n".join(out)
+    return render_rule_docs(matched[0], "text")
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
@@ -258,7 +251,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
 
     config = _config_from_args(args)
     if args.command == "loader":
-        config = config.with_overrides(select=config.select or ("DL", "SPW003"), no_loader=False)
+        config = config.with_overrides(select=config.select or ("DL", "SPW003", "SYS005"), no_loader=False)
     check_inputs(config)
     prefix = resolve_prefix(config.prefix, config.env_name).resolve()
     check_writable(config.output, prefix)
@@ -294,17 +287,24 @@ def _run_with_progress(config: Any, run_check: Any) -> Any:
 
 def _cmd_render(args: argparse.Namespace) -> int:
     from envdoctor.report import RenderOptions, load_report
+    from envdoctor.verdict import settle
 
     check_writable(args.output)
-    report = load_report(args.report)
+    report = settle(load_report(args.report))  # a report saved before the verdict was carried gets one
     emit(report, args.format, args.output, options=RenderOptions(verbose=args.verbose, against=args.against))
     return report.exit_code(args.fail_on)
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from envdoctor.loop.command import handle
+
+    return handle(args, check_writable, emit)
 
 
 def _cmd_mcp(args: argparse.Namespace) -> int:
     from envdoctor.integrations.mcp import serve
 
-    return serve()
+    return serve(args.root)
 
 
 def _cmd_compare(args: argparse.Namespace) -> int:

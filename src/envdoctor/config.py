@@ -143,7 +143,8 @@ class Config:
     budget: float = number(15.0, "--budget", group=HOW, help="time budget of the loader stage")
     step_time: float | None = number(None, "--step-time", group=HOW,
                                      help="seconds your training step takes per batch")
-    deep: bool = switch("--deep", group=HOW, help="run the slow checks too (file hashes, torch import probe)")
+    deep: bool = switch("--deep", group=HOW, help="run the slow checks too (file hashes, the torch import probe, "
+                                                  "an import of each compiled package: runs the environment's code)")
     distributed: bool = switch("--distributed", group=HOW, in_pyproject=False,
                                help="under torchrun: gather every rank's facts to rank 0 and print the fleet view")
     distributed_timeout: float = number(120.0, "--distributed-timeout", group=HOW, in_pyproject=False,
@@ -176,6 +177,8 @@ class Config:
     scripts: tuple[str, ...] = ()
     #: Filled in by preflight(): the user's own DataLoader object.
     loader_object: Any = None
+    #: Filled in by `envdoctor run --tune`: the user's DataLoader, pickled by the loop observer.
+    loader_source: Any = None
     #: Where the settings file was read from, if any.
     config_file: str | None = None
 

@@ -12,7 +12,7 @@ import traceback
 from collections.abc import Iterable
 from typing import Any
 
-from envdoctor import __version__
+from envdoctor._version import __version__
 from envdoctor.catalog import Catalog, RuleMeta, load_catalog
 from envdoctor.config import Config, ConfigError
 from envdoctor.facts import Facts, ProbeFailed
@@ -117,18 +117,27 @@ def utc_now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def assemble_report(facts: Facts, findings: list[Finding], errors: list[dict[str, Any]]) -> Report:
+def assemble_report(facts: Facts, findings: list[Finding], errors: list[dict[str, Any]],
+                    checked: list[str] | None = None) -> Report:
+    """The Report of one run, its verdict decided (`envdoctor.verdict`): the one place it is."""
     from envdoctor.facts.target import conda_platform
+    from envdoctor.verdict import decide
 
     gathered = dict(facts.gathered())
     target = gathered.pop("target", None) or {}
     loader = gathered.pop("loader", None)
+    loop = gathered.pop("loop", None)
+    if loop:
+        # What `envdoctor run` measured, with the rule layer's verdict (the speaking process, the recommendation).
+        from envdoctor.rules.loader.loop import loop_verdict
+
+        loop = loop_verdict(loop, loader if facts.config.loader_source is not None else None)
     if loader:
         # The facts with the rule layer's verdict (bottleneck, recommendation), less the torch probe.
         from envdoctor.rules.loader.verdict import report_section
 
         loader = dict(report_section(loader, facts.config.step_time))
-    return Report(
+    report = Report(
         tool={"name": "envdoctor", "version": __version__},
         generated_at=utc_now(),
         host={"hostname": socket.gethostname(), "platform": conda_platform()},
@@ -141,8 +150,12 @@ def assemble_report(facts: Facts, findings: list[Finding], errors: list[dict[str
         facts=redact_tree(gathered),
         findings=[redact_finding(f) for f in findings],
         loader=redact_tree(loader) if loader else None,
+        loop=redact_tree(loop) if loop else None,
         errors=redact_tree(errors + facts.errors),
+        checked=checked,
     )
+    report.verdict = decide(report)
+    return report
 
 
 def check_inputs(config: Config) -> None:
@@ -192,6 +205,4 @@ def run_check(config: Config, catalog: Catalog | None = None, facts: Facts | Non
         raise TargetError(f"the environment's Python cannot start ({target['interpreter_error']}); "
                           "repair or recreate the environment, then check it again")
     findings, errors = run_rules(catalog, metas, facts, overrides)
-    report = assemble_report(facts, findings, errors)
-    report.checked = [m.id for m in metas]
-    return report
+    return assemble_report(facts, findings, errors, checked=[m.id for m in metas])

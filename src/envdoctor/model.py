@@ -7,9 +7,10 @@ imports anything heavy.
 from __future__ import annotations
 
 import enum
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal, TypedDict
 
 SCHEMA_VERSION = 1
 
@@ -129,6 +130,42 @@ class Finding:
         }
 
 
+#: One area of the checklist: found a problem, checked and fine, not checked, or not applicable here.
+AreaStatus = Literal["ok", "problem", "not-checked", "not-applicable"]
+#: Why an area is not `ok` without a problem: what `not-checked` (or `not-applicable`) means there.
+AreaCause = Literal["failed", "not-selected", "not-run", "no-facts", "not-applicable"]
+#: The whole environment: problems found, nothing found but not everything checked, or sound.
+VerdictResult = Literal["ok", "problems", "unchecked"]
+
+
+class AreaDetail(TypedDict):
+    """What the verdict saw in one area, so every format can say it the same way."""
+
+    #: The worst severity among the area's findings (info findings leave an area `ok`).
+    worst: Literal["error", "warning", "info"] | None
+    findings: int
+    #: The ids of the rules that found something, in report order.
+    rules: list[str]
+    cause: AreaCause | None
+    #: Why the area was not checked, or does not apply (human text), else None.
+    reason: str | None
+
+
+class Verdict(TypedDict):
+    """The overall result and the per-area checklist, decided once by `envdoctor.verdict.decide`."""
+
+    result: VerdictResult
+    worst: Literal["error", "warning", "info"] | None
+    areas: dict[str, AreaStatus]
+    #: The areas left unchecked because a probe or a rule failed (what makes the result `unchecked`).
+    unchecked: list[str]
+    details: dict[str, AreaDetail]
+
+
+#: What a format shows for a report assembled without a verdict (not by the engine): nothing decided.
+NO_VERDICT: Verdict = {"result": "unchecked", "worst": None, "areas": {}, "unchecked": [], "details": {}}
+
+
 @dataclass
 class Report:
     """Everything one run of envdoctor found, in the shape of the JSON contract."""
@@ -144,6 +181,10 @@ class Report:
     schema_version: int = SCHEMA_VERSION
     #: The ids of the rules that ran (None when unknown, e.g. a fleet view): what "✓" covers.
     checked: list[str] | None = None
+    #: The overall result and the checklist, set by the engine (`envdoctor.verdict`); formats only render it.
+    verdict: Verdict | None = None
+    #: What `envdoctor run` measured in the user's own training loop, with its verdict; None otherwise.
+    loop: dict[str, Any] | None = None
 
     @property
     def summary(self) -> dict[str, int]:
@@ -186,7 +227,11 @@ class Report:
                        target=dict(data["target"]), facts=dict(data["facts"]), findings=findings,
                        loader=dict(data["loader"]) if data.get("loader") else None,
                        errors=[dict(e) for e in data.get("errors") or []],
-                       checked=[str(r) for r in data["checked"]] if data.get("checked") is not None else None)
+                       checked=[str(r) for r in data["checked"]] if data.get("checked") is not None else None,
+                       # Saved before the verdict was carried, or not one this version renders: none (then
+                       # `envdoctor.verdict.settle` decides it).
+                       verdict=_verdict_from_dict(data["verdict"]) if data.get("verdict") else None,
+                       loop=dict(data["loop"]) if data.get("loop") else None)
         except (KeyError, TypeError, AttributeError) as exc:
             raise ValueError(f"not an envdoctor report: {type(exc).__name__}: {exc}") from None
 
@@ -203,7 +248,40 @@ class Report:
             "errors": self.errors,
             "summary": self.summary,
             "checked": self.checked,
+            "verdict": self.verdict,
+            "loop": self.loop,
         }
+
+
+_RESULTS = ("ok", "problems", "unchecked")
+_STATUSES = ("ok", "problem", "not-checked", "not-applicable")
+_CAUSES = (None, "failed", "not-selected", "not-run", "no-facts", "not-applicable")
+_LEVELS = (None, "error", "warning", "info")
+#: What an area's name looks like (`packages`, `gpu`, …): anything else in a saved report is not a verdict.
+_AREA_NAME = re.compile(r"[a-z][a-z0-9-]{0,39}")
+
+
+def _verdict_from_dict(data: Any) -> Verdict | None:
+    """A saved verdict, or None when it is not one this version can render (then it is decided again)."""
+    try:
+        areas = {str(area): status for area, status in dict(data["areas"]).items()}
+        details = {}
+        for area, d in dict(data["details"]).items():
+            details[str(area)] = AreaDetail(worst=d.get("worst"), findings=int(d.get("findings") or 0),
+                                            rules=[str(r) for r in d.get("rules") or []], cause=d.get("cause"),
+                                            reason=None if d.get("reason") is None else str(d["reason"]))
+        verdict = Verdict(result=data["result"], worst=data.get("worst"), areas=areas,
+                          unchecked=[str(a) for a in data.get("unchecked") or []], details=details)
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return None
+    if (verdict["result"] not in _RESULTS or verdict["worst"] not in _LEVELS or set(areas) != set(details)
+            or not all(_AREA_NAME.fullmatch(area) for area in areas)
+            or not set(verdict["unchecked"]) <= set(areas)
+            or any(not _AREA_NAME.fullmatch(rule.lower()) for d in details.values() for rule in d["rules"])
+            or any(status not in _STATUSES for status in areas.values())
+            or any(d["cause"] not in _CAUSES or d["worst"] not in _LEVELS for d in details.values())):
+        return None
+    return verdict
 
 
 def _finding_from_dict(data: Mapping[str, Any]) -> Finding:

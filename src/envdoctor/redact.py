@@ -10,7 +10,11 @@ whatever the output format:
 * by shape, in every string: the user-info of a URL (`https://user:pw@host`),
   a conda channel token (`/t/<token>/`), secret query parameters
   (`?token=…`, `&sig=…`, `X-Amz-Signature=…`) and tokens with a well-known
-  prefix (`hf_…`, `ghp_…`, `github_pat_…`, `xoxb-…`, `AKIA…`, `sk-…`).
+  prefix (`hf_…`, `ghp_…`, `github_pat_…`, `xoxb-…`, `AKIA…`, `sk-…`);
+* credentials written as text, the way files hold them: `.netrc`'s
+  `password X`, `password: X` (YAML, INI), `user:password@host` without a
+  scheme, a `.pgpass` line `host:port:database:user:password` and a crypt(3)
+  hash (`$6$salt$hash`, as in /etc/shadow).
 
 What is redacted is replaced by REDACTED; the rest of the string stays, so a
 channel or endpoint is still recognisable.
@@ -55,6 +59,16 @@ _KNOWN_TOKENS = re.compile(
     r"\b(?:hf_[A-Za-z0-9]{20,}|gh[pousr]_[A-Za-z0-9]{20,}|github_pat_[A-Za-z0-9_]{20,}|"
     r"glpat-[A-Za-z0-9_-]{20,}|xox[abposr]-[A-Za-z0-9-]{10,}|AKIA[0-9A-Z]{16}|sk-[A-Za-z0-9_-]{20,})\b"
 )
+#: .netrc's `password X` (and `passwd X`); `password: X` and the like, as YAML and INI files write them.
+_NETRC_PASSWORD = re.compile(r"(?P<lead>\b(?:password|passwd)[ \t]+)(?P<value>\S+)", re.IGNORECASE)
+_KEY_COLON = re.compile(r"(?P<lead>\b(?:password|passwd|passphrase|secret|token|api_?key)\s*:[ \t]*)(?P<value>[^\s,;]+)",
+                        re.IGNORECASE)
+#: `user:password@host` without a scheme (a URL's user-info is dropped whole above); the user stays.
+_BARE_USERINFO = re.compile(r"(?<![\w/:@.%+-])(?P<user>[A-Za-z0-9._%+-]+):(?P<password>[^\s@/:]+)@(?=[A-Za-z0-9.-])")
+#: A .pgpass line, host:port:database:user:password (the port a number or *); five fields, no more.
+_PGPASS = re.compile(r"^(?P<lead>[^:\s]+:(?:\d+|\*):[^:\s]+:[^:\s]+:)(?:[^\s:\\]|\\.)+$", re.MULTILINE)
+#: A crypt(3) password hash: $id$salt$hash (MD5, bcrypt, SHA-256/512, yescrypt …).
+_CRYPT_HASH = re.compile(r"\$(?:1|2[abxy]?|5|6|y|gy|7|sha1|md5)\$[^\s:$]*\$[^\s:]+")
 #: NAME=value inside text (a command line, a traceback, an env dump).
 _ASSIGNMENT = re.compile(r"\b(?P<name>[A-Za-z_][A-Za-z0-9_]*)=(?P<value>\"[^\"]*\"|'[^']*'|[^\s&;]+)")
 
@@ -81,10 +95,26 @@ def redact_text(text: str) -> str:
     if "=" in text:
         text = _SECRET_QUERY.sub(lambda m: f"{m['lead']}{REDACTED}", text)
     text = _KNOWN_TOKENS.sub(REDACTED, text)
+    text = _redact_credential_text(text)
     if "=" not in text:
         return text
     return _ASSIGNMENT.sub(
         lambda m: f"{m['name']}={REDACTED}" if looks_secret(m["name"]) and m["value"] != REDACTED else m[0], text)
+
+
+def _redact_credential_text(text: str) -> str:
+    """Credentials as files write them: .netrc, `password: X`, `user:pw@host`, .pgpass, crypt(3) hashes."""
+    lowered = text.lower()
+    if "pass" in lowered:
+        text = _NETRC_PASSWORD.sub(lambda m: f"{m['lead']}{REDACTED}", text)
+    if ":" in text:
+        text = _KEY_COLON.sub(lambda m: f"{m['lead']}{REDACTED}" if m["value"] != REDACTED else m[0], text)
+        text = _PGPASS.sub(lambda m: f"{m['lead']}{REDACTED}", text)
+        if "@" in text:
+            text = _BARE_USERINFO.sub(lambda m: f"{m['user']}:{REDACTED}@", text)
+    if "$" in text:
+        text = _CRYPT_HASH.sub(REDACTED, text)
+    return text
 
 
 def redact_url(text: str) -> str:

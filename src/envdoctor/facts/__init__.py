@@ -28,7 +28,9 @@ if TYPE_CHECKING:  # pragma: no cover
     from envdoctor.config import Config
     from envdoctor.facts.fleet import FleetFacts
     from envdoctor.facts.gpu import GpuFacts
+    from envdoctor.facts.imports import ImportsFacts
     from envdoctor.facts.loader import LoaderFacts
+    from envdoctor.facts.loop import LoopFacts
     from envdoctor.facts.packages import PackagesFacts
     from envdoctor.facts.scripts import ScriptsFacts
     from envdoctor.facts.spec import SpecFacts
@@ -56,12 +58,15 @@ PROBES: dict[str, Probe] = {
     "system": Probe("envdoctor.facts.system:gather_system", reads=("target",)),
     "packages": Probe("envdoctor.facts.packages:gather_packages", reads=("target", "system")),
     "spec": Probe("envdoctor.facts.spec:gather_spec", reads=("target", "packages")),
+    "imports": Probe("envdoctor.facts.imports:gather_imports", reads=("target", "packages")),
     "torch": Probe("envdoctor.facts.torch:gather_torch", reads=("target", "system", "gpu", "loader")),
     "gpu": Probe("envdoctor.facts.gpu:gather_gpu", reads=("target", "system")),
     "storage": Probe("envdoctor.facts.storage:gather_storage", reads=("target", "system")),
     "scripts": Probe("envdoctor.facts.scripts:gather_scripts", reads=("target", "system")),
     "loader": Probe("envdoctor.loader:gather_loader", reads=("target", "system", "gpu"),
                     hands_over={"torch_probe": "torch"}),
+    # Measured only by `envdoctor run`, which hands the section in as a preset; a check has none.
+    "loop": Probe("envdoctor.facts.loop:gather_loop"),
 }
 
 
@@ -115,6 +120,8 @@ class Facts:
     @overload
     def __getitem__(self, section: Literal["spec"]) -> SpecFacts | None: ...
     @overload
+    def __getitem__(self, section: Literal["imports"]) -> ImportsFacts: ...
+    @overload
     def __getitem__(self, section: Literal["torch"]) -> TorchFacts: ...
     @overload
     def __getitem__(self, section: Literal["gpu"]) -> GpuFacts: ...
@@ -126,6 +133,8 @@ class Facts:
     def __getitem__(self, section: Literal["loader"]) -> LoaderFacts | None: ...
     @overload
     def __getitem__(self, section: Literal["fleet"]) -> FleetFacts | None: ...
+    @overload
+    def __getitem__(self, section: Literal["loop"]) -> LoopFacts | None: ...
     @overload
     def __getitem__(self, section: str) -> Any: ...
 

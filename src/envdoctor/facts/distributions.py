@@ -67,6 +67,11 @@ class Distribution(_DistRequired, total=False):
     order: int
     conda_record: str
     owner: Owner
+    #: whether it ships compiled extensions (.so/.pyd in RECORD); read only for distributions that require numpy
+    compiled: bool
+    #: for a copy doubled in its own folder: how many files its RECORD hashes under its import names
+    #: ("listed") hold those bytes on disk ("matching"), which tells whose files `import` runs
+    files_on_disk: dict[str, int]
 
 
 class Unreadable(TypedDict, total=False):

@@ -30,6 +30,11 @@ SECTIONS = ("system", "packages", "torch", "gpu", "storage", "loader")
 
 #: How a limit that is not set at all is written in a node record.
 UNLIMITED = "unlimited"
+#: Sizes that wobble a little between identical machines (memory the kernel
+#: reserves, /dev/shm as half of RAM) differ only beyond this fraction.
+SIZE_TOLERANCE = 0.10
+#: Why `compare` skips a report that already compares nodes (an `unreadable` entry's reason).
+FLEET_REPORT_REASON = "a fleet report (from compare or --distributed), not one node's report"
 #: How a node without torch is written in its record.
 NOT_INSTALLED = "not installed"
 
@@ -409,3 +414,8 @@ class FleetFacts(TypedDict, total=False):
     failed: list[dict[str, Any]]
     collective: dict[str, Any] | None
     timeout_s: float
+
+
+def nodes_of(fleet: FleetFacts) -> list[NodeRecord]:
+    """The fleet's node records (anything else in the list is left out)."""
+    return [n for n in fleet.get("nodes") or [] if isinstance(n, Mapping)]

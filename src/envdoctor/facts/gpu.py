@@ -18,6 +18,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, TypedDict
 
+from envdoctor.facts.applicability import Applicability
 from envdoctor.facts.kernel_files import read_kernel_file
 
 
@@ -61,7 +62,7 @@ class _GpuRequired(TypedDict):
     pci_gpus: list[PciGpu]
 
 
-class GpuFacts(_GpuRequired, total=False):
+class GpuFacts(_GpuRequired, Applicability, total=False):
     """The `gpu` facts section (what `gather_gpu` returns; the report's facts.gpu).
 
     With NVML (`available` true) the driver keys are set; without it, `reason` says why.

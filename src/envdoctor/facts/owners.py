@@ -69,7 +69,7 @@ def dpkg_database(prefix: str) -> tuple[str, str] | None:
 
 def read_dpkg_owned(root: str, admin: str) -> dict[str, str]:
     """Real path -> package, for the Python metadata and `.pth` files dpkg's lists name."""
-    from envdoctor.facts.packages import read_bytes
+    from envdoctor.facts.readfile import read_bytes
 
     info = os.path.join(admin, "info")
     try:

@@ -15,7 +15,12 @@ the file and the reason; everything else is still read.
 """
 from __future__ import annotations
 
+import base64
+import csv
+import hashlib
+import io
 import os
+import re
 from pathlib import Path
 from typing import Any, TypedDict
 
@@ -29,12 +34,16 @@ from envdoctor.facts.distributions import (
     read_distribution,
     record_lists,
 )
+from envdoctor.facts.imports import ships_extensions
 from envdoctor.facts.owners import OsPackages, Owner, os_packages, owner_of
 from envdoctor.facts.readfile import MAX_FILE_BYTES, read_bytes
 from envdoctor.facts.target import TargetFacts
 
-__all__ = ["PackagesFacts", "conda_distribution", "dist_name_from_dir", "normalize", "read_bytes",
-           "read_distribution", "MAX_FILE_BYTES", "gather_packages"]
+#: A Requires-Dist line on numpy itself (not numpy-financial).
+_NUMPY_REQUIREMENT = re.compile(r"\s*numpy\s*(?:$|[<>=!~;\[(])", re.IGNORECASE)
+
+__all__ = ["PackagesFacts", "conda_distribution", "dist_name_from_dir", "normalize", "read_distribution",
+           "gather_packages"]
 
 
 class SiteDir(TypedDict):
@@ -187,6 +196,53 @@ def _pth_owner(pth: dict[str, Any], dists: list[Distribution], conda_owned: dict
     return None
 
 
+#: Files hashed, and bytes read, per doubled distribution when telling whose files are on disk.
+MAX_MATCH_FILES = 2000
+MAX_MATCH_BYTES = 256 << 20
+
+
+def _match_doubled_copies(distributions: list[Distribution]) -> None:
+    """For copies of one name in one folder (`pip install --ignore-installed`, a stray dist-info): whose files
+    are on disk. Each RECORD's hashes of the files under its import names are compared with the files."""
+    groups: dict[tuple[str, str], list[Distribution]] = {}
+    for dist in distributions:
+        groups.setdefault((dist.get("site_dir", ""), dist["key"]), []).append(dist)
+    for (site, _key), copies in groups.items():
+        if len(copies) < 2 or not site:
+            continue
+        for dist in copies:
+            listed = matching = 0
+            budget = MAX_MATCH_BYTES
+            for rel, digest in _record_hashes(dist["path"]):
+                if listed >= MAX_MATCH_FILES or budget <= 0:
+                    break
+                if rel.split("/", 1)[0] not in dist["import_names"] and \
+                        rel.split("/", 1)[0].removesuffix(".py") not in dist["import_names"]:
+                    continue
+                listed += 1
+                try:
+                    data = read_bytes(os.path.join(site, rel), MAX_FILE_BYTES)
+                except OSError:
+                    continue
+                budget -= len(data)
+                if base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode() == digest:
+                    matching += 1
+            dist["files_on_disk"] = {"listed": listed, "matching": matching}
+
+
+def _record_hashes(dist_path: str) -> list[tuple[str, str]]:
+    """(path, sha256 in RECORD's urlsafe base64) of every hashed RECORD row."""
+    try:
+        text = read_bytes(os.path.join(dist_path, "RECORD"), MAX_FILE_BYTES).decode("utf-8", errors="replace")
+    except OSError:
+        return []
+    rows = []
+    for row in csv.reader(io.StringIO(text)):
+        if len(row) >= 2 and row[1].startswith("sha256=") and "\x00" not in row[0] and not row[0].startswith(("/", "..")):
+            rows.append((row[0], row[1][len("sha256="):]))
+    return rows
+
+
 def gather_packages(facts: Any) -> PackagesFacts:
     """The "packages" section: conda records, distributions and their owners, site dirs, `.pth` code."""
     target: TargetFacts = facts["target"]
@@ -194,8 +250,12 @@ def gather_packages(facts: Any) -> PackagesFacts:
     kind = target.get("kind") or "system"
     conda, problems, conda_owned = read_conda_meta(prefix, bool(facts.config.deep))
     unreadable: list[Unreadable] = list(problems)  # type: ignore[arg-type]  # the reader's dicts have this shape
-    os_owned = os_packages(str(prefix)) if kind == "system" else None
     site_dirs = site_dirs_of(target)
+    os_owned = os_packages(str(prefix)) if kind == "system" else None
+    if kind == "venv" and target.get("base_prefix") and any(d["location"] == "base" for d in site_dirs):
+        # A --system-site-packages venv reads its base's site folders: their files belong to the
+        # base's OS packages (python3-setuptools ships distutils-precedence.pth there).
+        os_owned = os_packages(os.path.realpath(str(target["base_prefix"])))
     distributions: list[Distribution] = []
     for site_dir in site_dirs:
         if site_dir["location"] == "stdlib":
@@ -224,6 +284,11 @@ def gather_packages(facts: Any) -> PackagesFacts:
             problem["conda_record"] = record
         if problem["kind"] in ("dist-info", "egg-info"):
             problem["owner"] = owner_of(real, None, record, kind, os_owned)
+    _match_doubled_copies(distributions)
+    for dist in distributions:
+        # A compiled dependant of numpy breaks at import when numpy's major moves under it (PKG003 says error).
+        if any(_NUMPY_REQUIREMENT.match(text) for text in dist["requires"]):
+            dist["compiled"] = ships_extensions(dist["path"], dist["import_names"])
     pth_files: list[PthFact] = []
     for pth in target.get("pth_files") or []:
         if pth["code_line_count"]:

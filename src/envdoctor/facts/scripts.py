@@ -7,8 +7,11 @@ size limit), decoded the way the interpreter would (a coding cookie or BOM,
 else UTF-8), parsed, and walked by `envdoctor.analysis.spawn` together with the
 project modules it imports — never imported or executed. A file that cannot
 be read, decoded or parsed is a fact too (status "unreadable" or
-"unparsable", with the position), so one bad file never stops the others
-being checked.
+"unparsable", with the position and the parser's message but never the line
+itself: a file that is not Python may hold anything, credentials included), so
+one bad file never stops the others being checked. A file named explicitly
+that is not Python source — no .py/.pyw/.ipynb suffix and no Python shebang —
+is not parsed at all (status "not-python").
 
 Nothing is gathered when no scripts were given: the section is then None.
 """
@@ -17,6 +20,7 @@ from __future__ import annotations
 import ast
 import gc
 import os
+import re
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -24,7 +28,7 @@ from pathlib import Path
 from typing import Any, Literal, TypedDict, cast
 
 from envdoctor.analysis.spawn.project import ModuleProblem, SharedModules
-from envdoctor.analysis.spawn.reading import SourceProblem, read_source
+from envdoctor.analysis.spawn.reading import SourceProblem, decode_source, read_bytes, read_source
 
 
 class CodeAt(TypedDict, total=False):
@@ -100,7 +104,7 @@ class CudaInit(_EventBase, total=False):
 
 class _ScriptBase(TypedDict):
     path: str
-    status: Literal["ok", "unreadable", "unparsable"]
+    status: Literal["ok", "unreadable", "unparsable", "not-python"]
 
 
 class ScriptFile(_ScriptBase, total=False):
@@ -110,7 +114,6 @@ class ScriptFile(_ScriptBase, total=False):
     error: str
     line: int
     column: int
-    code: str
     encoding: str | None
     parser_python: str
     lines: int
@@ -137,6 +140,9 @@ class ScriptsFacts(TypedDict):
 SKIPPED_DIRS = frozenset({"__pycache__", "site-packages", "node_modules"})
 #: What a folder is expanded to.
 SUFFIXES = (".py", ".ipynb")
+#: A file named explicitly is Python source with one of these suffixes, or with a Python shebang.
+PYTHON_SUFFIXES = (".py", ".pyw", ".ipynb")
+_PYTHON_SHEBANG = re.compile(rb"#![^\n]*(?:\b(?:python|pypy)[0-9.]*\b|\buv\b[^\n]*\brun\b)")
 
 
 def expand_paths(paths: tuple[str, ...] | list[str]) -> Iterator[tuple[str, bool]]:
@@ -169,14 +175,23 @@ def read_script(path: str) -> tuple[str | None, str | None, SourceProblem]:
     return read_source(path)
 
 
+def is_python_source(path: str, data: bytes) -> bool:
+    """A .py/.pyw/.ipynb file, or one whose first line is a Python shebang (`#!/usr/bin/env python3`)."""
+    return path.lower().endswith(PYTHON_SUFFIXES) or bool(_PYTHON_SHEBANG.match(data[:512]))
+
+
+NOT_PYTHON = ("not Python source (no .py or .ipynb suffix and no Python shebang), so it was not parsed "
+              "and nothing of it is shown")
+
+
 def _parse(text: str, path: str, info: ScriptFile, shared: SharedModules | None = None) -> ast.Module | None:
     try:
         return shared.parse(path, text, keep=False) if shared is not None else ast.parse(text, filename=path)
     except SyntaxError as exc:
         # The grammar is envdoctor's own interpreter's: the rule compares it with the target's.
+        # The position and the parser's message, never the line: it need not be Python at all.
         info.update({"status": "unparsable", "error": f"SyntaxError: {exc.msg}",
                      "line": max(exc.lineno or 1, 1), "column": max(exc.offset or 1, 1),
-                     "code": (exc.text or "").strip()[:200],
                      "parser_python": "{}.{}".format(*sys.version_info[:2])})
     except (ValueError, RecursionError, MemoryError) as exc:  # null bytes; absurd nesting
         info.update({"status": "unparsable", "error": f"{type(exc).__name__}: {exc}", "line": 1, "column": 1})
@@ -189,8 +204,15 @@ def analyse_script(path: str, project: bool = True, shared: SharedModules | None
 
     if path.endswith(".ipynb"):
         return analyse_notebook(path, project, shared)
-    text, encoding, problem = read_script(path)
     info: ScriptFile = {"path": path, "status": "ok", "kind": "script"}
+    data, problem = read_bytes(path)
+    if data is None:
+        info.update(cast(ScriptFile, problem))
+        return info
+    if not is_python_source(path, data):
+        info.update({"status": "not-python", "error": NOT_PYTHON})
+        return info
+    text, encoding, problem = decode_source(data)
     if text is None:
         info.update(cast(ScriptFile, problem))
         return info

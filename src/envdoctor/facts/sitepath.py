@@ -35,7 +35,7 @@ class PthFile(TypedDict):
 
 
 def _read_small(path: str, limit: int) -> bytes | None:
-    from envdoctor.facts.packages import read_bytes
+    from envdoctor.facts.readfile import read_bytes
 
     try:
         return read_bytes(path, limit, head=True)

@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 from typing import Any, TypedDict
 
+from envdoctor.facts.applicability import Applicability
 from envdoctor.facts.kernel_files import read_kernel_file
 from envdoctor.facts.readfile import open_regular
 
@@ -139,7 +140,7 @@ class _StorageRequired(TypedDict):
     exists: bool
 
 
-class StorageFacts(_StorageRequired, total=False):
+class StorageFacts(_StorageRequired, Applicability, total=False):
     """The `storage` facts section (what `gather_storage` returns; the report's facts.storage)."""
 
     error: str

@@ -368,7 +368,7 @@ def ask_interpreter(interpreter: Path, timeout: float = INTERPRETER_TIMEOUT_S) -
 
 def read_pyvenv(prefix: Path) -> dict[str, str] | None:
     """pyvenv.cfg's keys (read as data, bounded), or None when the prefix is no venv."""
-    from envdoctor.facts.packages import read_bytes
+    from envdoctor.facts.readfile import read_bytes
 
     try:
         text = read_bytes(str(prefix / "pyvenv.cfg"), 1 << 16, head=True).decode("utf-8", errors="replace")
@@ -393,6 +393,39 @@ def externally_managed(stdlib: list[str], kind: str) -> str | None:
     return None
 
 
+#: Files that make a folder the root of an operating system's file system (a chroot, a container's rootfs).
+_ROOT_MARKS = ("etc/os-release", "usr/lib/os-release", "var/lib/dpkg/status", "etc/passwd")
+
+
+def enclosing_root(prefix: Path) -> Path | None:
+    """The root file system other than / that the prefix lies in (`/srv/chroot` for `/srv/chroot/opt/venv`)."""
+    real = Path(os.path.realpath(prefix))
+    for folder in [real, *real.parents]:
+        if folder == Path(folder.anchor):
+            return None
+        if (folder / "usr").is_dir() and any((folder / mark).is_file() for mark in _ROOT_MARKS):
+            return folder
+    return None
+
+
+def interpreter_outside_root(prefix: Path, interpreter: Path) -> str | None:
+    """Why the prefix cannot be inspected from here, when its interpreter resolves outside its root file system.
+
+    A chroot's venv read from the host has `bin/python -> /usr/bin/python3.11`: from the host that is
+    the host's interpreter, whose site folders and packages would be reported as the venv's.
+    """
+    root = enclosing_root(prefix)
+    if root is None:
+        return None
+    real = Path(os.path.realpath(interpreter))
+    if real == root or root in real.parents:
+        return None
+    return (f"the interpreter of {prefix} ({interpreter}) resolves to {real}, outside the root file system "
+            f"{root} the environment lies in: its facts would be this machine's, not that environment's; "
+            f"check it from inside that root (e.g. `chroot {root} envdoctor check --prefix "
+            f"/{Path(os.path.realpath(prefix)).relative_to(root)}`)")
+
+
 def gather_target(facts: Any) -> TargetFacts:
     config = facts.config
     prefix = resolve_prefix(config.prefix, config.env_name)
@@ -411,6 +444,10 @@ def gather_target(facts: Any) -> TargetFacts:
         info["interpreter"] = sys.executable
     else:
         interpreter = find_interpreter(prefix)
+        if interpreter is not None:
+            refused = interpreter_outside_root(prefix, interpreter)
+            if refused:
+                raise TargetError(refused)
         info["interpreter"] = str(interpreter) if interpreter else None
         if interpreter is None:
             info["python"] = None

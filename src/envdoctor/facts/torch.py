@@ -194,7 +194,7 @@ def read_version_module(path: Path) -> dict[str, Any]:
     Read bounded (a regular file of at most VERSION_MODULE_MAX_BYTES); raises
     OSError, SyntaxError or ValueError for a file that is not one.
     """
-    from envdoctor.facts.packages import read_bytes
+    from envdoctor.facts.readfile import read_bytes
 
     text = read_bytes(str(path), VERSION_MODULE_MAX_BYTES).decode("utf-8", errors="replace")
     try:
@@ -248,7 +248,7 @@ def _site_dirs(target: dict[str, Any]) -> list[Path]:
 
 
 def _metadata(dist_info: Path) -> dict[str, Any]:
-    from envdoctor.facts.packages import read_bytes
+    from envdoctor.facts.readfile import read_bytes
 
     text = ""
     try:
@@ -435,6 +435,10 @@ def _loader_probe(facts: Any) -> TorchProbe | None:
     if facts.config.no_loader:
         return None
     raw = facts.handed_over("torch").get("torch_probe")  # declared in facts.PROBES
+    if isinstance(raw, dict) and raw.get("timed_out") and raw.get("stage") == "start":
+        # The loader stage saw this interpreter hang at start-up (loader.started_hung): started
+        # again, it would hang again, and the user's --budget would be spent twice.
+        return checked_probe({k: v for k, v in raw.items() if k != "stage"})
     if not isinstance(raw, dict) or "probe_version" not in raw:
         return None  # not run, or it failed in the loader's process: run our own
     if raw.get("torch_preimported"):
@@ -446,6 +450,17 @@ def _loader_probe(facts: Any) -> TorchProbe | None:
     return probe
 
 
+def _timeout_after_loader(facts: Any) -> float:
+    """The probe's time limit: its own, or the user's --budget (at least 10 s) when the loader stage
+    already waited that long for `import torch` — a slow import gets a second chance, not 60 s more."""
+    raw = facts.handed_over("torch").get("torch_probe") if not facts.config.no_loader else None
+    if isinstance(raw, dict) and raw.get("timed_out") and raw.get("stage") == "import":
+        return min(probe_timeout(), max(MIN_SHARED_TIMEOUT_S, float(facts.config.budget or 0)))
+    return probe_timeout()
+
+
+#: The shortest limit the probe gets when it shares the budget with the loader stage.
+MIN_SHARED_TIMEOUT_S = 10.0
 #: The probe's keys that rules read at the top of the section (SYS001 reads sharing_strategy).
 _LIFTED = ("sharing_strategy", "start_method", "intra_op_threads", "threadpools", "cudnn",
            "import_error", "import_warnings", "timed_out", "cuda", "numpy_version")
@@ -468,7 +483,7 @@ def gather_torch(facts: Any) -> TorchFacts:
         if not interpreter:
             section["probe"] = {"ran": False, "reason": target.get("interpreter_error") or "no interpreter"}
             return section
-        probe = run_torch_probe(interpreter)
+        probe = run_torch_probe(interpreter, _timeout_after_loader(facts))
     probe.setdefault("ran", True)
     probe["reason"] = reason
     section["probe"] = probe

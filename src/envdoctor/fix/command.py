@@ -1,9 +1,10 @@
 """`envdoctor fix` and `envdoctor fix --undo`: options, confirmation and exit codes.
 
 Exit codes: 0 every planned finding is gone (or there was nothing to fix; for
---undo: everything restored), 1 some remain or a new one appeared (undo:
-something could not be restored), 2 nothing could run, the user declined,
-or no terminal and no --yes.
+--undo: everything restored), 1 some remain or a new one appeared, or the fix
+failed its verification and was rolled back (undo: something could not be
+restored), 2 nothing could run, the user declined, no terminal and no --yes,
+or another fix holds the lock.
 """
 from __future__ import annotations
 
@@ -57,12 +58,23 @@ def _confirm(count: int, prefix: str) -> bool | None:
 def run(args: argparse.Namespace, check: Callable[[Any], Any] | None = None) -> int:
     """Run `fix` as parsed; `check` is the checker that plans and re-checks (the engine's run_check)."""
     from envdoctor.fix.journal import JournalError
+    from envdoctor.fix.lock import Locked
 
     try:
         return _run(args, check)
-    except JournalError as exc:
+    except (JournalError, Locked) as exc:
         print(f"envdoctor: error: {exc}", file=sys.stderr)
         return EXIT_NOTHING
+
+
+def _lock(args: argparse.Namespace) -> Any:
+    """The journal folder's lock, held while a fix or an undo changes anything (the second one exits 2)."""
+    from envdoctor.fix.journal import journal_root
+    from envdoctor.fix.lock import FixLock
+
+    what = ("fix --undo" if args.undo else "fix") + (f" --prefix {args.prefix}" if args.prefix else
+                                                     f" -n {args.env_name}" if args.env_name else "")
+    return FixLock(journal_root(), what)
 
 
 def _run(args: argparse.Namespace, check: Callable[[Any], Any] | None) -> int:
@@ -76,7 +88,8 @@ def _run(args: argparse.Namespace, check: Callable[[Any], Any] | None) -> int:
             from envdoctor.facts.target import resolve_prefix
 
             prefix = resolve_prefix(args.prefix, args.env_name)
-        undone = undo_last(prefix=prefix)
+        with _lock(args):
+            undone = undo_last(prefix=prefix)
         if args.format == "json":
             print(json.dumps(undone.to_dict(), indent=2))
         else:
@@ -90,10 +103,15 @@ def _run(args: argparse.Namespace, check: Callable[[Any], Any] | None) -> int:
 
 
 def _fix(args: argparse.Namespace, run_check: Callable[[Any], Any]) -> int:
+    if args.dry_run:  # changes nothing, so it waits for no one
+        return _plan_and_run(args, run_check)
+    with _lock(args):  # held from the check on: a second fix would plan from a state this one is changing
+        return _plan_and_run(args, run_check)
+
+
+def _plan_and_run(args: argparse.Namespace, run_check: Callable[[Any], Any]) -> int:
     from envdoctor.config import load_config, settings_from_args
     from envdoctor.fix import render
-    from envdoctor.fix.execute import Executor, recheck
-    from envdoctor.fix.journal import Journal
     from envdoctor.fix.plan import make_plan
 
     given = {k: v for k, v in settings_from_args(args).items() if k in FIX_SETTINGS}
@@ -104,12 +122,14 @@ def _fix(args: argparse.Namespace, run_check: Callable[[Any], Any]) -> int:
     fmt = args.format
 
     def finish(code: int, message: str, results: list[Any] | None = None, outcome: Any = None,
-               journal: str | None = None) -> int:
+               journal: str | None = None, verification: Any = None) -> int:
         if fmt == "json":
             sys.stdout.write(render.fix_json(plan, dry_run=args.dry_run, journal=journal, results=results or [],
-                                             outcome=outcome, exit_code=code, message=message))
+                                             outcome=outcome, exit_code=code, message=message,
+                                             verification=verification))
         else:
-            _say(render.results_text(results or [], outcome, journal) + ([message] if message else []), "text")
+            _say(render.results_text(results or [], outcome, journal, verification) + ([message] if message else []),
+                 "text")
         return code
 
     _say(render.plan_text(plan), fmt)
@@ -130,14 +150,45 @@ def _fix(args: argparse.Namespace, run_check: Callable[[Any], Any]) -> int:
                                         "to ask: pass --yes to run the plan (or --dry-run to only see it)")
         if not answer:
             return finish(EXIT_NOTHING, "nothing was changed")
+    return _apply(plan, before, config, run_check, finish)
+
+
+def _apply(plan: Any, before: Any, config: Any, run_check: Callable[[Any], Any], finish: Callable[..., int]) -> int:
+    """Journal, before-state, steps, verification (rolled back when it fails), then the re-check."""
+    from envdoctor.fix.execute import Executor, recheck
+    from envdoctor.fix.journal import Journal, JournalError
+    from envdoctor.fix.verify import verify_fix
+
     journal = Journal.create(dict(before.target))
-    results = Executor(plan, journal).run()
+    executor = Executor(plan, journal)
+    try:
+        results = executor.run()
+    except JournalError as exc:
+        if "before" not in journal.manifest:
+            raise  # no step ran: the message says nothing was changed
+        # A step may have run: the before-state is kept, so undo can still put everything back.
+        raise JournalError(f"{exc}; a step may have changed the environment: `envdoctor fix --undo` restores it "
+                           f"from {journal.path} (free some space first)") from None
     if not any(r.status == "done" for r in results):
         failed = any(r.status == "failed" for r in results)
         return finish(EXIT_NOTHING, "no step succeeded" + (": a failed step may have changed something, "
                                                             "`envdoctor fix --undo` puts it back" if failed else ""),
                       results, journal=str(journal.path) if failed else None)
+    checked = verify_fix(plan, journal)
+    if not checked.ok:
+        from envdoctor.fix.undo import undo
+
+        back = undo(journal, check_conflicts=False)
+        said = "; ".join(checked.problems[:5]) + (f" (and {len(checked.problems) - 5} more)"
+                                                  if len(checked.problems) > 5 else "")
+        rolled = "rolled back: " + ("; ".join(back.restored) if not back.problems else
+                                    "but these paths still differ from before the fix: " + "; ".join(back.problems))
+        return finish(EXIT_REMAIN, f"the fix failed its verification, so it was undone ({said}); {rolled}",
+                      results, journal=str(journal.path), verification=checked)
+    if checked.removed:
+        executor.record_after()
+        journal.save()
     outcome = recheck(config, plan, before, run_check)
     code = EXIT_OK if not outcome.remaining and not outcome.new else EXIT_REMAIN
     summary = f"{len(outcome.fixed)} fixed, {len(outcome.remaining)} still there, {len(outcome.new)} new"
-    return finish(code, summary, results, outcome, str(journal.path))
+    return finish(code, summary, results, outcome, str(journal.path), verification=checked)

@@ -1,11 +1,11 @@
-"""Running a plan: journal first, then each step, then a fresh check of the affected rules.
+"""Running a plan: the before-state first, then each step, then verification and a fresh check.
 
-The manifest lists every step before the first one runs and is saved again
-before and after each step (status planned → running → done / failed), so
-whatever happens in between, `fix --undo` knows what may have changed. A
-file move puts the path where the step says; a pip or uv step runs after its
-distributions' files are copied into the journal (envdoctor.fix.snapshot).
-Every command is an argv list run without a shell, with a time limit.
+The manifest lists every step before anything changes. Before the first step, every root a
+step's tool may write is listed and kept whole in the journal (envdoctor.fix.state); the
+manifest is saved again before and after each step (status planned → running → done /
+failed), so a fix killed anywhere can still be undone to that before-state. Steps write no
+bytecode into the environment (`PYTHONDONTWRITEBYTECODE`, pip's `--no-compile`). Every
+command is an argv list run without a shell, with a time limit.
 """
 from __future__ import annotations
 
@@ -15,18 +15,16 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from envdoctor.fix.journal import Journal, tree
+from envdoctor.fix.journal import Journal, JournalError, tree
 from envdoctor.fix.plan import Plan, PlannedStep
-from envdoctor.fix.snapshot import PackageSnapshot, conda_inverse, conda_records, site_dirs
-from envdoctor.fix.tools import Refused, Target, authorize, authorize_move
+from envdoctor.fix.state import take_after, take_before, write_roots
+from envdoctor.fix.tools import Refused, Target, authorize, authorize_move, package_arguments
 from envdoctor.model import Finding, Report
 
 #: Seconds one package command may take (a large reinstall over a slow disk included).
 STEP_TIMEOUT_S = 900.0
 #: Characters of a command's output kept in the journal and the result.
 OUTPUT_TAIL = 2000
-#: Tools whose changes are read back from conda-meta and reversed with the same tool.
-CONDA_TOOLS = ("conda", "mamba", "micromamba")
 
 
 @dataclass
@@ -71,19 +69,50 @@ def compare_findings(planned: list[Finding], before_all: list[Finding], after: l
     return outcome
 
 
+def step_environment(environ: Mapping[str, str]) -> dict[str, str]:
+    """The steps' environment: no bytecode written into the patient by pip, uv or the Python they start."""
+    env = dict(environ)
+    env["PYTHONDONTWRITEBYTECODE"] = "1"
+    env.pop("UV_COMPILE_BYTECODE", None)
+    env.pop("PIP_COMPILE", None)
+    return env
+
+
+def without_bytecode(tool: str, argv: tuple[str, ...]) -> tuple[str, ...]:
+    """pip install writes `.pyc` files unless told not to: add `--no-compile` right after the verb."""
+    if tool != "pip" or package_arguments(tool, argv)[0] != "install" or "--no-compile" in argv:
+        return argv
+    at = argv.index("install", 3) + 1
+    return (*argv[:at], "--no-compile", *argv[at:])
+
+
+def metadata_folders(roots: list[str]) -> list[str]:
+    """Every dist-info / egg-info directly in a site folder under the roots (what a package step changes)."""
+    found = []
+    for root in roots:
+        for folder, dirs, _files in os.walk(root):
+            names = [d for d in dirs if d.endswith((".dist-info", ".egg-info"))]
+            found += [os.path.join(folder, d) for d in names]
+            dirs[:] = [d for d in dirs if d not in names and d not in ("__pycache__", "envs", "pkgs")
+                       and not os.path.islink(os.path.join(folder, d))]
+    return sorted(found)
+
+
 class Executor:
     """Runs the runnable steps of one plan into one journal."""
 
     def __init__(self, plan: Plan, journal: Journal, environ: Mapping[str, str] | None = None) -> None:
         self.plan, self.journal = plan, journal
-        self.environ = dict(os.environ if environ is None else environ)
+        self.environ = step_environment(os.environ if environ is None else environ)
         self.target = Target.from_report_target(plan.target)
-        self.dirs = site_dirs(self.target, plan.target)
+        self.roots = write_roots(plan.target)
 
     def run(self) -> list[StepResult]:
         manifest = self.journal.manifest
         manifest["steps"] = [{**s.to_dict(), "status": "planned" if s.runs else "skipped"} for s in self.plan.steps]
-        self.journal.save()  # before the first change: an interrupted fix is still undoable
+        self.journal.save()
+        if any(s.runs for s in self.plan.steps):
+            self._keep_before()
         results = []
         broken_findings: set[tuple[str, str]] = set()
         for planned, record in zip(self.plan.steps, manifest["steps"]):
@@ -100,14 +129,35 @@ class Executor:
             results.append(result)
             self.journal.save()
         manifest["status"] = "finished" if any(r.status in ("done", "failed") for r in results) else "nothing-changed"
+        if manifest["status"] == "finished":
+            self.record_after()
         self.journal.save()
         return results
+
+    def _keep_before(self) -> None:
+        """The whole before-state of the roots into the journal, before anything changes — or no step runs."""
+        try:
+            self.journal.manifest["before"] = take_before(self.journal, self.roots)
+        except OSError as exc:
+            self.journal.manifest["status"] = "nothing-changed"
+            try:
+                self.journal.save()
+            finally:
+                raise JournalError(f"cannot keep the before-state of {', '.join(self.roots)} in {self.journal.path}: "
+                                   f"{exc.strerror or exc}; nothing was changed") from None
+        self.journal.save()  # from here on, an interrupted fix is undone to exactly this state
+
+    def record_after(self) -> None:
+        """What the fix left in the roots: undo refuses to overwrite what someone changed since."""
+        state = self.journal.manifest.get("before")
+        if state is not None:
+            self.journal.manifest["after"] = take_after(self.journal, state)
 
     def _run_one(self, planned: PlannedStep, record: dict[str, Any]) -> StepResult:
         step = planned.step
         try:  # the state may have moved on since planning (an earlier step): authorize again
             if step.argv:
-                argv = authorize(step, self.target, self.environ)
+                argv = without_bytecode(step.tool, authorize(step, self.target, self.environ))
             else:
                 source, destination = authorize_move(step, self.target)
         except Refused as exc:
@@ -124,29 +174,17 @@ class Executor:
                 return StepResult(planned.number, "failed", f"cannot move {source}: {exc.strerror or exc}")
             record["status"] = "done"
             return StepResult(planned.number, "done", f"moved {source} to {destination}")
-        snapshot = None
-        try:
-            if step.tool in ("pip", "uv"):
-                snapshot = PackageSnapshot(self.journal, planned.number, self.target, self.dirs, self.environ)
-                record["package"] = snapshot.before(step.tool, argv)
-            elif step.tool in CONDA_TOOLS:
-                record["conda"] = {"before": conda_records(self.target.prefix)}
-        except OSError as exc:  # no copy, no step: what cannot be put back is not changed
-            record.pop("package", None)
-            record.update(status="skipped", reason=f"cannot keep a copy first: {exc}")
-            return StepResult(planned.number, "skipped", record["reason"])
+        record["ran"] = list(argv)
+        before = metadata_folders(self.roots)
         self.journal.save()
         from envdoctor.process import run_bounded
 
         run = run_bounded(argv, STEP_TIMEOUT_S, env=self.environ)
         record["returncode"] = run.returncode
         record["output"] = (run.stdout + run.stderr)[-OUTPUT_TAIL:]
-        if snapshot is not None:
-            record["package"].update(snapshot.after(record["package"]))
-        elif "conda" in record:
-            after = conda_records(self.target.prefix)
-            record["conda"].update(after=after, inverse=conda_inverse(
-                step.argv[0], str(self.target.prefix), record["conda"]["before"], after))
+        after = metadata_folders(self.roots)
+        # The inverse is the before-state the journal kept: these are what it puts back and takes away.
+        record["distributions"] = {"removed": sorted(set(before) - set(after)), "added": sorted(set(after) - set(before))}
         record["status"] = "done" if run.ok else "failed"
         detail = "exited with status 0" if run.ok else run.describe_failure()
         return StepResult(planned.number, record["status"], detail)

@@ -1,10 +1,12 @@
 """The journal: where a fix keeps everything it moved, and the manifest that says how to put it back.
 
 One journal per `envdoctor fix` run, in `$XDG_CACHE_HOME/envdoctor/journal/<timestamp>/`
-(`~/.cache` when the variable is unset): `manifest.json` plus `files/`
-(what file moves took away), `snapshots/` (copies of the files a package
-step may change, taken before it runs) and `undone/` (what `fix --undo`
-took away in turn). Nothing is ever deleted.
+(`~/.cache` when the variable is unset): `manifest.json`, `before.json` (the listing
+of every root the steps may write, taken before the first step: envdoctor.fix.state)
+with `objects/` (those files' bytes, by content), `after.json` (what the fix left),
+`leftovers/` (files of a removed version a verified fix took away) and `undone/`
+(what `fix --undo` took away in turn). Nothing is ever deleted. The folder also
+holds `fix.lock` (envdoctor.fix.lock).
 
 The manifest is rewritten atomically and fsync'd before the first change and
 after every step, so a fix that is interrupted (killed, power lost) can
@@ -18,11 +20,10 @@ import json
 import os
 import shutil
 import stat
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-JOURNAL_VERSION = 1
+JOURNAL_VERSION = 2
 #: Journals `fix --undo` passes over: already undone, or a fix that changed nothing.
 SETTLED = ("undone", "undone-with-problems", "nothing-changed")
 
@@ -77,28 +78,6 @@ def tree(path: str | os.PathLike[str]) -> dict[str, Entry]:
 def same_content(a: Entry | None, b: Entry | None) -> bool:
     """Equal for undo's purpose: the same type, bytes, mode or link target."""
     return a == b
-
-
-def walk_paths(root: str | os.PathLike[str]) -> Iterator[tuple[str, os.stat_result]]:
-    """Every path under `root` with its lstat: the cheap listing a package step is diffed against.
-
-    A conda base prefix also holds other environments (`envs/`) and the package cache (`pkgs/`),
-    which no pip or uv step of this environment writes: they are left out.
-    """
-    skip = {os.path.join(root, "envs"), os.path.join(root, "pkgs")} \
-        if os.path.isdir(os.path.join(root, "conda-meta")) else set()
-    for folder, dirs, files in os.walk(root):
-        dirs[:] = [d for d in dirs if os.path.join(folder, d) not in skip]
-        for name in dirs + files:
-            full = os.path.join(folder, name)
-            try:
-                yield full, os.lstat(full)
-            except FileNotFoundError:
-                continue
-
-
-def stat_key(st: os.stat_result) -> list[int]:
-    return [st.st_ino, st.st_size, st.st_mtime_ns, st.st_mode]
 
 
 def _fsync_dir(path: Path) -> None:

@@ -1,9 +1,10 @@
 """How a fix shows itself: the plan, each step's result and the re-check, as text or JSON.
 
-The JSON shape (documented in the README, "Fixing"):
+The JSON shape (documented in docs/fix.md, "JSON output"):
 `{"fix_version": 1, "target": {...}, "dry_run": bool, "journal": path|null,
 "plan": {"steps": [...], "findings": [...], "findings_without_steps": [...]},
-"results": [{"step", "status", "detail"}], "outcome": {"fixed", "remaining", "new"}|null,
+"results": [{"step", "status", "detail"}], "verification": {"ok", "problems", "removed", "imported"}|null,
+"outcome": {"fixed", "remaining", "new"}|null,
 "exit_code": 0|1|2, "message": str}`.
 """
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Any
 from envdoctor.fix.execute import Outcome, StepResult
 from envdoctor.fix.plan import Plan
 from envdoctor.fix.undo import UndoResult
+from envdoctor.fix.verify import Verification
 
 FIX_JSON_VERSION = 1
 
@@ -45,10 +47,18 @@ def plan_text(plan: Plan) -> list[str]:
     return lines
 
 
-def results_text(results: list[StepResult], outcome: Outcome | None, journal: str | None) -> list[str]:
+def results_text(results: list[StepResult], outcome: Outcome | None, journal: str | None,
+                 verification: Verification | None = None) -> list[str]:
     lines = ["ran:"] if results else []
     for result in results:
         lines.append(f"    {result.number:>2}. {result.status}: {_clean(result.detail)}")
+    if verification is not None:
+        if verification.removed:
+            lines.append(f"verified: moved {len(verification.removed)} left-over file(s) of the removed version "
+                         f"into the journal (e.g. {_clean(verification.removed[0])})")
+        for module, path in sorted(verification.imported.items()):
+            lines.append(f"verified: `import {module}` loads {_clean(path)}")
+        lines += [f"verification failed: {_clean(p)}" for p in verification.problems]
     if journal:
         lines.append(f"journal: {journal} (undo with `envdoctor fix --undo`)")
     if outcome is not None:
@@ -60,7 +70,7 @@ def results_text(results: list[StepResult], outcome: Outcome | None, journal: st
 
 
 def fix_json(plan: Plan, *, dry_run: bool, journal: str | None, results: list[StepResult],
-             outcome: Outcome | None, exit_code: int, message: str) -> str:
+             outcome: Outcome | None, exit_code: int, message: str, verification: Verification | None = None) -> str:
     data: dict[str, Any] = {
         "fix_version": FIX_JSON_VERSION,
         "target": plan.target,
@@ -68,6 +78,7 @@ def fix_json(plan: Plan, *, dry_run: bool, journal: str | None, results: list[St
         "journal": journal,
         "plan": plan.to_dict(),
         "results": [r.to_dict() for r in results],
+        "verification": verification.to_dict() if verification is not None else None,
         "outcome": outcome.to_dict() if outcome is not None else None,
         "exit_code": exit_code,
         "message": message,
@@ -82,6 +93,6 @@ def undo_text(result: UndoResult) -> list[str]:
         lines += [f"  {_clean(r)}" for r in result.refused]
     lines += [f"  {_clean(r)}" for r in result.restored]
     lines += [f"  problem: {_clean(p)}" for p in result.problems]
-    if not result.refused and not result.problems:
-        lines.append("every path the fix touched holds again what it held before (same hashes)")
+    if result.problems:
+        lines.append("not restored: the paths above differ from before the fix")
     return lines

@@ -14,10 +14,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from envdoctor.facts.fleet import FLEET_REPORT_REASON
 from envdoctor.model import SCHEMA_VERSION, Report
-
-FLEET_REPORT_REASON = "a fleet report (from compare or --distributed), not one node's report"
-
 
 #: A report bigger than this is not read (a node's report is a few MB at most).
 MAX_REPORT_BYTES = 64 * 2**20

@@ -1,14 +1,18 @@
-"""Code that runs inside the inspected interpreter, not in envdoctor's.
+"""Code that runs inside the inspected environment's interpreter, never in envdoctor's own.
 
-Every module here is started by path with the target environment's own Python
-(which may lack envdoctor, rich or psutil, and may be older): the standard library
-only at import time, never `envdoctor`. The parts import each other as top-level
-modules from this folder (hence their `loader_` prefix, which keeps them from
-shadowing the target's own modules).
+envdoctor starts these files by path with the target's Python (`torch_probe.py`,
+`loader_runner.py`), or, for `preflight(loader=...)`, imports `loader_runner` in a
+forked child. Each imports its siblings as top-level modules from this folder (hence
+the `loader_` prefix, which keeps them from shadowing the target's own modules) and
+nothing but the standard library at module level (the target need not have envdoctor;
+torch and the dataset's packages are imported inside functions, once the runner runs
+there). tests/test_architecture.py checks both.
 
 - torch_probe.py: imports numpy and torch and reports the build, CUDA, threads.
 - loader_runner.py: the smoke test's measuring process; its parts are loader_*.py
   (loader_sweep.py is the num_workers sweep, loader_paired.py the paired windows).
-- loader_protocol.py: the events the runner writes and envdoctor's supervisor
-  (envdoctor.loader.supervisor) reads — the one definition both sides import.
+- loader_protocol.py and loader_knee.py are the two modules envdoctor imports from here
+  too (as `envdoctor.inside.loader_protocol`, `envdoctor.inside.loader_knee`): the
+  events the runner writes and the supervisor reads, and the knee rule the runner uses
+  to choose what it re-measures, which is the rule the report recommends with.
 """

@@ -3,7 +3,7 @@
 Part of the standalone runner (see loader_runner.py). One sweep point is one
 stretch of time; a busy neighbour that takes the CPUs during one point and
 not another makes a gain out of nothing. So the setting the sweep points to
-(the knee, chosen by envdoctor's rule, which the plan carries) and the user's
+(the knee, by the rule in loader_knee.py that envdoctor imports too) and the user's
 own setting are both kept running, and timed in alternating windows — current
 then candidate, candidate then current, … — so a neighbour slows both sides of
 a pair alike. The runner reports the windows; envdoctor computes the gain's
@@ -14,6 +14,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from loader_knee import recommended
 from loader_session import Session
 from loader_timing import samples_in, set_timeout, shutdown
 
@@ -26,35 +27,10 @@ MAX_WINDOW_S = 0.8
 
 
 def candidate(s: Session) -> int | None:
-    """The worker count envdoctor's rule would recommend from the sweep (see rules/loader_verdict.knee)."""
-    rule = s.plan.get("knee") or {}
-    fraction, gain = float(rule.get("fraction", 0.95)), float(rule.get("worker_gain", 1.10))
-    blocked_share = float(rule.get("blocked_share", 0.5))
-    runs = [r for r in s.runs if r.get("samples_per_s")]
-
-    def computes_past_cpus(run: dict[str, Any]) -> bool:
-        cpu, blocked = run.get("worker_cpu"), run.get("worker_blocked")
-        if run["num_workers"] <= s.usable or cpu is None or blocked is None or cpu + blocked <= 0:
-            return False
-        return cpu / (cpu + blocked) >= 1 - blocked_share
-
-    runs = [r for r in runs if not computes_past_cpus(r)]
-    if not runs:
-        return None
-    best = max(r["samples_per_s"] for r in runs)
-    zero = next((r for r in runs if r["num_workers"] == 0), None)
-    if zero is not None and best < gain * zero["samples_per_s"]:
-        chosen = 0
-    else:
-        chosen = min(r["num_workers"] for r in runs if r["samples_per_s"] >= fraction * best)
-    step = s.plan.get("step_time_s")
-    if step:
-        consumer = s.batch_size / float(step)
-        floor = 1 if chosen > 0 else 0
-        fits = [r["num_workers"] for r in runs if floor <= r["num_workers"] < chosen
-                and r["samples_per_s"] >= float(rule.get("step_headroom", 1.25)) * consumer]
-        chosen = min(fits) if fits else chosen
-    return chosen
+    """The worker count envdoctor will recommend from the sweep: the same `knee.recommended` the rule layer
+    calls (envdoctor.rules.loader.verdict), imported from this folder."""
+    chosen, _ = recommended(s.runs, s.usable, s.batch_size, s.plan.get("step_time_s"))
+    return None if chosen is None else int(chosen["num_workers"])
 
 
 class _Side:

@@ -3,11 +3,13 @@
 `gather_loader` chooses what to measure — the user's DataLoader
 (`preflight(loader=...)`), a dataset factory (`--dataset MODULE:CALLABLE`),
 an image folder (`--data PATH`) or the built-in synthetic dataset — runs the
-measurements in the target interpreter under a hard time budget (`run`),
-and files what the runner observed into a `LoaderFacts` (types in
-`section`). It judges nothing: the bottleneck class, the knee and the
-recommendation are the rule layer's (`envdoctor.rules.loader.verdict`),
-which the DL rules read and the engine adds to the report's `loader` object.
+measurements in the target interpreter under a hard time budget
+(`supervisor`), and files what the runner observed into a `LoaderFacts`
+(types in `envdoctor.facts.loader`). It judges nothing: the bottleneck
+class, the knee and the recommendation are the rule layer's
+(`envdoctor.rules.loader.verdict`, with the knee itself in
+`envdoctor.inside.loader_knee`, which the runner imports too), which the DL rules
+read and the engine adds to the report's `loader` object.
 """
 from __future__ import annotations
 
@@ -27,8 +29,6 @@ from envdoctor.loader.supervisor import StageRun, run_stage
 STAGE_OVERHEAD_S = 0.7
 def gather_loader(facts: Any) -> LoaderFacts | None:
     """The loader section: None when the stage is switched off (--no-loader)."""
-    from envdoctor.rules.loader.verdict import KNEE_RULE
-
     config = facts.config
     if config.no_loader:
         return None
@@ -50,8 +50,6 @@ def gather_loader(facts: Any) -> LoaderFacts | None:
         "source": source,
         "usable_cpus": usable,
         "step_time_s": config.step_time,
-        # The candidate the runner re-measures is the one the rule layer would recommend.
-        "knee": KNEE_RULE,
         "torch_probe": True,
         "check_cuda": True,
     }
@@ -93,6 +91,8 @@ def choose_source(config: Any) -> tuple[dict[str, Any], dict[str, Any] | None, s
         if hasattr(os, "fork"):
             return {"kind": "object"}, {"dataset": dataset, "kwargs": kwargs, "description": description}, description
         return pickled_source(dataset, kwargs, description), None, description
+    if config.loader_source is not None:
+        return dict(config.loader_source), None, str(config.loader_source.get("description") or "your DataLoader")
     if config.dataset:
         module, sep, attr = config.dataset.partition(":")
         if not (module and sep and attr):
@@ -242,9 +242,16 @@ def _describe_outcome(outcome: StageRun, section: dict[str, Any]) -> dict[str, A
                             + (f", while fetching index {index}" if index is not None else "")
                             + "; they were killed")}
     if outcome.killed_for in ("phase", "budget"):
+        if phase is None and not outcome.events:
+            started_hung(section, outcome)
+            return None
         if phase == "import":
+            budget = section.get("budget_s")
             section["skipped"].append({"what": "smoke test", "reason": "importing torch did not finish within "
-                                       f"the {section.get('budget_s')} s budget"})
+                                       f"the {budget} s budget"})
+            # A slow import is not yet a hung one: the torch probe runs, but within the budget again, not 60 s.
+            section["torch_probe"] = {"source": "loader", "timed_out": True, "stage": "import",
+                                      "seconds": round(outcome.wall_s, 3)}
             return None
         if phase == "run" and outcome.killed_for == "budget":
             section["skipped"].append({"what": f"num_workers={workers}",
@@ -262,6 +269,32 @@ def _describe_outcome(outcome: StageRun, section: dict[str, Any]) -> dict[str, A
         return {**base, "kind": "crashed", "signal": sig,
                 "message": f"the process running the dataset {how}{where}"}
     return None
+
+
+#: Waiting this long without a word from the runner is a hung start, not a slow one on a busy machine.
+STARTUP_HANG_S = 5.0
+
+
+def started_hung(section: dict[str, Any], outcome: StageRun) -> None:
+    """The target's interpreter never reached the runner's first line: it hung starting (a sitecustomize,
+    usercustomize or `.pth` file that blocks).
+
+    The smoke test is skipped with that reason. When the stage waited long enough to tell a hang from a
+    slow start, the torch section is handed the same observation (`torch_probe`, see facts.PROBES), so the
+    torch probe does not start the interpreter to hang a second time: the user's --budget is what the
+    whole check waits for such a target.
+    """
+    budget = float(section.get("budget_s") or outcome.wall_s)
+    what = "the environment's Python did not start"
+    section["skipped"].append({"what": "smoke test", "reason": f"{what} within the {budget:g} s budget"})
+    if outcome.wall_s < STARTUP_HANG_S:
+        return
+    section["torch_probe"] = {
+        "ran": True, "source": "loader", "timed_out": True, "stage": "start", "timeout_s": budget,
+        "seconds": round(outcome.wall_s, 3),
+        "error": f"{what} within the loader stage's {budget:g} s (the interpreter was not started again)",
+        "stderr_tail": outcome.log_tail[-2000:],
+    }
 
 
 def exhaustive_sweep(source: dict[str, Any], workers: list[int], point_s: float = 1.5, *,

@@ -14,10 +14,9 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from envdoctor.facts.fleet import FIELDS, Field, show_value
+from envdoctor.facts.fleet import FIELDS, SIZE_TOLERANCE, Field, nodes_of, show_value
 from envdoctor.model import Finding, Report
 from envdoctor.report.safe import printable
-from envdoctor.rules.fleet.drift import SIZE_TOLERANCE, nodes_of
 
 if TYPE_CHECKING:  # pragma: no cover
     from envdoctor.facts.fleet import FleetFacts

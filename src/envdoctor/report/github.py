@@ -9,7 +9,8 @@ relative to the repository root, so a job that runs in a subfolder still
 points at the right file. Values are escaped as GitHub's toolkit does: `%`,
 CR and LF in the message, and `,` and `:` as well in properties; control
 characters from outside are escaped before that, so no input can end the
-line and start a command of its own.
+line and start a command of its own. A last annotation carries the report's
+verdict and its checklist (`Report.verdict`), as every format shows it.
 """
 from __future__ import annotations
 
@@ -19,7 +20,7 @@ from pathlib import Path
 from envdoctor.model import Finding, Report
 from envdoctor.report.locations import Anchor, environment_anchor, relative_path, repository_root
 from envdoctor.report.safe import printable, printable_block
-from envdoctor.report.text import own_message
+from envdoctor.report.text import area_label, own_message, verdict_of
 
 LEVELS = {"error": "error", "warning": "warning", "info": "notice"}
 #: GitHub shows at most 10 annotations of a level per step and 50 per job; more only fill the log.
@@ -62,7 +63,7 @@ def render(report: Report, against: str | None = None, scripts: Sequence[str] = 
            root: Path | None = None) -> str:
     root = root or repository_root()
     anchor = environment_anchor(report.findings, root, against, scripts)
-    on_anchor: dict[str, object] = {"file": anchor.path, "line": anchor.line} if anchor else {}
+    on_anchor: dict[str, object] = {"file": printable(anchor.path, 1000), "line": anchor.line} if anchor else {}
     shown = report.findings[:MAX_ANNOTATIONS]
     lines = [annotation(finding, root, anchor) for finding in shown]
     if len(report.findings) > len(shown):
@@ -73,4 +74,14 @@ def render(report: Report, against: str | None = None, scripts: Sequence[str] = 
         who = printable(error.get("rule") or f"probe {error.get('probe')}", 80)
         lines.append(_command("warning", {**on_anchor, "title": f"envdoctor could not check {who}"},
                               printable_block(error.get("message", ""), 2000)))
+    lines.append(verdict_annotation(report, on_anchor))
     return "".join(line + "\n" for line in lines)
+
+
+def verdict_annotation(report: Report, on_anchor: dict[str, object]) -> str:
+    """The report's verdict and checklist as one last annotation: a warning when not everything could be
+    checked, else a notice (the findings carry their own levels)."""
+    verdict = verdict_of(report)
+    areas = ", ".join(f"{area_label(area)}: {status}" for area, status in verdict["areas"].items())
+    level = "warning" if verdict["result"] == "unchecked" else "notice"
+    return _command(level, {**on_anchor, "title": f"envdoctor verdict: {verdict['result']}"}, areas)

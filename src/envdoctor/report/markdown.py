@@ -1,6 +1,7 @@
 """The report as GitHub-flavoured Markdown, for `$GITHUB_STEP_SUMMARY` and pull requests.
 
-The verdict, the checklist by area as a table, then one section per rule:
+The verdict, the checklist by area as a table (both the report's own
+verdict, decided by `envdoctor.verdict`, only worded here), then one section per rule:
 each finding as a list item (its file and line in a code span), the fix as a
 fenced code block (multi-line fixes keep their lines), the evidence folded
 in `<details>`. Strings from outside never become Markdown or HTML: free text
@@ -19,14 +20,17 @@ from envdoctor.report.text import (
     BLOCK_LIMIT,
     GROUP_LIMIT,
     _evidence_lines,
-    area_statuses,
+    area_label,
+    area_line,
+    first_names,
     group_findings,
     own_message,
     severity_counts,
-    summary_line,
+    verdict_line,
+    verdict_of,
 )
 
-_MARK = {"error": "✗", "warning": "!", "info": "i", "unchecked": "?", "skipped": "–", None: "✓"}
+_MARK = {"error": "✗", "warning": "!", "info": "i", "unchecked": "?", "skipped": "–", "n/a": "–", None: "✓"}
 # Characters that mean something to CommonMark/GFM inline parsing, or to HTML.
 # Parentheses, dots and dashes need no escape once `[` is escaped and no outside string starts a line.
 _SPECIAL = re.compile(r"([\\`*_{}\[\]#!|~<>&:])")
@@ -121,14 +125,11 @@ def render(report: Report) -> str:
                  f"(Python {escape_text(target.get('python') or '?')}) on {code_span(report.host.get('hostname', '?'))} "
                  f"({escape_text(report.host.get('platform', '?'))})")
     counts = severity_counts(report.findings)
-    worst = next((s for s in ("error", "warning", "info") if counts[s]), None)
-    statuses = {} if fleet else area_statuses(report)
-    if worst is None and (report.not_checked() or any(level == "unchecked" for level, _ in statuses.values())):
-        worst = "warning"  # nothing found, but not everything could be looked at
+    level, verdict_text = verdict_line(report, counts)
     lines = [
         "# envdoctor report",
         "",
-        f"**{_MARK[worst]} {escape_text(summary_line(report, counts))}** — {where}, "
+        f"**{_MARK[level]} {escape_text(verdict_text)}** — {where}, "
         f"envdoctor {escape_text(report.tool.get('version', '?'))}, {escape_text(report.generated_at)}",
         "",
     ]
@@ -138,8 +139,11 @@ def render(report: Report) -> str:
         lines += [fleet_markdown(clean_report(report, escape_text)), ""]
     else:
         lines += ["| area | status |", "|---|---|"]
-        for area, (level, status) in statuses.items():
-            lines.append(f"| {area} | {_MARK[level]} {_cell(status) if status != '✓' else ''} |".replace("  |", " |"))
+        names = first_names(report.findings)
+        for area in verdict_of(report)["areas"]:
+            mark, status = area_line(report, area, names)
+            lines.append(f"| {area_label(area)} | {_MARK[mark]} {_cell(status) if status != '✓' else ''} |"
+                         .replace("  |", " |"))
         lines.append("")
     groups = group_findings(report.findings)
     if groups:

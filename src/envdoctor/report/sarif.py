@@ -254,6 +254,8 @@ def to_sarif(report: Report, root: Path | None = None, against: str | None = Non
                 "target": clean_tree({k: report.target.get(k) for k in ("prefix", "kind", "python")}),
                 "host": clean_tree(report.host),
                 "schema_version": report.schema_version,
+                # The report's verdict and checklist (envdoctor.verdict decided it; every format shows it).
+                "verdict": clean_tree(report.verdict) if report.verdict is not None else None,
             },
         }],
     }

@@ -9,6 +9,10 @@ files"). `verbose` adds each finding's evidence, drawn as indented
 80 columns. Every string from outside goes through `report.safe` and into
 rich `Text` objects, so neither control characters nor rich markup in a file
 or package name reach the terminal.
+
+The verdict and the checklist are the report's own (`Report.verdict`,
+decided once by `envdoctor.verdict`): this module words them, it does not
+decide them, so text, Markdown, GitHub, SARIF and JSON agree.
 """
 from __future__ import annotations
 
@@ -17,26 +21,18 @@ import os
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from envdoctor.model import Finding, Report, Severity
+from envdoctor.model import NO_VERDICT, Finding, Report, Severity, Verdict
 from envdoctor.report.safe import MAX_ITEMS, clean_report, clean_tree, printable, printable_block
 
 _STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
 _MARK = {"error": "✗", "warning": "!", "info": "i"}
-#: The areas of the checklist, in the order shown, with the rule families each covers.
-AREAS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("packages", ("PKG",)), ("channels", ("CHN",)), ("limits", ("SYS",)), ("scripts", ("SPW",)),
-    ("storage", ("DSK",)), ("GPU", ("GPU",)), ("loader", ("DL",)),
-)
-#: Which facts sections each area's rules read: a failed probe leaves the area unchecked.
-_AREA_SECTIONS = {"packages": ("target", "packages"), "channels": ("target", "packages"),
-                  "limits": ("system",), "scripts": ("scripts",), "storage": ("storage",),
-                  "GPU": ("gpu", "torch"), "loader": ("loader",)}
+#: How the checklist names each area of the verdict (`envdoctor.verdict.AREAS`) on screen.
+AREA_LABELS = {"system": "limits", "spawn": "scripts", "gpu": "GPU"}
 #: Findings of one rule shown in full before "… and N more".
 GROUP_LIMIT = 10
 #: Rules shown in full before the rest are counted (a report with a million findings stays readable).
 BLOCK_LIMIT = 40
 SVG_WIDTH = 100
-NOT_SELECTED = "not checked (not selected)"
 
 
 def severity_counts(findings: Iterable[Finding]) -> dict[str, int]:
@@ -78,75 +74,50 @@ def format_value(value: Any, depth: int = 0) -> str:
     return printable(value, 300)
 
 
-# -- the checklist ---------------------------------------------------------------------------------
+# -- the checklist: rendered from the report's verdict, decided by envdoctor.verdict ----------------
 
-def _family(rule_id: str) -> str:
-    return rule_id.rstrip("0123456789")
-
-
-def _area_of(rule_id: str) -> str | None:
-    family = _family(rule_id)
-    return next((name for name, families in AREAS if family in families), None)
+def area_label(area: str) -> str:
+    return AREA_LABELS.get(area, area)
 
 
-def _probe_failure(report: Report, area: str) -> str | None:
-    sections = _AREA_SECTIONS.get(area, ())
-    for error in report.errors:
-        if error.get("probe") in sections:
-            return f"{error['probe']} probe failed: {error.get('message', '')}"
-        rule = error.get("rule")
-        if rule and _area_of(str(rule)) == area:
-            return f"{rule}: {error.get('message', '')}"
-    return None
+def verdict_of(report: Report) -> Verdict:
+    """The verdict the engine decided; a report assembled without one renders as "no verdict"."""
+    return report.verdict if report.verdict is not None else NO_VERDICT
 
 
-def area_statuses(report: Report) -> dict[str, tuple[str | None, str]]:
-    """For each area of the checklist: (worst severity, "unchecked", "skipped" or None; what to say).
-
-    None with "✓" means every selected rule of the area ran and found nothing;
-    "unchecked" means a probe or rule of the area failed, "skipped" that none was
-    selected or the loader did not run; the text says which. One pass over the
-    findings, so a report with a million of them costs no more than a list.
-    """
-    area_of: dict[str, str | None] = {}
-    found: dict[str, list[Finding]] = {area: [] for area, _ in AREAS}
-    for finding in report.findings:
-        if finding.rule not in area_of:
-            area_of[finding.rule] = _area_of(finding.rule)
-        area = area_of[finding.rule]
-        if area is not None:
-            found[area].append(finding)
-    return {area: _area_status(report, area, found[area]) for area, _ in AREAS}
-
-
-def _area_status(report: Report, area: str, found: list[Finding]) -> tuple[str | None, str]:
-    families = dict(AREAS)[area]
-    if found:
-        counts = severity_counts(found)
-        worst = next(level for level in ("error", "warning", "info") if counts[level])
-        rules = list(dict.fromkeys(f.rule for f in found))
-        names = {f.rule: f.name for f in found[:1000]}
+def area_line(report: Report, area: str, names: Mapping[str, str] | None = None) -> tuple[str | None, str]:
+    """One area of the checklist as (mark key, text): the mark key is a severity, "unchecked", "skipped",
+    "n/a" or None for ✓."""
+    verdict = verdict_of(report)
+    status, detail = verdict["areas"][area], verdict["details"][area]
+    if names is None:
+        names = first_names(report.findings)
+    rules, count = detail["rules"], detail["findings"]
+    if status in ("problem", "ok") and count:  # an ok area may hold info findings: they are shown, as notes
         if len(rules) == 1:
-            n = len(found)
-            return worst, f"{rules[0]} {printable(names.get(rules[0], ''), 80)}" + (f" ({n} findings)" if n > 1 else "")
-        return worst, f"{len(found)} findings: " + ", ".join(rules[:6]) + (" …" if len(rules) > 6 else "")
-    failure = _probe_failure(report, area)
-    if failure:
-        return "unchecked", "not checked: " + printable(failure, 120)
-    checked = report.checked
-    if checked is not None:
-        if not any(_family(r) in families for r in checked):
-            return "skipped", NOT_SELECTED
-    elif area != "loader" and not any(s in report.facts for s in _AREA_SECTIONS[area]):
+            summary = f"{rules[0]} {printable(names.get(rules[0], ''), 80)}" + (f" ({count} findings)" if count > 1 else "")
+        else:
+            summary = f"{count} findings: " + ", ".join(rules[:6]) + (" …" if len(rules) > 6 else "")
+        return detail["worst"], summary
+    if status == "ok":
+        return None, "✓"
+    if status == "not-applicable":
+        return "n/a", f"not applicable ({printable(detail['reason'] or '', 120)})"
+    cause, reason = detail["cause"], printable(detail["reason"] or "", 120)
+    if cause == "failed":
+        return "unchecked", "not checked: " + reason
+    if cause == "no-facts":
         return "skipped", "not checked"
-    if area == "loader" and not report.loader:
-        return "skipped", "not checked (the smoke test did not run)"
-    return None, "✓"
+    return "skipped", f"not checked ({reason})"
 
 
-def unchecked_areas(report: Report) -> list[str]:
-    """Areas whose checks were meant to run but could not (a probe or a rule failed)."""
-    return [area for area, (level, _) in area_statuses(report).items() if level == "unchecked"]
+def first_names(findings: Iterable[Finding]) -> dict[str, str]:
+    """Rule id -> its name, from the findings (each rule's first)."""
+    names: dict[str, str] = {}
+    for finding in findings:
+        if finding.rule not in names:
+            names[finding.rule] = finding.name
+    return names
 
 
 # -- findings --------------------------------------------------------------------------------------
@@ -354,17 +325,16 @@ def _heading(report: Report) -> str:
             f"on {printable(report.host.get('hostname', '?'), 100)}")
 
 
-def _verdict(report: Report, statuses: dict[str, tuple[str | None, str]] | None = None) -> tuple[str, str]:
-    counts = severity_counts(report.findings)
-    worst = next((s for s in ("error", "warning", "info") if counts[s]), None)
-    skipped = report.not_checked()
-    unchecked = [area for area, (level, _) in (statuses or {}).items() if level == "unchecked"]
-    if worst is None and (skipped or unchecked):
-        worst = "warning"  # nothing found, but not everything could be looked at
-    text = f"{_MARK.get(worst or '', '✓')} {summary_line(report, counts)}"
-    if unchecked:
-        text += f" — not checked: {', '.join(unchecked)}"
-    return text, _STYLE.get(worst or "", "bold green")
+def verdict_line(report: Report, counts: dict[str, int] | None = None) -> tuple[str | None, str]:
+    """The verdict as (severity mark, text): the worst severity found, or None for ✓; a result of
+    `unchecked` is marked as a warning (nothing found is not an all-clear when not everything was looked at)."""
+    verdict = verdict_of(report)
+    text = summary_line(report, counts)
+    if verdict["unchecked"]:
+        text += f" — not checked: {', '.join(area_label(a) for a in verdict['unchecked'])}"
+    if verdict["result"] == "unchecked" and verdict["worst"] in (None, "info"):
+        return "warning", text
+    return verdict["worst"], text
 
 
 def write(report: Report, console: Any, verbose: bool = False) -> None:
@@ -376,28 +346,34 @@ def write(report: Report, console: Any, verbose: bool = False) -> None:
 
         shown = clean_report(report)
         out.line(printable(fleet_heading(shown, shown.facts["fleet"]), 400), style="bold")
-        text, style = _verdict(report)
-        out.line(text, style=style)
+        level, text = verdict_line(report)
+        out.line(f"{_MARK.get(level or '', '✓')} {text}", style=_STYLE.get(level or "", "bold green"))
         out.line()
         for item in fleet_renderables(shown):
             if isinstance(item, out.text().__class__):  # a line of text: wrapped lines indented
                 out.line(item)
             else:
                 console.print(item)
+    elif report.loop is not None:  # envdoctor run: the user's own loop, not an environment's checklist
+        from envdoctor.report.loop_view import loop_lines
+
+        for indent, line in loop_lines(clean_tree(report.loop)):
+            out.line(line, indent=indent, hang=11 if indent == 2 else 2)  # wrapped lines under the values
     else:
         out.line(_heading(report), style="bold")
-        statuses = area_statuses(report)
-        text, style = _verdict(report, statuses)
-        out.line(text, style=style)
+        level, text = verdict_line(report)
+        out.line(f"{_MARK.get(level or '', '✓')} {text}", style=_STYLE.get(level or "", "bold green"))
         out.line()
+        verdict = verdict_of(report)
+        names = first_names(report.findings)
         unselected = []
-        for area, _families in AREAS:
-            level, status = statuses[area]
-            if status == NOT_SELECTED:
-                unselected.append(area)
+        for area in verdict["areas"]:
+            if verdict["details"][area]["cause"] == "not-selected":
+                unselected.append(area_label(area))
                 continue
+            level, status = area_line(report, area, names)
             line = out.text()
-            line.append(f"{area:<9} ", style="bold")
+            line.append(f"{area_label(area):<9} ", style="bold")
             style = _STYLE.get(level or "", "green" if level is None else "magenta" if level == "unchecked" else "dim")
             mark = _MARK.get(level or "", "")
             line.append(f"{mark} {status}" if mark else status, style=style)

@@ -20,12 +20,9 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:  # pragma: no cover
     from envdoctor.facts.fleet import FleetFacts
 
-from envdoctor.facts.fleet import FIELDS, UNLIMITED, Field, NodeRecord
+from envdoctor.facts.fleet import FIELDS, SIZE_TOLERANCE, UNLIMITED, Field, NodeRecord, nodes_of
 from envdoctor.versions import sortable_version
 
-#: Sizes that wobble a little between identical machines (memory the kernel
-#: reserves, /dev/shm as half of RAM) differ only beyond this fraction.
-SIZE_TOLERANCE = 0.10
 #: A node is a straggler when its speed is below this fraction of the others' median.
 STRAGGLER_RATIO = 0.7
 
@@ -36,10 +33,6 @@ _OWN_FIELDS = {"torch", "pytorch", "numpy", "python"}
 
 def _canonical(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
-
-
-def nodes_of(fleet: FleetFacts) -> list[NodeRecord]:
-    return [n for n in fleet.get("nodes") or [] if isinstance(n, Mapping)]
 
 
 def _size_key(value: Any) -> float:

@@ -265,8 +265,8 @@ def find_unreadable_reports(facts: Facts) -> Iterator[Hit]:
     fleet = _fleet(facts)
     if fleet is None:
         return
-    from envdoctor import __version__
-    from envdoctor.fleet.compare import FLEET_REPORT_REASON
+    from envdoctor._version import __version__
+    from envdoctor.facts.fleet import FLEET_REPORT_REASON
 
     for skipped in fleet.get("unreadable") or []:
         if skipped["reason"] == FLEET_REPORT_REASON:

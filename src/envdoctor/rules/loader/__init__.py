@@ -1,11 +1,12 @@
 """DL rules: what the live DataLoader smoke test found.
 
 `verdict` decides, once, the bottleneck class, the knee and the recommendation;
-`findings` says it as DL001–DL008 with the numbers that back it. `RULES` is the
+`findings` says it as DL001–DL008 with the numbers that back it; `loop` judges
+what `envdoctor run` measured in the user's own training loop (DL009). `RULES` is the
 family's one table (catalog/DL.toml).
 """
 from __future__ import annotations
 
-from envdoctor.rules.loader import findings
+from envdoctor.rules.loader import findings, loop
 
-RULES = {**findings.RULES}
+RULES = {**findings.RULES, **loop.RULES}

@@ -176,6 +176,21 @@ def _doubled_fix(packages: PackagesFacts, dists: list[Distribution], record: Con
                   f"{owner_text(first)}'s)"), first["version"]
 
 
+def _whose_files(dists: list[Distribution], import_name: str) -> str:
+    """For copies in one folder: the copy whose files `import` runs (every file its RECORD hashes is on disk)."""
+    whole = [d for d in dists if (d.get("files_on_disk") or {}).get("listed")
+             and d["files_on_disk"]["matching"] == d["files_on_disk"]["listed"]]
+    site = dists[0].get("site_dir")
+    if len(whole) == 1:
+        runs = whole[0]
+        others = ", ".join(d["version"] for d in dists if d is not runs)
+        return (f"`import {import_name}` runs {runs['version']}'s files in {site} (all "
+                f"{runs['files_on_disk']['listed']} its RECORD lists are on disk as recorded), under {others}'s "
+                "metadata too; `pip list` reads one of the metadata folders")
+    return (f"`import {import_name}` loads a mix of the copies' files in {site}, "
+            "and `pip list` reads one of the metadata folders")
+
+
 def find_duplicate_distributions(facts: Facts) -> Iterator[Hit]:
     packages = facts["packages"]
     groups: dict[str, list[Distribution]] = {}
@@ -193,8 +208,7 @@ def find_duplicate_distributions(facts: Facts) -> Iterator[Hit]:
         if imported is not None:
             loads = f"`import {import_name}` loads {imported['version']} from {imported.get('site_dir')}"
         elif import_name is not None:
-            loads = (f"`import {import_name}` loads a mix of the copies' files in {dists[0].get('site_dir')}, "
-                     "and `pip list` reads one of the metadata folders")
+            loads = _whose_files(dists, import_name)
         else:
             loads = "which copy `import` loads cannot be told from the files (no regular package or module of theirs)"
         breaks = _broken_by(packages, key, imported["version"]) if imported is not None else []
@@ -256,6 +270,16 @@ def _requirement_fix(packages: PackagesFacts, dist: Distribution, installed: Dis
     return pip_fix(packages, "install", wanted)
 
 
+def _other_major(req: Any, version: str) -> bool:
+    """Does the requirement exclude every release of the installed version's major (numpy<2 under 2.2.6)?"""
+    parsed = parsed_version(version)
+    if parsed is None or not req.specifier:
+        return False
+    major = parsed.release[0]
+    probes = [f"{major}.{minor}.0" for minor in range(0, 40)]
+    return not any(req.specifier.contains(p, prereleases=True) for p in probes)
+
+
 def find_broken_requirements(facts: Facts) -> Iterator[Hit]:
     from packaging.requirements import InvalidRequirement, Requirement
 
@@ -303,12 +327,17 @@ def find_broken_requirements(facts: Facts) -> Iterator[Hit]:
                       + (f" @ {req.url}" if req.url else str(req.specifier)))
             conda_name = conda_names.get(dep_key) or _conda_name_for(dep_key)
             fix = _requirement_fix(packages, dist, installed, req, wanted, conda_name)
+            # An extension built for one NumPy major does not load under the other: that is an import error.
+            abi_break = dep_key == "numpy" and dist.get("compiled") and installed is not None \
+                and _other_major(req, installed["version"])
             yield Hit(
                 message=message,
                 evidence={"package": dist["name"], "version": dist["version"], "requirement": str(req),
                           "dependency": req.name, "installed_version": installed["version"] if installed else None,
                           "problem": problem, "owner": owner_text(dist),
-                          "dependency_owner": owner_text(installed) if installed else None},
+                          "dependency_owner": owner_text(installed) if installed else None,
+                          **({"compiled_dependant": True} if dep_key == "numpy" and dist.get("compiled") else {})},
+                severity=Severity.ERROR if abi_break else None,
                 **fix.hit(),
             )
 

@@ -132,7 +132,11 @@ def imported_copy(copies: list[Distribution], site_dirs: list[SiteDir]) -> tuple
     finds it; the copy whose metadata sits in that folder is the one loaded.
     Two copies in that same folder share it (their files are mixed): None.
     """
-    names = sorted({name for dist in copies for name in dist["import_names"]})
+    # The distribution's own name first (`yaml` before PyYAML's private `_yaml`): the import people run.
+    keys = {dist["key"] for dist in copies}
+    names = sorted({name for dist in copies for name in dist["import_names"]},
+                   key=lambda n: (n.lower().replace("_", "-") not in keys and not any(k.endswith(n.lower()) for k in keys),
+                                  n.startswith("_"), n))
     for site_dir in sorted(site_dirs, key=lambda d: d["order"]):
         found = next((name for name in names if name in site_dir["module_files"]), None)
         if found is None:

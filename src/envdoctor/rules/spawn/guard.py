@@ -393,7 +393,7 @@ def _cost_fix(method: str, persistent: bool) -> str:
 
 
 def find_unparsable_script(facts: Facts) -> Iterator[Hit]:
-    """SPW004: a script given to check that cannot be read, decoded or parsed."""
+    """SPW004: a script given to check that cannot be read, decoded or parsed, or is not Python source."""
     target_python, _ = _target(facts)
     for script in _files(facts):
         status = script.get("status")
@@ -405,6 +405,11 @@ def find_unparsable_script(facts: Facts) -> Iterator[Hit]:
         if status == "unreadable":
             message = f"{path}: cannot be read ({error}); the other scripts are still checked."
             fix = f"Check the path and its permissions: `ls -l {path}`."
+            location = Location(path, 1, 1)
+        elif status == "not-python":
+            message = f"{path}: {error}; the other scripts are still checked."
+            fix = ("Give check the training script itself (a .py file or a notebook); a script without the suffix "
+                   "needs a Python shebang on its first line (`#!/usr/bin/env python3`) to be read as one.")
             location = Location(path, 1, 1)
         elif "not valid" in error:
             message = f"{path}: cannot be decoded: {error}; the other scripts are still checked."
@@ -430,7 +435,7 @@ def find_unparsable_script(facts: Facts) -> Iterator[Hit]:
         evidence: dict[str, Any] = {"path": path, "status": status, "error": error}
         if script.get("parser_python"):
             evidence.update(parser_python=script.get("parser_python"), target_python=target_python)
-        for key in ("line", "column", "code", "encoding"):
+        for key in ("line", "column", "encoding"):  # never the line itself: the file may not be Python at all
             if script.get(key) is not None:
                 evidence[key] = script.get(key)
         yield Hit(message=message, evidence=evidence, fix=fix, location=location)

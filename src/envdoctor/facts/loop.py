@@ -1,0 +1,256 @@
+"""The `loop` section: what `envdoctor run` observed in the user's own training loop.
+
+Observations only, filed from the observer's events and the supervisor's
+samples (`envdoctor.loop.supervisor.CommandRun`): per process and per
+DataLoader, the seconds each step waited in `next()` and the seconds between
+batches (the step), over the window after warm-up; the process tree's CPU
+time and the GPUs' utilisation inside that window. Which loader speaks for the
+run, whether it waits too long and what to set is the rule layer's
+(`envdoctor.rules.loader.loop`).
+
+A check (`envdoctor check`) never measures a loop: there the section is None.
+"""
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any, TypedDict
+
+from envdoctor.redact import redact_environ, redact_text
+
+
+class LoopSettings(TypedDict, total=False):
+    """The DataLoader's own settings, as the observer read them from the loader."""
+
+    num_workers: int
+    batch_size: int | None
+    prefetch_factor: int | None
+    pin_memory: bool
+    persistent_workers: bool
+    start_method: str | None
+    dataset: str
+
+
+class LoopLoader(TypedDict):
+    """One DataLoader in one process, over its window (or what it had when the process ended)."""
+
+    pid: int
+    rank: int | None
+    local_rank: int | None
+    #: "transformers" (the HF Trainer), "lightning", or None: who built the loop, as the observer saw it.
+    framework: str | None
+    settings: LoopSettings
+    #: Steps inside the window; `complete` says whether the window filled.
+    steps: int
+    complete: bool
+    #: Totals over the window, seconds.
+    wait_total_s: float
+    step_total_s: float
+    data_wait_share: float | None
+    batches_per_s: float | None
+    first_batch_s: list[float]
+    #: Batches whose gap held another loader's batches (a validation pass), left out of the window.
+    interrupted: int
+    window_start: float | None
+    window_end: float | None
+    #: torch's intra-op threads in the process, and OMP_NUM_THREADS as it saw it.
+    intra_op_threads: int | None
+    omp_num_threads: str | None
+
+
+class LoopCpu(TypedDict):
+    """CPU time of the command's whole process tree inside the window."""
+
+    cpu_s: float
+    window_s: float
+    usable_cpus: int
+    #: cpu_s / (window_s × usable_cpus): 1.0 means every usable CPU was busy.
+    busy_share: float
+    processes: int
+    #: The whole machine's CPUs busy in the window (every process, the neighbours too), 0..1; None unknown.
+    machine_busy_share: float | None
+
+
+class LoopGpu(TypedDict, total=False):
+    index: int
+    name: str
+    util_mean: float | None
+    memory_used_bytes: int | None
+    memory_total_bytes: int | None
+    samples: int
+
+
+class LoopFacts(TypedDict):
+    command: list[str]
+    returncode: int | None
+    start_error: str | None
+    stopped: bool
+    #: measured | no-bootstrap | no-loader | too-short | start-failed
+    outcome: str
+    plan: dict[str, Any]
+    python_processes: int
+    loaders: list[LoopLoader]
+    cpu: LoopCpu | None
+    cuda: dict[str, Any] | None
+    environment: dict[str, str]
+    wall_s: float
+    #: `--prove`: the paired bounded runs (candidate injected against the user's settings), or None.
+    proof: dict[str, Any] | None
+    #: `--tune`: what the smoke test of the same loader was given, or why it did not run; None without --tune.
+    tune: dict[str, Any] | None
+
+
+def gather_loop(facts: Any) -> LoopFacts | None:
+    """Only `envdoctor run` measures a loop, and hands its section in as a preset."""
+    return None
+
+
+def redacted_command(argv: Sequence[str]) -> list[str]:
+    """The command line as a report shows it: `--hf-token X` and `--password=X` lose their values too."""
+    from envdoctor.redact import REDACTED, looks_secret
+
+    shown: list[str] = []
+    hide_next = False
+    for arg in argv:
+        if hide_next:
+            shown.append(REDACTED)
+            hide_next = False
+            continue
+        if arg.startswith("-") and len(arg) > 1:
+            name, eq, _value = arg.lstrip("-").partition("=")
+            if looks_secret(name.replace("-", "_").upper()):
+                if eq:
+                    shown.append(f"{arg[: len(arg) - len(_value)]}{REDACTED}")
+                else:
+                    shown.append(arg)
+                    hide_next = True
+                continue
+        shown.append(redact_text(arg))
+    return shown
+
+
+def _loader_row(event: Mapping[str, Any]) -> LoopLoader:
+    waits = [float(x) for x in event.get("wait_s") or []]
+    steps = [float(x) for x in event.get("step_s") or []]
+    wait, step = sum(waits), sum(steps)
+    total = wait + step
+    return {
+        "pid": int(event.get("pid") or 0),
+        "rank": event.get("rank"),
+        "local_rank": event.get("local_rank"),
+        "framework": event.get("framework"),
+        "settings": dict(event.get("settings") or {}),  # type: ignore[typeddict-item]
+        "steps": len(steps),
+        "complete": event.get("event") == "window",
+        "wait_total_s": round(wait, 6),
+        "step_total_s": round(step, 6),
+        "data_wait_share": round(wait / total, 4) if total > 0 else None,
+        "batches_per_s": round(len(steps) / total, 3) if total > 0 else None,
+        "first_batch_s": [float(x) for x in event.get("first_batch_s") or []],
+        "interrupted": int(event.get("interrupted") or 0),
+        "window_start": event.get("window_start"),
+        "window_end": event.get("time") if event.get("event") == "window" else None,
+        "intra_op_threads": event.get("intra_op_threads"),
+        "omp_num_threads": event.get("omp_num_threads"),
+    }
+
+
+def tree_cpu(samples: Sequence[tuple[float, Mapping[Any, float]]], start: float, end: float,
+             usable_cpus: int) -> LoopCpu | None:
+    """CPU seconds the whole tree spent between the first and last sample inside [start, end]."""
+    inside = [(t, cpu) for t, cpu in samples if start <= t <= end]
+    if len(inside) < 2:
+        return None
+    (t0, first), (t1, _last) = inside[0], inside[-1]
+    peak: dict[Any, float] = {}
+    for _t, cpu in inside:
+        for key, value in cpu.items():
+            peak[key] = max(peak.get(key, 0.0), value)
+    used = sum(max(0.0, value - first.get(key, 0.0)) for key, value in peak.items())
+    span = t1 - t0
+    if span <= 0:
+        return None
+    return {"cpu_s": round(used, 3), "window_s": round(span, 3), "usable_cpus": usable_cpus,
+            "busy_share": round(used / (span * max(1, usable_cpus)), 3), "processes": len(peak),
+            "machine_busy_share": None}
+
+
+def machine_busy(samples: Sequence[tuple[float, float, float]], start: float, end: float) -> float | None:
+    """The share of the whole machine's CPU time that was busy between the samples inside [start, end]."""
+    inside = [(busy, total) for t, busy, total in samples if start <= t <= end]
+    if len(inside) < 2 or inside[-1][1] <= inside[0][1]:
+        return None
+    return round((inside[-1][0] - inside[0][0]) / (inside[-1][1] - inside[0][1]), 3)
+
+
+def gpu_summary(samples: Sequence[tuple[float, Sequence[Mapping[str, Any]]]], start: float, end: float,
+                error: str | None) -> dict[str, Any] | None:
+    """Each GPU's mean utilisation and peak memory inside the window; None where NVML does not answer."""
+    if error is not None and not samples:
+        return None
+    inside = [rows for t, rows in samples if start <= t <= end] or [rows for _t, rows in samples]
+    devices: dict[int, dict[str, Any]] = {}
+    for rows in inside:
+        for row in rows:
+            device = devices.setdefault(int(row["index"]), {"index": int(row["index"]), "name": row.get("name"),
+                                                             "util": [], "memory_used_bytes": None,
+                                                             "memory_total_bytes": row.get("memory_total_bytes")})
+            if row.get("util") is not None:
+                device["util"].append(float(row["util"]))
+            if row.get("memory_used_bytes") is not None:
+                device["memory_used_bytes"] = max(device["memory_used_bytes"] or 0, int(row["memory_used_bytes"]))
+    if not devices:
+        return None
+    out = []
+    for device in devices.values():
+        util = device.pop("util")
+        out.append({**device, "util_mean": round(sum(util) / len(util), 1) if util else None, "samples": len(util)})
+    return {"devices": out}
+
+
+def loop_facts(run: Any, plan: Mapping[str, Any], environ: Mapping[str, str] | None = None) -> LoopFacts:
+    """File one observed run (`CommandRun`) into the section."""
+    by_loader: dict[tuple[int, Any], Mapping[str, Any]] = {}
+    for event in run.events:
+        if event.get("event") in ("window", "partial"):
+            key = (int(event.get("pid") or 0), event.get("loader"))
+            if key not in by_loader or by_loader[key].get("event") != "window":
+                by_loader[key] = event
+    seen = {(int(e.get("pid") or 0), e.get("loader")) for e in run.events if e.get("event") == "loader"}
+    loaders = [_loader_row(event) for event in by_loader.values()]
+    loaders.sort(key=lambda row: (row["rank"] if row["rank"] is not None else -1, row["pid"], -row["steps"]))
+    windows = [row for row in loaders if row["complete"]]
+    if run.start_error:
+        outcome = "start-failed"
+    elif not run.loaded:
+        outcome = "no-bootstrap"
+    elif not seen and not loaders:
+        outcome = "no-loader"
+    elif not windows:
+        outcome = "too-short"
+    else:
+        outcome = "measured"
+    cpu = cuda = None
+    if windows:
+        start = min(row["window_start"] or 0.0 for row in windows)
+        end = max(row["window_end"] or 0.0 for row in windows)
+        cpu = tree_cpu(run.cpu_samples, start, end, run.usable_cpus)
+        if cpu is not None:
+            cpu["machine_busy_share"] = machine_busy(getattr(run, "machine_samples", []), start, end)
+        cuda = gpu_summary(run.gpu_samples, start, end, run.gpu_error)
+    return {
+        "command": redacted_command(run.argv),
+        "returncode": run.returncode,
+        "start_error": run.start_error,
+        "stopped": run.stopped,
+        "outcome": outcome,
+        "plan": dict(plan),
+        "python_processes": len(run.loaded),
+        "loaders": loaders,
+        "cpu": cpu,
+        "cuda": cuda,
+        "environment": redact_environ(os.environ if environ is None else environ),
+        "wall_s": round(run.wall_s, 3),
+        "proof": None,
+        "tune": None,
+    }

@@ -1,0 +1,342 @@
+"""Running the user's own command under observation: `envdoctor run -- CMD`.
+
+The command runs as it is: it inherits stdin, stdout and stderr, stays in
+envdoctor's process group (so a terminal's Ctrl-C and job control reach it as
+they would without envdoctor), and its exit status is handed back. What
+envdoctor adds is its environment: the bootstrap folder
+(`envdoctor/inside/loop_bootstrap/`) first on PYTHONPATH, where every Python
+interpreter the command starts (torchrun's ranks, spawned workers) finds the
+observer, and two variables naming the events folder and the plan. The
+folder is a private temporary folder, removed with the run; nothing is
+written into the environment or the project.
+
+While it runs, a sampling thread reads the CPU time of the whole process
+tree (psutil) and, where NVML answers, each GPU's utilisation and memory;
+the observer's window events say when each process's window started and
+ended, so the samples inside it are the window's. Signals that are not the
+terminal's (SIGTERM from CI, SIGHUP, SIGUSR1/2, a SIGINT sent by `kill`) are
+forwarded to the command.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+BOOTSTRAP_DIR = Path(__file__).resolve().parent.parent / "inside" / "loop_bootstrap"
+EVENTS_ENV = "ENVDOCTOR_LOOP_EVENTS"
+PLAN_ENV = "ENVDOCTOR_LOOP_PLAN"
+#: Seconds between samples of the process tree's CPU time and the GPUs.
+SAMPLE_EVERY_S = 0.5
+#: Seconds the command gets to end after SIGTERM (--stop, or leftovers) before SIGKILL.
+STOP_GRACE_S = 5.0
+#: Signals handed on to the command as they arrive.
+FORWARDED = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP", "SIGUSR1", "SIGUSR2", "SIGQUIT")
+                  if hasattr(signal, name))
+
+
+@dataclass
+class CommandRun:
+    """What one observed run of the command produced."""
+
+    argv: tuple[str, ...]
+    returncode: int | None = None
+    start_error: str | None = None
+    stopped: bool = False
+    wall_s: float = 0.0
+    events: list[dict[str, Any]] = field(default_factory=list)
+    loaded: list[dict[str, Any]] = field(default_factory=list)
+    cpu_samples: list[tuple[float, dict[tuple[int, float], float]]] = field(default_factory=list)
+    gpu_samples: list[tuple[float, list[dict[str, Any]]]] = field(default_factory=list)
+    #: The whole machine's CPU seconds (busy, all) at each sample: how busy the neighbours keep it.
+    machine_samples: list[tuple[float, float, float]] = field(default_factory=list)
+    gpu_error: str | None = None
+    usable_cpus: int = 1
+    #: --tune: the observer's hand-over (the pickled loader, moved out of the events folder; the caller
+    #: removes it), or None.
+    tune: dict[str, Any] | None = None
+
+
+def child_environment(environ: Mapping[str, str], events_dir: str, plan: Mapping[str, Any]) -> dict[str, str]:
+    """The command's environment: the caller's, with the bootstrap first on PYTHONPATH."""
+    env = dict(environ)
+    existing = env.get("PYTHONPATH")
+    env["PYTHONPATH"] = str(BOOTSTRAP_DIR) + (os.pathsep + existing if existing else "")
+    env[EVENTS_ENV] = events_dir
+    env[PLAN_ENV] = json.dumps(dict(plan))
+    return env
+
+
+def read_events(folder: str, offsets: dict[str, int] | None = None) -> list[dict[str, Any]]:
+    """The events written to `folder` since `offsets` (updated in place), in arrival order per process."""
+    offsets = offsets if offsets is not None else {}
+    events: list[dict[str, Any]] = []
+    try:
+        names = sorted(os.listdir(folder))
+    except OSError:
+        return events
+    for name in names:
+        if not (name.startswith("events-") and name.endswith(".jsonl")):
+            continue
+        path = os.path.join(folder, name)
+        try:
+            with open(path, "rb") as handle:
+                handle.seek(offsets.get(name, 0))
+                data = handle.read()
+        except OSError:
+            continue
+        complete = data[: data.rfind(b"\n") + 1]
+        offsets[name] = offsets.get(name, 0) + len(complete)
+        for line in complete.splitlines():
+            with contextlib.suppress(ValueError):
+                event = json.loads(line)
+                if isinstance(event, dict):
+                    events.append(event)
+    return events
+
+
+def _read_loaded(folder: str) -> list[dict[str, Any]]:
+    rows = []
+    with contextlib.suppress(OSError):
+        for line in Path(folder, "loaded.jsonl").read_text(errors="replace").splitlines():
+            with contextlib.suppress(ValueError):
+                rows.append(json.loads(line))
+    return rows
+
+
+class _Sampler(threading.Thread):
+    """Samples the tree's CPU time and the GPUs until told to stop; notes every descendant seen."""
+
+    def __init__(self, root_pid: int, run: CommandRun) -> None:
+        super().__init__(name="envdoctor-run-sampler", daemon=True)
+        self.root_pid = root_pid
+        self.run_record = run
+        self.halt = threading.Event()
+        self.seen: dict[int, Any] = {}
+        self._nvml: Any = None
+
+    def tree(self) -> list[Any]:
+        import psutil
+
+        try:
+            root = psutil.Process(self.root_pid)
+            procs = [root, *root.children(recursive=True)]
+        except psutil.Error:
+            return list(self.seen.values())
+        for proc in procs:
+            self.seen.setdefault(proc.pid, proc)
+        return procs
+
+    def sample(self) -> None:
+        import psutil
+
+        now = time.time()
+        cpu: dict[tuple[int, float], float] = {}
+        for proc in self.tree():
+            with contextlib.suppress(psutil.Error):
+                with proc.oneshot():
+                    times = proc.cpu_times()
+                    cpu[(proc.pid, proc.create_time())] = times.user + times.system
+        self.run_record.cpu_samples.append((now, cpu))
+        with contextlib.suppress(Exception):
+            machine = psutil.cpu_times()
+            idle = machine.idle + getattr(machine, "iowait", 0.0)
+            total = sum(machine)
+            self.run_record.machine_samples.append((now, total - idle, total))
+        if self._nvml is not None:
+            self.run_record.gpu_samples.append((now, _gpu_sample(self._nvml)))
+
+    def run(self) -> None:
+        self._nvml = _nvml_or_none(self.run_record)
+        try:
+            while not self.halt.wait(SAMPLE_EVERY_S):
+                self.sample()
+        finally:
+            if self._nvml is not None:
+                with contextlib.suppress(Exception):
+                    self._nvml.nvmlShutdown()
+
+
+def _nvml_or_none(run: CommandRun) -> Any:
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+    except Exception as exc:  # no driver, no library: CUDA is reported as null
+        run.gpu_error = f"{type(exc).__name__}: {exc}"
+        return None
+    return pynvml
+
+
+def _gpu_sample(pynvml: Any) -> list[dict[str, Any]]:
+    rows = []
+    try:
+        for index in range(pynvml.nvmlDeviceGetCount()):
+            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+            row: dict[str, Any] = {"index": index}
+            with contextlib.suppress(pynvml.NVMLError):
+                row["name"] = str(pynvml.nvmlDeviceGetName(handle))
+            with contextlib.suppress(pynvml.NVMLError):
+                row["util"] = float(pynvml.nvmlDeviceGetUtilizationRates(handle).gpu)
+            with contextlib.suppress(pynvml.NVMLError):
+                memory = pynvml.nvmlDeviceGetMemoryInfo(handle)
+                row["memory_used_bytes"], row["memory_total_bytes"] = int(memory.used), int(memory.total)
+            rows.append(row)
+    except pynvml.NVMLError:
+        pass
+    return rows
+
+
+@contextlib.contextmanager
+def _forwarding(proc: subprocess.Popen[bytes]) -> Iterator[None]:
+    """Hand signals on to the command while it runs; put the old handlers back after."""
+
+    def forward(signum: int, frame: Any) -> None:
+        with contextlib.suppress(ProcessLookupError, OSError):
+            proc.send_signal(signum)
+
+    def interrupt(signum: int, frame: Any) -> None:
+        # From a terminal, Ctrl-C already reached the command (it shares our process group);
+        # a SIGINT sent to envdoctor alone (kill -INT) is passed on.
+        if not _terminal_foreground():
+            forward(signum, frame)
+
+    previous: dict[int, Any] = {}
+    if threading.current_thread() is threading.main_thread():
+        for signum in FORWARDED:
+            previous[signum] = signal.signal(signum, forward)
+        previous[signal.SIGINT] = signal.signal(signal.SIGINT, interrupt)
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+def _terminal_foreground() -> bool:
+    """Whether envdoctor (and so the command) is the foreground job of a terminal: Ctrl-C reaches both."""
+    if sys.platform == "win32":
+        return sys.stdin is not None and sys.stdin.isatty()  # a console's Ctrl-C reaches every process on it
+    try:
+        return os.tcgetpgrp(sys.stdin.fileno()) == os.getpgrp()
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def _end_tree(proc: subprocess.Popen[bytes], sampler: _Sampler, grace_s: float = STOP_GRACE_S) -> None:
+    """SIGTERM to the command and every descendant, SIGKILL to what is still there after the grace."""
+    import psutil
+
+    procs = [p for p in sampler.tree() if p.pid != os.getpid()]
+    for p in procs:
+        with contextlib.suppress(psutil.Error):
+            p.terminate()
+    _, alive = psutil.wait_procs(procs, timeout=grace_s)
+    for p in alive:
+        with contextlib.suppress(psutil.Error):
+            p.kill()
+    psutil.wait_procs(alive, timeout=grace_s)
+
+
+def _reap_leftovers(sampler: _Sampler) -> None:
+    """Descendants that outlived the command only because envdoctor stopped it are ended too."""
+    import psutil
+
+    left = []
+    for pid, proc in sampler.seen.items():
+        if pid == os.getpid():
+            continue
+        with contextlib.suppress(psutil.Error):
+            if proc.is_running():
+                left.append(proc)
+    for p in left:
+        with contextlib.suppress(psutil.Error):
+            p.terminate()
+    _, alive = psutil.wait_procs(left, timeout=STOP_GRACE_S)
+    for p in alive:
+        with contextlib.suppress(psutil.Error):
+            p.kill()
+
+
+def _take_tune(events: Sequence[Mapping[str, Any]], events_dir: str) -> dict[str, Any] | None:
+    """The observer's --tune hand-over, its pickle moved beside the events folder before that is removed."""
+    tune = next((dict(e) for e in events if e.get("event") == "tune"), None)
+    if tune is None or not tune.get("path"):
+        return tune
+    source = Path(str(tune["path"]))
+    if source.parent.resolve() != Path(events_dir).resolve() or not source.is_file():
+        tune.update(path=None, error="the loader's pickle is missing")
+        return tune
+    fd, kept = tempfile.mkstemp(prefix="envdoctor-tune-", suffix=".pkl")
+    os.close(fd)
+    os.replace(source, kept)
+    tune["path"] = kept
+    return tune
+
+
+def window_closed(events: Sequence[Mapping[str, Any]]) -> bool:
+    """Every process that iterated a DataLoader has closed a window on one of them."""
+    iterating = {e.get("pid") for e in events if e.get("event") == "loader"}
+    closed = {e.get("pid") for e in events if e.get("event") == "window"}
+    return bool(iterating) and iterating <= closed
+
+
+def run_command(argv: Sequence[str], plan: Mapping[str, Any], *, stop: bool = False,
+                environ: Mapping[str, str] | None = None, usable_cpus: int = 1,
+                on_window: Callable[[CommandRun], None] | None = None) -> CommandRun:
+    """Run `argv` with the observer; return when it has ended (or, with `stop`, once its window closed)."""
+    run = CommandRun(argv=tuple(argv), usable_cpus=usable_cpus)
+    events_dir = tempfile.mkdtemp(prefix="envdoctor-run-")
+    started = time.monotonic()
+    try:
+        env = child_environment(os.environ if environ is None else environ, events_dir, plan)
+        try:
+            proc = subprocess.Popen(list(argv), env=env)
+        except OSError as exc:
+            run.start_error = f"{argv[0]}: {exc.strerror or exc}"
+            run.returncode = 127 if isinstance(exc, FileNotFoundError) else 126
+            return run
+        sampler = _Sampler(proc.pid, run)
+        sampler.start()
+        offsets: dict[str, int] = {}
+        announced = False
+        with _forwarding(proc):
+            while True:
+                try:
+                    proc.wait(timeout=0.25)
+                    break
+                except subprocess.TimeoutExpired:
+                    pass
+                run.events += read_events(events_dir, offsets)
+                if not announced and window_closed(run.events):
+                    announced = True
+                    run.loaded = _read_loaded(events_dir)
+                    if stop:
+                        run.stopped = True
+                        _end_tree(proc, sampler)
+                        break
+                    if on_window is not None:
+                        on_window(run)
+            run.returncode = proc.wait()
+        sampler.halt.set()
+        sampler.join(timeout=5)
+        if run.stopped:
+            _reap_leftovers(sampler)
+        run.events += read_events(events_dir, offsets)
+        run.loaded = _read_loaded(events_dir)
+        run.tune = _take_tune(run.events, events_dir)
+        return run
+    finally:
+        run.wall_s = time.monotonic() - started
+        shutil.rmtree(events_dir, ignore_errors=True)

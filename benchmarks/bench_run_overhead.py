@@ -89,8 +89,10 @@ def main() -> None:
             into.append(own["batches_per_s"])
             losses.add(own["loss"])
     p, o = statistics.median(plain), statistics.median(observed)
+    ratios = sorted(b / a - 1 for a, b in zip(plain, observed))  # each round's pair: the same moment's noise
     print(f"end to end ({args.rounds} rounds, median steps/s): plain {p:.2f}, under envdoctor run {o:.2f} "
-          f"({o / p - 1:+.1%}); losses {'identical' if len(losses) == 1 else sorted(losses)}")
+          f"({o / p - 1:+.1%}); per round {', '.join(f'{r:+.1%}' for r in ratios)}; "
+          f"losses {'identical' if len(losses) == 1 else sorted(losses)}")
 
 
 if __name__ == "__main__":

@@ -286,6 +286,18 @@ def test_torchrun_gives_a_row_per_rank(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+def test_stop_under_torchrun_ends_every_rank(tmp_path: Path) -> None:
+    torchrun = shutil.which("torchrun", path=os.path.dirname(sys.executable))
+    assert torchrun
+    proc, report = _run(tmp_path, "--steps", "10", "--stop", "--", torchrun, "--standalone", "--nproc-per-node", "2",
+                        str(LOOP_FIXTURES / "ddp_loop.py"), env={"DDP_STEPS": "100000"})
+    assert report is not None and report["loop"]["stopped"] is True, proc.stderr
+    assert sorted(row["rank"] for row in report["loop"]["processes"]) == [0, 1]
+    assert proc.returncode == 0 and "done" not in proc.stdout
+    assert not leftover_children()
+
+
+@pytest.mark.slow
 def test_stop_ends_the_command_after_the_window(tmp_path: Path) -> None:
     proc, report = _run(tmp_path, "--stop", "--", sys.executable, str(LOOP_FIXTURES / "train_loop.py"),
                         env={"STEPS": "100000"})

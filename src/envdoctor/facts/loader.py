@@ -39,6 +39,14 @@ class RunFacts(_RunBase, total=False):
     #: Per worker, share of the wall time its process (every thread) computed.
     worker_process_cpu: float
     worker_rss_bytes: int
+    #: CPU-seconds a second the main process's threads (torch's intra-op pool too) queued for a CPU.
+    main_runqueue: float
+    #: CPUs other processes kept busy, on average, on the CPUs the loader may run on (/proc/stat over the
+    #: CPUs of its affinity, less the loader's own processes), and how many CPUs that counted.
+    others_cpu: float
+    stat_cpus: int
+    #: Only on the verdict's own copy of the user's setting, re-rated by the paired windows: its sweep figure.
+    sweep_samples_per_s: float
     pin_memory: bool
     persistent_workers: bool
     epoch_s: list[float]
@@ -56,6 +64,18 @@ class GetitemFacts(TypedDict, total=False):
     blocked_fraction: float | None
     read_s: float
     decode_s: float
+    #: CPU seconds of the whole main process (every thread) and wall seconds, per sample fetched.
+    process_cpu_per_sample_s: float
+    wall_per_sample_s: float
+    #: torch.get_num_threads() in the main process, where num_workers=0 makes the samples.
+    intra_op_threads: int
+    #: The same samples re-fetched alternately with those threads and with torch.set_num_threads(1).
+    threads_median_s: float
+    one_thread_median_s: float
+    retimed_samples: int
+    #: Samples were slow and one thread made them faster: the rest of the first batch was fetched (untimed)
+    #: with one thread, so the contention did not spend the budget the worker counts needed.
+    rest_one_thread: bool
 
 
 class CurrentSettings(TypedDict, total=False):
@@ -220,7 +240,7 @@ class LoaderFacts(_LoaderBase, total=False):
     wall_s: float
 
 
-Bottleneck = Literal["getitem", "storage", "startup", "ipc", "cpu-saturated", "none"]
+Bottleneck = Literal["getitem", "storage", "startup", "ipc", "cpu-saturated", "cpu-contended", "none"]
 Trust = Literal["gain", "loss", "too-noisy", "incomplete", "unpaired", "same"]
 
 
@@ -254,6 +274,11 @@ class Recommendation(TypedDict):
     unmeasured: list[int]
     #: The setting the sweep pointed at, when trust kept the user's own instead.
     candidate_num_workers: int | None
+    #: Where current_samples_per_s comes from: "paired" (the median of the user's setting over the paired
+    #: windows, so one slow sweep window does not decide the baseline) or "sweep" (its one sweep point).
+    current_basis: Literal["paired", "sweep"]
+    #: The user's setting as its sweep point measured it (differs from current_samples_per_s when paired).
+    current_sweep_samples_per_s: float | None
 
 
 class LoaderVerdict(TypedDict):

@@ -25,6 +25,68 @@ def index_stream(s: Session) -> Iterator[Any]:
     for batch in batches:
         yield from batch
 
+#: Samples re-timed with one intra-op thread against the pool torch started with.
+RETIME_SAMPLES = 12
+#: Longest the re-time may take, seconds.
+RETIME_S = 0.4
+
+
+#: Slow samples are re-timed after this many, before the rest of the batch.
+EARLY_SAMPLES = 4
+#: One thread this much faster: the pool contends (the threshold SYS005 uses, rules/system/runtime.py).
+POOL_SLOWDOWN = 1.5
+
+
+def pool_contended(threads: dict[str, Any]) -> bool:
+    pooled, single = threads.get("threads_median_s"), threads.get("one_thread_median_s")
+    return bool(pooled and single and pooled >= POOL_SLOWDOWN * single)
+
+
+def _fetch(s: Session, index: Any) -> float:
+    t0 = time.perf_counter()
+    s.tracked[index]
+    return time.perf_counter() - t0
+
+
+def thread_retime(s: Session, indices: list[Any]) -> dict[str, Any]:
+    """The same samples fetched alternately with torch's intra-op threads and with one thread.
+
+    At num_workers=0 the samples are made in the training process, whose
+    intra-op pool has as many threads as CPUs; on CPUs other processes hold,
+    a parallel region waits for its slowest thread, and one thread can be
+    faster. Workers run one thread each (DataLoader sets it), so this is the
+    main process's own contention. Alternating the two settings sample by
+    sample lets a busy neighbour slow both alike.
+    """
+    torch = s.torch
+    threads = int(torch.get_num_threads())
+    out: dict[str, Any] = {"intra_op_threads": threads}
+    if threads <= 1 or not indices or s.tracked is None or s.left() < 4 * RETIME_S:
+        return out
+    s.guarded(max(2.0, 4 * RETIME_S), "re-timing __getitem__ with one intra-op thread", "getitem",
+              limit_per_sample=True)
+    pooled: list[float] = []
+    single: list[float] = []
+    start = time.perf_counter()
+    try:
+        for k, index in enumerate(indices):
+            if time.perf_counter() - start > RETIME_S and len(single) >= 3:
+                break
+            for one in ((False, True) if k % 2 == 0 else (True, False)):
+                torch.set_num_threads(1 if one else threads)
+                (single if one else pooled).append(_fetch(s, index))
+    except Exception:
+        return out  # the probe above fetched these samples; a failure now is no finding of ours
+    finally:
+        torch.set_num_threads(threads)
+        s.watchdog.disarm()
+    if pooled and single:
+        out["threads_median_s"] = sorted(pooled)[len(pooled) // 2]
+        out["one_thread_median_s"] = sorted(single)[len(single) // 2]
+        out["retimed_samples"] = len(single)
+    return out
+
+
 def probe(s: Session) -> None:
     """Time `__getitem__` in this process (num_workers=0), then collate one batch the user's way."""
     torch = s.torch
@@ -36,6 +98,11 @@ def probe(s: Session) -> None:
     s.failure_workers = 0
     samples: list[Any] = []
     times, cpu, read_s, decode_s = [], [], [], []
+    indices: list[Any] = []
+    process0 = time.process_time()
+    process_cpu = loop_s = 0.0
+    threads_seen: dict[str, Any] | None = None
+    timing = True
     blocked = 0.0
     split = hasattr(s.dataset, "read_sample") and hasattr(s.dataset, "decode_sample")
     start = time.perf_counter()
@@ -73,13 +140,29 @@ def probe(s: Session) -> None:
             raise raised(exc, index, 0, s.length) from None
         t1, c1 = time.perf_counter(), time.thread_time()
         sched1 = schedstat("thread-self")
-        times.append(t1 - t0)
-        cpu.append(c1 - c0)
-        if sched0 and sched1:
-            blocked += max(0.0, (t1 - t0) - (sched1[0] - sched0[0]) - (sched1[1] - sched0[1]))
         if len(samples) < s.batch_size:
             samples.append(item)
         count += 1
+        if not timing:
+            continue
+        times.append(t1 - t0)
+        if not s.iterable and len(indices) < RETIME_SAMPLES:
+            indices.append(index)
+        cpu.append(c1 - c0)
+        if sched0 and sched1:
+            blocked += max(0.0, (t1 - t0) - (sched1[0] - sched0[0]) - (sched1[1] - sched0[1]))
+        process_cpu, loop_s = time.process_time() - process0, time.perf_counter() - start
+        if len(times) == EARLY_SAMPLES and count < s.batch_size and loop_s > budget / 8 and not s.iterable:
+            # Slow samples: settle now whether torch's threads are the cause. If they are, the rest of the
+            # batch the collate check needs is fetched with one thread (and not timed), so the contention
+            # does not eat the budget of the worker counts still to measure.
+            threads_seen = thread_retime(s, indices)
+            s.guarded(limit, "fetching samples in the main process", "getitem", limit_per_sample=True)
+            if pool_contended(threads_seen):
+                torch.set_num_threads(1)
+                timing = False
+    if not timing:
+        torch.set_num_threads(threads_seen["intra_op_threads"] if threads_seen else 1)
     s.watchdog.disarm()
     if not times:
         raise DatasetFailure("empty", "the dataset yielded no samples", index=None, num_workers=0)
@@ -95,6 +178,12 @@ def probe(s: Session) -> None:
     if split and read_s:
         getitem["read_s"] = sum(read_s) / len(read_s)
         getitem["decode_s"] = sum(decode_s) / len(decode_s)
+    # Every thread of this process (torch's intra-op pool too) against the wall time, per sample.
+    getitem["process_cpu_per_sample_s"] = process_cpu / len(times)
+    getitem["wall_per_sample_s"] = loop_s / len(times)
+    getitem.update(threads_seen if threads_seen is not None else thread_retime(s, indices))
+    if not timing:
+        getitem["rest_one_thread"] = True
     # Estimates of batch times use the median: one slow first sample (a lazy open) must not
     # make every later estimate a second long.
     s.per_sample_s = getitem["median_s"]

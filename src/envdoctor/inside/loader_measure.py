@@ -139,11 +139,15 @@ def measure(s: Session, spec: RunSpec, span: SteadySlice | WholeEpochs) -> dict[
                     record.window = CpuWindow(worker_pids(iterator))
                     if isinstance(span, SteadySlice):
                         hard_end = now + span.seconds + timeout
-                # Three rounds of every worker's batch past the warm-up, and the slice's time.
-                if isinstance(span, SteadySlice) and len(record.stamps) > warmup + max(4, 3 * nw) \
-                        and now - record.stamps[warmup][0] >= span.seconds:
-                    done = True
-                    break
+                # Three rounds of every worker's batch past the warm-up, and the slice's time; or, for batches
+                # so slow (torch's threads contending with other load at num_workers=0) that those rounds
+                # would eat the budget of the worker counts still to time, one round and twice the slice.
+                if isinstance(span, SteadySlice) and len(record.stamps) > warmup + max(2, nw):
+                    steady_s = now - record.stamps[warmup][0]
+                    if (len(record.stamps) > warmup + max(4, 3 * nw) and steady_s >= span.seconds) \
+                            or steady_s >= 2 * span.seconds:
+                        done = True
+                        break
                 if now > hard_end:
                     done = True
                     break

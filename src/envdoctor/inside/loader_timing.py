@@ -59,6 +59,54 @@ def peak_rss(pid: int) -> int | None:
     return None
 
 
+def busy_cpus() -> tuple[float, int] | None:
+    """(CPU seconds spent busy so far, how many CPUs) over the CPUs this process may run on, from /proc/stat.
+
+    Busy is every state but idle and iowait, whoever ran: over a window, minus
+    what the loader's own processes used, it is the CPU time other processes
+    took from the CPUs the loader could have had.
+    """
+    try:
+        allowed = os.sched_getaffinity(0)
+        with open("/proc/stat") as fh:
+            lines = fh.read().splitlines()
+    except (OSError, AttributeError):
+        return None
+    busy = 0
+    seen = 0
+    for line in lines:
+        name, _, rest = line.partition(" ")
+        if not name.startswith("cpu") or name == "cpu":
+            continue
+        try:
+            cpu = int(name[3:])
+            fields = [int(v) for v in rest.split()]
+        except ValueError:
+            continue
+        if cpu not in allowed or len(fields) < 4:
+            continue
+        # user nice system idle iowait irq softirq steal (guest time is already inside user).
+        busy += sum(fields[:3]) + sum(fields[5:8])
+        seen += 1
+    return (busy / _CLOCK_TICKS, seen) if seen else None
+
+
+def threads_waiting() -> float | None:
+    """Seconds the threads of this process have waited for a CPU (run queue), summed over its live threads."""
+    try:
+        tids = os.listdir("/proc/self/task")
+    except OSError:
+        return None
+    total = 0.0
+    found = False
+    for tid in tids:
+        stat = schedstat(f"self/task/{tid}")
+        if stat is not None:
+            total += stat[1]
+            found = True
+    return total if found else None
+
+
 def worker_pids(iterator: Any) -> list[int]:
     workers = getattr(iterator, "_workers", None) or []
     return [w.pid for w in workers if getattr(w, "pid", None)]
@@ -73,6 +121,8 @@ class CpuWindow:
         self.main = os.times()
         self.workers = {pid: schedstat(pid) for pid in pids}
         self.processes = {pid: process_cpu(pid) for pid in pids}
+        self.machine = busy_cpus()
+        self.main_waiting = threads_waiting()
 
     def close(self) -> dict[str, Any]:
         wall = max(1e-9, time.perf_counter() - self.wall)
@@ -99,6 +149,16 @@ class CpuWindow:
         if spent:
             # All threads of each worker: what the handover costs them too, beside __getitem__.
             out["worker_process_cpu"] = round(sum(spent) / wall / len(spent), 3)
+        waiting_now = threads_waiting()
+        if self.main_waiting is not None and waiting_now is not None:
+            # Every thread of the main process (torch's intra-op pool too), queued for a CPU.
+            out["main_runqueue"] = round(max(0.0, waiting_now - self.main_waiting) / wall, 3)
+        machine = busy_cpus()
+        if self.machine is not None and machine is not None and machine[1] == self.machine[1]:
+            own = main_cpu + (sum(spent) if spent else run)
+            # CPUs other processes kept busy on the CPUs the loader may use, on average over the run.
+            out["others_cpu"] = round(max(0.0, (machine[0] - self.machine[0]) - own) / wall, 3)
+            out["stat_cpus"] = machine[1]
         rss = [r for r in (peak_rss(pid) for pid in self.pids) if r]
         if rss:
             out["worker_rss_bytes"] = max(rss)

@@ -75,13 +75,16 @@ def _recommendation_line(rec: Recommendation) -> str:
     interval = rec.get("gain_interval")
     # Reports written before the paired windows (schema 1 allows them) carry no trust.
     trust = rec.get("trust")
-    if trust == "incomplete":
+    if trust == "incomplete" and rec.get("basis") == "current":
         return (f"keep your settings ({settings_line(rec)}): the budget ended before num_workers="
                 f"{', '.join(str(n) for n in rec['unmeasured'])} could be measured; raise --budget")
     if trust in ("too-noisy", "loss"):
         verdict = "too noisy to tell" if trust == "too-noisy" else "it lost"
         text = (f"keep your settings ({settings_line(rec)}): num_workers={rec['candidate_num_workers']} was "
-                f"re-measured against them in {rec['paired_windows']} paired windows and {verdict}")
+                f"re-measured against them in {rec['paired_windows']} paired windows and {verdict}"
+                if rec.get("paired_windows") else
+                f"keep your settings ({settings_line(rec)}): whether num_workers={rec['candidate_num_workers']} "
+                "beats them cannot be told from one stretch of time each on CPUs other processes hold")
         if interval and rec.get("gain"):
             text += f" ({rec['gain']:.2f}×, 95% interval {interval[0]:.2f}–{interval[1]:.2f})"
         return text
@@ -90,6 +93,9 @@ def _recommendation_line(rec: Recommendation) -> str:
         if interval:
             text += f", 95% interval {interval[0]:.2f}–{interval[1]:.2f} over {rec.get('paired_windows')} paired windows"
         text += ")"
+    if trust == "incomplete":
+        text += (f"; the budget ended before num_workers={', '.join(str(n) for n in rec['unmeasured'])} could be "
+                 "measured: more may gain more (raise --budget)")
     return text
 
 

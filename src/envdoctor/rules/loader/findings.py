@@ -18,6 +18,7 @@ from envdoctor.rules import Hit
 from envdoctor.rules.loader.verdict import (
     differs_from_current,
     measured_runs,
+    others_cpus,
     startup_cost,
     verdict,
 )
@@ -182,7 +183,8 @@ def find_workers_no_gain(facts: Facts) -> Iterator[Hit]:
 def find_slow_getitem(facts: Facts) -> Iterator[Hit]:
     """DL003: the time goes into __getitem__ (reading, decoding, transforms)."""
     judged = _users_sample_code(facts)
-    if not judged or judged.bottleneck not in ("getitem", "storage", "cpu-saturated") or not judged.rec:
+    if not judged or judged.bottleneck not in ("getitem", "storage", "cpu-saturated", "cpu-contended") \
+            or not judged.rec:
         return
     section, rec = judged.section, judged.rec
     getitem = section.get("getitem", {})
@@ -198,6 +200,11 @@ def find_slow_getitem(facts: Facts) -> Iterator[Hit]:
         fix = (f"use {_settings_text(rec)} (waiting workers may outnumber CPUs); move the data to local "
                "SSD or page cache, or pack small files into shards (WebDataset, LMDB, HDF5) and read them "
                "sequentially")
+    elif kind == "cpu-contended":
+        message = f"__getitem__ takes {cost} a sample in the main process, on CPUs other processes hold ({reason})"
+        fix = (f"use {_settings_text(rec)} while the other load runs, and check again on a quiet machine (or "
+               "the training node): what workers gain here is CPU share taken from other processes; make the "
+               "per-sample work cheaper (cache decoded or resized samples, augment on the GPU)")
     elif kind == "cpu-saturated":
         message = (f"__getitem__ costs {cost} of CPU a sample and the usable CPUs are saturated "
                    f"({reason}): more workers cannot help")
@@ -216,6 +223,9 @@ def find_slow_getitem(facts: Facts) -> Iterator[Hit]:
         "recommended_num_workers": rec["num_workers"]}
     if "read_s" in getitem and "decode_s" in getitem:
         evidence.update(read_s=getitem["read_s"], decode_s=getitem["decode_s"])
+    others = others_cpus(section)
+    if others is not None:
+        evidence.update(others_cpu=others, usable_cpus=section.get("usable_cpus"))
     yield Hit(message=message, evidence=evidence, fix=fix)
 
 
@@ -277,7 +287,7 @@ def find_loader_settings(facts: Facts) -> Iterator[Hit]:
     current = _current(section)
     synthetic = section.get("source", {"kind": ""})["kind"] == "synthetic"
     curve = _curve(section)
-    if rec["trust"] == "incomplete":
+    if rec["trust"] == "incomplete" and rec["basis"] == "current":
         unmeasured = ", ".join(str(n) for n in rec["unmeasured"])
         yield Hit(
             message=(f"the budget ended before num_workers={unmeasured} could be measured (the curve up to the "
@@ -294,14 +304,21 @@ def find_loader_settings(facts: Facts) -> Iterator[Hit]:
         candidate = rec["candidate_num_workers"]
         verdict_text = ("the machine was too noisy to tell" if rec["trust"] == "too-noisy"
                         else "it lost to your setting")
+        others = others_cpus(section)
+        if judged.bottleneck == "cpu-contended":
+            message = (f"whether num_workers={candidate} beats your num_workers={current.get('num_workers', 0)} "
+                       f"cannot be told from this run: {judged.verdict['bottleneck_reason']}; keep your settings")
+        else:
+            message = (f"num_workers={candidate} measured best in the sweep, but re-measured in interleaved paired "
+                       f"windows against your num_workers={current.get('num_workers', 0)} {verdict_text}"
+                       + _trust_text(rec) + "; keep your settings")
         yield Hit(
-            message=(f"num_workers={candidate} measured best in the sweep, but re-measured in interleaved paired "
-                     f"windows against your num_workers={current.get('num_workers', 0)} {verdict_text}"
-                     + _trust_text(rec) + "; keep your settings"),
+            message=message,
             evidence={"trust": rec["trust"], "candidate_num_workers": candidate,
                       "current_num_workers": current.get("num_workers", 0), "gain": rec["gain"],
                       "gain_interval": rec["gain_interval"], "paired_windows": rec["paired_windows"],
-                      "curve": curve},
+                      "curve": curve, "bottleneck": judged.bottleneck, "others_cpu": others,
+                      "current_samples_per_s": rec["current_samples_per_s"], "current_basis": rec["current_basis"]},
             fix=("keep your settings; to decide, re-run `envdoctor loader` when the machine is quieter, or with "
                  "a longer --budget"),
             severity=Severity.INFO,
@@ -339,6 +356,16 @@ def find_loader_settings(facts: Facts) -> Iterator[Hit]:
         "trust": rec["trust"], "bottleneck": judged.bottleneck, "curve": curve, "basis": rec["basis"]}
     if left_out:
         evidence.update(left_out=left_out, usable_cpus=usable)
+    others = others_cpus(section)
+    evidence.update(others_cpu=others, current_basis=rec["current_basis"],
+                    current_sweep_samples_per_s=rec["current_sweep_samples_per_s"])
+    if rec["trust"] == "incomplete":
+        evidence.update(unmeasured=rec["unmeasured"])
+        past_cpus += (f"; the budget ended before num_workers={', '.join(str(n) for n in rec['unmeasured'])} "
+                      f"could be measured, so more workers may gain more (re-run with a longer --budget)")
+    if judged.bottleneck == "cpu-contended":
+        past_cpus += (f"; other processes kept {others} of the {usable} usable CPU(s) busy meanwhile, so part of "
+                      "the gain is CPU share taken from them: check again on the training node")
     yield Hit(
         message=(f"recommended: {', '.join(changes)} — measured {_rate(rec['samples_per_s'])}{gain_text} "
                  f"({why})" + _trust_text(rec) + past_cpus

@@ -16,8 +16,15 @@ first that holds names the class):
   beat num_workers=0 and moving samples costs more CPU than making them (or
   the workers sit idle while the main process unpacks): large cheap samples
   are IPC-bound whatever CPU the copies burn;
+- cpu-contended: other processes keep a share of the usable CPUs busy
+  (`others_cpu`: /proc/stat over the loader's CPUs, less its own processes)
+  while `__getitem__` computes: workers that raise throughput do it by taking
+  CPU share from those processes, so the reason gives the numbers and the
+  knee is recommended; workers that do not gain prove nothing on CPUs others
+  hold, so the reason says the sweep cannot tell (and the recommendation's
+  trust says "too-noisy" unless the paired windows settled it);
 - cpu-saturated: workers do not beat num_workers=0 because every usable CPU is
-  busy computing samples (by the loader or by other processes);
+  busy computing samples, the loader's own (other processes take little);
 - storage: `__getitem__` mostly waits (reads, the network) or raw reads
   outweigh decoding;
 - cpu-saturated: the knee uses every usable CPU, or workers queued for one;
@@ -33,6 +40,11 @@ re-measured it against the user's own setting in interleaved, paired windows
 (`paired`), the gain carries a 95% interval, and a change is recommended only
 when that interval says it wins: a loss, or an interval that does not exclude
 "no gain", keeps the user's setting (trust "loss" / "too-noisy").
+
+The user's own setting is the baseline every gain is measured against; one
+sweep point is one stretch of time, which a busy neighbour may have slowed.
+When the paired windows re-measured it, the verdict takes the median of those
+windows as its rate (`with_paired_baseline`; `current_basis` "paired").
 """
 from __future__ import annotations
 
@@ -83,6 +95,14 @@ HANDOVER_FACTOR = 2.0
 GETITEM_MINOR_SHARE = 0.25
 #: A candidate with fewer workers than the current setting may lose this much (fewer processes for it).
 FEWER_WORKERS_TOLERANCE = KNEE_FRACTION
+#: Other processes keeping this many of the usable CPUs busy make them contended (not the loader's own).
+CONTENDED_CPUS = 0.5
+#: The main process's intra-op pool contends when one thread makes a sample this much faster (SYS005) ...
+POOL_SLOWDOWN = 1.5
+#: ... and saves at least this much a sample (below it, timer noise).
+POOL_SLOWDOWN_FLOOR_S = 0.0002
+#: Where the budget cut the curve, a measured setting this many times the user's own is still recommended.
+CLEAR_GAIN = 2.0
 #: Two-sided 95% quantiles of Student's t by degrees of freedom (the paired windows are few).
 T95 = {1: 12.71, 2: 4.30, 3: 3.18, 4: 2.78, 5: 2.57, 6: 2.45, 7: 2.36, 8: 2.31, 9: 2.26, 10: 2.23}
 
@@ -124,6 +144,42 @@ def cpu_per_sample(run: RunFacts) -> float | None:
 # The classes, one predicate each. Each takes the evidence and returns a reason or None.
 
 
+def others_on_usable(run: RunFacts, usable_cpus: int) -> float | None:
+    """CPUs other processes kept busy during a run, as a share of the usable CPUs' worth (/proc/stat counts
+    the CPUs of the loader's affinity, which may be more than a cgroup quota lets it use)."""
+    others, seen = run.get("others_cpu"), run.get("stat_cpus")
+    if others is None or not seen:
+        return None
+    return min(float(usable_cpus), others * min(usable_cpus, seen) / seen)
+
+
+def own_cpus(run: RunFacts) -> float:
+    """CPUs the loader's own processes (main process and every worker) used during a run."""
+    workers = run.get("worker_process_cpu", run.get("worker_cpu", 0.0))
+    return run.get("main_cpu", 0.0) + run["num_workers"] * workers
+
+
+def pool_contention(section: LoaderFacts) -> tuple[int, float, float] | None:
+    """(intra-op threads, seconds a sample with them, with one thread) when, at num_workers=0, torch's pool in
+    the main process makes samples slower than one thread does (the smoke test re-fetched the same samples
+    alternately both ways); None otherwise."""
+    getitem = section.get("getitem", {})
+    threads = getitem.get("intra_op_threads")
+    pooled, single = getitem.get("threads_median_s"), getitem.get("one_thread_median_s")
+    if not threads or threads <= 1 or not pooled or not single:
+        return None
+    if pooled < POOL_SLOWDOWN * single or pooled - single < POOL_SLOWDOWN_FLOOR_S:
+        return None
+    return threads, pooled, single
+
+
+def others_cpus(section: LoaderFacts) -> float | None:
+    """CPUs other processes kept busy while the loader's runs were timed, averaged (None: not measured)."""
+    usable = section.get("usable_cpus") or 1
+    taken = [o for o in (others_on_usable(r, usable) for r in measured_runs(section)) if o is not None]
+    return round(sum(taken) / len(taken), 2) if taken else None
+
+
 class Evidence:
     """What the predicates share: the measured runs and the setting they judge."""
 
@@ -140,6 +196,12 @@ class Evidence:
         self.zero = next((r for r in self.runs if r["num_workers"] == 0), None)
         self.workers = [r for r in eligible_runs(self.runs, usable_cpus) if r["num_workers"] > 0]
         self.best_worker = max(self.workers, key=_rate) if self.workers else None
+        #: CPUs other processes kept busy, averaged over the runs (None: not measured).
+        self.others = others_cpus({**section, "usable_cpus": usable_cpus})
+
+    @property
+    def contended(self) -> bool:
+        return self.others is not None and self.others >= CONTENDED_CPUS
 
     def workers_lose(self) -> bool:
         """Conclusively, workers do not beat num_workers=0 (in the best worker run's fastest window too)."""
@@ -192,12 +254,19 @@ def _computing_and_busy(ev: Evidence) -> tuple[bool, float]:
 
 
 def getitem_share(ev: Evidence) -> float | None:
-    """Of the wall time num_workers=0 spends on one sample, the share `__getitem__` takes (the rest is
-    collating, copying and handing the batch on)."""
+    """Of what num_workers=0 spends on one sample, the share `__getitem__` takes (the rest is collating,
+    copying and handing the batch on): of the wall time, or of the main process's CPU time when that says
+    more. The probe and the run are timed apart, and on CPUs other processes hold either one's wall time
+    may be slowed; the CPU a sample costs is not."""
     per_sample = ev.getitem.get("median_s") or ev.getitem.get("per_sample_s")
     if ev.zero is None or not per_sample or not ev.zero["samples_per_s"]:
         return None
-    return per_sample * ev.zero["samples_per_s"]
+    share = per_sample * ev.zero["samples_per_s"]
+    cpu_fraction, mean_s, main_cpu = (ev.getitem.get("cpu_fraction"), ev.getitem.get("per_sample_s"),
+                                      ev.zero.get("main_cpu"))
+    if cpu_fraction and mean_s and main_cpu:
+        share = max(share, cpu_fraction * mean_s * ev.zero["samples_per_s"] / main_cpu)
+    return share
 
 
 def is_ipc_bound(ev: Evidence) -> str | None:
@@ -232,6 +301,43 @@ def is_ipc_bound(ev: Evidence) -> str | None:
             f"costs more than making them" + detail)
 
 
+def _paired_text(ev: Evidence) -> str:
+    paired = ev.section.get("paired") or {}
+    windows = paired.get("windows") or []
+    if not windows:
+        return ""
+    interval = gain_interval(paired)
+    if interval is None:
+        return ""
+    low, gain, high = interval
+    return (f"; re-measured in {len(windows)} paired windows, num_workers={paired.get('candidate')} against "
+            f"num_workers={paired.get('current')} gains ×{gain:.2f} (95% interval {low:.2f}–{high:.2f})")
+
+
+def is_cpu_contended(ev: Evidence) -> str | None:
+    """Other processes hold part of the usable CPUs while __getitem__ computes."""
+    if not ev.contended or ev.zero is None or ev.best_worker is None or is_storage_bound(ev):
+        return None
+    assert ev.others is not None
+    zero, best = ev.zero, ev.best_worker
+    gain = _rate(best) / _rate(zero) if _rate(zero) else 0.0
+    busy = (f"other processes kept {ev.others:.1f} of the {ev.usable} usable CPU(s) busy while the loader ran "
+            f"(the loader's own processes used {own_cpus(best):.1f} with num_workers={best['num_workers']})")
+    pool = pool_contention(ev.section)
+    threads = (f"; at num_workers=0 torch's {pool[0]} intra-op threads in the main process contend for those "
+               f"CPUs: a sample costs {pool[1] * 1e3:.2f} ms, {pool[2] * 1e3:.2f} ms with one thread (SYS005), "
+               "and workers run one thread each" if pool else "")
+    if gain >= WORKER_GAIN:
+        return (busy + f"; workers raise throughput from {_rate(zero):.0f} samples/s with num_workers=0 to "
+                f"{_rate(best):.0f} with num_workers={best['num_workers']} (×{gain:.2f}) by taking CPU share "
+                f"from them" + (" and escaping that contention" if pool else "")
+                + f", so the knee, num_workers={ev.chosen['num_workers']}, holds only while they run"
+                + threads + _paired_text(ev))
+    return (busy + f", so the sweep cannot tell whether workers help: num_workers=0 measured {_rate(zero):.0f} "
+            f"samples/s and the best worker setting (num_workers={best['num_workers']}) {_rate(best):.0f}, "
+            "each in one stretch of time the other load may have slowed" + threads + _paired_text(ev))
+
+
 def is_cpu_saturated_without_gain(ev: Evidence) -> str | None:
     if not ev.workers_lose():
         return None
@@ -245,7 +351,14 @@ def is_cpu_saturated_without_gain(ev: Evidence) -> str | None:
             + ("there is a single usable CPU" if ev.usable <= 1 else
                f"the workers were computing or waiting for a CPU {busy:.0%} of the time"
                + (f" (with num_workers={queued['num_workers']} waiting {waited:.0%})" if queued and waited else "")
-               + ": the usable CPUs are taken, by the workers or by other processes"))
+               + ": the usable CPUs are taken, " + _taken_by(ev)))
+
+
+def _taken_by(ev: Evidence) -> str:
+    """Who holds the CPUs: measured (the loader itself, others taking little), or unknown."""
+    if ev.others is None:
+        return "by the workers or by other processes"
+    return f"by the loader itself (other processes kept {ev.others:.1f} of them busy)"
 
 
 def is_storage_bound(ev: Evidence) -> str | None:
@@ -292,7 +405,7 @@ def is_cpu_saturated_by_queueing(ev: Evidence) -> str | None:
     return (("workers do not beat num_workers=0, and " if _no_gain(ev) else "")
             + f"with num_workers={worst['num_workers']} (no more than the {ev.usable} usable CPU(s)) the "
             f"workers waited for a CPU {worst.get('worker_runqueue', 0.0):.0%} of the time: the CPUs are taken, "
-            "by the loader or by other processes")
+            + _taken_by(ev))
 
 
 def is_getitem_bound(ev: Evidence) -> str | None:
@@ -308,6 +421,7 @@ PREDICATES: tuple[tuple[Bottleneck, Callable[[Evidence], str | None]], ...] = (
     ("none", is_no_bottleneck),
     ("startup", is_startup_bound),
     ("ipc", is_ipc_bound),
+    ("cpu-contended", is_cpu_contended),
     ("cpu-saturated", is_cpu_saturated_without_gain),
     ("storage", is_storage_bound),
     ("cpu-saturated", is_cpu_saturated_at_knee),
@@ -418,13 +532,34 @@ def recommend(section: LoaderFacts, bottleneck: Bottleneck | None, cuda: bool,
             verdict_on_other, other_interval = judge_pairing(paired, other["num_workers"], current_nw)
             if verdict_on_other == "gain":
                 chosen, basis, trust, interval = other, "paired", "gain", other_interval
+    runner_up: int | None = None
+    if bottleneck == "cpu-contended" and trust == "same":
+        # The sweep keeps the user's setting on CPUs other processes hold: one stretch of time each cannot
+        # say workers do not help. Only paired windows that show a loss can; else it is too noisy to tell.
+        others = [r for r in eligible if r["num_workers"] != current_nw]
+        if paired and paired.get("current") == current_nw and paired.get("windows"):
+            runner_up = paired.get("candidate")
+            said, said_interval = judge_pairing(paired, runner_up, current_nw) if runner_up is not None \
+                else ("unpaired", None)
+            settled = said == "loss"
+            interval = interval if settled else said_interval
+        else:
+            runner_up = max(others, key=_rate)["num_workers"] if others else None
+            settled = False
+        if runner_up is not None and not settled:
+            trust = "too-noisy"
     unmeasured = unmeasured_for_budget(section, usable_cpus)
+    clear = False
     if trust not in ("gain", "loss") and unmeasured and chosen["num_workers"] < max(unmeasured):
         # The curve was cut before the CPUs: a knee below the cut is no knee, only where the budget ended.
         trust = "incomplete"
+        # Unless a measured setting already beats the user's by far more than one stretch of noise does:
+        # that much is gained at least, whatever the unmeasured counts would add.
+        clear = (current_run is not None and chosen["num_workers"] != current_nw
+                 and _rate(chosen) >= CLEAR_GAIN * _rate(current_run))
     candidate_nw: int | None = None
-    if trust in ("loss", "too-noisy", "incomplete") and current_run is not None:
-        candidate_nw = chosen["num_workers"]
+    if (trust in ("loss", "too-noisy") or (trust == "incomplete" and not clear)) and current_run is not None:
+        candidate_nw = chosen["num_workers"] if chosen["num_workers"] != current_nw else runner_up
         chosen, basis = current_run, "current"
     nw = chosen["num_workers"]
     pin = section.get("pin_memory", {})
@@ -462,6 +597,9 @@ def recommend(section: LoaderFacts, bottleneck: Bottleneck | None, cuda: bool,
         "trust": trust,
         "candidate_num_workers": candidate_nw,
         "unmeasured": unmeasured if trust == "incomplete" else [],
+        "current_basis": "paired" if current_run is not None and "sweep_samples_per_s" in current_run else "sweep",
+        "current_sweep_samples_per_s": (current_run.get("sweep_samples_per_s", current_run["samples_per_s"])
+                                        if current_run else None),
     }
 
 
@@ -478,8 +616,32 @@ def differs_from_current(recommendation: Recommendation, current: CurrentSetting
     return changes
 
 
+def with_paired_baseline(section: LoaderFacts) -> LoaderFacts:
+    """The section with the user's setting rated by the paired windows that re-measured it (their median),
+    so one transient slow (or fast) sweep window does not decide the baseline. The sweep's own figure is
+    kept as the run's `sweep_samples_per_s`. Unchanged without at least two paired windows."""
+    paired = section.get("paired") or {}
+    windows = paired.get("windows") or []
+    current = paired.get("current")
+    rates = sorted(w["current_samples_per_s"] for w in windows if w["current_samples_per_s"] > 0)
+    if current is None or len(rates) < 2:
+        return section
+    middle = len(rates) // 2
+    median = rates[middle] if len(rates) % 2 else (rates[middle - 1] + rates[middle]) / 2
+    runs: list[RunFacts] = []
+    for r in section["runs"]:
+        if r["num_workers"] == current and r.get("samples_per_s") and "pin_memory" not in r:
+            rerated = cast(RunFacts, {**r, "samples_per_s": round(median, 2), "sweep_samples_per_s": r["samples_per_s"],
+                                      "samples_per_s_min": rates[0], "samples_per_s_max": rates[-1]})
+            runs.append(rerated)
+        else:
+            runs.append(r)
+    return cast(LoaderFacts, {**section, "runs": runs})
+
+
 def verdict(section: LoaderFacts, step_time_s: float | None) -> LoaderVerdict:
-    """The whole verdict on one loader section."""
+    """The whole verdict on one loader section (the baseline rated by the paired windows, when measured)."""
+    section = with_paired_baseline(section)
     usable = section.get("usable_cpus") or 1
     bottleneck, reason = classify(section, usable, step_time_s)
     cuda = section.get("torch", {}).get("cuda_available", False)

@@ -2,7 +2,9 @@
 
 SYS004 sharing-strategy and SYS005 thread-oversubscription read the `torch`
 section, whose probe imports numpy and torch in the target interpreter and lists
-the BLAS and OpenMP libraries loaded (threadpoolctl).
+the BLAS and OpenMP libraries loaded (threadpoolctl). SYS005 also reads the
+loader smoke test's re-time of `__getitem__` with one intra-op thread: the
+main process's own pool contending for CPUs other load holds.
 """
 from __future__ import annotations
 
@@ -21,7 +23,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 def _probe(facts: Facts) -> TorchProbe | None:
     torch = facts["torch"]
-    if not torch["installed"]:
+    if not torch or not torch["installed"]:
         return None
     probe = torch["probe"]
     return probe if probe.get("ran") else None
@@ -78,7 +80,51 @@ def _torch_lib_dir(torch: TorchFacts, probe: TorchProbe) -> str | None:
     return os.path.join(location, "lib") if location else None
 
 
+def main_process_contention(facts: Facts) -> Hit | None:
+    """At num_workers=0 the samples are made in the training process, with torch's intra-op pool (as many
+    threads as CPUs); on CPUs other load holds a parallel region waits for its slowest thread. The smoke
+    test re-fetches samples alternately with that pool and with one thread (workers run one each)."""
+    from envdoctor.rules.loader.verdict import others_cpus, pool_contention, verdict
+
+    section = facts.get("loader")
+    if not section or section.get("failure"):
+        return None
+    contention = pool_contention(section)
+    if contention is None:
+        return None
+    threads, pooled, single = contention
+    getitem = section.get("getitem", {})
+    current = (section["current"] or {}).get("num_workers", 0)
+    recommendation = verdict(section, facts.config.step_time)["recommendation"]
+    recommended = recommendation["num_workers"] if recommendation else None
+    at_zero = current == 0 or recommended == 0
+    usable = section.get("usable_cpus") or facts["system"]["cpu"]["usable"]
+    cpu, wall = getitem.get("process_cpu_per_sample_s"), getitem.get("wall_per_sample_s")
+    others = others_cpus(section)
+    spin = (f"; the main process burned {cpu / wall:.1f} CPU-seconds per second while fetching"
+            if cpu and wall and cpu > 1.2 * wall else "")
+    return Hit(
+        message=(f"at num_workers=0 torch's {threads} intra-op threads in the loading process fight "
+                 + (f"other load ({others} of {usable} usable CPUs busy with other processes)" if others
+                    else "other load") + f" for the {usable} usable CPU(s): a sample costs "
+                 f"{pooled * 1e3:.2f} ms, {single * 1e3:.2f} ms with torch.set_num_threads(1) "
+                 f"({pooled / single:.1f}× slower){spin}; DataLoader workers run one thread each and escape it"),
+        evidence={"intra_op_threads": threads, "threads_median_s": pooled, "one_thread_median_s": single,
+                  "slowdown": round(pooled / single, 2), "retimed_samples": getitem.get("retimed_samples"),
+                  "process_cpu_per_sample_s": cpu, "wall_per_sample_s": wall, "others_cpu": others,
+                  "usable_cpus": usable, "current_num_workers": current,
+                  "recommended_num_workers": recommended},
+        fix=("in the process that loads at num_workers=0, call torch.set_num_threads(1) before iterating (or "
+             "start it with OMP_NUM_THREADS=1), or use DataLoader workers (each runs one intra-op thread); if "
+             "the training step itself needs the threads, use workers"),
+        severity=Severity.WARNING if at_zero else Severity.INFO,
+    )
+
+
 def find_thread_oversubscription(facts: Facts) -> Iterator[Hit]:
+    contention = main_process_contention(facts)
+    if contention is not None:
+        yield contention
     probe = _probe(facts)
     if probe is None:
         return

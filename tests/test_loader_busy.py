@@ -1,0 +1,137 @@
+"""The smoke test on a busy machine (issue 23): CPUs other processes hold are not "saturation".
+
+Recorded sections (fixtures/loaderfixtures/busy_sweeps.py) judged as the loader stage judges them: the
+bottleneck, the recommendation and its trust, and the numbers the report gives for each case — workers
+that gain by taking CPU share from other processes, a sweep too noisy to tell, the loader's own workers
+saturating a quiet machine, one slow baseline window, and the main process's intra-op threads contending
+at num_workers=0 (SYS005). The live loaders behind the records are in fixtures/loaderfixtures/busy.py.
+"""
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+from envdoctor.config import Config
+from envdoctor.engine import run_check
+from envdoctor.facts import Facts
+from envdoctor.rules.loader.verdict import others_cpus, verdict
+from loaderfixtures import busy_sweeps as recorded
+
+SYSTEM = {"cpu": {"count": 2, "affinity": 2, "usable": 2, "quota_cpus": None, "cgroup_version": 2},
+          "memory": {"effective_available": 16 * 1024**3, "cgroup_limit": None},
+          "limits": {"nofile": {"soft": 65536, "hard": 65536}},
+          "shm": {"path": "/dev/shm", "total": 8 * 1024**3, "free": 8 * 1024**3}}
+TARGET = {"kind": "venv", "prefix": "/env", "interpreter": "/env/bin/python", "python": "3.11.7"}
+
+
+def judged(data: dict[str, Any]) -> dict[str, Any]:
+    return {**data, **verdict(copy.deepcopy(data), None)}
+
+
+def findings_of(data: dict[str, Any], rule: str) -> list[Any]:
+    config = Config(select=(rule,))
+    facts = Facts.from_dict({"loader": copy.deepcopy(data), "system": SYSTEM, "target": TARGET}, config)
+    report = run_check(config, facts=facts)
+    assert not report.errors, report.errors
+    return report.by_rule(rule)
+
+
+def test_workers_that_gain_on_cpus_others_hold_are_named_with_numbers_and_the_knee() -> None:
+    data = judged(recorded.IMAGE_FOLDER)
+    assert data["bottleneck"] == "cpu-contended", data["bottleneck_reason"]
+    reason = data["bottleneck_reason"]
+    assert "other processes kept 1.7 of the 2 usable CPU(s) busy" in reason
+    assert "from 44 samples/s with num_workers=0 to 200 with num_workers=2 (×4.52)" in reason
+    assert "more workers cannot" not in reason
+    assert "torch's 2 intra-op threads in the main process contend for those CPUs: a sample costs 8.07 ms, " \
+           "0.96 ms with one thread (SYS005)" in reason
+    rec = data["recommendation"]
+    assert rec["num_workers"] == 1 and rec["basis"] == "knee" and rec["gain"] == pytest.approx(4.396)
+    (hit,) = findings_of(data, "DL005")
+    assert hit.evidence["others_cpu"] == 1.67 and hit.evidence["bottleneck"] == "cpu-contended"
+    assert "CPU share taken from them" in hit.message
+    (slow,) = findings_of(data, "DL003")
+    assert slow.evidence["others_cpu"] == 1.67 and "CPUs other processes hold" in slow.message
+
+
+def test_a_sweep_on_cpus_others_hold_that_pairs_cannot_confirm_says_it_cannot_tell() -> None:
+    data = judged(recorded.CPU_HEAVY)
+    assert data["bottleneck"] == "cpu-contended", data["bottleneck_reason"]
+    assert "95% interval 0.75–2.30" in data["bottleneck_reason"]
+    rec = data["recommendation"]
+    assert rec["trust"] == "too-noisy" and rec["num_workers"] == 0 and rec["candidate_num_workers"] == 2
+    (hit,) = findings_of(data, "DL005")
+    assert hit.severity.value == "info" and "cannot be told from this run" in hit.message
+    assert hit.evidence["gain_interval"] == [0.753, 2.303] and hit.evidence["others_cpu"] == 1.63
+
+
+def test_workers_sunk_by_a_neighbour_are_no_confident_cpu_saturation() -> None:
+    """The defect of issue 23: workers below num_workers=0 in one stretch each, on CPUs others held, made a
+    confident "more workers cannot help" (0.51 of the best re-measured)."""
+    data = judged(recorded.CPU_HEAVY_SUNK)
+    assert data["bottleneck"] == "cpu-contended", data["bottleneck_reason"]
+    assert "the sweep cannot tell whether workers help" in data["bottleneck_reason"]
+    rec = data["recommendation"]
+    assert rec["trust"] == "too-noisy" and rec["num_workers"] == 0 and rec["candidate_num_workers"] == 1
+    (hit,) = findings_of(data, "DL003")
+    assert "more workers cannot help" not in hit.message
+    # Paired windows that show the runner-up losing settle it: workers do not help, said plainly.
+    settled = copy.deepcopy(recorded.CPU_HEAVY_SUNK)
+    settled["paired"] = {"current": 0, "candidate": 1, "window_s": 0.5, "cut": None,
+                         "windows": [{"order": "current-first", "current_samples_per_s": c,
+                                      "candidate_samples_per_s": n}
+                                     for c, n in ((300, 240), (310, 250), (305, 245), (298, 238))]}
+    assert judged(settled)["recommendation"]["trust"] == "same"
+
+
+def test_the_loaders_own_workers_saturating_a_quiet_machine_stay_cpu_saturated() -> None:
+    data = judged(recorded.QUIET_SATURATED)
+    assert others_cpus(data) == 0.05
+    assert data["bottleneck"] == "cpu-saturated", data["bottleneck_reason"]
+    assert "uses 2.0 of 2 usable CPUs" in data["bottleneck_reason"]
+    assert data["recommendation"]["num_workers"] == 2
+    losing = judged(recorded.QUIET_LOSING)
+    assert losing["bottleneck"] == "cpu-saturated", losing["bottleneck_reason"]
+    assert "by the loader itself (other processes kept 0.1 of them busy)" in losing["bottleneck_reason"]
+    assert losing["recommendation"]["num_workers"] == 0
+
+
+def test_one_slow_baseline_window_does_not_decide_the_baseline() -> None:
+    data = judged(recorded.SLOW_BASELINE_WINDOW)
+    rec = data["recommendation"]
+    assert rec["current_basis"] == "paired" and rec["current_sweep_samples_per_s"] == 131.0
+    assert rec["current_samples_per_s"] == 299.0  # the median of the four paired windows
+    assert rec["num_workers"] == 2 and rec["trust"] == "gain" and 1.6 < rec["gain"] < 1.8
+    # The sweep's one point said ×3.9; the facts keep it, the verdict does not use it.
+    assert data["runs"][0]["samples_per_s"] == 131.0
+    (hit,) = findings_of(data, "DL005")
+    assert hit.evidence["current_basis"] == "paired" and hit.evidence["current_sweep_samples_per_s"] == 131.0
+
+
+def test_main_process_thread_contention_at_num_workers_0_is_named() -> None:
+    (hit,) = findings_of(recorded.IMAGE_FOLDER, "SYS005")
+    evidence = hit.evidence
+    assert evidence["intra_op_threads"] == 2 and evidence["slowdown"] == pytest.approx(8.37, abs=0.01)
+    assert evidence["threads_median_s"] == 0.008067 and evidence["one_thread_median_s"] == 0.000964
+    assert evidence["others_cpu"] == 1.67 and evidence["current_num_workers"] == 0
+    assert hit.severity.value == "warning"
+    assert "8.07 ms, 0.96 ms with torch.set_num_threads(1)" in hit.message
+    assert "torch.set_num_threads(1)" in hit.fix and "OMP_NUM_THREADS=1" in hit.fix and "workers" in hit.fix
+    assert findings_of(recorded.IMAGE_FOLDER_ONE_THREAD_NO_FASTER, "SYS005") == []
+    assert findings_of(recorded.QUIET_SATURATED, "SYS005") == []
+
+
+def test_a_clear_gain_before_the_budget_cut_is_recommended_with_what_was_left_unmeasured() -> None:
+    data = judged(recorded.IMAGE_FOLDER_CUT)
+    rec = data["recommendation"]
+    assert rec["trust"] == "incomplete" and rec["unmeasured"] == [2]
+    assert rec["num_workers"] == 1 and rec["basis"] == "knee" and rec["gain"] == pytest.approx(8.995, abs=1e-3)
+    (hit,) = findings_of(data, "DL005")
+    assert "the budget ended before num_workers=2 could be measured" in hit.message
+    assert hit.evidence["unmeasured"] == [2] and hit.fix.startswith("DataLoader(dataset, batch_size=32, num_workers=1")
+    # A gain within what one stretch of noise does keeps the user's setting, as before.
+    close = copy.deepcopy(recorded.IMAGE_FOLDER_CUT)
+    close["runs"][1].update(samples_per_s=20.0)
+    assert judged(close)["recommendation"]["basis"] == "current"

@@ -67,7 +67,7 @@ def busy_cpus() -> tuple[float, int] | None:
     took from the CPUs the loader could have had.
     """
     try:
-        allowed = os.sched_getaffinity(0)
+        allowed = os.sched_getaffinity(0)  # type: ignore[attr-defined,unused-ignore]
         with open("/proc/stat") as fh:
             lines = fh.read().splitlines()
     except (OSError, AttributeError):

@@ -151,8 +151,9 @@ def measure(s: Session, spec: RunSpec, span: SteadySlice | WholeEpochs) -> dict[
                             break
                 # Three rounds of every worker's batch past the warm-up, and the slice's time; or, for batches
                 # so slow (torch's threads contending with other load at num_workers=0) that those rounds
-                # would eat the budget of the worker counts still to time, one round and twice the slice.
-                if isinstance(span, SteadySlice) and len(record.stamps) > warmup + max(2, nw):
+                # would eat the budget of the worker counts still to time, twice the slice and one round
+                # (two batches of every worker; one batch past the first without workers).
+                if isinstance(span, SteadySlice) and len(record.stamps) > warmup + (max(2, nw) if nw else 1):
                     steady_s = now - record.stamps[warmup][0]
                     if (len(record.stamps) > warmup + max(4, 3 * nw) and steady_s >= span.seconds) \
                             or steady_s >= 2 * span.seconds:

@@ -70,54 +70,69 @@ def count_lines(files: list[Path]) -> int:
     return sum(len(p.read_bytes().splitlines()) for p in files)
 
 
-def bench_corpus(corpus: Path, repeat: int) -> int:
-    repos = [d for d in corpus.iterdir() if d.is_dir()]
-    sizes = {repo: count_lines(python_files(repo)) for repo in repos}
-    repo = max(sizes, key=lambda r: sizes[r])
-    files = python_files(repo)
-    lines = sizes[repo]
+#: What each side runs in its own interpreter, so that its peak memory is its own.
+_CHILD = r"""
+import ast, json, resource, sys, time
+from pathlib import Path
+side, listing = sys.argv[1], sys.argv[2]
+files = Path(listing).read_text(encoding="utf-8").splitlines()
+start = time.perf_counter()
+if side == "ast.parse":
+    for name in files:
+        try:
+            ast.parse(Path(name).read_bytes(), filename=name)
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            pass
+else:
     from envdoctor.config import Config
     from envdoctor.facts.scripts import gather_scripts
 
-    class _Facts:
-        config = Config(scripts=(str(repo),), no_loader=True)
+    class Facts:
+        config = Config(scripts=tuple(files), no_loader=True)
+
+    section = gather_scripts(Facts())
+    assert section is not None and len(section["files"]) == len(files)
+seconds = time.perf_counter() - start
+print(json.dumps({"seconds": seconds, "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+"""
+
+
+def measure(side: str, files: list[Path], repeat: int) -> tuple[float, float]:
+    """(best seconds, peak MB of that run) for `side` on `files`, each run a fresh interpreter."""
+    import json
 
     with tempfile.TemporaryDirectory() as tmp:
-        env = dict(os.environ, PYTHONPYCACHEPREFIX=str(Path(tmp) / "pycache"), NO_COLOR="1")
-        names = [str(p) for p in files]
+        listing = Path(tmp) / "files.txt"
+        listing.write_text("\n".join(map(str, files)), encoding="utf-8")
+        runs = []
+        for _ in range(repeat):
+            proc = subprocess.run([sys.executable, "-c", _CHILD, side, str(listing)], capture_output=True,
+                                  text=True, check=True, timeout=3600, cwd=tmp)
+            runs.append(json.loads(proc.stdout.strip().splitlines()[-1]))
+    best_run = min(runs, key=lambda r: r["seconds"])
+    return best_run["seconds"], best_run["peak_mb"]
 
-        def analyse() -> None:
-            section = gather_scripts(_Facts())
-            assert section is not None
 
-        def compile_all() -> None:
-            for i, name in enumerate(names):
-                try:
-                    py_compile.compile(name, cfile=str(Path(tmp) / f"{i}.pyc"), doraise=True)
-                except py_compile.PyCompileError:
-                    pass
+def bench_tree(name: str, files: list[Path], repeat: int) -> None:
+    """Lines/s and peak memory of the analysis against ast.parse on the same files, in the same run."""
+    lines = count_lines(files)
+    parse_s, parse_mb = measure("ast.parse", files, repeat)
+    analysis_s, analysis_mb = measure("envdoctor", files, repeat)
+    print(f"{name}: {len(files):,} Python files, {lines:,} lines, best of {repeat}")
+    print(f"  ast.parse            {parse_s:8.2f} s  {lines / parse_s:10,.0f} lines/s  peak {parse_mb:6.0f} MB")
+    print(f"  envdoctor (SPW all)  {analysis_s:8.2f} s  {lines / analysis_s:10,.0f} lines/s  peak {analysis_mb:6.0f} MB")
+    print(f"  ratio analysis / ast.parse: {analysis_s / parse_s:.2f}x")
 
-        def cli_check() -> None:
-            subprocess.run([sys.executable, "-m", "envdoctor", "check", "--no-loader", "--select", "SPW001,SPW004,SPW005",
-                            "--fail-on", "never", str(repo)], check=True, capture_output=True, env=env, cwd=tmp,
-                           timeout=900)
 
-        def cli_compile() -> None:
-            subprocess.run([sys.executable, "-m", "py_compile", *names], capture_output=True, env=env, cwd=tmp,
-                           timeout=900)
-
-        analysis_s = best(analyse, repeat)
-        compile_s = best(compile_all, repeat)
-        cli_s = best(cli_check, repeat)
-        cli_compile_s = best(cli_compile, repeat)
-    rate = lambda seconds: lines / seconds  # noqa: E731  (lines per second)
-    print(f"repository: {repo.name} ({len(files)} Python files, {lines:,} lines), best of {repeat}")
-    print(f"in process   envdoctor (whole folder, project-wide) {analysis_s:7.2f} s  {rate(analysis_s):9,.0f} lines/s")
-    print(f"in process   py_compile.compile                     {compile_s:7.2f} s  {rate(compile_s):9,.0f} lines/s")
-    print(f"             ratio analysis / py_compile: {analysis_s / compile_s:.2f}x")
-    print(f"end to end   envdoctor check REPO                   {cli_s:7.2f} s  {rate(cli_s):9,.0f} lines/s")
-    print(f"end to end   python -m py_compile FILES             {cli_compile_s:7.2f} s  {rate(cli_compile_s):9,.0f} lines/s")
-    print(f"             ratio check / py_compile: {cli_s / cli_compile_s:.2f}x")
+def bench_corpus(corpus: Path, repeat: int, whole: bool) -> int:
+    """The largest repository under `corpus` (a folder of checkouts), or with `whole` the folder as one tree."""
+    repos = [d for d in sorted(corpus.iterdir()) if d.is_dir()]
+    if whole or not repos:
+        bench_tree(f"{corpus} (whole tree)", python_files(corpus), repeat)
+        return 0
+    sizes = {repo: count_lines(python_files(repo)) for repo in repos}
+    repo = max(sizes, key=lambda r: sizes[r])
+    bench_tree(f"largest repository {repo.name}", python_files(repo), repeat)
     return 0
 
 
@@ -125,9 +140,10 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--corpus", type=Path, help="a folder of repositories: measure the largest one")
+    parser.add_argument("--whole", action="store_true", help="with --corpus: the whole folder as one tree")
     args = parser.parse_args()
     if args.corpus is not None:
-        return bench_corpus(args.corpus, args.repeat)
+        return bench_corpus(args.corpus, args.repeat, args.whole)
 
     from envdoctor.facts.scripts import analyse_script
 

@@ -213,3 +213,54 @@ def test_a_disk_that_fills_while_the_before_state_is_kept_changes_nothing(tmp_pa
         Executor(make_plan(report, {}), journal).run()
     assert tree_digest(prefix) == pristine and copied  # it failed part-way through keeping the copies
     assert Journal.latest() is None  # a fix that changed nothing is not undone
+
+
+def test_a_disk_that_fills_after_a_step_ran_is_still_undone_exactly(tmp_path: Path, journal_root: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    from envdoctor.fix.journal import JournalError
+
+    prefix, stray = venv_folder(tmp_path)
+    pristine = tree_digest(prefix)
+    real_save = Journal.save
+
+    def full_after_a_step(self: Journal) -> None:
+        if any(s.get("status") == "done" for s in self.manifest.get("steps") or []):
+            raise JournalError(f"cannot write {self.path}/manifest.json: No space left on device")
+        real_save(self)
+
+    monkeypatch.setattr(Journal, "save", full_after_a_step)
+    finding = Finding(rule="PKG002", name="duplicate-distribution", severity=Severity.ERROR, message="doubled",
+                      fix_steps=(FixStep.file_move(str(stray), str(stray) + ".envdoctor-aside"),))
+    report = Report(tool={}, generated_at="", host={}, target={"prefix": str(prefix), "kind": "venv"}, facts={},
+                    findings=[finding])
+    with pytest.raises(JournalError):
+        Executor(make_plan(report, {}), Journal.create({"prefix": str(prefix), "kind": "venv"})).run()
+    assert not stray.exists()  # the move happened; the manifest on disk still says it was running
+    monkeypatch.setattr(Journal, "save", real_save)
+    undone = undo_last()
+    assert undone.exit_code == 0, undone
+    assert tree_digest(prefix) == pristine
+
+
+def test_the_roots_a_fix_keeps_for_each_kind_of_target(tmp_path: Path) -> None:
+    from envdoctor.fix.state import write_roots
+
+    venv = tmp_path / "venv"
+    user_site = tmp_path / "home" / ".local" / "lib" / "python3.11" / "site-packages"
+    base = tmp_path / "root" / "usr" / "lib" / "python3" / "dist-packages"
+    assert write_roots({"prefix": str(venv), "kind": "venv", "site_packages": [str(venv / "lib/python3.11/site-packages")],
+                        "user_site": str(user_site), "user_site_enabled": False}) == [str(venv)]
+    # A --system-site-packages venv reads its base's site (and the user site): those are roots too.
+    assert write_roots({"prefix": str(venv), "kind": "venv", "user_site": str(user_site), "user_site_enabled": True,
+                        "site_packages": [str(venv / "lib/python3.11/site-packages"), str(user_site), str(base)]}) == \
+        sorted([str(venv), str(user_site), str(tmp_path / "home" / ".local" / "bin"), str(base)])
+    usr = tmp_path / "root" / "usr"
+    local = usr / "local"
+    (tmp_path / "opt-bin").mkdir()
+    local.mkdir(parents=True)
+    (local / "bin").symlink_to(tmp_path / "opt-bin")  # a root that is a link is kept where its files are
+    assert write_roots({"prefix": str(usr), "kind": "system", "python": "3.11.2",
+                        "purelib": str(local / "lib/python3.11/dist-packages"),
+                        "site_packages": [str(local / "lib/python3.11/dist-packages"), str(base)],
+                        "user_site": str(user_site), "user_site_enabled": False}) == \
+        sorted([str(tmp_path / "opt-bin"), str(local / "lib" / "python3.11"), str(base)])

@@ -16,18 +16,16 @@ import shutil
 import signal
 import subprocess
 import sys
-import sysconfig
 from pathlib import Path
 
 import pytest
 
 from condafixtures import module, write_wheel
 from envs.systemroot import SystemRoot, quiet_env, system_python_version
-from fixenvs import make_pip_venv, offline_env, run_ok, tree_digest
+from fixenvs import EXT, make_pip_venv, offline_env, run_ok, stale_binary_numpy_wheels, tree_digest
 
 pytestmark = pytest.mark.slow
 
-EXT = sysconfig.get_config_var("EXT_SUFFIX") or ".so"
 needs_debian = pytest.mark.skipif(system_python_version() is None,
                                   reason="needs the machine's Debian python3 with python3-pip")
 
@@ -50,24 +48,12 @@ def envdoctor(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[st
     return proc
 
 
-def numpy_wheels(wheels: Path) -> tuple[Path, Path]:
-    """A NumPy 1.x whose core holds a compiled `_multiarray_umath`, and a NumPy 2 with a `.py` shim there."""
-    old = write_wheel(wheels, "numpy", "1.26.4", {
-        **module("numpy", "1.26.4"), "numpy/core/__init__.py": b"",
-        f"numpy/core/_multiarray_umath{EXT}": b"\x7fELF stand-in for NumPy 1.26.4's binary\n"})
-    new = write_wheel(wheels, "numpy", "2.2.6", {
-        **module("numpy", "2.2.6"), "numpy/core/__init__.py": b"",
-        "numpy/core/_multiarray_umath.py": b"from numpy._core._multiarray_umath import *  # NumPy 2's shim\n",
-        "numpy/_core/__init__.py": b"", "numpy/_core/_multiarray_umath.py": b'BUILT_FOR = "2.2.6"\n'})
-    return old, new
-
-
 @pytest.fixture(scope="module")
 def ignore_installed_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """numpy 1.26.4, then `pip install --ignore-installed` numpy 2.2.6 over it: two dist-infos, mixed files."""
     root = tmp_path_factory.mktemp("ignore-installed")
     env = offline_env(root / "wheels", root / "cache")
-    old, new = numpy_wheels(root / "wheels")
+    old, new = stale_binary_numpy_wheels(root / "wheels")
     venv = make_pip_venv(root / "venv", env)
     python = str(venv / "bin" / "python")
     run_ok([python, "-m", "pip", "install", "--no-compile", str(old)], env)
@@ -90,7 +76,7 @@ def multiarray(python: str, env: dict[str, str]) -> subprocess.CompletedProcess[
 def test_ignore_installed_fix_leaves_no_file_of_the_old_version_and_undo_is_exact(
         ignore_installed_venv: Path, tmp_path: Path, offline: dict[str, str]) -> None:
     venv = copy_venv(ignore_installed_venv, tmp_path)
-    numpy_wheels(Path(offline["PIP_FIND_LINKS"]))
+    stale_binary_numpy_wheels(Path(offline["PIP_FIND_LINKS"]))
     python = str(venv / "bin" / "python")
     [site] = venv.glob("lib/python*/site-packages")
     stale = site / "numpy" / "core" / f"_multiarray_umath{EXT}"
@@ -207,7 +193,7 @@ def stopped_fix(env: dict[str, str], venv: Path, at: int, how: str) -> subproces
 def test_sigkill_at_every_step_boundary_then_undo_restores_the_tree(ignore_installed_venv: Path, tmp_path: Path,
                                                                     offline: dict[str, str]) -> None:
     venv = copy_venv(ignore_installed_venv, tmp_path)
-    numpy_wheels(Path(offline["PIP_FIND_LINKS"]))
+    stale_binary_numpy_wheels(Path(offline["PIP_FIND_LINKS"]))
     pristine = tree_digest(venv)
     killed_at = []
     for at in range(1, 10):
@@ -227,7 +213,7 @@ def test_sigkill_at_every_step_boundary_then_undo_restores_the_tree(ignore_insta
 def test_a_second_fix_while_one_runs_exits_2_naming_the_lock(ignore_installed_venv: Path, tmp_path: Path,
                                                              offline: dict[str, str]) -> None:
     venv = copy_venv(ignore_installed_venv, tmp_path)
-    numpy_wheels(Path(offline["PIP_FIND_LINKS"]))
+    stale_binary_numpy_wheels(Path(offline["PIP_FIND_LINKS"]))
     first = stopped_fix(offline, venv, 2, "pause")  # stopped between its two steps
     try:
         assert first.stderr is not None and first.stderr.readline().strip() == "paused"
@@ -268,7 +254,8 @@ def test_a_system_site_venv_reads_its_base_pth_owners_and_its_fix_roots_hold_the
 
 
 def test_pkg002_names_the_copy_whose_files_import_runs(tmp_path: Path, offline: dict[str, str]) -> None:
-    """A uv venv with PyYAML 6.0.1's files and a stray 6.0.2 dist-info beside its own: `import yaml` runs 6.0.1."""
+    """A uv venv with PyYAML 6.0.1's files and a stray 6.0.2 dist-info beside its own: `import yaml` runs 6.0.1.
+    The fix (with uv: the venv has no pip) is verified by import and undone byte for byte."""
     from envdoctor.config import Config
     from envdoctor.engine import run_check
     from fixenvs import make_uv_venv, uv_executable
@@ -283,3 +270,13 @@ def test_pkg002_names_the_copy_whose_files_import_runs(tmp_path: Path, offline: 
     shutil.copytree(next(other.glob("lib/python*/site-packages/PyYAML-6.0.2.dist-info")), site / "PyYAML-6.0.2.dist-info")
     [finding] = run_check(Config(prefix=str(venv), no_loader=True, select=("PKG002",))).by_rule("PKG002")
     assert "`import yaml` runs 6.0.1's files" in finding.message and "a mix" not in finding.message, finding.message
+    # The fix keeps 6.0.2 and reinstalls it with uv; verified by import; undone byte for byte.
+    assert [s.tool for s in finding.fix_steps] == ["file", "uv"]
+    pristine = tree_digest(venv)
+    done = envdoctor(offline, "fix", "--prefix", str(venv), "--select", "PKG002", "--yes", "--format", "json")
+    assert done.returncode == 0, done.stdout + done.stderr
+    result = json.loads(done.stdout)
+    assert result["verification"]["ok"] and set(result["verification"]["imported"]) == {"yaml", "_yaml"}
+    assert run_ok([str(venv / "bin" / "python"), "-c", "import yaml; print(yaml.__version__)"], offline).strip() == "6.0.2"
+    assert envdoctor(offline, "fix", "--undo").returncode == 0
+    assert tree_digest(venv) == pristine

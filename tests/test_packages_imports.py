@@ -1,13 +1,13 @@
 """PKG012 import-fails on real venvs built here, and PKG003 turned error under a compiled numpy dependant.
 
-`oldext` is an extension-like distribution (its RECORD lists a compiled module) whose import raises
-exactly what pandas 2.1.4, built for NumPy 1.x, raises under NumPy 2: "numpy.dtype size changed, may
-indicate binary incompatibility". `goodext` ships a compiled module too and imports fine: it stays
-quiet. Nothing is downloaded, and the deep check leaves the environment byte for byte as it was.
+Built by fixtures/fixenvs.py (numpy_abi_venvs): `oldext` is an extension-like distribution (its
+RECORD lists a compiled module) whose import raises exactly what pandas 2.1.4, built for NumPy 1.x,
+raises under NumPy 2: "numpy.dtype size changed, may indicate binary incompatibility". `goodext`
+ships a compiled module too and imports fine: it stays quiet. Nothing is downloaded, and the deep
+check leaves the environment byte for byte as it was.
 """
 from __future__ import annotations
 
-import sysconfig
 from pathlib import Path
 
 import pytest
@@ -16,34 +16,15 @@ from condafixtures import module, write_wheel
 from envdoctor.config import Config
 from envdoctor.engine import run_check
 from envdoctor.model import Severity
-from fixenvs import make_pip_venv, offline_env, run_ok, tree_digest
+from fixenvs import DTYPE_SIZE, EXT, numpy_abi_venvs, tree_digest
 
 pytestmark = pytest.mark.slow
 
-EXT = sysconfig.get_config_var("EXT_SUFFIX") or ".so"
-DTYPE_SIZE = ("numpy.dtype size changed, may indicate binary incompatibility. "
-              "Expected 96 from C header, got 88 from PyObject")
 
 
 @pytest.fixture(scope="module")
 def venvs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    """(broken, healthy): both with a NumPy 2 and goodext; the broken one also has oldext, built for NumPy 1."""
-    root = tmp_path_factory.mktemp("imports")
-    wheels = root / "wheels"
-    env = offline_env(wheels, root / "cache")
-    numpy = write_wheel(wheels, "numpy", "2.2.6", module("numpy", "2.2.6"))
-    good = write_wheel(wheels, "goodext", "1.0", {**module("goodext", "1.0"), f"goodext/_speed{EXT}": b"\x7fELF"},
-                       requires=("numpy>=1.22",))
-    old = write_wheel(wheels, "oldext", "2.1.4", {
-        "oldext/__init__.py": f"import numpy\nraise ValueError({DTYPE_SIZE!r})\n".encode(),
-        f"oldext/_lib{EXT}": b"\x7fELF built against NumPy 1.26"}, requires=("numpy<2,>=1.22.4",))
-    built = []
-    for name, extra in (("broken", [old]), ("healthy", [])):
-        venv = make_pip_venv(root / name, env)
-        run_ok([str(venv / "bin" / "python"), "-m", "pip", "install", "--no-compile", "--no-deps",
-                str(numpy), str(good), *map(str, extra)], env)
-        built.append(venv)
-    return built[0], built[1]
+    return numpy_abi_venvs(tmp_path_factory.mktemp("imports"))
 
 
 def deep_check(prefix: Path, *rules: str, deep: bool = True):  # type: ignore[no-untyped-def]
@@ -114,4 +95,24 @@ def test_pkg012_in_a_debian_root_blames_pips_numpy_over_dpkgs_extension(tmp_path
     ev = finding.evidence
     assert (ev["package"], ev["kind"], ev["numpy_version"], ev["numpy_owner"]) == ("numexpr", "numpy-abi", "2.2.6",
                                                                                    "pip")
-    assert ev["owner"] == "Debian's python3-numexpr (dpkg)" and "pip uninstall numpy" in finding.fix
+    assert ev["owner"] == "Debian's python3-numexpr (dpkg)" and "-m pip uninstall --break-system-packages -y numpy" in finding.fix
+
+
+def test_pkg012_classifies_real_native_load_failures(tmp_path: Path) -> None:
+    """Real compiled extensions (built here with the C compiler): an undefined symbol and a missing library."""
+    from fixenvs import make_pip_venv, native_breakage_wheels, offline_env, run_ok
+
+    wheels = tmp_path / "wheels"
+    built = native_breakage_wheels(wheels, tmp_path / "build")
+    if built is None:
+        pytest.skip("needs a C compiler and this interpreter's Python.h")
+    env = offline_env(wheels, tmp_path / "cache")
+    venv = make_pip_venv(tmp_path / "venv", env)
+    run_ok([str(venv / "bin" / "python"), "-m", "pip", "install", "--no-compile", *map(str, built)], env)
+    found = {f.evidence["package"]: f for f in deep_check(venv, "PKG012").by_rule("PKG012")}
+    assert sorted(found) == ["libext", "symext"]
+    assert (found["symext"].evidence["kind"], found["symext"].evidence["named"]) == \
+        ("undefined-symbol", "envdoctor_missing_symbol")
+    assert (found["libext"].evidence["kind"], found["libext"].evidence["named"]) == \
+        ("missing-shared-library", "libgone.so")
+    assert "reinstall" in found["libext"].fix

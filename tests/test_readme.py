@@ -69,3 +69,10 @@ def test_readme_names_the_quick_tier_and_the_full_suite_in_its_development_secti
 def test_readme_stays_a_page_for_newcomers() -> None:
     lines = README.read_text(encoding="utf-8").splitlines()
     assert len(lines) <= MAX_README_LINES, f"README.md has {len(lines)} lines: move the detail to docs/"
+
+
+def test_development_names_the_quick_tier_as_the_test_command_less_the_slow_tests() -> None:
+    """The quick loop is the README's test command with `-m "not slow"` (the tier conftest.py skips importing)."""
+    _, tests = _readme_commands()
+    quick = f'{tests[-1]} -m "not slow"'
+    assert f"\n{quick}\n" in README.read_text(encoding="utf-8"), f"README.md does not show the quick tier as {quick!r}"

@@ -158,3 +158,11 @@ def test_the_cells_really_fail_under_spawn_exactly_where_spw005_points(path: Pat
             assert (finding.location.cell, finding.location.line) in lines, (finding.location, lines)
             name = finding.evidence["objects"][0]["name"]
             assert f"Can't get attribute '{name}' on <module '__main__'" in output
+
+
+def test_a_comment_ending_in_a_question_mark_is_python_and_help_is_not():
+    from envdoctor.analysis.spawn.notebook import python_of_cell
+
+    cell = ["loader = DataLoader(data,", "    batch_size=1,  # how many samples per batch?", "    num_workers=1)",
+            "DataLoader?", "np.mean??"]
+    assert python_of_cell(cell) == [*cell[:3], "", ""]

@@ -177,6 +177,8 @@ class Config:
     scripts: tuple[str, ...] = ()
     #: Filled in by preflight(): the user's own DataLoader object.
     loader_object: Any = None
+    #: Filled in by `envdoctor run --tune`: the user's DataLoader, pickled by the loop observer.
+    loader_source: Any = None
     #: Where the settings file was read from, if any.
     config_file: str | None = None
 

@@ -127,16 +127,16 @@ def assemble_report(facts: Facts, findings: list[Finding], errors: list[dict[str
     target = gathered.pop("target", None) or {}
     loader = gathered.pop("loader", None)
     loop = gathered.pop("loop", None)
+    if loop:
+        # What `envdoctor run` measured, with the rule layer's verdict (the speaking process, the recommendation).
+        from envdoctor.rules.loader.loop import loop_verdict
+
+        loop = loop_verdict(loop, loader if facts.config.loader_source is not None else None)
     if loader:
         # The facts with the rule layer's verdict (bottleneck, recommendation), less the torch probe.
         from envdoctor.rules.loader.verdict import report_section
 
         loader = dict(report_section(loader, facts.config.step_time))
-    if loop:
-        # What `envdoctor run` measured, with the rule layer's verdict (the speaking process, the recommendation).
-        from envdoctor.rules.loader.loop import loop_verdict
-
-        loop = loop_verdict(loop)
     report = Report(
         tool={"name": "envdoctor", "version": __version__},
         generated_at=utc_now(),

@@ -16,12 +16,11 @@ import json
 import os
 import tempfile
 import time
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, TypedDict
 
 #: Seconds one distribution's import may take, and all of them together.
-IMPORT_TIMEOUT_S = 30.0
-TOTAL_TIMEOUT_S = 180.0
+IMPORT_TIMEOUT_S = 60.0
+TOTAL_TIMEOUT_S = 240.0
 #: Imports run at once (each is its own interpreter).
 PARALLEL = 4
 #: Characters of a failed import's message kept.
@@ -154,6 +153,8 @@ def gather_imports(facts: Any) -> ImportsFacts:
         seen.add(dist["key"])  # the copy import finds first
         if dist["import_names"] and ships_extensions(dist["path"], dist["import_names"]):
             candidates.append(dist)
+    from concurrent.futures import ThreadPoolExecutor  # only here: the packages probe imports this module too
+
     deadline = time.monotonic() + TOTAL_TIMEOUT_S
     with tempfile.TemporaryDirectory(prefix="envdoctor-imports-") as cwd:
         with ThreadPoolExecutor(max_workers=PARALLEL) as pool:

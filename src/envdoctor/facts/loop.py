@@ -37,6 +37,8 @@ class LoopLoader(TypedDict):
     pid: int
     rank: int | None
     local_rank: int | None
+    #: "transformers" (the HF Trainer), "lightning", or None: who built the loop, as the observer saw it.
+    framework: str | None
     settings: LoopSettings
     #: Steps inside the window; `complete` says whether the window filled.
     steps: int
@@ -51,6 +53,9 @@ class LoopLoader(TypedDict):
     interrupted: int
     window_start: float | None
     window_end: float | None
+    #: torch's intra-op threads in the process, and OMP_NUM_THREADS as it saw it.
+    intra_op_threads: int | None
+    omp_num_threads: str | None
 
 
 class LoopCpu(TypedDict):
@@ -62,6 +67,8 @@ class LoopCpu(TypedDict):
     #: cpu_s / (window_s × usable_cpus): 1.0 means every usable CPU was busy.
     busy_share: float
     processes: int
+    #: The whole machine's CPUs busy in the window (every process, the neighbours too), 0..1; None unknown.
+    machine_busy_share: float | None
 
 
 class LoopGpu(TypedDict, total=False):
@@ -89,6 +96,8 @@ class LoopFacts(TypedDict):
     wall_s: float
     #: `--prove`: the paired bounded runs (candidate injected against the user's settings), or None.
     proof: dict[str, Any] | None
+    #: `--tune`: what the smoke test of the same loader was given, or why it did not run; None without --tune.
+    tune: dict[str, Any] | None
 
 
 def gather_loop(facts: Any) -> LoopFacts | None:
@@ -129,6 +138,7 @@ def _loader_row(event: Mapping[str, Any]) -> LoopLoader:
         "pid": int(event.get("pid") or 0),
         "rank": event.get("rank"),
         "local_rank": event.get("local_rank"),
+        "framework": event.get("framework"),
         "settings": dict(event.get("settings") or {}),  # type: ignore[typeddict-item]
         "steps": len(steps),
         "complete": event.get("event") == "window",
@@ -140,6 +150,8 @@ def _loader_row(event: Mapping[str, Any]) -> LoopLoader:
         "interrupted": int(event.get("interrupted") or 0),
         "window_start": event.get("window_start"),
         "window_end": event.get("time") if event.get("event") == "window" else None,
+        "intra_op_threads": event.get("intra_op_threads"),
+        "omp_num_threads": event.get("omp_num_threads"),
     }
 
 
@@ -159,7 +171,16 @@ def tree_cpu(samples: Sequence[tuple[float, Mapping[Any, float]]], start: float,
     if span <= 0:
         return None
     return {"cpu_s": round(used, 3), "window_s": round(span, 3), "usable_cpus": usable_cpus,
-            "busy_share": round(used / (span * max(1, usable_cpus)), 3), "processes": len(peak)}
+            "busy_share": round(used / (span * max(1, usable_cpus)), 3), "processes": len(peak),
+            "machine_busy_share": None}
+
+
+def machine_busy(samples: Sequence[tuple[float, float, float]], start: float, end: float) -> float | None:
+    """The share of the whole machine's CPU time that was busy between the samples inside [start, end]."""
+    inside = [(busy, total) for t, busy, total in samples if start <= t <= end]
+    if len(inside) < 2 or inside[-1][1] <= inside[0][1]:
+        return None
+    return round((inside[-1][0] - inside[0][0]) / (inside[-1][1] - inside[0][1]), 3)
 
 
 def gpu_summary(samples: Sequence[tuple[float, Sequence[Mapping[str, Any]]]], start: float, end: float,
@@ -214,6 +235,8 @@ def loop_facts(run: Any, plan: Mapping[str, Any], environ: Mapping[str, str] | N
         start = min(row["window_start"] or 0.0 for row in windows)
         end = max(row["window_end"] or 0.0 for row in windows)
         cpu = tree_cpu(run.cpu_samples, start, end, run.usable_cpus)
+        if cpu is not None:
+            cpu["machine_busy_share"] = machine_busy(getattr(run, "machine_samples", []), start, end)
         cuda = gpu_summary(run.gpu_samples, start, end, run.gpu_error)
     return {
         "command": redacted_command(run.argv),
@@ -229,4 +252,5 @@ def loop_facts(run: Any, plan: Mapping[str, Any], environ: Mapping[str, str] | N
         "environment": redact_environ(os.environ if environ is None else environ),
         "wall_s": round(run.wall_s, 3),
         "proof": None,
+        "tune": None,
     }

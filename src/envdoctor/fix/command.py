@@ -156,12 +156,19 @@ def _plan_and_run(args: argparse.Namespace, run_check: Callable[[Any], Any]) -> 
 def _apply(plan: Any, before: Any, config: Any, run_check: Callable[[Any], Any], finish: Callable[..., int]) -> int:
     """Journal, before-state, steps, verification (rolled back when it fails), then the re-check."""
     from envdoctor.fix.execute import Executor, recheck
-    from envdoctor.fix.journal import Journal
+    from envdoctor.fix.journal import Journal, JournalError
     from envdoctor.fix.verify import verify_fix
 
     journal = Journal.create(dict(before.target))
     executor = Executor(plan, journal)
-    results = executor.run()
+    try:
+        results = executor.run()
+    except JournalError as exc:
+        if "before" not in journal.manifest:
+            raise  # no step ran: the message says nothing was changed
+        # A step may have run: the before-state is kept, so undo can still put everything back.
+        raise JournalError(f"{exc}; a step may have changed the environment: `envdoctor fix --undo` restores it "
+                           f"from {journal.path} (free some space first)") from None
     if not any(r.status == "done" for r in results):
         failed = any(r.status == "failed" for r in results)
         return finish(EXIT_NOTHING, "no step succeeded" + (": a failed step may have changed something, "

@@ -15,9 +15,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from envdoctor.fix.journal import Journal, JournalError, tree, write_json_durably
+from envdoctor.fix.journal import Journal, JournalError, tree
 from envdoctor.fix.plan import Plan, PlannedStep
-from envdoctor.fix.state import list_roots, take_before, tree_hash, write_roots
+from envdoctor.fix.state import take_after, take_before, write_roots
 from envdoctor.fix.tools import Refused, Target, authorize, authorize_move, package_arguments
 from envdoctor.model import Finding, Report
 
@@ -149,9 +149,9 @@ class Executor:
 
     def record_after(self) -> None:
         """What the fix left in the roots: undo refuses to overwrite what someone changed since."""
-        listing = list_roots(self.roots, self.journal.manifest.get("before", {}).get("leave_out", []))
-        write_json_durably(self.journal.path / "after.json", listing)
-        self.journal.manifest["after"] = {"listing": "after.json", "hash": tree_hash(listing)}
+        state = self.journal.manifest.get("before")
+        if state is not None:
+            self.journal.manifest["after"] = take_after(self.journal, state)
 
     def _run_one(self, planned: PlannedStep, record: dict[str, Any]) -> StepResult:
         step = planned.step

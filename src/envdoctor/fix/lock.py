@@ -56,6 +56,7 @@ class FixLock:
             handle = open(self.path, "a+", encoding="utf-8")
         except OSError as exc:
             raise JournalError(f"cannot open the fix lock {self.path}: {exc.strerror or exc}") from None
+        handle.seek(0)  # Windows locks bytes from the position: always the first one
         if not _try_lock(handle):
             handle.seek(0)
             holder = _holder(handle.read(4096))

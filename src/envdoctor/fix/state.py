@@ -16,7 +16,7 @@ import json
 import os
 import shutil
 import stat
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -71,11 +71,12 @@ def write_roots(target: Mapping[str, Any]) -> list[str]:
         scripts = _scripts_of_user_site(str(user_site))
         if scripts:
             roots.append(scripts)
-    absolute = [os.path.abspath(r) for r in roots]
+    # Every root by its real path (a root that is a link, `/usr/local/bin -> /opt/bin`, is kept where its
+    # files are), so the listings, the verification and undo all name one path the same way.
+    absolute = [os.path.realpath(r) for r in roots]
     outermost: list[str] = []
     for root in sorted(dict.fromkeys(absolute), key=len):
-        if not any(_under(root, other) or _under(os.path.realpath(root), os.path.realpath(other))
-                   for other in outermost):
+        if not any(_under(root, other) for other in outermost):
             outermost.append(root)
     return sorted(outermost)
 
@@ -101,13 +102,36 @@ def walk(root: str, leave_out: Iterable[str] = ()) -> Iterator[str]:
             yield os.path.join(folder, name)
 
 
-def list_roots(roots: Iterable[str], leave_out: Iterable[str] = ()) -> Listing:
-    """Every path under `roots` with its type, mode and content hash (or link target)."""
+#: Path -> [inode, size, mtime_ns, mode] when it was listed: a file whose key is unchanged keeps its hash.
+Keys = dict[str, list[int]]
+#: Listings already hashed, with the keys they were taken at (the before-state, what the fix left).
+Known = Sequence[tuple[Mapping[str, Entry], Mapping[str, list[int]]]]
+
+
+def list_roots(roots: Iterable[str], leave_out: Iterable[str] = (), known: Known = (),
+               keys: Keys | None = None) -> Listing:
+    """Every path under `roots` with its type, mode and content hash (or link target).
+
+    A regular file whose inode, size, mtime and mode equal those of a listing in `known` keeps
+    that listing's hash instead of being read again (as git's index does): pip, uv and conda
+    write a changed file as a new inode, and every file undo puts back is a new one. `keys`
+    receives each path's key, for the next listing to use.
+    """
     listing: Listing = {}
     leave = list(leave_out)
     for root in roots:
         for path in walk(root, leave):
-            entry = describe(path)
+            try:
+                st = os.lstat(path)
+            except OSError:
+                continue
+            key = [st.st_ino, st.st_size, st.st_mtime_ns, st.st_mode]
+            if keys is not None:
+                keys[path] = key
+            entry = None
+            if stat.S_ISREG(st.st_mode):
+                entry = next((hashed[path] for hashed, at in known if at.get(path) == key and path in hashed), None)
+            entry = entry or describe(path)
             if entry is not None:
                 listing[path] = entry
     return listing
@@ -177,12 +201,36 @@ def keep_contents(journal: Journal, listing: Mapping[str, Entry]) -> int:
 def take_before(journal: Journal, roots: list[str]) -> dict[str, Any]:
     """List the roots, keep their contents, save the listing durably: the manifest's "before"."""
     leave_out = [str(journal.path.parent)]
-    listing = list_roots(roots, leave_out)
+    keys: Keys = {}
+    listing = list_roots(roots, leave_out, keys=keys)
     keep_contents(journal, listing)
     write_json_durably(journal.path / "before.json", listing)
+    write_json_durably(journal.path / "before-keys.json", keys)
     anchors = {root: _existing_ancestor(root) for root in roots if not os.path.lexists(root)}
-    return {"roots": roots, "listing": "before.json", "hash": tree_hash(listing), "absent_anchors": anchors,
-            "leave_out": leave_out}
+    return {"roots": roots, "listing": "before.json", "keys": "before-keys.json", "hash": tree_hash(listing),
+            "absent_anchors": anchors, "leave_out": leave_out}
+
+
+def take_after(journal: Journal, state: Mapping[str, Any]) -> dict[str, Any]:
+    """List what the fix left in the roots (the manifest's "after"), reusing the before-state's hashes."""
+    keys: Keys = {}
+    listing = list_roots(state["roots"], state.get("leave_out", []), known_listings(journal, state), keys)
+    write_json_durably(journal.path / "after.json", listing)
+    write_json_durably(journal.path / "after-keys.json", keys)
+    return {"listing": "after.json", "keys": "after-keys.json", "hash": tree_hash(listing)}
+
+
+def known_listings(journal: Journal, *parts: Mapping[str, Any] | None) -> list[tuple[Listing, Keys]]:
+    """The listings (and their keys) of the manifest's "before" / "after", for list_roots to reuse."""
+    known = []
+    for part in parts:
+        if not part:
+            continue
+        try:
+            known.append((load_listing(journal, part["listing"]), load_listing(journal, part["keys"])))
+        except (OSError, ValueError, KeyError, TypeError):
+            continue  # a listing without keys (or unreadable): everything is hashed again, which is only slower
+    return known  # type: ignore[return-value]  # keys files hold lists of ints
 
 
 def _existing_ancestor(path: str) -> str:
@@ -204,18 +252,31 @@ def is_bytecode(path: str) -> bool:
     return "__pycache__" in path.split(os.sep)
 
 
-def restore(journal: Journal, before: Mapping[str, Entry], state: Mapping[str, Any], label: str) -> Listing:
+def restore(journal: Journal, before: Mapping[str, Entry], state: Mapping[str, Any], label: str,
+            known: Known = ()) -> Listing:
     """Make the roots hold exactly `before`; what is there and was not is moved into the journal. Now's listing."""
     roots, leave_out = state["roots"], state.get("leave_out", [])
-    now = list_roots(roots, leave_out)
+    now = list_roots(roots, leave_out, known)
     extra = sorted(p for p in now if p not in before or before[p]["type"] != now[p]["type"])
     tops = [p for p in extra if not any(_under(p, q) and p != q for q in extra)]
     tops = [p for p in tops if not any(_under(p, q) and p != q for q in tops)]
     for number, path in enumerate(tops):
         journal.keep(path, "undone", f"{label}/{number}")
     put_aside = len(tops)
+    moved = set(tops)
+
+    def current(path: str) -> Entry | None:
+        """What is at `path` now, from the listing just taken (nothing, if it went with a moved folder)."""
+        folder = path
+        while folder and folder not in moved:
+            parent = os.path.dirname(folder)
+            if parent == folder:
+                return now.get(path)
+            folder = parent
+        return None if folder else now.get(path)
+
     for path in sorted(before, key=lambda p: (p.count(os.sep), p)):
-        want, have = before[path], describe(path)
+        want, have = before[path], current(path)
         if want["type"] == "dir":
             if have is None:
                 os.makedirs(path, exist_ok=True)
@@ -239,7 +300,7 @@ def restore(journal: Journal, before: Mapping[str, Entry], state: Mapping[str, A
             os.chmod(path, before[path]["mode"])
     for root, anchor in (state.get("absent_anchors") or {}).items():
         _remove_empty_parents(root, anchor)
-    return list_roots(roots, leave_out)
+    return list_roots(roots, leave_out, known)
 
 
 def _remove_empty_parents(root: str, anchor: str) -> None:

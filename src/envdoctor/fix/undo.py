@@ -15,7 +15,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from envdoctor.fix.journal import Journal, JournalError
-from envdoctor.fix.state import Listing, differences, is_bytecode, list_roots, load_listing, restore, tree_hash
+from envdoctor.fix.state import (
+    Listing,
+    differences,
+    is_bytecode,
+    known_listings,
+    list_roots,
+    load_listing,
+    restore,
+    tree_hash,
+)
 
 #: Tools whose steps also write outside the roots (the OS package database, docs): undo cannot vouch for those.
 _OUTSIDE_ROOTS = ("apt", "dnf")
@@ -83,12 +92,13 @@ def undo(journal: Journal, check_conflicts: bool = True) -> UndoResult:
         raise JournalError(f"cannot read the before-state kept in {journal.path}: {exc}") from None
     roots, leave_out = state["roots"], state.get("leave_out", [])
     result.before_hash = state["hash"]
+    known = known_listings(journal, journal.manifest.get("after"), state)
     if check_conflicts and left is not None:
-        conflicts = find_conflicts(left, list_roots(roots, leave_out))
+        conflicts = find_conflicts(left, list_roots(roots, leave_out, known))
         if conflicts:
             result.refused = conflicts
             return result
-    now = restore(journal, before, state, "rollback" if not check_conflicts else "undo")
+    now = restore(journal, before, state, "rollback" if not check_conflicts else "undo", known)
     result.after_hash = tree_hash(now)
     if result.after_hash == state["hash"]:
         result.restored.append(f"restored: {len(roots)} root(s) ({', '.join(roots)}) hold exactly what they held "

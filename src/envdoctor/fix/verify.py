@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from envdoctor.facts.distributions import dist_name_from_dir, normalize
-from envdoctor.fix.journal import Entry, Journal
+from envdoctor.fix.journal import Entry, Journal, describe
 from envdoctor.fix.state import object_path
 
 #: Seconds the verification import may take (torch's import included).
@@ -156,8 +156,6 @@ def _removed_versions(site: str, before: Mapping[str, Entry], journal: Journal) 
 
 
 def _same_file(path: str, entry: Entry) -> bool:
-    from envdoctor.fix.journal import describe
-
     return describe(path) == entry
 
 
@@ -230,8 +228,9 @@ def check_files(names: set[str], sites: Iterable[str], target: Mapping[str, Any]
                         result.removed.append(path)
                     elif old is not None:
                         result.problems.append(f"{path} is a file of the removed {old}, and `import` still finds it")
-                    else:
+                    elif before.get(path) != describe(path):
                         result.problems.append(f"{path} belongs to no installed distribution")
+                    # else: there before the fix, as it is, and nobody's then either: not this fix's doing
     if clean and result.removed:
         # What the fix left is about to change: until it is listed again, undo must not hold it to the old listing.
         journal.manifest.pop("after", None)
@@ -298,7 +297,8 @@ def verify_fix(plan: Any, journal: Journal) -> Verification:
     target = plan.target
     names = fixed_names(plan.planned)
     cleaned = fixed_names(f for f in plan.planned if f.rule in CLEANS_LEFTOVERS)
-    sites = list(dict.fromkeys(str(p) for p in target.get("site_packages") or []))  # the folders import reads
+    # The folders import reads, by real path as the before-state lists them.
+    sites = list(dict.fromkeys(os.path.realpath(str(p)) for p in target.get("site_packages") or []))
     state = journal.manifest.get("before")
     before = load_listing(journal, state["listing"]) if state else {}
     result = Verification()

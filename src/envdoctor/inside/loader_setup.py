@@ -110,7 +110,7 @@ def build_dataset(s: Session, given: tuple[Any, Any, Any]) -> tuple[Any, dict[st
         sys.path.extend(p for p in source.get("sys_path", []) if p not in sys.path)
         try:
             with open(source["path"], "rb") as fh:
-                payload = pickle.load(fh)
+                payload = _Unpickler(fh, _script_module(source.get("main_path"))).load()
         except Exception as exc:
             raise FactoryProblem(
                 f"the DataLoader's dataset could not be unpickled in a fresh interpreter: "
@@ -121,6 +121,34 @@ def build_dataset(s: Session, given: tuple[Any, Any, Any]) -> tuple[Any, dict[st
         raise SetupProblem(f"unknown dataset source {kind!r}")
     s.watchdog.disarm()
     return dataset, kwargs, description
+
+def _script_module(main_path: str | None) -> Any:
+    """`envdoctor run --tune`: the training script, run as `__mp_main__` (its main guard keeps training from
+    starting, as under spawn), so classes it defines in `__main__` unpickle here. The host has checked that
+    the script runs nothing else at import."""
+    if not main_path:
+        return None
+    import runpy
+    import types
+
+    module = types.ModuleType("__mp_main__")
+    module.__dict__.update(runpy.run_path(main_path, run_name="__mp_main__"))
+    sys.modules["__mp_main__"] = module
+    return module
+
+
+class _Unpickler(pickle.Unpickler):
+    """Finds the classes of `__main__` in the training script's module, when there is one."""
+
+    def __init__(self, handle: Any, script: Any) -> None:
+        super().__init__(handle)
+        self.script = script
+
+    def find_class(self, module: str, name: str) -> Any:
+        if module == "__main__" and self.script is not None and hasattr(self.script, name):
+            return getattr(self.script, name)
+        return super().find_class(module, name)
+
 
 def _from_factory(spec: str, cwd: str | None) -> tuple[Any, dict[str, Any], str]:
     module_name, sep, attr = spec.partition(":")

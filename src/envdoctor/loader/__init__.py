@@ -91,6 +91,8 @@ def choose_source(config: Any) -> tuple[dict[str, Any], dict[str, Any] | None, s
         if hasattr(os, "fork"):
             return {"kind": "object"}, {"dataset": dataset, "kwargs": kwargs, "description": description}, description
         return pickled_source(dataset, kwargs, description), None, description
+    if config.loader_source is not None:
+        return dict(config.loader_source), None, str(config.loader_source.get("description") or "your DataLoader")
     if config.dataset:
         module, sep, attr = config.dataset.partition(":")
         if not (module and sep and attr):

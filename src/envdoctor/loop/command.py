@@ -16,6 +16,7 @@ its own; `--output FILE` takes any format; JSON (or another format) without
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -45,6 +46,9 @@ def add_parser(sub: Any, handler: Callable[[argparse.Namespace], int]) -> None:
     run.add_argument("--warmup", type=_non_negative_int, metavar="N", default=DEFAULT_WARMUP,
                      help=f"steps left out before the window (default: {DEFAULT_WARMUP})")
     run.add_argument("--stop", action="store_true", help="end the command once the window closed (for CI)")
+    run.add_argument("--tune", action="store_true",
+                     help="after the window, run the smoke test on the very same loader (dataset, sampler, "
+                          "collate_fn, pickled on rank 0), with the measured step as its consumer")
     run.add_argument("--prove", action="store_true",
                      help=f"measure the recommended settings in your loop: {PROVE_PAIRS} pairs of bounded runs of "
                           "the command, the candidate injected against your own settings")
@@ -99,10 +103,12 @@ def handle(args: argparse.Namespace, check_writable: Callable[[str | None], None
     if not argv:
         raise UsageError("nothing to run: give the training command after `--` (envdoctor run -- python train.py)")
     config = Config(format=args.format or "text", output=args.output, fail_on=args.fail_on or "error",
-                    verbose=bool(args.verbose), select=("DL009",))
+                    verbose=bool(args.verbose), select=("DL009",), no_loader=True)
     check_writable(config.output)
-    return run_and_report(argv, window_plan(args.steps, args.seconds, args.warmup), config, emit,
-                          stop=args.stop, prove=args.prove)
+    plan = window_plan(args.steps, args.seconds, args.warmup)
+    if args.tune:
+        plan["tune"] = True
+    return run_and_report(argv, plan, config, emit, stop=args.stop, prove=args.prove)
 
 
 def run_and_report(argv: Sequence[str], plan: dict[str, Any], config: Any, emit: Callable[..., None], *,
@@ -120,8 +126,12 @@ def run_and_report(argv: Sequence[str], plan: dict[str, Any], config: Any, emit:
             _emit(build_report(section, config), config, emit)
             written.append(True)
 
-    run = run_command(argv, plan, stop=stop or prove, usable_cpus=usable, on_window=on_window)
+    tune = bool(plan.get("tune"))
+    run = run_command(argv, plan, stop=stop or prove, usable_cpus=usable,
+                      on_window=None if tune else on_window)
     section = loop_facts(run, plan)
+    if tune and section["outcome"] == "measured":
+        config = tuning_config(config, section, run.tune)
     if section["outcome"] == "measured" and prove:
         section["proof"] = prove_in_loop(argv, section, usable)
     say = problem_line(section)
@@ -136,9 +146,60 @@ def run_and_report(argv: Sequence[str], plan: dict[str, Any], config: Any, emit:
     return exit_status(run.returncode)
 
 
-def _usable_cpus() -> int:
-    import os
+def tuning_config(config: Any, section: Any, tune: dict[str, Any] | None) -> Any:
+    """--tune: the settings that make the report's smoke test measure the loader the observer pickled."""
+    from envdoctor.rules.loader.loop import loop_verdict
 
+    step = loop_verdict(section).get("step_s")
+    if tune is None or not tune.get("path"):
+        section["tune"] = {"skipped": (tune or {}).get("error") or "rank 0 closed no window"}
+        return config
+    refusal = script_runs_at_import(tune.get("main_path"))
+    if refusal:
+        os.unlink(tune["path"])
+        section["tune"] = {"skipped": refusal}
+        return config
+    section["tune"] = {"step_time_s": step, "interpreter": tune.get("executable"), "main_path": tune.get("main_path")}
+    source = {"kind": "pickle", "path": tune["path"], "sys_path": tune.get("sys_path") or [],
+              "main_path": tune.get("main_path"), "description": f"your DataLoader in {section['command'][-1]}"}
+    return config.with_overrides(no_loader=False, select=("DL",), step_time=step, prefix=tune.get("prefix"),
+                                 loader_source=source)
+
+
+#: Statements a training script may hold at module level for --tune to import it (as `__mp_main__`).
+_QUIET_STATEMENTS = ("Import", "ImportFrom", "FunctionDef", "AsyncFunctionDef", "ClassDef", "Assign", "AnnAssign",
+                     "Expr", "If", "Pass")
+
+
+def script_runs_at_import(main_path: str | None) -> str | None:
+    """Why the training script cannot be imported for --tune (it would start training), or None.
+
+    Classes defined in the script unpickle only with the script imported; the smoke test imports it
+    under `__mp_main__`, as spawn does, which is safe only when its module level defines and guards:
+    imports, definitions, assignments of literals and names, and `if __name__ == "__main__":`.
+    """
+    import ast
+
+    if not main_path:
+        return None
+    try:
+        tree = ast.parse(open(main_path, "rb").read())
+    except (OSError, SyntaxError, ValueError) as exc:
+        return f"the training script {main_path} cannot be read for --tune: {exc}"
+    for node in tree.body:
+        kind = type(node).__name__
+        if kind not in _QUIET_STATEMENTS:
+            return (f"{main_path}:{node.lineno} runs code at import ({kind}); --tune would start it again: move the "
+                    "Dataset into a module, or guard the training with if __name__ == \"__main__\":")
+        if isinstance(node, ast.Expr) and not isinstance(node.value, ast.Constant):
+            return (f"{main_path}:{node.lineno} calls code at import; --tune would run it again: guard it with "
+                    "if __name__ == \"__main__\":")
+        if isinstance(node, ast.If) and "__name__" not in ast.unparse(node.test):
+            return f"{main_path}:{node.lineno} runs code at import (an if that is not the main guard)"
+    return None
+
+
+def _usable_cpus() -> int:
     try:
         return max(1, len(os.sched_getaffinity(0)))  # type: ignore[attr-defined,unused-ignore]
     except (AttributeError, OSError):

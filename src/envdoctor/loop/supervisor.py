@@ -59,8 +59,13 @@ class CommandRun:
     loaded: list[dict[str, Any]] = field(default_factory=list)
     cpu_samples: list[tuple[float, dict[tuple[int, float], float]]] = field(default_factory=list)
     gpu_samples: list[tuple[float, list[dict[str, Any]]]] = field(default_factory=list)
+    #: The whole machine's CPU seconds (busy, all) at each sample: how busy the neighbours keep it.
+    machine_samples: list[tuple[float, float, float]] = field(default_factory=list)
     gpu_error: str | None = None
     usable_cpus: int = 1
+    #: --tune: the observer's hand-over (the pickled loader, moved out of the events folder; the caller
+    #: removes it), or None.
+    tune: dict[str, Any] | None = None
 
 
 def child_environment(environ: Mapping[str, str], events_dir: str, plan: Mapping[str, Any]) -> dict[str, str]:
@@ -144,6 +149,11 @@ class _Sampler(threading.Thread):
                     times = proc.cpu_times()
                     cpu[(proc.pid, proc.create_time())] = times.user + times.system
         self.run_record.cpu_samples.append((now, cpu))
+        with contextlib.suppress(Exception):
+            machine = psutil.cpu_times()
+            idle = machine.idle + getattr(machine, "iowait", 0.0)
+            total = sum(machine)
+            self.run_record.machine_samples.append((now, total - idle, total))
         if self._nvml is not None:
             self.run_record.gpu_samples.append((now, _gpu_sample(self._nvml)))
 
@@ -215,6 +225,9 @@ def _forwarding(proc: subprocess.Popen[bytes]) -> Iterator[None]:
 
 
 def _terminal_foreground() -> bool:
+    """Whether envdoctor (and so the command) is the foreground job of a terminal: Ctrl-C reaches both."""
+    if sys.platform == "win32":
+        return sys.stdin is not None and sys.stdin.isatty()  # a console's Ctrl-C reaches every process on it
     try:
         return os.tcgetpgrp(sys.stdin.fileno()) == os.getpgrp()
     except (OSError, ValueError, AttributeError):
@@ -254,6 +267,22 @@ def _reap_leftovers(sampler: _Sampler) -> None:
     for p in alive:
         with contextlib.suppress(psutil.Error):
             p.kill()
+
+
+def _take_tune(events: Sequence[Mapping[str, Any]], events_dir: str) -> dict[str, Any] | None:
+    """The observer's --tune hand-over, its pickle moved beside the events folder before that is removed."""
+    tune = next((dict(e) for e in events if e.get("event") == "tune"), None)
+    if tune is None or not tune.get("path"):
+        return tune
+    source = Path(str(tune["path"]))
+    if source.parent.resolve() != Path(events_dir).resolve() or not source.is_file():
+        tune.update(path=None, error="the loader's pickle is missing")
+        return tune
+    fd, kept = tempfile.mkstemp(prefix="envdoctor-tune-", suffix=".pkl")
+    os.close(fd)
+    os.replace(source, kept)
+    tune["path"] = kept
+    return tune
 
 
 def window_closed(events: Sequence[Mapping[str, Any]]) -> bool:
@@ -306,6 +335,7 @@ def run_command(argv: Sequence[str], plan: Mapping[str, Any], *, stop: bool = Fa
             _reap_leftovers(sampler)
         run.events += read_events(events_dir, offsets)
         run.loaded = _read_loaded(events_dir)
+        run.tune = _take_tune(run.events, events_dir)
         return run
     finally:
         run.wall_s = time.monotonic() - started

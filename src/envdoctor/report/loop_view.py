@@ -11,7 +11,7 @@ from typing import Any
 
 from envdoctor.report.safe import printable
 
-BAR_WIDTH = 30
+BAR_WIDTH = 20
 #: Ranks listed one a line before the rest are summarised.
 RANK_LIMIT = 8
 
@@ -46,15 +46,19 @@ def loop_lines(loop: Mapping[str, Any]) -> list[tuple[int, str]]:
         lines.append((2, f"nothing measured ({printable(loop.get('outcome'), 40)})"))
         return lines
     verdict = "waits for data" if loop.get("waits_for_data") else "keeps up"
-    lines.append((2, f"data wait  {share_bar(share)}  {share:.0%} of each step — {verdict} "
-                     f"(DL009 from {loop.get('threshold', 0.1):.0%})"))
-    lines.append((13, f"{_ms(loop.get('wait_s'))} waiting + {_ms(loop.get('step_s'))} computing a step, "
-                      f"{loop.get('batches_per_s') or 0:.1f} batches/s ({loop.get('steps')} steps)"))
+    lines.append((2, f"data wait  {share_bar(share)}  {share:.0%} of each step: {verdict}"))
+    lines.append((13, f"{_ms(loop.get('wait_s'))} waiting + {_ms(loop.get('step_s'))} computing a step"))
+    lines.append((13, f"{loop.get('batches_per_s') or 0:.1f} batches/s over {loop.get('steps')} steps "
+                      f"(DL009 from {loop.get('threshold', 0.1):.0%})"))
     lines.append((2, f"loader     {settings_text(loop.get('settings'))}"))
     cpu = loop.get("cpu")
     if cpu:
+        machine = cpu.get("machine_busy_share")
+        threads = loop.get("intra_op_threads")
         lines.append((2, f"CPU        {cpu['busy_share']:.0%} of {cpu['usable_cpus']} usable CPUs busy "
-                         f"({cpu['cpu_s']:.1f} CPU-s in {cpu['window_s']:.1f} s, {cpu['processes']} processes)"))
+                         f"({cpu['processes']} processes)"
+                         + (f"; machine {machine:.0%} busy" if machine is not None else "")
+                         + (f"; {threads} intra-op threads" if threads else "")))
     cuda = loop.get("cuda")
     if cuda and cuda.get("devices"):
         for device in cuda["devices"][:RANK_LIMIT]:

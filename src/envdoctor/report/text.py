@@ -358,7 +358,7 @@ def write(report: Report, console: Any, verbose: bool = False) -> None:
         from envdoctor.report.loop_view import loop_lines
 
         for indent, line in loop_lines(clean_tree(report.loop)):
-            out.line(line, indent=indent)
+            out.line(line, indent=indent, hang=11 if indent == 2 else 2)  # wrapped lines under the values
     else:
         out.line(_heading(report), style="bold")
         level, text = verdict_line(report)

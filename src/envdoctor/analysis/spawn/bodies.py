@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import ast
+import re
 from typing import Any
 
 from envdoctor.analysis.spawn.names import MAX_CALL_DEPTH, MAX_CALLS_FOLLOWED
@@ -22,9 +23,18 @@ from envdoctor.analysis.spawn.values import (
 )
 from envdoctor.analysis.spawn.walker import Frame
 
+#: What a function's lines mention when it may build or start workers (see skippable_under_guard).
+RELEVANT = re.compile(r"[Ll]oader|Process|Pool|Executor|spawn|start_processes|start_method|get_context|cuda|"
+                      r"Trainer|Engine|\.fit\(|\.run\(|prepare|yield|async|multiprocessing|concurrent")
+#: The names a function calls (`helper(`, `self.helper(`), looked up among the functions the walk has read.
+CALLED = re.compile(r"(\w+)\s*\(")
+
 
 class BodyRunner(StartTracker):
     """Calls into functions: a generator or coroutine is deferred until consumed, the rest run now."""
+
+    _relevant: dict[int, bool]
+    defs: dict[str, list[tuple[ast.AST, list[str]]]]
 
     def call_function(self, func: Function, node: ast.AST, frame: Frame, positional: list[Value],
                       keywords: dict[str, Value], self_value: Value | None) -> Value:
@@ -45,6 +55,8 @@ class BodyRunner(StartTracker):
             return Unknown(f"{call_site.call}()")
         if self.calls_followed >= MAX_CALLS_FOLLOWED:
             self.truncated = True
+            return Unknown(f"{call_site.call}()")
+        if self.skippable(func, scope):
             return Unknown(f"{call_site.call}()")
         memo_key = self.memo_key(func, scope, frame)
         if self.out_of_time():
@@ -75,6 +87,34 @@ class BodyRunner(StartTracker):
         if memo_key is not None:
             self.memo[memo_key] = result
         return result
+
+    def skippable(self, func: Function, scope: dict[str, Value]) -> bool:
+        """A library function called with plain arguments that cannot reach anything that starts workers.
+
+        The script's own functions are always walked. A function of another
+        module called with plain arguments (no loader, process or context) is
+        walked only when its lines, or those of a function it calls by name,
+        mention what builds or starts workers (a loader, a process, a trainer,
+        CUDA): walking a library's whole call graph for `get_logger(__name__)`
+        cost most of the analysis and can find nothing.
+        """
+        module = func.module
+        if module is None or module.is_main or not all(is_plain(v) for v in scope.values()):
+            return False
+        return not self.relevant(func.node, module.lines)
+
+    def relevant(self, node: ast.AST, lines: list[str]) -> bool:
+        cached = self._relevant.get(id(node))
+        if cached is not None:
+            return cached
+        self._relevant[id(node)] = False  # a recursive call decides nothing
+        first = getattr(node, "lineno", 1)
+        text = "\n".join(lines[first - 1:getattr(node, "end_lineno", None) or len(lines)])
+        found = bool(RELEVANT.search(text)) or any(
+            self.relevant(other, other_lines)
+            for name in set(CALLED.findall(text)) for other, other_lines in self.defs.get(name, ()))
+        self._relevant[id(node)] = found
+        return found
 
     def memo_key(self, func: Function, scope: dict[str, Value], frame: Frame) -> tuple[Any, ...] | None:
         """A key for calls whose walk would repeat an earlier one, or None when it might not."""

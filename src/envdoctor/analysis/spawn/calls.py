@@ -274,7 +274,10 @@ class CallWalker(BodyRunner):
             workers = settings.keywords.get(field_name, Const(default) if not settings.open else Unknown(field_name))
         else:
             workers = Unknown(f"{field_name} of {settings.text()}")
-        return [Loader(site=trainer.site, num_workers=workers, class_name=f"{trainer.spec.name}'s DataLoader")]
+        shipped = {role: value for role, keyword in trainer.spec.ships
+                   if (value := trainer.keywords.get(keyword)) is not None}
+        return [Loader(site=trainer.site, num_workers=workers, class_name=f"{trainer.spec.name}'s DataLoader",
+                       dataset=shipped.get("dataset"), shipped=shipped)]
 
     def call_method(self, bound: Bound, node: ast.Call, frame: Frame, positional: list[Value],
                     keywords: dict[str, Value], open_: bool, site: Site) -> Value:

@@ -72,6 +72,8 @@ class TrainerSpec:
     spawn_strategies: frozenset[str] = frozenset()
     #: (argument name, position, field, default): where the loaders it builds get num_workers.
     workers_from: tuple[str, int, str, int] | None = None
+    #: DataLoader parameter -> constructor keyword, for the loaders it builds (dataset, collate_fn).
+    ships: tuple[tuple[str, str], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -110,7 +112,8 @@ def iterating_callees() -> IteratingCallees:
             name=entry["name"], runs=frozenset(entry["runs"]), hooks=tuple(entry.get("hooks", ())),
             spawn_strategies=frozenset(entry.get("spawn_strategies", ())),
             workers_from=(workers["argument"], int(workers["position"]), workers["field"], int(workers["default"]))
-            if workers else None)
+            if workers else None,
+            ships=tuple(sorted(entry.get("ships", {}).items())))
         for name in entry["classes"]:
             trainers[name] = spec
     return IteratingCallees(

@@ -18,6 +18,7 @@ from typing import Any, TypedDict
 #: Cell magics whose body is Python code the kernel runs.
 PYTHON_CELL_MAGICS = frozenset({"time", "timeit", "capture", "prun", "debug", "python", "python3"})
 _SHELL_ASSIGN = re.compile(r"^\s*[\w.,\s\[\]()]+=\s*[!%]")
+_HELP = re.compile(r"^[\w.\[\]()'\"*]+\?{1,2}$")
 
 
 class SkippedCell(TypedDict):
@@ -45,7 +46,9 @@ class NotebookSource:
 
 
 def _is_ipython_line(stripped: str) -> bool:
-    return (stripped.startswith(("%", "!", "?")) or (stripped.endswith("?") and not stripped.startswith("#"))
+    # `obj?` / `obj.method??` is help; a line of a call whose comment ends in "?"
+    # (`batch_size=1,  # how many per batch?`) is Python.
+    return (stripped.startswith(("%", "!", "?")) or bool(_HELP.match(stripped))
             or bool(_SHELL_ASSIGN.match(stripped)))
 
 

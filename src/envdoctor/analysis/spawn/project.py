@@ -15,6 +15,7 @@ recorded for it, never an exception.
 from __future__ import annotations
 
 import ast
+import gc
 import importlib.util
 import os
 import sys
@@ -71,6 +72,18 @@ def package_of(script: Path) -> str:
     return ".".join(parts)
 
 
+def parse_without_collecting(text: str, path: str) -> ast.Module:
+    """ast.parse with the garbage collector paused: a tree has no cycles to collect, and the
+    collections its millions of allocations trigger would only walk what is already kept."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return ast.parse(text, filename=path)
+    finally:
+        if enabled:
+            gc.enable()
+
+
 class SharedModules:
     """Modules already read and walked for earlier scripts of the same check, by file and name.
 
@@ -82,16 +95,29 @@ class SharedModules:
     def __init__(self) -> None:
         self.modules: dict[tuple[str, str, bool], Module] = {}
         #: Parsed sources by real path: a file checked as a script and imported as a module is parsed once.
-        self.parsed: dict[str, tuple[str, ast.Module]] = {}
+        self.parsed: dict[str, tuple[tuple[int, int], ast.Module]] = {}
+        #: Freeze each kept tree out of the garbage collector (only inside gather_scripts' settled heap).
+        self.freeze = False
 
-    def parse(self, path: str, text: str) -> ast.Module:
-        """The tree of `text` (read from `path`), parsed once per check; raises what ast.parse raises."""
+    def parse(self, path: str, text: str, keep: bool = True) -> ast.Module:
+        """The tree of `text` (read from `path`), parsed once per check; raises what ast.parse raises.
+
+        `keep` is False for a script: its tree is dropped after its own walk unless a
+        module import needs it (then it is parsed again), so a folder of scripts is never
+        held in memory at once (about 1 KB per line).
+        """
         key = os.path.realpath(path)
         known = self.parsed.get(key)
-        if known is not None and known[0] == text:
+        if known is not None and known[0] == (len(text), hash(text)):
             return known[1]
-        tree = ast.parse(text, filename=path)
-        self.parsed[key] = (text, tree)
+        tree = parse_without_collecting(text, path)
+        if not keep:
+            return tree
+        self.parsed[key] = ((len(text), hash(text)), tree)  # not the text itself: a large tree holds enough
+        if self.freeze and gc.isenabled():
+            # Keep the collector off this tree from now on: each collection would walk every
+            # kept tree again (gather_scripts unfreezes when the check ends).
+            gc.freeze()
         return tree
 
 

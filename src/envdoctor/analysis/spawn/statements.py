@@ -17,6 +17,7 @@ from envdoctor.analysis.spawn.values import (
     Value,
     is_plain,
     join,
+    unparse,
 )
 from envdoctor.analysis.spawn.walker import Frame, Walker
 
@@ -58,6 +59,7 @@ class StatementWalker(Walker):
             self.eval(decorator, frame)
         frame.scope[stmt.name] = Function(stmt, self.eval_defaults(stmt.args, frame), owner=frame.self_class,
                                           closure=frame.closure(), module=frame.module)
+        self.defs.setdefault(stmt.name, []).append((stmt, frame.module.lines))
 
     stmt_AsyncFunctionDef = stmt_FunctionDef
 
@@ -219,6 +221,12 @@ class StatementWalker(Walker):
         if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
             inner = self.static_truth(test.operand, frame)
             return None if inner is None else not inner
+        if (isinstance(test, ast.BoolOp) and isinstance(test.op, ast.Or)
+                and self.static_truth(test.values[0], frame) is False
+                and isinstance(test.values[0], (ast.Name, ast.Attribute)) and "TYPE_CHECKING" in unparse(test.values[0])):
+            # `if TYPE_CHECKING or DIFFUSERS_SLOW_IMPORT:` is the lazy-import idiom: the imports a
+            # type checker reads, which a normal run (the flag unset) never executes.
+            return False
         return None
 
     def stmt_For(self, stmt: ast.For | ast.AsyncFor, frame: Frame) -> None:

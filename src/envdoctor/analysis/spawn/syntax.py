@@ -30,11 +30,13 @@ _BODIES = ("body", "orelse", "finalbody", "handlers", "cases")
 def bound_names(body: list[ast.stmt], memo: dict[int, frozenset[str]]) -> set[str]:
     """Every name a block may bind in its own scope (assignments, loops, with, imports, defs …).
 
-    Nested blocks are looked up in `memo`, so long elif chains cost linear time.
+    Each statement's names are kept on the node itself (`memo` is no longer read), so long elif
+    chains cost linear time and every script walking a shared module reuses them.
     """
     names: set[str] = set()
     for stmt in body:
-        cached = memo.get(id(stmt))
+        # Kept on the node itself, so every script that walks a shared module's code reuses it.
+        cached = getattr(stmt, "_envdoctor_bound", None)
         if cached is None:
             found: set[str] = set()
             if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
@@ -59,7 +61,8 @@ def bound_names(body: list[ast.stmt], memo: dict[int, frozenset[str]]) -> set[st
                         for item in value:
                             if isinstance(item, ast.AST):
                                 found.update(_target_names(item))
-            cached = memo[id(stmt)] = frozenset(found)
+            cached = frozenset(found)
+            stmt._envdoctor_bound = cached  # type: ignore[attr-defined]
         names |= cached
     return names
 

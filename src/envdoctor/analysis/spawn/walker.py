@@ -79,6 +79,9 @@ class Walker:
         self.stack: list[ast.AST] = []
         self.guard_lines: list[int] = []
         self._generators: dict[int, bool] = {}
+        self._relevant: dict[int, bool] = {}
+        #: Every function the walk has read, by name (what `relevant` follows calls through).
+        self.defs: dict[str, list[tuple[ast.AST, list[str]]]] = {}
         self.memo: dict[tuple[Any, ...], Value] = {}
         self._bound_memo: dict[int, frozenset[str]] = {}
         self.state_version = 0

@@ -20,6 +20,11 @@ closes, `partial` at exit for a window that never closed. Every interpreter
 that loads the observer also appends its pid to `loaded.jsonl`, so the
 supervisor can tell "never iterated a DataLoader" from "never observed".
 
+Under `envdoctor run --tune` the loader whose window closes first on rank 0 is
+pickled (dataset, sampler, collate_fn and settings) into the events folder,
+for the smoke test the supervisor runs afterwards with the measured step as
+its consumer.
+
 Under `envdoctor run --prove` the plan holds `inject`: DataLoaders built for
 the named dataset class and batch size get those settings (num_workers,
 prefetch_factor, persistent_workers) instead of their own.
@@ -30,6 +35,7 @@ import os
 import sys
 import threading
 import time
+import weakref
 
 EVENTS_ENV = "ENVDOCTOR_LOOP_EVENTS"
 PLAN_ENV = "ENVDOCTOR_LOOP_PLAN"
@@ -70,7 +76,26 @@ def _rank(name):
 
 
 def _ranks():
-    return {"rank": _rank("RANK"), "local_rank": _rank("LOCAL_RANK"), "world_size": _rank("WORLD_SIZE")}
+    return {"rank": _rank("RANK"), "local_rank": _rank("LOCAL_RANK"), "world_size": _rank("WORLD_SIZE"),
+            "framework": _framework()}
+
+
+def _threads():
+    """torch's intra-op threads in this process: at num_workers=0 the loading runs on them too."""
+    torch = sys.modules.get("torch")
+    try:
+        return int(torch.get_num_threads()) if torch is not None else None
+    except Exception:
+        return None
+
+
+def _framework():
+    """Who built the loop, so the fix names the setting where the user sets it (the HF Trainer builds the loader)."""
+    if "transformers.trainer" in sys.modules:
+        return "transformers"
+    if "lightning.pytorch" in sys.modules or "pytorch_lightning" in sys.modules:
+        return "lightning"
+    return None
 
 
 class _Loader:
@@ -135,7 +160,8 @@ def _summary(state, kind):
     event = {"event": kind, "loader": state.key, "settings": state.settings, "seen": state.seen,
              "wait_s": [round(x, 7) for x in state.wait], "step_s": [round(x, 7) for x in state.step],
              "first_batch_s": [round(x, 6) for x in state.first[:8]], "epochs": state.epochs,
-             "interrupted": state.interrupted, "window_start": state.wall0}
+             "interrupted": state.interrupted, "window_start": state.wall0, "intra_op_threads": _threads(),
+             "omp_num_threads": os.environ.get("OMP_NUM_THREADS")}
     event.update(_ranks())
     return event
 
@@ -148,6 +174,7 @@ def _patch(module):
     original_init = loader_class.__init__
     warmup = int(_plan.get("warmup_steps") or 0)
     inject = _plan.get("inject")
+    tune = bool(_plan.get("tune")) and _rank("RANK") in (None, 0)
 
     def __iter__(self):
         it = original_iter(self)
@@ -157,6 +184,8 @@ def _patch(module):
                 if getattr(self, "_envdoctor_injected", False):
                     settings["injected"] = True
                 it.__dict__["_envdoctor_settings"] = settings
+                if tune:
+                    it.__dict__["_envdoctor_loader"] = weakref.ref(self)
         except Exception:
             pass
         return it
@@ -193,6 +222,8 @@ def _patch(module):
             if _window_closes(state, t1):
                 state.done = True
                 _emit(_summary(state, "window"))
+                if tune:
+                    _hand_over(self, state)
         state.last = t1
         return batch
 
@@ -241,6 +272,63 @@ def _injected_arguments(original_init, loader, dataset, args, kwargs, inject):
     if workers == 0:
         chosen["multiprocessing_context"] = None
     return chosen
+
+
+def _loader_kwargs(loader):
+    """The DataLoader's settings, to build it again in the smoke test (as envdoctor.loader.describe_loader)."""
+    kwargs = {"collate_fn": loader.collate_fn, "num_workers": loader.num_workers, "pin_memory": loader.pin_memory,
+              "timeout": loader.timeout, "worker_init_fn": loader.worker_init_fn,
+              "persistent_workers": loader.persistent_workers, "generator": getattr(loader, "generator", None)}
+    if loader.num_workers:
+        kwargs["prefetch_factor"] = loader.prefetch_factor
+    if loader.multiprocessing_context is not None:
+        kwargs["multiprocessing_context"] = loader.multiprocessing_context
+    if loader.batch_size is not None:
+        kwargs.update(batch_size=loader.batch_size, sampler=loader.sampler, drop_last=loader.drop_last)
+    elif loader.batch_sampler is not None:
+        kwargs["batch_sampler"] = loader.batch_sampler
+    else:
+        kwargs.update(batch_size=None, sampler=loader.sampler)
+    return kwargs
+
+
+_handed: list = []
+
+
+def _hand_over(it, state):
+    """--tune: the loader whose window closed first, pickled for the smoke test (once, rank 0 only)."""
+    if _handed:
+        return
+    _handed.append(state.key)
+    ref = it.__dict__.get("_envdoctor_loader")
+    loader = ref() if ref is not None else None
+    event = {"event": "tune", "loader": state.key, "executable": sys.executable, "prefix": sys.prefix,
+             "sys_path": [p or os.getcwd() for p in sys.path], "main_path": None}
+    main_file = getattr(sys.modules.get("__main__"), "__file__", None)
+    if main_file:
+        event["main_path"] = os.path.abspath(main_file)
+    if loader is None:
+        event["error"] = "the DataLoader was built by a subclass that makes its own iterator"
+        _emit(event)
+        return
+    import pickle
+
+    path = os.path.join(os.environ.get(EVENTS_ENV) or ".", "tune-%d.pkl" % os.getpid())
+    try:
+        size = loader.batch_size or getattr(loader.batch_sampler, "batch_size", None)
+        payload = {"dataset": loader.dataset, "kwargs": _loader_kwargs(loader),
+                   "description": "DataLoader(%s, batch_size=%s, num_workers=%s)"
+                                  % (type(loader.dataset).__name__, size, loader.num_workers)}
+        with open(path, "wb") as handle:
+            pickle.dump(payload, handle, protocol=pickle.HIGHEST_PROTOCOL)
+        event["path"] = path
+    except Exception as exc:
+        event["error"] = "the DataLoader cannot be pickled for the smoke test: %s: %s" % (type(exc).__name__, exc)
+        try:
+            os.unlink(path)
+        except OSError:
+            pass
+    _emit(event)
 
 
 def _new_loader(key, it):

@@ -8,7 +8,9 @@ batches. Judged here, once, for every view:
   most steps: the training loader, not a short validation pass) and which
   process speaks for the run (rank 0, else the first);
 - the share of each step spent waiting, against `DATA_WAIT_SHARE`;
-- what num_workers would remove the wait, from a model of the loop that the
+- what num_workers would remove the wait (the fewest whose loading reaches
+  STEP_HEADROOM, 1.25×, what the step consumes, as the smoke test's own
+  consumer check asks), from a model of the loop that the
   measurement fixes: with `num_workers=0` the main process loads a batch and
   then runs the step, in turn, so a step costs wait + step; with N workers
   loading overlaps the step and a step costs max(step, load / N), where the
@@ -25,6 +27,7 @@ from typing import Any, TypedDict
 
 from envdoctor.facts import Facts
 from envdoctor.facts.loop import LoopFacts, LoopLoader, LoopSettings
+from envdoctor.inside.loader_knee import STEP_HEADROOM
 from envdoctor.rules import Hit
 
 #: DL009 fires when the loop waits for data this share of each step or more. TensorBoard's profiler
@@ -40,6 +43,8 @@ MAX_WORKERS = 8
 
 
 class LoopRecommendation(TypedDict):
+    #: "loop-model" (from the loop's own wait and step) or "smoke-test" (--tune: the same loader measured alone).
+    basis: str
     num_workers: int
     prefetch_factor: int | None
     persistent_workers: bool
@@ -56,6 +61,8 @@ class LoopProcessRow(TypedDict):
     pid: int
     rank: int | None
     local_rank: int | None
+    framework: str | None
+    intra_op_threads: int | None
     steps: int
     complete: bool
     wait_s: float | None
@@ -119,22 +126,62 @@ def recommend(settings: Mapping[str, Any], wait_s: float, step_s: float, usable_
     worker_cpus = max(1.0, usable_cpus - main)
     candidates = range(0, max(current, min(MAX_WORKERS, int(round(worker_cpus + 0.49)))) + 1)
     speed = {n: 1.0 / predicted_step_s(n, load, step_s, worker_cpus) for n in candidates}
-    best = max(speed.values())
-    pick = min(n for n in candidates if speed[n] >= KNEE_SHARE * best)
+    # With headroom: the fewest workers that load STEP_HEADROOM × what the step consumes (a busier moment
+    # makes each sample dearer), else the knee of the prediction.
+    loading = {n: min(float(n), worker_cpus) / load if load > 0 else float("inf") for n in candidates if n}
+    pick = _pick(speed, loading, step_s)
     now = 1.0 / (step_s + wait_s) if step_s + wait_s > 0 else speed[current]
     gain = speed[pick] / now if now > 0 else None
     if pick == current or gain is None or gain < 1.0 + DATA_WAIT_SHARE / 2:
         return None
-    return {"num_workers": pick, "prefetch_factor": 2 if pick else None, "persistent_workers": pick > 0,
+    return {"basis": "loop-model", "num_workers": pick, "prefetch_factor": 2 if pick else None,
+            "persistent_workers": pick > 0,
             "pin_memory": bool(cuda) or bool(settings.get("pin_memory")), "gain": round(gain, 2),
             "gain_interval": None, "paired_windows": 0, "trust": "unpaired", "predicted_gain": round(gain, 2)}
+
+
+def tuned(settings: Mapping[str, Any], wait_s: float, step_s: float, loader: Mapping[str, Any] | None,
+          cuda: bool) -> LoopRecommendation | None:
+    """--tune: the recommendation from the smoke test of the very same loader, with the measured step as consumer.
+
+    Each measured worker count's batches/s, put in the loop: at num_workers=0 loading and the step take
+    turns (step + 1/rate), with workers they overlap (max(step, 1/rate)). None without measured runs.
+    """
+    if not loader:
+        return None
+    size = loader.get("batch_size") or settings.get("batch_size") or 1
+    rates = {int(run["num_workers"]): float(run["samples_per_s"]) / size for run in loader.get("runs") or []
+             if run.get("samples_per_s")}
+    if not rates:
+        return None
+    in_loop = {n: 1.0 / (step_s + 1.0 / rate if n == 0 else max(step_s, 1.0 / rate)) for n, rate in rates.items()}
+    pick = _pick(in_loop, {n: rate for n, rate in rates.items() if n}, step_s)
+    gain = in_loop[pick] * (wait_s + step_s)
+    if pick == int(settings.get("num_workers") or 0):
+        return None
+    return {"basis": "smoke-test", "num_workers": pick, "prefetch_factor": 2 if pick else None,
+            "persistent_workers": pick > 0, "pin_memory": bool(cuda) or bool(settings.get("pin_memory")),
+            "gain": round(gain, 2), "gain_interval": None, "paired_windows": 0, "trust": "unpaired",
+            "predicted_gain": round(gain, 2)}
+
+
+def _pick(speed: Mapping[int, float], loading: Mapping[int, float], step_s: float) -> int:
+    """The fewest workers whose batches/s reach STEP_HEADROOM × the step's, else the smallest within
+    KNEE_SHARE of the best predicted steps/s."""
+    enough = [n for n, rate in loading.items() if rate * step_s >= STEP_HEADROOM]
+    if enough:
+        return min(enough)
+    best = max(speed.values())
+    return min(n for n, value in speed.items() if value >= KNEE_SHARE * best)
 
 
 def process_rows(section: LoopFacts) -> list[LoopProcessRow]:
     rows: list[LoopProcessRow] = []
     for row in speaking_loader(section["loaders"]):
         wait, step = per_step(row)
-        rows.append({"pid": row["pid"], "rank": row["rank"], "local_rank": row["local_rank"], "steps": row["steps"],
+        rows.append({"pid": row["pid"], "rank": row["rank"], "local_rank": row["local_rank"],
+                     "framework": row.get("framework"), "intra_op_threads": row.get("intra_op_threads"),
+                     "steps": row["steps"],
                      "complete": row["complete"], "wait_s": _round(wait), "step_s": _round(step),
                      "data_wait_share": row["data_wait_share"], "batches_per_s": row["batches_per_s"],
                      "settings": row["settings"]})
@@ -145,8 +192,11 @@ def _round(value: float | None) -> float | None:
     return None if value is None else round(value, 5)
 
 
-def loop_verdict(section: LoopFacts, proved: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """The report's `loop` object: the speaking process's numbers, its recommendation, a row per process."""
+def loop_verdict(section: LoopFacts, loader: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """The report's `loop` object: the speaking process's numbers, its recommendation, a row per process.
+
+    `loader` is the smoke test's section when `--tune` ran one on the same loader.
+    """
     rows = process_rows(section)
     lead = next((r for r in rows if r["complete"]), rows[0] if rows else None)
     cuda = section.get("cuda")
@@ -161,7 +211,8 @@ def loop_verdict(section: LoopFacts, proved: Mapping[str, Any] | None = None) ->
         return out
     out.update({"steps": lead["steps"], "wait_s": lead["wait_s"], "step_s": lead["step_s"],
                 "data_wait_share": lead["data_wait_share"], "batches_per_s": lead["batches_per_s"],
-                "settings": lead["settings"], "rank": lead["rank"]})
+                "settings": lead["settings"], "rank": lead["rank"], "framework": lead["framework"],
+                "intra_op_threads": lead["intra_op_threads"]})
     if lead["complete"] and lead["wait_s"] is not None and lead["step_s"] is not None:
         share = lead["data_wait_share"] or 0.0
         out["waits_for_data"] = share >= DATA_WAIT_SHARE
@@ -170,13 +221,15 @@ def loop_verdict(section: LoopFacts, proved: Mapping[str, Any] | None = None) ->
             cpus = cpu["usable_cpus"] if cpu else 1
             procs = max(1, len(rows))
             busy = cpu["cpu_s"] / cpu["window_s"] / procs if cpu and cpu["window_s"] > 0 else None
-            rec = recommend(lead["settings"], lead["wait_s"], lead["step_s"], max(1, int(cpus) // procs), bool(cuda),
-                            cpus_busy=busy)
+            rec = tuned(lead["settings"], lead["wait_s"], lead["step_s"], loader, bool(cuda)) or recommend(
+                lead["settings"], lead["wait_s"], lead["step_s"], max(1, int(cpus) // procs), bool(cuda),
+                cpus_busy=busy)
             proof = section.get("proof")
             if rec is not None and proof and proof.get("windows"):
                 _judge_proof(rec, proof, int(lead["settings"].get("num_workers") or 0))
             out["recommendation"] = rec
             out["proof"] = proof
+    out["tune"] = section.get("tune")
     return out
 
 
@@ -198,13 +251,17 @@ def _ms(seconds: float) -> str:
     return f"{seconds * 1000:.1f} ms" if seconds < 10 else f"{seconds:.1f} s"
 
 
-def _settings_text(rec: LoopRecommendation) -> str:
-    parts = [f"num_workers={rec['num_workers']}"]
+def _settings_text(rec: LoopRecommendation, framework: str | None = None) -> str:
+    """The settings where the user sets them: the HF Trainer builds its loader from TrainingArguments."""
+    prefix = "dataloader_" if framework == "transformers" else ""
+    parts = [f"{prefix}num_workers={rec['num_workers']}"]
     if rec["num_workers"]:
-        parts += [f"persistent_workers={rec['persistent_workers']}", f"prefetch_factor={rec['prefetch_factor']}"]
+        parts += [f"{prefix}persistent_workers={rec['persistent_workers']}",
+                  f"{prefix}prefetch_factor={rec['prefetch_factor']}"]
     if rec["pin_memory"]:
-        parts.append("pin_memory=True")
-    return "DataLoader(..., " + ", ".join(parts) + ")"
+        parts.append(f"{prefix}pin_memory=True")
+    owner = "TrainingArguments" if framework == "transformers" else "DataLoader"
+    return f"{owner}(..., " + ", ".join(parts) + ")"
 
 
 def training_waits_for_data(facts: Facts) -> Iterator[Hit]:
@@ -212,7 +269,8 @@ def training_waits_for_data(facts: Facts) -> Iterator[Hit]:
     section = facts["loop"]
     if not section or section["outcome"] != "measured":
         return
-    loop = loop_verdict(section)
+    # Only --tune's smoke test measured the loop's own loader; any other loader section is not its.
+    loop = loop_verdict(section, facts.get("loader") if facts.config.loader_source is not None else None)
     if not loop["waits_for_data"]:
         return
     share, wait, step = loop["data_wait_share"], loop["wait_s"], loop["step_s"]
@@ -226,16 +284,20 @@ def training_waits_for_data(facts: Facts) -> Iterator[Hit]:
         "batches_per_s": loop["batches_per_s"], "steps": loop["steps"], "threshold": DATA_WAIT_SHARE,
         "settings": loop["settings"], "processes": len(loop["processes"]),
     }
+    contention = ""
     if loop.get("cpu"):
         evidence["cpu_busy_share"] = loop["cpu"]["busy_share"]
         evidence["usable_cpus"] = loop["cpu"]["usable_cpus"]
+        evidence["machine_busy_share"] = loop["cpu"].get("machine_busy_share")
+        evidence["intra_op_threads"] = loop.get("intra_op_threads")
+        contention = thread_contention(loop)
     if rec is None:
         fix = ("no worker count is predicted to remove the wait (the CPUs left for workers cannot load a batch "
                "within a step): make each sample cheaper (decode smaller, cache decoded samples, augment on the "
                "GPU) or give the job more CPUs")
     else:
         evidence["recommendation"] = dict(rec)
-        fix = _settings_text(rec)
+        fix = _settings_text(rec, loop.get("framework"))
         if rec["trust"] == "gain" and rec["gain_interval"]:
             low, high = rec["gain_interval"]
             fix += (f" — measured in your loop: {rec['gain']:.2f}× the steps per second "
@@ -244,12 +306,34 @@ def training_waits_for_data(facts: Facts) -> Iterator[Hit]:
             fix += (f" — predicted {rec['predicted_gain']:.2f}×; measured in your loop it was too noisy to tell "
                     f"({rec['paired_windows']} paired runs)")
         elif rec["trust"] == "loss":
-            fix = (f"keep your settings: {_settings_text(rec)} was predicted {rec['predicted_gain']:.2f}× but measured "
+            fix = (f"keep your settings: {_settings_text(rec, loop.get('framework'))} was predicted "
+                   f"{rec['predicted_gain']:.2f}× but measured "
                    "slower in your loop; make each sample cheaper instead")
         else:
-            fix += (f" — predicted {rec['predicted_gain']:.2f}× the steps per second; "
+            basis = ("from the smoke test of this loader (--tune)" if rec["basis"] == "smoke-test"
+                     else "from the loop's own wait and step")
+            fix += (f" — predicted {rec['predicted_gain']:.2f}× the steps per second {basis}; "
                     "`envdoctor run --prove -- CMD` measures it in your loop")
+    if contention:
+        fix += ". " + contention
     yield Hit(message=message, evidence=evidence, fix=fix)
+
+
+#: The machine counts as busy for the main process's threads from this share of all its CPU time.
+BUSY_MACHINE_SHARE = 0.9
+
+
+def thread_contention(loop: Mapping[str, Any]) -> str:
+    """A sentence naming main-process thread contention, or "": at num_workers=0 the loading runs on
+    torch's intra-op threads in the main process, which on a busy machine fight the neighbours for the
+    CPUs (a sample can cost many times its quiet-machine time); each worker runs one thread."""
+    settings, cpu, threads = loop.get("settings") or {}, loop.get("cpu") or {}, loop.get("intra_op_threads")
+    busy = cpu.get("machine_busy_share")
+    if settings.get("num_workers") or not threads or threads < 2 or busy is None or busy < BUSY_MACHINE_SHARE:
+        return ""
+    return (f"The main process loads on {threads} intra-op threads while the machine is {busy:.0%} busy: they "
+            "contend with other processes for the CPUs (workers run one thread each); with num_workers=0 kept, "
+            "try OMP_NUM_THREADS=1")
 
 
 RULES = {"DL009": training_waits_for_data}

@@ -336,7 +336,7 @@ def find_broken_requirements(facts: Facts) -> Iterator[Hit]:
                           "dependency": req.name, "installed_version": installed["version"] if installed else None,
                           "problem": problem, "owner": owner_text(dist),
                           "dependency_owner": owner_text(installed) if installed else None,
-                          **({"compiled_dependant": bool(dist.get("compiled"))} if dep_key == "numpy" else {})},
+                          **({"compiled_dependant": True} if dep_key == "numpy" and dist.get("compiled") else {})},
                 severity=Severity.ERROR if abi_break else None,
                 **fix.hit(),
             )

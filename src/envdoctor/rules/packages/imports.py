@@ -13,7 +13,8 @@ from collections.abc import Iterator
 
 from envdoctor.facts import Facts
 from envdoctor.facts.distributions import Distribution
-from envdoctor.remedies.install_commands import advice
+from envdoctor.facts.packages import PackagesFacts
+from envdoctor.remedies.install_commands import advice, pip_own
 from envdoctor.rules import Hit
 from envdoctor.rules.packages.states import owner_text, owner_tool, visible_distributions
 from envdoctor.rules.packages.torch_import import NUMPY_ABI_PATTERNS
@@ -42,7 +43,13 @@ def _numpy(facts: Facts) -> Distribution | None:
     return visible_distributions(facts["packages"]).get("numpy")
 
 
-def _fix(kind: str, dist: Distribution | None, name: str, numpy: Distribution | None, named: str | None) -> str:
+def _commands(packages: PackagesFacts, verb: str, *args: str) -> str:
+    """The target's own installer command line(s) (its pip, `uv pip --python PREFIX` in a uv venv)."""
+    return " && ".join(c.text for c in pip_own(packages, verb, *args))
+
+
+def _fix(kind: str, dist: Distribution | None, name: str, numpy: Distribution | None, named: str | None,
+         packages: PackagesFacts) -> str:
     tool = owner_tool(dist) if dist is not None else "unknown"
     who = owner_text(dist) if dist is not None else "its installer"
     if kind == "numpy-abi" and numpy is not None:
@@ -50,16 +57,19 @@ def _fix(kind: str, dist: Distribution | None, name: str, numpy: Distribution | 
         numpy_tool = owner_tool(numpy)
         if tool in ("dpkg", "rpm") and numpy_tool not in ("dpkg", "rpm"):
             return (f"{name} comes from {who}, built for the system's NumPy, but {owner_text(numpy)} put NumPy "
-                    f"{numpy['version']} in front of it: remove that copy (`python3 -m pip uninstall numpy`, "
-                    f"in the folder it was installed to), or move this stack into a venv")
+                    f"{numpy['version']} in front of it: remove that copy (`{_commands(packages, 'uninstall', '-y', 'numpy')}`"
+                    f" removes the first one on sys.path, {owner_text(numpy)}'s), or move this stack into a venv")
         if tool in ("conda", "pixi"):
             return f"reinstall {name} and numpy together with {tool} (`{tool} install {name} numpy`), so both come from one build"
+        poetry = (f"; in this poetry project: `poetry update {name}` or `poetry add \"numpy<{major}\"`"
+                  if "poetry" in (tool, numpy_tool) else "")
         if major == "2":
-            return (f"install a build of {name} made for NumPy 2 (`pip install --upgrade {name}`), or keep NumPy 1 "
-                    f"for it (`pip install \"numpy<2\"`) — {name} comes from {who}, numpy {numpy['version']} from "
-                    f"{owner_text(numpy)}")
+            return (f"install a build of {name} made for NumPy 2 (`{_commands(packages, 'install', '--upgrade', name)}`), "
+                    f"or keep NumPy 1 for it (`{_commands(packages, 'install', 'numpy<2')}`){poetry} — {name} comes "
+                    f"from {who}, numpy {numpy['version']} from {owner_text(numpy)}")
         return (f"{name} was built for a newer NumPy than {numpy['version']}: upgrade numpy "
-                f"(`pip install --upgrade numpy`) or install a {name} built for NumPy {major}")
+                f"(`{_commands(packages, 'install', '--upgrade', 'numpy')}`) or install a {name} built for NumPy {major}"
+                f"{poetry}")
     if kind == "missing-shared-library":
         lib = f" ({named})" if named else ""
         if tool in ("conda", "pixi"):
@@ -103,7 +113,7 @@ def find_import_failures(facts: Facts) -> Iterator[Hit]:
                       "numpy_version": numpy["version"] if numpy is not None else None,
                       "numpy_owner": owner_text(numpy) if numpy is not None else None,
                       "path": trial["path"]},
-            **advice(_fix(kind, dist, trial["distribution"], numpy, named)).hit(),
+            **advice(_fix(kind, dist, trial["distribution"], numpy, named, facts["packages"])).hit(),
         )
 
 

@@ -178,12 +178,23 @@ def find_missing_main_guard(facts: Facts) -> Iterator[Hit]:
         if script["status"] != "ok" or script.get("kind") == "notebook":
             continue
         hits = []
+        # One finding per start site: a module-level statement, pointing at the first start it
+        # reaches (where a re-importing worker dies); the later ones it reaches go with it.
+        sites: dict[tuple[str, int], list[WorkerStart]] = {}
         for start in script.get("worker_starts", []):
             if start["guarded"] or start["kind"] not in STARTS_PROCESSES:
                 continue
             if suppressed(start["code"], "SPW001") or suppressed(start["entry"]["code"], "SPW001"):
                 continue
-            hits.append((start, _missing_guard_hit(script, start, default, default_reason)))
+            entry = start["entry"]
+            sites.setdefault((str(entry.get("path", script["path"])), int(entry["line"])), []).append(start)
+        for starts in sites.values():
+            first, *rest = sorted(starts, key=lambda s: s["seq"])
+            hit = _missing_guard_hit(script, first, default, default_reason)
+            if rest:
+                hit = replace(hit, evidence={**hit.evidence, "then_starts": [
+                    {"path": s["path"], "line": s["line"], "code": s["code"]} for s in rest]})
+            hits.append((first, hit))
         if len(hits) > 1:
             # Every start of the script has the same fix: one guard around all of them.
             fix = _script_fix(script, [start for start, _ in hits])
@@ -467,10 +478,16 @@ def find_notebook_main_objects(facts: Facts) -> Iterator[Hit]:
     for script in _files(facts):
         if script["status"] != "ok" or script.get("kind") != "notebook":
             continue
+        reported: set[tuple[str, int, int]] = set()
         for start in script.get("worker_starts", []):
             objects = start.get("main_objects") or []
             if start["kind"] not in ("dataloader", "loader-passed") or not objects:
                 continue
+            # A helper's loop reached from several cells is one place the workers fail to unpickle.
+            place = (start["path"], start["line"], start["column"])
+            if place in reported:
+                continue
+            reported.add(place)
             method, source = effective_method(start, script, default)
             source_text = default_reason if source == "the default" else source
             names = ", ".join(f"{o['name']} ({o['role']}, cell {o.get('cell', '?')} line {o['line']})"

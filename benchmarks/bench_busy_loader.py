@@ -76,6 +76,8 @@ def one_case(spec: str, options: argparse.Namespace) -> bool:
     ratio = None
     if pick is not None and best is not None:
         ratio = 1.0 if best == pick else paired_ratio(source, pick, best)
+        if ratio is None and pick in rates:  # the pairs ran out of budget: the re-measured points, then
+            ratio = rates[pick] / rates[best]
     kept = rec.get("basis") == "current"
     # "incomplete" with a pick: the budget cut the curve and the report said more workers may gain more.
     ok = (ratio is not None and ratio >= REACH) or trust == "too-noisy" or (trust == "incomplete" and kept)

@@ -277,6 +277,16 @@ def test_sys001_and_sys002_have_nothing_to_judge_on_windows() -> None:
     assert _system_rule("SYS001", system) == [] and _system_rule("SYS002", system) == []
 
 
+def test_sys003_fix_on_windows_names_what_windows_has() -> None:
+    """A process affinity narrower than the machine (start /affinity): the fix reads it the Windows way."""
+    system = _system("win32")
+    system["os"] = "Windows"
+    system["cpu"].update(affinity=4, usable=4)
+    [hit] = _system_rule("SYS003", system)
+    assert hit.evidence["affinity"] == 4 and "psutil.Process().cpu_affinity()" in hit.fix
+    assert "sched_getaffinity(0))" not in hit.fix and "set OMP_NUM_THREADS=4" in hit.fix
+
+
 def test_sys006_commit_limit_against_spawned_cuda_workers() -> None:
     gib = 1024**3
     torch = {"installed": True, "probe": {"ran": False}, "sharing_strategy": None, "build": "cuda"}

@@ -104,9 +104,10 @@ def test_macos_report_keeps_nofile_and_drops_shm_and_cgroups() -> None:
 
 
 @pytest.mark.slow
-def test_windows_full_check_runs_the_smoke_test_without_fork_or_process_groups() -> None:
-    """The loader stage supervised the Windows way (events through a file, the tree ended with psutil)."""
-    proc = run_as("win32", "report", "--json", "--budget", "8", timeout=300)
+@pytest.mark.parametrize("platform", ["win32", "darwin"])
+def test_full_check_runs_the_smoke_test_without_fork_or_process_groups(platform: str) -> None:
+    """The loader stage supervised as there: on Windows events through a file and the tree ended with psutil."""
+    proc = run_as(platform, "report", "--json", "--budget", "8", timeout=300)
     no_crash(proc)
     assert proc.returncode in (0, 1), proc.stderr
     report = validate_report(json.loads(proc.stdout))

@@ -1,4 +1,4 @@
-"""How fast the spawn-guard analysis is, against `python -m py_compile` on the same files.
+"""How fast the spawn-guard analysis is, against `python -m py_compile` / `ast.parse` on the same files.
 
 The files: every parsable spawn fixture plus a generated 50,000-line script
 (functions, classes, calls, one unguarded worker start near the end), written
@@ -11,9 +11,22 @@ to a temporary folder. Both sides are measured in the same run, best of N:
 
 With `--corpus DIR` (a folder of checked-out repositories, never part of this
 project) it measures the largest repository there instead, by lines of Python:
-the whole folder checked at once (`envdoctor check REPO`, which follows every
-script's imports of the project's own modules, each module read and walked
-once) against `python -m py_compile` on the same *.py files, in lines/second.
+every *.py file of it checked at once (`gather_scripts`, which follows every
+script's imports of the project's own modules, each module parsed and walked
+once) against `ast.parse` on the same files, each side in a fresh interpreter
+of its own so that its peak memory (ru_maxrss) is its own: lines/second, peak
+MB and the ratio. `--whole` measures DIR itself as one tree.
+
+The second corpus (issue 22; read-only snapshots fetched 2026-12-01, HEAD commits):
+Atcold/NYU-DLSP20 3049c832, HobbitLong/SupContrast 66a8fe53,
+Lightning-AI/pytorch-lightning 7f0c3436, Lightning-AI/tutorials 15817658,
+Project-MONAI/tutorials b3c6c998, facebookresearch/dino 7c446df5, facebookresearch/mae efb2a806,
+hendrycks/outlier-exposure e6ede98a, huggingface/accelerate 16cb6eb8, huggingface/diffusers 58eb52c0,
+huggingface/notebooks 5068b114, mrdbourke/pytorch-deep-learning baa27b69, timgaripov/swa 411b2fca,
+udacity/deep-learning-v2-pytorch c9404fc8 (3,291 .py files, 1,311,751 lines; 1,838 notebooks).
+Largest repository: huggingface/diffusers (2,089 files, 1,029,213 lines): envdoctor 86,773
+lines/s against ast.parse's 156,918 in the same run (1.81x), peak 371-377 MB (ast.parse: 31 MB),
+on a shared 2-core machine (the ratio held at 1.81-1.85x as its load changed).
 
 The corpus docs/checks.md's precision and recall figures come from (read-only
 checkouts of public repositories, HEAD commits of 2026-11-30): GunhoChoi/PyTorch-FastCampus
@@ -27,7 +40,7 @@ sgrvinod/a-PyTorch-Tutorial-to-Object-Detection 5d5b7596,
 utkuozbulak/pytorch-cnn-visualizations ba22fa07, yunjey/pytorch-tutorial 0500d3df,
 znxlwm/pytorch-MNIST-CelebA-GAN-DCGAN c88438c7 (facebookresearch/moco's tree was empty).
 
-Run: python benchmarks/bench_spawn_guard.py [--repeat 3] [--corpus /tmp/corpus]
+Run: python benchmarks/bench_spawn_guard.py [--repeat 3] [--corpus /tmp/corpus [--whole]]
 """
 from __future__ import annotations
 

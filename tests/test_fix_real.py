@@ -108,7 +108,8 @@ def test_ignore_installed_fix_leaves_no_file_of_the_old_version_and_undo_is_exac
 
 
 def test_a_fix_that_fails_verification_is_rolled_back(ignore_installed_venv: Path, tmp_path: Path,
-                                                       offline: dict[str, str]) -> None:
+                                                       offline: dict[str, str],
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
     """A reinstall that leaves `import numpy` broken: the fix says why and puts everything back."""
     from envdoctor.fix import command
     from envdoctor.model import FixStep
@@ -122,6 +123,9 @@ def test_a_fix_that_fails_verification_is_rolled_back(ignore_installed_venv: Pat
     steps = (FixStep.command("pip", python, "-m", "pip", "install", "--no-deps", str(broken)),)
     code = command.run(fix_args(venv, "PKG002", yes=True, format="text"), replacing_steps("PKG002", lambda f: steps))
     assert code == 1
+    said = capsys.readouterr().out
+    assert "verification failed: `import numpy` fails" in said and "this numpy build is broken" in said, said
+    assert "the fix failed its verification, so it was undone" in said and "rolled back: restored:" in said
     assert tree_digest(venv) == pristine
     from envdoctor.fix.journal import Journal
 
@@ -280,3 +284,31 @@ def test_pkg002_names_the_copy_whose_files_import_runs(tmp_path: Path, offline: 
     assert run_ok([str(venv / "bin" / "python"), "-c", "import yaml; print(yaml.__version__)"], offline).strip() == "6.0.2"
     assert envdoctor(offline, "fix", "--undo").returncode == 0
     assert tree_digest(venv) == pristine
+
+
+@needs_debian
+def test_pips_numpy_in_usr_local_over_dpkgs_is_removed_verified_and_undone(tmp_path: Path,
+                                                                          offline: dict[str, str]) -> None:
+    """NVIDIA's containers' layout: `pip install --break-system-packages numpy` put 2.2.6 in /usr/local over
+    dpkg's 1.24.2. The fix removes pip's copy (pip uninstall takes the first on sys.path), the import then
+    loads dpkg's files (their owner is dpkg's file list: an egg-info has no RECORD), and undo gives back
+    /usr/local byte for byte."""
+    root = SystemRoot(tmp_path / "root")
+    root.apt_install("python3-numpy", "numpy", "1.24.2", {"numpy/__init__.py": b'__version__ = "1.24.2"\n'},
+                     egg_info=True)
+    wheel = write_wheel(tmp_path / "wheels", "numpy", "2.2.6", module("numpy", "2.2.6"))
+    root.pip("install", "--break-system-packages", "--ignore-installed", "--no-index", "--no-compile", str(wheel))
+    pristine = tree_digest(root.root)
+    done = envdoctor(offline, "fix", "--prefix", str(root.usr), "--select", "PKG002", "--yes", "--format", "json")
+    assert done.returncode == 0, done.stdout + done.stderr
+    result = json.loads(done.stdout)
+    assert [s["argv"][1:] for s in result["plan"]["steps"]] == [["-m", "pip", "uninstall", "--break-system-packages",
+                                                                 "-y", "numpy"]]
+    assert result["verification"] == {"ok": True, "problems": [], "removed": [],
+                                      "imported": {"numpy": str(root.dist_packages / "numpy" / "__init__.py")}}
+    assert not (root.local_dist_packages / "numpy").exists()
+    manifest = json.loads((Path(result["journal"]) / "manifest.json").read_text())
+    assert str(root.local_dist_packages.parent) in manifest["before"]["roots"]  # /usr/local/lib/python3.X
+    undone = envdoctor(offline, "fix", "--undo")
+    assert undone.returncode == 0, undone.stdout
+    assert tree_digest(root.root) == pristine

@@ -135,3 +135,13 @@ def test_a_clear_gain_before_the_budget_cut_is_recommended_with_what_was_left_un
     close = copy.deepcopy(recorded.IMAGE_FOLDER_CUT)
     close["runs"][1].update(samples_per_s=20.0)
     assert judged(close)["recommendation"]["basis"] == "current"
+
+
+def test_one_pair_that_agrees_with_the_sweep_leaves_its_word_standing() -> None:
+    rec = judged(recorded.IMAGE_FOLDER_ONE_PAIR)["recommendation"]
+    assert rec["num_workers"] == 1 and rec["trust"] == "unpaired" and rec["gain_interval"] is None
+    # One pair that contradicts the sweep makes it too noisy to tell.
+    against = copy.deepcopy(recorded.IMAGE_FOLDER_ONE_PAIR)
+    against["paired"]["windows"][0]["candidate_samples_per_s"] = 20.0
+    rec = judged(against)["recommendation"]
+    assert rec["trust"] == "too-noisy" and rec["num_workers"] == 0

@@ -40,7 +40,15 @@ def test_synthetic_default_measures_a_curve() -> None:
     for run in loader["runs"]:
         assert run["samples_per_s"] > 0 and run["first_batch_s"] > 0
         assert run["windows"] >= 1 and "spread" in run
+        # Who held the CPUs: other processes (from /proc/stat, less the loader's own) and the main process's
+        # threads queued for one.
+        assert run["others_cpu"] >= 0 and run["stat_cpus"] >= 1 and run["main_runqueue"] >= 0, run
     assert loader["getitem"]["per_sample_s"] > 0
+    # The main process's intra-op threads, and the samples re-fetched with one thread when it has more.
+    getitem = loader["getitem"]
+    assert getitem["intra_op_threads"] >= 1 and getitem["process_cpu_per_sample_s"] >= 0
+    if getitem["intra_op_threads"] > 1 and "threads_median_s" in getitem:  # absent only when the budget ran short
+        assert getitem["threads_median_s"] > 0 and getitem["one_thread_median_s"] > 0, getitem
     # A CPU-bound transform, not a sleep: never blocked, whatever share of the time a busy CPU left it.
     assert loader["getitem"]["blocked_fraction"] < 0.2
     # The runner's torch probe belongs under facts.torch, not in the loader object.

@@ -172,3 +172,30 @@ def test_a_module_shared_by_two_scripts_is_walked_once_and_its_import_time_start
         Config(scripts=(str(tmp_path / "a.py"), str(tmp_path / "b.py")), select=("SPW001",), no_loader=True)).findings
     assert sorted((f.evidence["script"], f.location.line, f.evidence["module_level_statement"]["line"])
                   for f in findings) == [(str(tmp_path / "a.py"), 2, 1), (str(tmp_path / "b.py"), 2, 3)]
+
+
+def test_a_module_function_body_dropped_after_import_is_read_again_where_it_was(tmp_path):
+    """strip_bodies frees an imported module's function bodies; calling one parses it again from
+    the module's lines with the same line and column numbers (tabs, decorators, methods in an if)."""
+    import ast
+
+    from envdoctor.analysis.spawn.syntax import body_of, strip_bodies
+
+    source = ("import functools\n"
+              "if True:\n"
+              "\tclass Loaders:\n"
+              "\t\t@functools.cache\n"
+              "\t\tdef run(self, loader):\n"
+              "\t\t\tfor batch in loader:\n"
+              "\t\t\t\tpass\n"
+              "def top():\n"
+              "    return [x for x in range(3)]\n")
+    tree = ast.parse(source)
+    before = ast.dump(tree, include_attributes=True)
+    strip_bodies(tree)
+    method = tree.body[1].body[0].body[0]
+    assert method.body == [] and tree.body[2].body == []
+    lines = source.splitlines()
+    assert body_of(method, lines)[0].lineno == 6 and body_of(method, lines)[0].col_offset == 3
+    body_of(tree.body[2], lines)
+    assert ast.dump(tree, include_attributes=True) == before

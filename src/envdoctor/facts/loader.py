@@ -45,6 +45,9 @@ class RunFacts(_RunBase, total=False):
     #: CPUs of its affinity, less the loader's own processes), and how many CPUs that counted.
     others_cpu: float
     stat_cpus: int
+    #: num_workers=0 rated by its first batch alone (one that took twice the slice: nothing starts without
+    #: workers, so it is a steady batch).
+    from_first_batch: bool
     #: Only on the verdict's own copy of the user's setting, re-rated by the paired windows: its sweep figure.
     sweep_samples_per_s: float
     pin_memory: bool

@@ -252,14 +252,22 @@ def is_bytecode(path: str) -> bool:
     return "__pycache__" in path.split(os.sep)
 
 
+def _has_ancestor_in(path: str, paths: set[str]) -> bool:
+    parent = os.path.dirname(path)
+    while parent != path:
+        if parent in paths:
+            return True
+        path, parent = parent, os.path.dirname(parent)
+    return False
+
+
 def restore(journal: Journal, before: Mapping[str, Entry], state: Mapping[str, Any], label: str,
             known: Known = ()) -> Listing:
     """Make the roots hold exactly `before`; what is there and was not is moved into the journal. Now's listing."""
     roots, leave_out = state["roots"], state.get("leave_out", [])
     now = list_roots(roots, leave_out, known)
-    extra = sorted(p for p in now if p not in before or before[p]["type"] != now[p]["type"])
-    tops = [p for p in extra if not any(_under(p, q) and p != q for q in extra)]
-    tops = [p for p in tops if not any(_under(p, q) and p != q for q in tops)]
+    extra = {p for p in now if p not in before or before[p]["type"] != now[p]["type"]}
+    tops = sorted(p for p in extra if not _has_ancestor_in(p, extra))  # a new folder goes whole, once
     for number, path in enumerate(tops):
         journal.keep(path, "undone", f"{label}/{number}")
     put_aside = len(tops)

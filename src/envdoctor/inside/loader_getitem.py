@@ -29,8 +29,6 @@ def index_stream(s: Session) -> Iterator[Any]:
 RETIME_SAMPLES = 12
 #: Longest the re-time may take, seconds.
 RETIME_S = 0.4
-
-
 #: Slow samples are re-timed after this many, before the rest of the batch.
 EARLY_SAMPLES = 4
 #: One thread this much faster: the pool contends (the threshold SYS005 uses, rules/system/runtime.py).
@@ -101,6 +99,7 @@ def probe(s: Session) -> None:
     indices: list[Any] = []
     process0 = time.process_time()
     process_cpu = loop_s = 0.0
+    aside_cpu = aside_s = 0.0  # the early re-time, left out of the probe's own totals
     threads_seen: dict[str, Any] | None = None
     timing = True
     blocked = 0.0
@@ -151,12 +150,15 @@ def probe(s: Session) -> None:
         cpu.append(c1 - c0)
         if sched0 and sched1:
             blocked += max(0.0, (t1 - t0) - (sched1[0] - sched0[0]) - (sched1[1] - sched0[1]))
-        process_cpu, loop_s = time.process_time() - process0, time.perf_counter() - start
+        process_cpu = time.process_time() - process0 - aside_cpu
+        loop_s = time.perf_counter() - start - aside_s
         if len(times) == EARLY_SAMPLES and count < s.batch_size and loop_s > budget / 8 and not s.iterable:
             # Slow samples: settle now whether torch's threads are the cause. If they are, the rest of the
             # batch the collate check needs is fetched with one thread (and not timed), so the contention
             # does not eat the budget of the worker counts still to measure.
+            wall0, cpu0 = time.perf_counter(), time.process_time()
             threads_seen = thread_retime(s, indices)
+            aside_s, aside_cpu = time.perf_counter() - wall0, time.process_time() - cpu0
             s.guarded(limit, "fetching samples in the main process", "getitem", limit_per_sample=True)
             if pool_contended(threads_seen):
                 torch.set_num_threads(1)

@@ -106,6 +106,10 @@ def measure(s: Session, spec: RunSpec, span: SteadySlice | WholeEpochs) -> dict[
         s.watchdog.disarm()
         raise FactoryProblem(f"DataLoader rejects the settings it was given: {type(exc).__name__}: {exc}") from None
     record = _Stamps()
+    if nw == 0:
+        # Nothing starts without workers: the processes' account covers the first batch too (which may be
+        # all a slow num_workers=0 run times).
+        record.window = CpuWindow([])
     warmup = max(1, nw) - 1
     start = time.perf_counter()
     hard_end = math.inf  # set when the first batch arrives: the steady slice, then the hang limit
@@ -136,13 +140,20 @@ def measure(s: Session, spec: RunSpec, span: SteadySlice | WholeEpochs) -> dict[
                     set_timeout(iterator, waiting_up_to)
                 if record.first_batch is None:
                     record.first_batch = now - start
-                    record.window = CpuWindow(worker_pids(iterator))
+                    if record.window is None:
+                        record.window = CpuWindow(worker_pids(iterator))
                     if isinstance(span, SteadySlice):
                         hard_end = now + span.seconds + timeout
+                        if nw == 0 and record.first_batch >= 2 * span.seconds:
+                            # Without workers nothing starts: the first batch is a steady one, and one that
+                            # takes twice the slice is measure enough (more would spend the worker counts').
+                            done = True
+                            break
                 # Three rounds of every worker's batch past the warm-up, and the slice's time; or, for batches
                 # so slow (torch's threads contending with other load at num_workers=0) that those rounds
-                # would eat the budget of the worker counts still to time, one round and twice the slice.
-                if isinstance(span, SteadySlice) and len(record.stamps) > warmup + max(2, nw):
+                # would eat the budget of the worker counts still to time, twice the slice and one round
+                # (two batches of every worker; one batch past the first without workers).
+                if isinstance(span, SteadySlice) and len(record.stamps) > warmup + (max(2, nw) if nw else 1):
                     steady_s = now - record.stamps[warmup][0]
                     if (len(record.stamps) > warmup + max(4, 3 * nw) and steady_s >= span.seconds) \
                             or steady_s >= 2 * span.seconds:
@@ -184,6 +195,8 @@ def measure(s: Session, spec: RunSpec, span: SteadySlice | WholeEpochs) -> dict[
         "num_workers": nw, "first_batch_s": round(first, 4) if first is not None else None,
         **steady_state(epochs, warmup, max(1, nw)), "batches": len(record.stamps),
         "epochs": len(record.epoch_marks), "seconds": round(time.perf_counter() - start, 3), **usage}
+    if run["samples_per_s"] is None and nw == 0 and first and record.stamps and isinstance(span, SteadySlice):
+        run.update(samples_per_s=round(record.stamps[0][1] / first, 2), from_first_batch=True)
     if spec.pin_memory:
         run["pin_memory"] = True
     if isinstance(span, WholeEpochs):

@@ -67,7 +67,8 @@ class _Side:
             samples += samples_in(batch, self.s.torch, self.s.batch_size) if self.s.auto_collation else 1
             batches += 1
             elapsed = time.perf_counter() - start
-            if elapsed >= seconds and batches >= max(2, self.nw):
+            # Without workers every batch is made on demand: one is a whole round (slow ones spend the budget).
+            if elapsed >= seconds and batches >= (max(2, self.nw) if self.nw else 1):
                 return samples / elapsed
 
     def close(self) -> None:

@@ -70,7 +70,7 @@ def busy_cpus() -> tuple[float, int] | None:
     if not sys.platform.startswith("linux"):
         return None  # /proc/stat and sched_getaffinity are Linux's
     try:
-        allowed = os.sched_getaffinity(0)
+        allowed = os.sched_getaffinity(0)  # type: ignore[attr-defined,unused-ignore]
         with open("/proc/stat") as fh:
             lines = fh.read().splitlines()
     except (OSError, AttributeError):

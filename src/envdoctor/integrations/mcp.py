@@ -249,7 +249,8 @@ def check(scripts: list[str] | None = None, select: list[str] | None = None, ign
     nothing reaches `fail_on` (default error), 1 when something does. scripts: training scripts or
     folders to check for the spawn guard (read and parsed, never run). select/ignore: rule ids or
     families (e.g. ["SYS", "PKG001"]). data: where the training data lives (storage checks). deep: slow
-    checks too (file hashes). against: environment.yml or requirements file to compare with.
+    checks too (file hashes; and PKG012 imports each compiled package installed here, in bounded child
+    processes of this same interpreter). against: environment.yml or requirements file to compare with.
     include_facts: add the raw facts (large). Paths must lie inside the client's roots (or the server's
     --root). For another environment use `check_environment`; for the DataLoader smoke test, `loader`.
     """

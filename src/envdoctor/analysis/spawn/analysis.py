@@ -7,6 +7,7 @@ from typing import Any
 
 from envdoctor.analysis.spawn.calls import CallWalker
 from envdoctor.analysis.spawn.project import Project, SharedModules, package_of, project_roots
+from envdoctor.analysis.spawn.syntax import strip_bodies
 from envdoctor.analysis.spawn.values import Module, QualName, Unknown, Value
 from envdoctor.analysis.spawn.walker import Frame
 
@@ -64,6 +65,8 @@ class ScriptAnalysis(CallWalker):
                 self.exec_block(module.tree.body, inner)
         finally:
             module.state = "done"
+        if module.tree is not None:
+            strip_bodies(module.tree)  # read again from its lines when a function is called
         cut = len(inner.via)
         module.import_events = [{**event, "via": event["via"][cut:]} for event in self.events[first:]]
         return module

@@ -7,7 +7,7 @@ from typing import Any
 
 from envdoctor.analysis.spawn.names import MAX_CALL_DEPTH, MAX_CALLS_FOLLOWED
 from envdoctor.analysis.spawn.starts import StartTracker
-from envdoctor.analysis.spawn.syntax import is_generator_node
+from envdoctor.analysis.spawn.syntax import body_of, is_generator_node
 from envdoctor.analysis.spawn.values import (
     Const,
     Deferred,
@@ -77,7 +77,7 @@ class BodyRunner(StartTracker):
             if isinstance(node, ast.Lambda):
                 inner.returns.append(self.eval(node.body, inner))
             else:
-                self.exec_block(node.body, inner)
+                self.exec_block(body_of(node, func.module.lines if func.module is not None else []), inner)
         finally:
             self.stack.pop()
         returns = inner.returns
@@ -171,7 +171,7 @@ class BodyRunner(StartTracker):
             lines = func.module.lines if func.module is not None else []
             end = getattr(node, "end_lineno", None) or len(lines)
             cached = (not lines or any("yield" in line for line in lines[node.lineno - 1:end])) \
-                and is_generator_node(node)
+                and (body_of(node, lines) is not None and is_generator_node(node))
             self._generators[id(node)] = cached
         return cached
 

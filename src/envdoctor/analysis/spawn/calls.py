@@ -10,6 +10,7 @@ from envdoctor.analysis.spawn.names import (
     GET_CONTEXT,
     LOADER_CLASSES,
     MANAGER_CLASSES,
+    NON_ITERATING,
     POOL_CLASSES,
     PROCESS_CLASSES,
     SET_START_METHOD,
@@ -82,6 +83,8 @@ class CallWalker(BodyRunner):
             items = dict(base.items) if base else {}
             items.update(keywords)
             return Mapping_(items, open=(bool(positional) and base is None) or open_)
+        if name in NON_ITERATING:
+            return Unknown(node=node)  # `total=len(loader)` is a number, not a wrapper around the loader
         callees = iterating_callees()
         iterated = callees.when_called.get(name)
         if iterated is not None:

@@ -51,6 +51,11 @@ BUILTIN_NAMES = frozenset({
     "max", "any", "all", "dict", "next", "len", "print", "range", "super", "isinstance", "object", "getattr",
     "vars"})
 
+#: Builtins that look at their argument without iterating it or handing it back (`len(loader)`).
+NON_ITERATING = frozenset(f"builtins.{n}" for n in (
+    "len", "print", "isinstance", "issubclass", "type", "id", "repr", "str", "hash", "bool", "callable",
+    "hasattr", "format"))
+
 #: Bounds that keep pathological files fast: calls followed per file, nesting of calls.
 MAX_CALLS_FOLLOWED = 50_000
 MAX_CALL_DEPTH = 25

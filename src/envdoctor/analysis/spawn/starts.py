@@ -6,7 +6,7 @@ from typing import Any
 
 from envdoctor.analysis.spawn.expressions import ExpressionWalker
 from envdoctor.analysis.spawn.names import LOADER_POSITIONS
-from envdoctor.analysis.spawn.syntax import mentions_cuda
+from envdoctor.analysis.spawn.syntax import body_of, mentions_cuda
 from envdoctor.analysis.spawn.values import (
     Const,
     Context,
@@ -112,7 +112,11 @@ class StartTracker(ExpressionWalker):
                 found = loader.dataset.cls.lookup(name)
                 if isinstance(found, Function):
                     nodes.append(found.node)
-        nodes += [fn.node for fn in loader.worker_fns if isinstance(fn, Function)]
+                    body_of(found.node, found.module.lines if found.module is not None else [])
+        for fn in loader.worker_fns:
+            if isinstance(fn, Function):
+                nodes.append(fn.node)
+                body_of(fn.node, fn.module.lines if fn.module is not None else [])
         return any(mentions_cuda(n) for n in nodes)
 
     def call_args(self, node: ast.Call, frame: Frame) -> tuple[list[Value], dict[str, Value], bool]:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import ast
+import gc
 from collections.abc import Iterator
 
 
@@ -129,3 +130,58 @@ def matches_only_main(pattern: ast.pattern) -> bool:
     return False
 
 
+
+
+def strip_bodies(tree: ast.Module) -> None:
+    """Drop the bodies of a walked module's functions, to be read again from its lines when called.
+
+    Once a module's top level has run, its functions' bodies are only needed
+    if something calls them, and most are never called; they are most of the
+    tree's memory (about 1 KB per line of source). `body_of` parses a body
+    again from the module's lines, with its own line and column numbers.
+    """
+    todo: list[ast.stmt] = list(tree.body)
+    while todo:
+        node = todo.pop()
+        if isinstance(node, ast.ClassDef):
+            todo.extend(node.body)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            if node.body and getattr(node, "end_lineno", None):
+                node.body = []
+                setattr(node, "_envdoctor_stripped", True)  # noqa: B010 - a mark of our own on the node
+        elif isinstance(node, (ast.If, ast.Try, ast.With)):
+            todo.extend(node.body)
+            todo.extend(getattr(node, "orelse", []))
+            for handler in getattr(node, "handlers", []):
+                todo.extend(handler.body)
+
+
+def body_of(node: ast.AST, lines: list[str]) -> list[ast.stmt]:
+    """A function's body, parsed again from `lines` when strip_bodies dropped it."""
+    body: list[ast.stmt] = getattr(node, "body", [])
+    if not getattr(node, "_envdoctor_stripped", False):
+        return body
+    setattr(node, "_envdoctor_stripped", False)  # noqa: B010
+    start, end = getattr(node, "lineno", 1), getattr(node, "end_lineno", 1)
+    text = lines[start - 1:end]
+    if not text:
+        return body
+    indented = text[0][:1] in (" ", "\t")
+    # The lines verbatim keep every column; a block opener lets an indented def parse.
+    source = ("if 1:\n" if indented else "") + "\n".join(text)
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        parsed = ast.parse(source)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return body
+    finally:
+        if enabled:
+            gc.enable()
+    outer = parsed.body[0]
+    function = outer.body[0] if indented and isinstance(outer, ast.If) else outer
+    if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        return body
+    ast.increment_lineno(function, start - function.lineno)
+    setattr(node, "body", function.body)  # noqa: B010
+    return function.body

@@ -478,11 +478,15 @@ def judge_pairing(paired: PairedFacts | None, candidate: int, current: int) -> t
             or not paired.get("windows"):
         return "unpaired", None
     interval = gain_interval(paired)
-    if interval is None:
-        return "too-noisy", None
-    low, _, high = interval
     # More workers must win outright; fewer workers may cost a little (fewer processes, less memory).
     needed = 1.0 if candidate > current else FEWER_WORKERS_TOLERANCE
+    if interval is None:
+        # One pair (the budget cut the rest) has no interval: it leaves the sweep's word standing when it
+        # agrees with it, and makes it too noisy to tell when it does not.
+        one = [w["candidate_samples_per_s"] / w["current_samples_per_s"] for w in paired.get("windows", [])
+               if w["current_samples_per_s"] > 0 and w["candidate_samples_per_s"] > 0]
+        return ("unpaired" if one and one[0] > needed else "too-noisy"), None
+    low, _, high = interval
     if low > needed:
         return "gain", interval
     if high < needed:

@@ -104,9 +104,10 @@ def test_macos_report_keeps_nofile_and_drops_shm_and_cgroups() -> None:
 
 
 @pytest.mark.slow
-def test_windows_full_check_runs_the_smoke_test_without_fork_or_process_groups() -> None:
-    """The loader stage supervised the Windows way (events through a file, the tree ended with psutil)."""
-    proc = run_as("win32", "report", "--json", "--budget", "8", timeout=300)
+@pytest.mark.parametrize("platform", ["win32", "darwin"])
+def test_full_check_runs_the_smoke_test_without_fork_or_process_groups(platform: str) -> None:
+    """The loader stage supervised as there: on Windows events through a file and the tree ended with psutil."""
+    proc = run_as(platform, "report", "--json", "--budget", "8", timeout=300)
     no_crash(proc)
     assert proc.returncode in (0, 1), proc.stderr
     report = validate_report(json.loads(proc.stdout))
@@ -275,6 +276,16 @@ def test_sys001_and_sys002_have_nothing_to_judge_on_windows() -> None:
     system = _system("win32")
     assert {"nofile", "shm"} <= set(system["not_applicable"])
     assert _system_rule("SYS001", system) == [] and _system_rule("SYS002", system) == []
+
+
+def test_sys003_fix_on_windows_names_what_windows_has() -> None:
+    """A process affinity narrower than the machine (start /affinity): the fix reads it the Windows way."""
+    system = _system("win32")
+    system["os"] = "Windows"
+    system["cpu"].update(affinity=4, usable=4)
+    [hit] = _system_rule("SYS003", system)
+    assert hit.evidence["affinity"] == 4 and "psutil.Process().cpu_affinity()" in hit.fix
+    assert "sched_getaffinity(0))" not in hit.fix and "set OMP_NUM_THREADS=4" in hit.fix
 
 
 def test_sys006_commit_limit_against_spawned_cuda_workers() -> None:

@@ -163,7 +163,10 @@ def find_cpu_quota(facts: Facts) -> Iterator[Hit]:
                  f"({'; '.join(limits)}): worker counts derived from os.cpu_count() oversubscribe"),
         evidence={"usable_cpus": usable, "cpu_count": count, "affinity": affinity,
                   "quota_cpus": quota, "cgroup_version": cpu["cgroup_version"]},
-        fix=(f"use num_workers={usable} at most, derived from len(os.sched_getaffinity(0)) and the "
+        fix=(f"use num_workers={usable} at most, derived from len(psutil.Process().cpu_affinity()) "
+             f"(Windows has no os.sched_getaffinity), not os.cpu_count(); and `set OMP_NUM_THREADS={max(1, usable)}`"
+             if facts["system"].get("os") == "Windows" else
+             f"use num_workers={usable} at most, derived from len(os.sched_getaffinity(0)) and the "
              f"cgroup quota, not os.cpu_count(); and `export OMP_NUM_THREADS={max(1, usable)}`"),
     )
 

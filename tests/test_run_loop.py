@@ -251,7 +251,8 @@ def test_prove_injects_the_candidate_into_the_users_loader(tmp_path: Path) -> No
 
 @pytest.mark.slow
 def test_tune_runs_the_smoke_test_on_the_very_same_loader(tmp_path: Path) -> None:
-    proc, report = _run(tmp_path, "--tune", "--", sys.executable, str(LOOP_FIXTURES / "train_loop.py"))
+    # A budget that leaves the sweep room for num_workers=1 on a busy machine (the default 15 s may not).
+    proc, report = _run(tmp_path, "--tune", "--budget", "40", "--", sys.executable, str(LOOP_FIXTURES / "train_loop.py"))
     assert proc.returncode == 0, proc.stderr
     assert report is not None and report["loader"] is not None, report and report["loop"]
     assert {run["num_workers"] for run in report["loader"]["runs"]} >= {0, 1}

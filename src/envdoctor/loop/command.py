@@ -28,7 +28,8 @@ PROVE_PAIRS = 3
 #: --prove: each bounded run's window, in steps.
 PROVE_STEPS = 60
 #: The settings of the checking options `run` takes, declared once in envdoctor.config.
-RUN_SETTINGS = ("format", "output", "fail_on", "verbose")
+#: --budget is the time budget of --tune's smoke test.
+RUN_SETTINGS = ("format", "output", "fail_on", "verbose", "budget")
 
 
 def add_parser(sub: Any, handler: Callable[[argparse.Namespace], int]) -> None:

@@ -255,11 +255,17 @@ def test_tune_runs_the_smoke_test_on_the_very_same_loader(tmp_path: Path) -> Non
     proc, report = _run(tmp_path, "--tune", "--budget", "40", "--", sys.executable, str(LOOP_FIXTURES / "train_loop.py"))
     assert proc.returncode == 0, proc.stderr
     assert report is not None and report["loader"] is not None, report and report["loop"]
-    assert {run["num_workers"] for run in report["loader"]["runs"]} >= {0, 1}
+    assert 0 in {run["num_workers"] for run in report["loader"]["runs"]}, report["loader"]
     assert "CostlySamples" in report["loader"]["dataset"]  # the script's own class, unpickled from __main__
     rec = report["loop"]["recommendation"]
-    assert rec["basis"] == "smoke-test" and rec["num_workers"] >= 1
+    assert rec["basis"] == "smoke-test"
     assert report["loop"]["tune"]["step_time_s"] == report["loop"]["step_s"]
+    if os.environ.get("ENVDOCTOR_THROUGHPUT_TESTS"):
+        # How far the sweep gets within its budget, and what it then picks, is throughput: in the full suite under
+        # xdist on a loaded 2-core machine it measured only num_workers=0 twice (it reaches 1 alone, even with three
+        # busy cores beside it). Asserted only where throughput is (see the test above).
+        assert {run["num_workers"] for run in report["loader"]["runs"]} >= {0, 1}, report["loader"]["skipped"]
+        assert rec["num_workers"] >= 1
 
 
 @pytest.mark.slow

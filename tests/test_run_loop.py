@@ -258,9 +258,10 @@ def test_tune_runs_the_smoke_test_on_the_very_same_loader(tmp_path: Path) -> Non
     assert 0 in {run["num_workers"] for run in report["loader"]["runs"]}, report["loader"]
     assert "CostlySamples" in report["loader"]["dataset"]  # the script's own class, unpickled from __main__
     rec = report["loop"]["recommendation"]
-    assert rec["basis"] == "smoke-test"
+    assert rec["basis"] in ("smoke-test", "loop-model"), rec  # loop-model: the sweep's figures could not decide
     assert report["loop"]["tune"]["step_time_s"] == report["loop"]["step_s"]
     if os.environ.get("ENVDOCTOR_THROUGHPUT_TESTS"):
+        assert rec["basis"] == "smoke-test"
         # How far the sweep gets within its budget, and what it then picks, is throughput: in the full suite under
         # xdist on a loaded 2-core machine it measured only num_workers=0 twice (it reaches 1 alone, even with three
         # busy cores beside it). Asserted only where throughput is (see the test above).

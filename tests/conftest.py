@@ -9,12 +9,14 @@ the suite starts do not each compile them again.
 """
 from __future__ import annotations
 
+import os
 import re
 import sys
 from pathlib import Path
 
 import pytest
 
+from fixenvs import offline_env
 from support import validate_report
 
 # The conda fixture builder (fixtures/condafixtures.py) provides the session-scoped `conda_world`.
@@ -66,3 +68,15 @@ def _validate_every_report(monkeypatch: pytest.MonkeyPatch) -> None:
         return report
 
     monkeypatch.setattr(engine, "assemble_report", checked)
+
+
+@pytest.fixture()
+def offline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    """For the fix round trips: this process and every step it runs offline (pip/uv), the journal under tmp_path."""
+    env = offline_env(tmp_path / "wheels", tmp_path / "cache")
+    for key in list(os.environ):
+        if key not in env:
+            monkeypatch.delenv(key)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    return env

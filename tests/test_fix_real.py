@@ -11,7 +11,6 @@ taken before — compared here with an independent sha256 listing of the same tr
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import signal
 import subprocess
@@ -28,17 +27,6 @@ pytestmark = pytest.mark.slow
 
 needs_debian = pytest.mark.skipif(system_python_version() is None,
                                   reason="needs the machine's Debian python3 with python3-pip")
-
-
-@pytest.fixture()
-def offline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
-    env = offline_env(tmp_path / "wheels", tmp_path / "cache")
-    for key in list(os.environ):
-        if key not in env:
-            monkeypatch.delenv(key)
-    for key, value in env.items():
-        monkeypatch.setenv(key, value)
-    return env
 
 
 def envdoctor(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:

@@ -29,21 +29,9 @@ from envdoctor.fix.journal import Journal
 from envdoctor.fix.plan import make_plan
 from envdoctor.fix.undo import undo_last
 from envdoctor.model import Finding, FixStep, Report, Severity
-from fixenvs import make_pip_venv, make_uv_venv, offline_env, run_ok, tiny_wheel, tree_digest, uv_executable
+from fixenvs import make_pip_venv, make_uv_venv, run_ok, tiny_wheel, tree_digest, uv_executable
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture()
-def offline(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
-    """This process and every step it runs: offline pip/uv, the journal under tmp_path."""
-    env = offline_env(tmp_path / "wheels", tmp_path / "cache")
-    for key in list(os.environ):
-        if key not in env:
-            monkeypatch.delenv(key)
-    for key, value in env.items():
-        monkeypatch.setenv(key, value)
-    return env
 
 
 def doubled_numpy_venv(root: Path, env: dict[str, str]) -> Path:

@@ -309,7 +309,8 @@ def test_the_rule_check_catches_io(tmp_path: Path) -> None:
 
 
 def _inside_files() -> list[Path]:
-    return sorted(INSIDE.glob("*.py"))
+    """inside/'s files and the loop bootstrap's (in the user's training processes: the same rule holds there)."""
+    return sorted([*INSIDE.glob("*.py"), *(INSIDE / "loop_bootstrap").glob("*.py")])
 
 
 @pytest.mark.parametrize("path", _inside_files(), ids=lambda p: p.name)
@@ -317,7 +318,7 @@ def test_the_inside_runs_on_the_standard_library(path: Path) -> None:
     """Rule 5: inside/* imports the standard library and its siblings (as top-level modules) — never
     envdoctor, and the inspected environment's own packages (torch, numpy, PIL, threadpoolctl) only inside
     functions, once it runs in the target."""
-    siblings = {p.stem for p in _inside_files()}
+    siblings = {p.stem for p in path.parent.glob("*.py")}
     bad = []
     for imp in imports_of(path):
         top = imp.module.split(".")[0]
@@ -329,9 +330,10 @@ def test_the_inside_runs_on_the_standard_library(path: Path) -> None:
     assert bad == []
 
 
-def test_host_code_shares_only_the_knee_and_the_protocol_with_the_inside() -> None:
+def test_host_code_shares_only_the_knee_the_protocol_and_the_loader_settings_with_the_inside() -> None:
     """Rule 6: envdoctor's own modules import from inside/ only its shared, stdlib-only modules."""
-    shared = {"envdoctor.inside.loader_knee", "envdoctor.inside.loader_protocol"}
+    shared = {"envdoctor.inside.loader_knee", "envdoctor.inside.loader_protocol",
+              "envdoctor.inside.loop_bootstrap.envdoctor_loader_settings"}
     bad = [f"{imp.where()} imports {target_of(imp)}" for name, path in modules().items()
            if not _under(name, ("envdoctor.inside",)) for imp in imports_of(path)
            if _under(imp.module, ("envdoctor.inside",)) and target_of(imp) not in shared]

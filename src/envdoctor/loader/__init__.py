@@ -23,6 +23,7 @@ from envdoctor.facts.loader import FailureFacts, LoaderFacts
 from envdoctor.facts.node_share import cpus_per_process, processes_per_node
 from envdoctor.facts.system import worker_cpus
 from envdoctor.inside import loader_protocol
+from envdoctor.inside.loop_bootstrap.envdoctor_loader_settings import loader_settings
 from envdoctor.loader.progress import current_sink
 from envdoctor.loader.supervisor import StageRun, run_stage
 
@@ -113,28 +114,7 @@ def describe_loader(loader: Any) -> tuple[Any, dict[str, Any], str]:
     dataset = getattr(loader, "dataset", None)
     if dataset is None:
         raise TypeError(f"preflight(loader=...) wants a torch DataLoader, not {type(loader).__name__}")
-    kwargs: dict[str, Any] = {
-        "collate_fn": loader.collate_fn,
-        "num_workers": loader.num_workers,
-        "pin_memory": loader.pin_memory,
-        "timeout": loader.timeout,
-        "worker_init_fn": loader.worker_init_fn,
-        "persistent_workers": loader.persistent_workers,
-        "generator": getattr(loader, "generator", None),
-    }
-    if loader.num_workers:
-        kwargs["prefetch_factor"] = loader.prefetch_factor
-    if loader.multiprocessing_context is not None:
-        kwargs["multiprocessing_context"] = loader.multiprocessing_context
-    if loader.batch_size is not None:
-        # The default BatchSampler around the loader's sampler (random or sequential).
-        kwargs.update(batch_size=loader.batch_size, sampler=loader.sampler, drop_last=loader.drop_last)
-    elif loader.batch_sampler is not None:
-        kwargs["batch_sampler"] = loader.batch_sampler
-    else:
-        kwargs.update(batch_size=None, sampler=loader.sampler)
-    size = loader.batch_size if loader.batch_size is not None else getattr(loader.batch_sampler, "batch_size", None)
-    description = f"DataLoader({type(dataset).__name__}, batch_size={size}, num_workers={loader.num_workers})"
+    kwargs, description = loader_settings(loader)
     return dataset, kwargs, description
 
 

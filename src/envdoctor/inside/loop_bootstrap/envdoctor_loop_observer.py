@@ -274,24 +274,6 @@ def _injected_arguments(original_init, loader, dataset, args, kwargs, inject):
     return chosen
 
 
-def _loader_kwargs(loader):
-    """The DataLoader's settings, to build it again in the smoke test (as envdoctor.loader.describe_loader)."""
-    kwargs = {"collate_fn": loader.collate_fn, "num_workers": loader.num_workers, "pin_memory": loader.pin_memory,
-              "timeout": loader.timeout, "worker_init_fn": loader.worker_init_fn,
-              "persistent_workers": loader.persistent_workers, "generator": getattr(loader, "generator", None)}
-    if loader.num_workers:
-        kwargs["prefetch_factor"] = loader.prefetch_factor
-    if loader.multiprocessing_context is not None:
-        kwargs["multiprocessing_context"] = loader.multiprocessing_context
-    if loader.batch_size is not None:
-        kwargs.update(batch_size=loader.batch_size, sampler=loader.sampler, drop_last=loader.drop_last)
-    elif loader.batch_sampler is not None:
-        kwargs["batch_sampler"] = loader.batch_sampler
-    else:
-        kwargs.update(batch_size=None, sampler=loader.sampler)
-    return kwargs
-
-
 _handed: list = []
 
 
@@ -315,10 +297,10 @@ def _hand_over(it, state):
 
     path = os.path.join(os.environ.get(EVENTS_ENV) or ".", "tune-%d.pkl" % os.getpid())
     try:
-        size = loader.batch_size or getattr(loader.batch_sampler, "batch_size", None)
-        payload = {"dataset": loader.dataset, "kwargs": _loader_kwargs(loader),
-                   "description": "DataLoader(%s, batch_size=%s, num_workers=%s)"
-                                  % (type(loader.dataset).__name__, size, loader.num_workers)}
+        from envdoctor_loader_settings import loader_settings
+
+        kwargs, description = loader_settings(loader)
+        payload = {"dataset": loader.dataset, "kwargs": kwargs, "description": description}
         with open(path, "wb") as handle:
             pickle.dump(payload, handle, protocol=pickle.HIGHEST_PROTOCOL)
         event["path"] = path

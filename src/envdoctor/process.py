@@ -9,6 +9,7 @@ killed instead.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -16,6 +17,10 @@ import sys
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import psutil
 
 
 @dataclass(frozen=True)
@@ -77,6 +82,21 @@ def kill_tree(pid: int) -> None:
             proc.kill()
         except psutil.Error:
             continue
+
+
+def end_processes(procs: Sequence[psutil.Process], grace_s: float) -> None:
+    """SIGTERM to each process (each may clean up), SIGKILL to those still there after `grace_s`, then
+    wait for those as long again; gone ones are skipped."""
+    import psutil
+
+    for proc in procs:
+        with contextlib.suppress(psutil.Error):
+            proc.terminate()
+    _, alive = psutil.wait_procs(procs, timeout=grace_s)
+    for proc in alive:
+        with contextlib.suppress(psutil.Error):
+            proc.kill()
+    psutil.wait_procs(alive, timeout=grace_s)
 
 
 def run_bounded(

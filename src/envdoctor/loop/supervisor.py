@@ -34,6 +34,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from envdoctor.process import end_processes
+
 BOOTSTRAP_DIR = Path(__file__).resolve().parent.parent / "inside" / "loop_bootstrap"
 EVENTS_ENV = "ENVDOCTOR_LOOP_EVENTS"
 PLAN_ENV = "ENVDOCTOR_LOOP_PLAN"
@@ -236,17 +238,7 @@ def _terminal_foreground() -> bool:
 
 def _end_tree(proc: subprocess.Popen[bytes], sampler: _Sampler, grace_s: float = STOP_GRACE_S) -> None:
     """SIGTERM to the command and every descendant, SIGKILL to what is still there after the grace."""
-    import psutil
-
-    procs = [p for p in sampler.tree() if p.pid != os.getpid()]
-    for p in procs:
-        with contextlib.suppress(psutil.Error):
-            p.terminate()
-    _, alive = psutil.wait_procs(procs, timeout=grace_s)
-    for p in alive:
-        with contextlib.suppress(psutil.Error):
-            p.kill()
-    psutil.wait_procs(alive, timeout=grace_s)
+    end_processes([p for p in sampler.tree() if p.pid != os.getpid()], grace_s)
 
 
 def _reap_leftovers(sampler: _Sampler) -> None:
@@ -260,13 +252,7 @@ def _reap_leftovers(sampler: _Sampler) -> None:
         with contextlib.suppress(psutil.Error):
             if proc.is_running():
                 left.append(proc)
-    for p in left:
-        with contextlib.suppress(psutil.Error):
-            p.terminate()
-    _, alive = psutil.wait_procs(left, timeout=STOP_GRACE_S)
-    for p in alive:
-        with contextlib.suppress(psutil.Error):
-            p.kill()
+    end_processes(left, STOP_GRACE_S)
 
 
 def _take_tune(events: Sequence[Mapping[str, Any]], events_dir: str) -> dict[str, Any] | None:

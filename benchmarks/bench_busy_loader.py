@@ -22,28 +22,19 @@ Run from the repository root:  python benchmarks/bench_busy_loader.py [--budget 
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
+
+from bench_loader import smoke  # the same `envdoctor loader` run as the quiet benchmark's
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "fixtures"
 EXHAUSTIVE = [0, 1, 2, 4]
 REACH = 0.9
 CASES = ["loaderfixtures.busy:cpu_heavy", "loaderfixtures.busy:image_folder"]
-
-
-def smoke(spec: str, budget: float) -> tuple[dict, float]:
-    env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(FIXTURES), env.get("PYTHONPATH")]))
-    start = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "envdoctor", "loader", "--dataset", spec, "--budget", str(budget),
-                           "--format", "json"], capture_output=True, text=True, env=env, cwd=str(FIXTURES))
-    return json.loads(proc.stdout), time.monotonic() - start
 
 
 def paired_ratio(source: dict, pick: int, best: int) -> float | None:

@@ -50,13 +50,14 @@ CASES = [
 
 
 def smoke(spec: str, budget: float) -> tuple[dict, float]:
+    """(the JSON report, wall seconds) of `envdoctor loader` on the fixture factory `spec`."""
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(FIXTURES), env.get("PYTHONPATH")]))
     start = time.monotonic()
     proc = subprocess.run([sys.executable, "-m", "envdoctor", "loader", "--dataset", spec, "--budget", str(budget),
                            "--format", "json"], capture_output=True, text=True, env=env, cwd=str(FIXTURES))
     wall = time.monotonic() - start
-    return json.loads(proc.stdout)["loader"], wall
+    return json.loads(proc.stdout), wall
 
 
 def main() -> int:
@@ -81,7 +82,8 @@ def main() -> int:
         print(f"{'case':<42} {'smoke s':>7} {'bottleneck':<13} {'rec':>3} {'trust':<9} {'gain [95%]':<20} "
               f"{'best':>4} {'ratio':>5}  verdict")
         for spec in cases:
-            loader, wall = smoke(spec, options.budget)
+            report, wall = smoke(spec, options.budget)
+            loader = report["loader"]
             rec = loader.get("recommendation") or {}
             nw = rec.get("num_workers")
             workers = sorted(set(EXHAUSTIVE) | ({nw} if nw is not None else set()))

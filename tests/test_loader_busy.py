@@ -145,3 +145,17 @@ def test_one_pair_that_agrees_with_the_sweep_leaves_its_word_standing() -> None:
     against["paired"]["windows"][0]["candidate_samples_per_s"] = 20.0
     rec = judged(against)["recommendation"]
     assert rec["trust"] == "too-noisy" and rec["num_workers"] == 0
+
+
+@pytest.mark.parametrize("name, wording", [("CPU_HEAVY", "cannot be told from this run"),
+                                           ("IMAGE_FOLDER", "recommended: ")])
+def test_every_dl005_on_undecoded_images_says_it_measured_reading_only(name: str, wording: str) -> None:
+    """A --data folder read without Pillow measures reading, not decoding: the contended "cannot tell" DL005
+    says so as the recommendation does (the gap issue 23's closing note left open)."""
+    data = judged({**copy.deepcopy(getattr(recorded, name)), "source": {"kind": "folder", "path": "/data"},
+                   "decoding": {"undecoded_images": 8}})
+    (hit,) = findings_of(data, "DL005")
+    assert wording in hit.message
+    assert "measured on 8 image file(s) read but not decoded (no Pillow in the environment)" in hit.message
+    (quiet,) = findings_of(judged(copy.deepcopy(getattr(recorded, name))), "DL005")
+    assert "not decoded" not in quiet.message

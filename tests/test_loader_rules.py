@@ -534,6 +534,11 @@ def test_a_curve_the_budget_cut_before_the_cpus_is_no_knee() -> None:
     assert rec["trust"] == "incomplete" and rec["unmeasured"] == [2] and rec["basis"] == "current"
     (hit,) = findings_of(judged_data, "DL005")
     assert "--budget" in hit.fix and hit.evidence["unmeasured"] == [2]
+    assert "not decoded" not in hit.message
+    # Read from a --data folder without Pillow, it says what it measured, as every DL005 does.
+    undecoded = judged({**data, "decoding": {"undecoded_images": 3}})
+    (hit,) = findings_of(undecoded, "DL005")
+    assert "no setting can be called best" in hit.message and "3 image file(s) read but not decoded" in hit.message
 
 
 def test_a_runner_up_that_beats_the_kept_setting_in_paired_windows_is_recommended() -> None:

@@ -70,6 +70,14 @@ def _undecoded(section: LoaderFacts) -> int:
     return count if isinstance(count, int) else 0
 
 
+def _undecoded_note(section: LoaderFacts) -> str:
+    """What every DL005 says when a --data folder's images were read but not decoded ("" otherwise)."""
+    undecoded = _undecoded(section)
+    return (f" — measured on {undecoded} image file(s) read but not decoded (no Pillow in the environment), "
+            "so it shows how reading scales, not your decoding pipeline; install pillow there or pass --dataset"
+            if undecoded else "")
+
+
 def _users_sample_code(facts: Facts) -> Judged | None:
     """The section when its per-sample work is the user's: not when images went undecoded, since
     reading alone says nothing of what decoding costs or how workers share it."""
@@ -292,7 +300,7 @@ def find_loader_settings(facts: Facts) -> Iterator[Hit]:
         yield Hit(
             message=(f"the budget ended before num_workers={unmeasured} could be measured (the curve up to the "
                      f"{section.get('usable_cpus')} usable CPU(s) is incomplete), so no setting can be called "
-                     f"best; keep your settings"),
+                     f"best; keep your settings" + _undecoded_note(section)),
             evidence={"trust": "incomplete", "unmeasured": rec["unmeasured"], "curve": curve,
                       "budget_s": section.get("budget_s"), "current_num_workers": current.get("num_workers", 0)},
             fix="re-run `envdoctor loader` with a longer --budget (importing torch alone took "
@@ -312,6 +320,7 @@ def find_loader_settings(facts: Facts) -> Iterator[Hit]:
             message = (f"num_workers={candidate} measured best in the sweep, but re-measured in interleaved paired "
                        f"windows against your num_workers={current.get('num_workers', 0)} {verdict_text}"
                        + _trust_text(rec) + "; keep your settings")
+        message += _undecoded_note(section)
         yield Hit(
             message=message,
             evidence={"trust": rec["trust"], "candidate_num_workers": candidate,
@@ -344,7 +353,6 @@ def find_loader_settings(facts: Facts) -> Iterator[Hit]:
                f"a {step:g} s step consumes; more only add processes and memory")
     else:
         why = f"the smallest num_workers within 95% of the best, {_rate(rec['best_samples_per_s'])}"
-    undecoded = _undecoded(section)
     evidence: dict[str, object] = {
         "recommendation": {"num_workers": rec["num_workers"], "prefetch_factor": rec["prefetch_factor"],
                            "persistent_workers": rec["persistent_workers"], "pin_memory": rec["pin_memory"]},
@@ -371,9 +379,7 @@ def find_loader_settings(facts: Facts) -> Iterator[Hit]:
                  f"({why})" + _trust_text(rec) + past_cpus
                  + (" on the built-in synthetic dataset, which shows how this machine scales workers; "
                     "pass --dataset or --data to measure your own" if synthetic else "")
-                 + (f" — measured on {undecoded} image file(s) read but not decoded (no Pillow in "
-                    "the environment), so it shows how reading scales, not your decoding pipeline; install "
-                    "pillow there or pass --dataset" if undecoded else "")),
+                 + _undecoded_note(section)),
         evidence=evidence,
         fix=_settings_text(rec, current.get("batch_size")),
     )

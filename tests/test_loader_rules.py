@@ -450,6 +450,24 @@ def paired(current: int, candidate: int, pairs: list[tuple[float, float]]) -> di
                         for k, (c, n) in enumerate(pairs)], "cut": None}
 
 
+def test_a_paired_gain_is_shown_beside_the_paired_rates_never_a_sunk_sweep_point() -> None:
+    """Seen once in stop 25 (a live check on a busy machine): "recommended num_workers=2 — measured 280
+    samples/s, 1.57× the 365 samples/s of your settings" while the sweep had num_workers=0 fastest. The sweep
+    kept 0; its runner-up 2, sunk to 280 in its one sweep point, won 1.57× in the paired windows. The message
+    must not put the sunk point beside the pairs' gain."""
+    data = section([run(0, 365.0, main_cpu=0.95), run(1, 300.0, worker_cpu=0.9, worker_runqueue=0.05),
+                    run(2, 280.0, worker_cpu=0.6, worker_runqueue=0.3)])
+    data["paired"] = paired(0, 2, [(360, 570), (372, 580), (365, 566), (368, 578)])
+    judged_data = judged(data)
+    rec = judged_data["recommendation"]
+    assert rec["num_workers"] == 2 and rec["trust"] == "gain" and rec["basis"] == "paired"
+    assert rec["samples_per_s"] == 574.0 and rec["current_samples_per_s"] == 366.5
+    assert rec["gain"] == pytest.approx(1.57, abs=0.01)
+    (hit,) = findings_of(judged_data, "DL005")
+    assert "measured 574 samples/s, 1.57× the 366 samples/s of your settings" in hit.message, hit.message
+    assert rec["samples_per_s"] > rec["current_samples_per_s"]
+
+
 def test_a_gain_that_holds_in_paired_windows_is_recommended_with_its_interval() -> None:
     data = copy.deepcopy(REMOTE)
     data["paired"] = paired(0, 8, [(60, 480), (64, 500), (58, 470), (62, 505)])
@@ -551,6 +569,8 @@ def test_a_runner_up_that_beats_the_kept_setting_in_paired_windows_is_recommende
     rec = judged(data)["recommendation"]
     assert rec["num_workers"] == 1 and rec["trust"] == "gain" and rec["basis"] == "paired"
     assert rec["gain_interval"][0] > 1
+    # Both rates are the pairs' medians, as the gain is the pairs' word (not the sweep's 199.98).
+    assert rec["samples_per_s"] == 257.5 and rec["current_samples_per_s"] == 199.0
     # A runner-up that does not clearly win leaves the kept setting as it was.
     data["paired"] = paired(0, 1, [(200, 230), (190, 170), (205, 240), (198, 180)])
     rec = judged(data)["recommendation"]

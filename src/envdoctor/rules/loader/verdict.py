@@ -50,7 +50,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from typing import Any, cast
+from typing import Any, Literal, cast
 
 from envdoctor.facts.loader import (
     Bottleneck,
@@ -580,8 +580,13 @@ def recommend(section: LoaderFacts, bottleneck: Bottleneck | None, cuda: bool,
                                 "worker_runqueue": r.get("worker_runqueue")}
                                for r in runs if computes_past_cpus(r, usable_cpus)]
     gain = None
+    rate = _rate(chosen)
     if interval is not None:
         gain = round(interval[1], 3)
+        if basis != "current" and paired and paired.get("candidate") == nw:
+            # The gain is the pairs' word, and so is the rate beside it: the sweep's one point for this
+            # count may be one a neighbour sank (280 samples/s shown as "1.57× the 365 of your settings").
+            rate = _paired_median(paired, "candidate_samples_per_s") or rate
     elif current_run is not None:
         gain = round(_rate(chosen) / _rate(current_run), 3)
     return {
@@ -589,7 +594,7 @@ def recommend(section: LoaderFacts, bottleneck: Bottleneck | None, cuda: bool,
         "prefetch_factor": prefetch,
         "persistent_workers": persistent,
         "pin_memory": pin_memory if basis != "current" else current.get("pin_memory", False),
-        "samples_per_s": _rate(chosen),
+        "samples_per_s": rate,
         "best_samples_per_s": max(_rate(r) for r in eligible),
         "left_out": left_out,
         "current_samples_per_s": current_run["samples_per_s"] if current_run else None,
@@ -620,22 +625,30 @@ def differs_from_current(recommendation: Recommendation, current: CurrentSetting
     return changes
 
 
+def _paired_median(paired: PairedFacts, side: Literal["current_samples_per_s", "candidate_samples_per_s"]
+                   ) -> float | None:
+    """The median rate of one side of the paired windows (rounded as the runner's), or None with fewer than two."""
+    rates = sorted(w[side] for w in paired.get("windows") or [] if w[side] > 0)
+    if len(rates) < 2:
+        return None
+    middle = len(rates) // 2
+    return round(rates[middle] if len(rates) % 2 else (rates[middle - 1] + rates[middle]) / 2, 2)
+
+
 def with_paired_baseline(section: LoaderFacts) -> LoaderFacts:
     """The section with the user's setting rated by the paired windows that re-measured it (their median),
     so one transient slow (or fast) sweep window does not decide the baseline. The sweep's own figure is
     kept as the run's `sweep_samples_per_s`. Unchanged without at least two paired windows."""
     paired = section.get("paired") or {}
-    windows = paired.get("windows") or []
     current = paired.get("current")
-    rates = sorted(w["current_samples_per_s"] for w in windows if w["current_samples_per_s"] > 0)
-    if current is None or len(rates) < 2:
+    rates = sorted(w["current_samples_per_s"] for w in paired.get("windows") or [] if w["current_samples_per_s"] > 0)
+    median = _paired_median(paired, "current_samples_per_s")
+    if current is None or median is None:
         return section
-    middle = len(rates) // 2
-    median = rates[middle] if len(rates) % 2 else (rates[middle - 1] + rates[middle]) / 2
     runs: list[RunFacts] = []
     for r in section["runs"]:
         if r["num_workers"] == current and r.get("samples_per_s") and "pin_memory" not in r:
-            rerated = cast(RunFacts, {**r, "samples_per_s": round(median, 2), "sweep_samples_per_s": r["samples_per_s"],
+            rerated = cast(RunFacts, {**r, "samples_per_s": median, "sweep_samples_per_s": r["samples_per_s"],
                                       "samples_per_s_min": rates[0], "samples_per_s_max": rates[-1]})
             runs.append(rerated)
         else:

@@ -1,11 +1,12 @@
 """Shared fixtures. Every Report built in-process is validated against the schema.
 
-Two hooks keep the test loop short without changing what any test checks: the
+Three hooks keep the test loop short without changing what any test checks: the
 quick tier does not import the modules it would deselect whole (Lightning,
 transformers and the MCP client cost seconds to import, in every pytest-xdist
-worker), and envdoctor's own modules are compiled once per session where the
+worker); envdoctor's own modules are compiled once per session where the
 environment says not to write bytecode, so the hundreds of `envdoctor` children
-the suite starts do not each compile them again.
+the suite starts do not each compile them again; and under that same setting the
+test modules' rewritten asserts are still cached while they are collected.
 """
 from __future__ import annotations
 
@@ -36,6 +37,24 @@ def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool 
     except (OSError, UnicodeDecodeError):
         return None
     return True if _SLOW_MODULE.search(source) else None
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_collection(session: pytest.Session) -> object:
+    """Cache the rewritten test modules as bytecode even where Python is told not to write it.
+
+    pytest rewrites the asserts of each test module it imports and caches the result in
+    tests/__pycache__ (which git ignores) unless `sys.dont_write_bytecode` is set (by
+    PYTHONDONTWRITEBYTECODE, which some machines set for every process): then every
+    pytest-xdist worker rewrote every module again, 2-5 s of CPU a worker a run. Only
+    what collection imports is written; the children the tests start keep the setting.
+    """
+    told = sys.dont_write_bytecode
+    sys.dont_write_bytecode = False
+    try:
+        return (yield)
+    finally:
+        sys.dont_write_bytecode = told
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:

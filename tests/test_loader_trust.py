@@ -1,7 +1,7 @@
 """The smoke test on loaders nobody tuned for it: where the time goes (IPC, not __getitem__), and what the
 loader feeds training (repeated samples, cloned randomness). Each fixture in fixtures/loaderfixtures/trust.py
 runs once through the real `envdoctor loader`; its expected class and rules are declared beside it, and
-each firing case has a quiet twin. The budget leaves room for torch's import on a busy machine."""
+each firing case has a quiet twin. Each budget leaves room for torch's import on a busy machine."""
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -15,7 +15,18 @@ from support import findings
 
 pytestmark = pytest.mark.slow
 
-BUDGET = "20"
+#: A case whose class is judged (IPC) is decided by the curve: room for torch's import on a busy machine,
+#: then the sweep and the paired windows.
+CLASS_BUDGET = "20"
+#: The other cases assert the data checks (DL007, DL008), which run before the sweep and need at most 3 s of
+#: the budget left (DL007: two 0.75 s reads and a 1 s worker start-up allowance, loader_data_checks.py):
+#: 12 s leaves that after 8 s of setup (torch's import took 4-6.6 s with a busy core beside the machine's
+#: other load). What the sweep measures after the checks is not asserted there.
+CHECK_BUDGET = "12"
+
+
+def budget(name: str) -> str:
+    return CLASS_BUDGET if EXPECTED[name][0] is not None else CHECK_BUDGET
 
 
 def _duplicates(report: dict[str, Any]) -> None:
@@ -77,10 +88,10 @@ MORE: dict[str, Callable[[dict[str, Any]], None]] = {
 def test_expected_class_and_rules(name: str) -> None:
     expected_class, fire, quiet = EXPECTED[name]
     before = shm_torch_segments()
-    report, wall, _ = loader_report("--dataset", f"loaderfixtures.trust:{name}", "--budget", BUDGET)
+    report, wall, _ = loader_report("--dataset", f"loaderfixtures.trust:{name}", "--budget", budget(name))
     loader = report["loader"]
     assert_nothing_left(report, before)
-    assert wall < float(BUDGET) + 6
+    assert wall < float(budget(name)) + 6
     assert loader["failure"] is None, dump(report)
     fired = {f["rule"] for f in report["findings"]}
     assert fire <= fired, (name, fired, dump(report))

@@ -135,6 +135,8 @@ def test_event_file_channel_carries_the_runner_events(tmp_path: Path, monkeypatc
     pidfile = tmp_path / "child.pid"
     monkeypatch.setattr(supervisor, "RUNNER_PATH", fake)
     monkeypatch.setattr(supervisor, "EVENTS_BY_FILE", True)
+    # The kill at the deadline is under test, not the grace's length (3 s): the fake runner is ready in under 0.5 s.
+    monkeypatch.setattr(supervisor, "STAGE_GRACE_S", 1.0)
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where the events file goes, watched below
     outcome = supervisor.run_stage({"pidfile": str(pidfile)}, interpreter=sys.executable, budget_s=1.5)
     assert outcome.killed_for == "budget"

@@ -11,6 +11,7 @@ about the server's own start, stop and options start their own.
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import json
 import os
 import signal
@@ -20,17 +21,22 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psutil
 import pytest
 
 anyio = pytest.importorskip("anyio", reason="the mcp extra is not installed (pip install -e '.[test]')")
-mcp = pytest.importorskip("mcp", reason="the mcp extra is not installed (pip install -e '.[test]')")
-from mcp.client.stdio import StdioServerParameters  # noqa: E402  (part of the mcp extra: after the skip)
-from mcp_types import ListRootsResult, Root  # noqa: E402
+if TYPE_CHECKING:
+    from mcp.client.stdio import StdioServerParameters
 
-pytestmark = pytest.mark.slow
+# The SDK itself (mcp, mcp_types) is imported where it is used, when a test runs: imported here it would cost
+# every pytest-xdist worker most of a second at collection, whether or not it runs these tests.
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(importlib.util.find_spec("mcp") is None,
+                       reason="the mcp extra is not installed (pip install -e '.[test]')"),
+]
 
 READS = {"read_only_hint": True, "destructive_hint": False, "idempotent_hint": True, "open_world_hint": False}
 RUNS_CODE = {"read_only_hint": False, "destructive_hint": True, "idempotent_hint": False, "open_world_hint": True}
@@ -39,6 +45,8 @@ TOOLS = {"check": READS, "check_environment": RUNS_CODE, "loader": RUNS_CODE, "e
 
 
 def _server(cwd: Path, nofile: int | None = 256, args: tuple[str, ...] = ()) -> StdioServerParameters:
+    from mcp.client.stdio import StdioServerParameters
+
     # `exec` keeps envdoctor mcp itself as the child the client talks to and stops.
     lower = f"ulimit -n {nofile} && " if nofile else ""
     return StdioServerParameters(command="bash", args=["-c", f'{lower}exec "$0" -m envdoctor mcp "$@"',
@@ -74,6 +82,9 @@ def _live_session(cwd: Path, nofile: int | None = 256, roots: list[Path] | None 
     `roots`: the folders the client declares (roots/list); None declares no roots capability.
     The session runs in anyio's event loop on a thread of its own (a blocking portal).
     """
+    import mcp
+    from mcp_types import ListRootsResult, Root
+
     async def list_roots(_context: Any) -> ListRootsResult:
         return ListRootsResult(roots=[Root(uri=folder.as_uri()) for folder in roots or []])
 
@@ -383,6 +394,8 @@ def _wait_for_runner(mark: str, deadline_s: float = 180.0) -> list[psutil.Proces
 
 def test_a_client_that_leaves_mid_check_leaves_no_process_behind(tmp_path: Path) -> None:
     """The agent gives up on a long smoke test: the check stops, workers and all."""
+    import mcp
+
     _slow_dataset(tmp_path)
     mark = uuid.uuid4().hex
     server = _server(tmp_path, nofile=None)

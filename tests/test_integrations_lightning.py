@@ -94,10 +94,16 @@ def test_ddp_profiles_on_local_rank_0_only_with_its_share_of_the_cpus(lit: Modul
 
 
 def test_a_failure_on_rank_0_stops_every_rank(lit: ModuleType, capfd: pytest.CaptureFixture[str]) -> None:
+    """Two CPU processes under DDP, forked (Lightning's ddp_fork, as in a notebook): rank 0's failure stops both.
+
+    Forked, not spawned as above: how the ranks start is not what this test is about (the stop goes through
+    the strategy's collective either way), and a fork does not import Lightning again in each rank (about
+    5 CPU-s a rank). The spawned launcher is the test above's.
+    """
     callback = lit.PreflightCallback(fail_on="error", budget_s=6, select=["DL"])
     model = lit.TinyRegressor(lit.LightningPairs(bad_index=2), batch_size=4)
     with pytest.raises(Exception, match="preflight") as caught:
-        lit.trainer(callback, strategy="ddp_spawn", devices=2, max_epochs=1, limit_train_batches=2).fit(model)
+        lit.trainer(callback, strategy="ddp_fork", devices=2, max_epochs=1, limit_train_batches=2).fit(model)
     err = capfd.readouterr().err
     assert err.count(HEADER) == 1, err
     assert "error   DL006 dataset-failure: the dataset raised an exception at index 2" in err

@@ -1,4 +1,4 @@
-"""The Lightning PreflightCallback in a real `Trainer.fit` on CPU, with a tiny model built here.
+"""The Lightning PreflightCallback in a real `Trainer.fit` on CPU, with the tiny model of lightningsupport.py.
 
 Each test reads what the callback printed and the report it kept: the loader it profiled must be
 the trainer's own train DataLoader (its dataset class, length and batch size), profiled once.
@@ -6,70 +6,35 @@ the trainer's own train DataLoader (its dataset class, length and batch size), p
 from __future__ import annotations
 
 import re
+from types import ModuleType
 
 import pytest
-from torch.utils.data import DataLoader, Dataset
 
 import envdoctor
-import torch
 from envdoctor.integrations.node import PreflightWarning
-
-L = pytest.importorskip("lightning.pytorch", reason="the Lightning extra is not installed "
-                        "(pip install -e '.[test]')")
-from envdoctor.integrations.lightning import PreflightCallback  # noqa: E402  (it imports Lightning: after the skip)
 
 pytestmark = pytest.mark.slow
 
 HEADER = "envdoctor preflight [lightning] on local rank 0: profiled the train loader"
 
 
-class LightningPairs(Dataset):
-    """96 (features, target) pairs; `bad_index` raises KeyError, as a missing record would."""
+@pytest.fixture(scope="module")
+def lit() -> ModuleType:
+    """lightningsupport: the tiny model, its data, a CPU trainer and the PreflightCallback under test.
 
-    def __init__(self, bad_index: int | None = None) -> None:
-        self.bad_index = bad_index
+    Imported here, when a test of this module runs, not when pytest-xdist's workers collect it.
+    """
+    pytest.importorskip("lightning.pytorch", reason="the Lightning extra is not installed (pip install -e '.[test]')")
+    import lightningsupport
 
-    def __len__(self) -> int:
-        return 96
-
-    def __getitem__(self, index: int):
-        if index == self.bad_index:
-            raise KeyError(f"no record {index}")
-        x = torch.full((8,), float(index) / 96)
-        return x, x.sum(dim=0, keepdim=True)
+    return lightningsupport
 
 
-class TinyRegressor(L.LightningModule):
-    def __init__(self, dataset: Dataset, batch_size: int = 6) -> None:
-        super().__init__()
-        self.layer = torch.nn.Linear(8, 1)
-        self.dataset = dataset
-        self.batch_size = batch_size
-        self.steps = 0
-
-    def train_dataloader(self) -> DataLoader:
-        return DataLoader(self.dataset, batch_size=self.batch_size, num_workers=0)
-
-    def training_step(self, batch, batch_idx):
-        self.steps += 1
-        x, y = batch
-        return torch.nn.functional.mse_loss(self.layer(x), y)
-
-    def configure_optimizers(self):
-        return torch.optim.SGD(self.parameters(), lr=0.01)
-
-
-def _trainer(callback: PreflightCallback, **kwargs) -> L.Trainer:
-    options = dict(accelerator="cpu", devices=1, max_epochs=2, limit_train_batches=3, logger=False,
-                   enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
-    return L.Trainer(callbacks=[callback], **{**options, **kwargs})
-
-
-def test_fit_profiles_its_own_train_loader_once(capfd: pytest.CaptureFixture[str]) -> None:
-    callback = PreflightCallback(fail_on="error", budget_s=6, select=["DL", "SYS"])
-    model = TinyRegressor(LightningPairs(), batch_size=6)
-    _trainer(callback).fit(model)
-    _trainer(callback, max_epochs=1).fit(model)  # a second fit: the node was already checked
+def test_fit_profiles_its_own_train_loader_once(lit: ModuleType, capfd: pytest.CaptureFixture[str]) -> None:
+    callback = lit.PreflightCallback(fail_on="error", budget_s=6, select=["DL", "SYS"])
+    model = lit.TinyRegressor(lit.LightningPairs(), batch_size=6)
+    lit.trainer(callback).fit(model)
+    lit.trainer(callback, max_epochs=1).fit(model)  # a second fit: the node was already checked
 
     assert model.steps == 2 * 3 + 3
     loader = callback.report.loader
@@ -92,11 +57,11 @@ def test_fit_profiles_its_own_train_loader_once(capfd: pytest.CaptureFixture[str
     assert printed == sorted(r["num_workers"] for r in loader["runs"] if r.get("samples_per_s"))
 
 
-def test_fail_on_stops_fit_before_the_first_step(capfd: pytest.CaptureFixture[str]) -> None:
-    callback = PreflightCallback(fail_on="error", budget_s=6, select=["DL"])
-    model = TinyRegressor(LightningPairs(bad_index=2), batch_size=4)
+def test_fail_on_stops_fit_before_the_first_step(lit: ModuleType, capfd: pytest.CaptureFixture[str]) -> None:
+    callback = lit.PreflightCallback(fail_on="error", budget_s=6, select=["DL"])
+    model = lit.TinyRegressor(lit.LightningPairs(bad_index=2), batch_size=4)
     with pytest.raises(envdoctor.PreflightError) as caught:
-        _trainer(callback).fit(model)
+        lit.trainer(callback).fit(model)
     assert model.steps == 0
     (dl006,) = caught.value.report.by_rule("DL006")
     assert dl006.evidence["index"] == 2 and dl006.evidence["exception"] == "KeyError"
@@ -104,20 +69,20 @@ def test_fail_on_stops_fit_before_the_first_step(capfd: pytest.CaptureFixture[st
     assert capfd.readouterr().err.count(HEADER) == 1
 
 
-def test_below_fail_on_it_warns_and_training_goes_on() -> None:
+def test_below_fail_on_it_warns_and_training_goes_on(lit: ModuleType) -> None:
     """fail_on="never": the finding is a warning, and training starts (and meets the bad record itself)."""
-    callback = PreflightCallback(fail_on="never", budget_s=6, select=["DL"])
-    model = TinyRegressor(LightningPairs(bad_index=2), batch_size=4)
+    callback = lit.PreflightCallback(fail_on="never", budget_s=6, select=["DL"])
+    model = lit.TinyRegressor(lit.LightningPairs(bad_index=2), batch_size=4)
     with pytest.warns(PreflightWarning, match="DL006 dataset-failure"), pytest.raises(KeyError, match="no record 2"):
-        _trainer(callback).fit(model)
+        lit.trainer(callback).fit(model)
     assert callback.report.by_rule("DL006")
 
 
-def test_ddp_profiles_on_local_rank_0_only_with_its_share_of_the_cpus(capfd: pytest.CaptureFixture[str]) -> None:
+def test_ddp_profiles_on_local_rank_0_only_with_its_share_of_the_cpus(lit: ModuleType, capfd: pytest.CaptureFixture[str]) -> None:
     """Two CPU processes under DDP (spawned): one profile, with the node's CPUs shared by two."""
-    callback = PreflightCallback(fail_on="error", budget_s=6, select=["DL"])
-    model = TinyRegressor(LightningPairs(), batch_size=6)
-    _trainer(callback, strategy="ddp_spawn", devices=2, max_epochs=1, limit_train_batches=2).fit(model)
+    callback = lit.PreflightCallback(fail_on="error", budget_s=6, select=["DL"])
+    model = lit.TinyRegressor(lit.LightningPairs(), batch_size=6)
+    lit.trainer(callback, strategy="ddp_spawn", devices=2, max_epochs=1, limit_train_batches=2).fit(model)
     err = capfd.readouterr().err
     assert err.count(HEADER) == 1, err
     (line,) = [ln for ln in err.splitlines() if ln.startswith(HEADER)]
@@ -128,11 +93,17 @@ def test_ddp_profiles_on_local_rank_0_only_with_its_share_of_the_cpus(capfd: pyt
     assert each == max(1, node // 2)
 
 
-def test_a_failure_on_rank_0_stops_every_rank(capfd: pytest.CaptureFixture[str]) -> None:
-    callback = PreflightCallback(fail_on="error", budget_s=6, select=["DL"])
-    model = TinyRegressor(LightningPairs(bad_index=2), batch_size=4)
+def test_a_failure_on_rank_0_stops_every_rank(lit: ModuleType, capfd: pytest.CaptureFixture[str]) -> None:
+    """Two CPU processes under DDP, forked (Lightning's ddp_fork, as in a notebook): rank 0's failure stops both.
+
+    Forked, not spawned as above: how the ranks start is not what this test is about (the stop goes through
+    the strategy's collective either way), and a fork does not import Lightning again in each rank (about
+    5 CPU-s a rank). The spawned launcher is the test above's.
+    """
+    callback = lit.PreflightCallback(fail_on="error", budget_s=6, select=["DL"])
+    model = lit.TinyRegressor(lit.LightningPairs(bad_index=2), batch_size=4)
     with pytest.raises(Exception, match="preflight") as caught:
-        _trainer(callback, strategy="ddp_spawn", devices=2, max_epochs=1, limit_train_batches=2).fit(model)
+        lit.trainer(callback, strategy="ddp_fork", devices=2, max_epochs=1, limit_train_batches=2).fit(model)
     err = capfd.readouterr().err
     assert err.count(HEADER) == 1, err
     assert "error   DL006 dataset-failure: the dataset raised an exception at index 2" in err

@@ -10,6 +10,8 @@ import os
 import re
 import subprocess
 import sys
+from types import ModuleType
+from typing import Any
 
 import pytest
 from torch.utils.data import Dataset
@@ -18,19 +20,20 @@ import envdoctor
 import torch
 from envdoctor.integrations.node import PreflightWarning
 
-os.environ["HF_HUB_OFFLINE"] = "1"  # before transformers is imported: nothing may come from the hub
-transformers = pytest.importorskip("transformers", reason="the transformers extra is not installed "
-                                   "(pip install -e '.[test]')")
-pytest.importorskip("accelerate", reason="the transformers Trainer needs accelerate "
-                    "(pip install -e '.[test]')")
-from envdoctor.integrations.transformers import (  # noqa: E402  (it imports transformers: after the skip)
-    PreflightCallback,
-    processes_on_this_node,
-)
-
 pytestmark = pytest.mark.slow
 
 HEADER = "envdoctor preflight [transformers] on local rank 0: profiled the train loader"
+
+
+@pytest.fixture(scope="module")
+def transformers() -> ModuleType:
+    """transformers, once accelerate is known to be there too: imported when a test of this module runs, not
+    when pytest-xdist's workers collect it (a second or more each, whether or not they run these tests)."""
+    os.environ["HF_HUB_OFFLINE"] = "1"  # before transformers is imported: nothing may come from the hub
+    module = pytest.importorskip("transformers", reason="the transformers extra is not installed "
+                                 "(pip install -e '.[test]')")
+    pytest.importorskip("accelerate", reason="the transformers Trainer needs accelerate (pip install -e '.[test]')")
+    return module
 
 
 class TokenRecords(Dataset):
@@ -55,26 +58,32 @@ class TokenRecords(Dataset):
                 "labels": torch.tensor(index % 2)}
 
 
-class StepCounter(transformers.TrainerCallback):
-    def __init__(self) -> None:
-        self.steps = 0
+def _step_counter(transformers: ModuleType) -> Any:
+    """A TrainerCallback that counts the steps begun."""
+    class StepCounter(transformers.TrainerCallback):
+        def __init__(self) -> None:
+            self.steps = 0
 
-    def on_step_begin(self, args, state, control, **kwargs):
-        self.steps += 1
+        def on_step_begin(self, args, state, control, **kwargs):
+            self.steps += 1
+
+    return StepCounter()
 
 
-def _tiny_bert() -> transformers.PreTrainedModel:
+def _tiny_bert(transformers: ModuleType) -> Any:
     config = transformers.BertConfig(vocab_size=64, hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
                                      intermediate_size=32, max_position_embeddings=16, num_labels=2)
     return transformers.BertForSequenceClassification(config)
 
 
-def _train(tmp_path, callback: PreflightCallback, dataset: Dataset, max_steps: int = 3) -> StepCounter:
-    counter = StepCounter()
+def _train(transformers: ModuleType, tmp_path, callback: Any, dataset: Dataset, max_steps: int = 3,
+           counter: Any = None) -> Any:
+    """Train the tiny BERT on `dataset` with `callback` and a step counter (`counter`, else a new one); the counter."""
+    counter = _step_counter(transformers) if counter is None else counter
     args = transformers.TrainingArguments(
         output_dir=str(tmp_path / "out"), max_steps=max_steps, per_device_train_batch_size=5, use_cpu=True,
         report_to=[], save_strategy="no", logging_strategy="no", disable_tqdm=True, dataloader_num_workers=0)
-    trainer = transformers.Trainer(model=_tiny_bert(), args=args, train_dataset=dataset,
+    trainer = transformers.Trainer(model=_tiny_bert(transformers), args=args, train_dataset=dataset,
                                    callbacks=[callback, counter])
     try:
         trainer.train()
@@ -83,10 +92,13 @@ def _train(tmp_path, callback: PreflightCallback, dataset: Dataset, max_steps: i
     return counter
 
 
-def test_train_profiles_its_own_train_loader_once(tmp_path, capfd: pytest.CaptureFixture[str]) -> None:
+def test_train_profiles_its_own_train_loader_once(transformers: ModuleType, tmp_path,
+                                                  capfd: pytest.CaptureFixture[str]) -> None:
+    from envdoctor.integrations.transformers import PreflightCallback
+
     callback = PreflightCallback(fail_on="error", budget_s=6, select=["DL", "SYS"])
-    counter = _train(tmp_path, callback, TokenRecords())
-    _train(tmp_path, callback, TokenRecords(), max_steps=1)  # a second train(): the node was already checked
+    counter = _train(transformers, tmp_path, callback, TokenRecords())
+    _train(transformers, tmp_path, callback, TokenRecords(), max_steps=1)  # a second train(): already checked
 
     assert counter.steps == 3
     loader = callback.report.loader
@@ -110,25 +122,33 @@ def test_train_profiles_its_own_train_loader_once(tmp_path, capfd: pytest.Captur
     assert printed == sorted(r["num_workers"] for r in loader["runs"] if r.get("samples_per_s"))
 
 
-def test_fail_on_stops_train_before_the_first_step(tmp_path, capfd: pytest.CaptureFixture[str]) -> None:
+def test_fail_on_stops_train_before_the_first_step(transformers: ModuleType, tmp_path,
+                                                   capfd: pytest.CaptureFixture[str]) -> None:
+    from envdoctor.integrations.transformers import PreflightCallback
+
     callback = PreflightCallback(fail_on="error", budget_s=6, select=["DL"])
-    counter = StepCounter()
+    counter = _step_counter(transformers)
     with pytest.raises(envdoctor.PreflightError) as caught:
-        counter = _train(tmp_path, callback, TokenRecords(length=5, bad_index=3))
+        _train(transformers, tmp_path, callback, TokenRecords(length=5, bad_index=3), counter=counter)
     assert counter.steps == 0
     (dl006,) = caught.value.report.by_rule("DL006")
     assert dl006.evidence["index"] == 3 and dl006.evidence["exception"] == "KeyError"
     assert capfd.readouterr().err.count(HEADER) == 1
 
 
-def test_below_fail_on_it_warns_and_training_goes_on(tmp_path) -> None:
+def test_below_fail_on_it_warns_and_training_goes_on(transformers: ModuleType, tmp_path) -> None:
+    from envdoctor.integrations.transformers import PreflightCallback
+
     callback = PreflightCallback(fail_on="never", budget_s=6, select=["DL"])
     with pytest.warns(PreflightWarning, match="DL006 dataset-failure"), pytest.raises(KeyError, match="no record 3"):
-        _train(tmp_path, callback, TokenRecords(length=5, bad_index=3))
+        _train(transformers, tmp_path, callback, TokenRecords(length=5, bad_index=3))
     assert callback.report.by_rule("DL006")
 
 
-def test_processes_on_this_node_come_from_local_world_size(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_processes_on_this_node_come_from_local_world_size(transformers: ModuleType,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    from envdoctor.integrations.transformers import processes_on_this_node
+
     class Args:
         world_size = 8
 

@@ -3,10 +3,15 @@ prompt would (docs/mcp.md: arguments are data, paths stay inside the roots, code
 
 The server is started as `envdoctor mcp` in a subprocess whose open-file limit is 256, so the
 SYS checks it runs have something real to find: SYS001 with the limit in its evidence.
+
+The tests that only list and call tools share a server (one per module and set of start options: each start
+costs a second of CPU), and make their calls one after another in its session, as an agent would; the tests
+about the server's own start, stop and options start their own.
 """
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import json
 import os
 import signal
@@ -14,18 +19,24 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psutil
 import pytest
 
 anyio = pytest.importorskip("anyio", reason="the mcp extra is not installed (pip install -e '.[test]')")
-mcp = pytest.importorskip("mcp", reason="the mcp extra is not installed (pip install -e '.[test]')")
-from mcp.client.stdio import StdioServerParameters  # noqa: E402  (part of the mcp extra: after the skip)
-from mcp_types import ListRootsResult, Root  # noqa: E402
+if TYPE_CHECKING:
+    from mcp.client.stdio import StdioServerParameters
 
-pytestmark = pytest.mark.slow
+# The SDK itself (mcp, mcp_types) is imported where it is used, when a test runs: imported here it would cost
+# every pytest-xdist worker most of a second at collection, whether or not it runs these tests.
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(importlib.util.find_spec("mcp") is None,
+                       reason="the mcp extra is not installed (pip install -e '.[test]')"),
+]
 
 READS = {"read_only_hint": True, "destructive_hint": False, "idempotent_hint": True, "open_world_hint": False}
 RUNS_CODE = {"read_only_hint": False, "destructive_hint": True, "idempotent_hint": False, "open_world_hint": True}
@@ -34,6 +45,8 @@ TOOLS = {"check": READS, "check_environment": RUNS_CODE, "loader": RUNS_CODE, "e
 
 
 def _server(cwd: Path, nofile: int | None = 256, args: tuple[str, ...] = ()) -> StdioServerParameters:
+    from mcp.client.stdio import StdioServerParameters
+
     # `exec` keeps envdoctor mcp itself as the child the client talks to and stops.
     lower = f"ulimit -n {nofile} && " if nofile else ""
     return StdioServerParameters(command="bash", args=["-c", f'{lower}exec "$0" -m envdoctor mcp "$@"',
@@ -44,32 +57,64 @@ def _text(result: Any) -> str:
     return "".join(getattr(block, "text", "") for block in result.content)
 
 
-def _session(cwd: Path, calls: list[tuple[str, dict[str, Any]]], nofile: int | None = 256,
-             roots: list[Path] | None = None, args: tuple[str, ...] = ()) -> tuple[Any, list[Any]]:
-    """List the tools, then make `calls` in order, in one session with the server.
+class LiveSession:
+    """A session with a running server, driven from the test's own thread: `call` waits for each answer."""
+
+    def __init__(self, cwd: Path, portal: Any, client: Any) -> None:
+        self.cwd = cwd
+        self._portal = portal
+        self._client = client
+        self.listing = portal.call(client.list_tools)
+
+    def call(self, name: str, args: dict[str, Any]) -> Any:
+        return self._portal.call(self._client.call_tool, name, args)
+
+    def calls(self, calls: list[tuple[str, dict[str, Any]]]) -> list[Any]:
+        """`calls` in order, each once the one before it has been answered."""
+        return [self.call(name, args) for name, args in calls]
+
+
+@contextlib.contextmanager
+def _live_session(cwd: Path, nofile: int | None = 256, roots: list[Path] | None = None,
+                  args: tuple[str, ...] = ()) -> Iterator[LiveSession]:
+    """Start the server, open a session with it and list its tools; close both on leaving.
 
     `roots`: the folders the client declares (roots/list); None declares no roots capability.
+    The session runs in anyio's event loop on a thread of its own (a blocking portal).
     """
+    import mcp
+    from mcp_types import ListRootsResult, Root
+
     async def list_roots(_context: Any) -> ListRootsResult:
         return ListRootsResult(roots=[Root(uri=folder.as_uri()) for folder in roots or []])
 
-    async def run() -> tuple[Any, list[Any]]:
-        async with mcp.Client(_server(cwd, nofile, args), read_timeout_seconds=300,
-                              list_roots_callback=list_roots if roots is not None else None) as client:
-            listing = await client.list_tools()
-            results = [await client.call_tool(name, args) for name, args in calls]
-            return listing, results
-
-    return anyio.run(run)
+    client = mcp.Client(_server(cwd, nofile, args), read_timeout_seconds=300,
+                        list_roots_callback=list_roots if roots is not None else None)
+    with anyio.from_thread.start_blocking_portal() as portal, portal.wrap_async_context_manager(client) as entered:
+        yield LiveSession(cwd, portal, entered)
 
 
-def test_an_agent_lists_the_tools_explains_a_rule_and_runs_the_sys_checks(tmp_path: Path) -> None:
-    listing, (explained, unknown, checked) = _session(tmp_path, [
+def _session(cwd: Path, calls: list[tuple[str, dict[str, Any]]], nofile: int | None = 256,
+             roots: list[Path] | None = None, args: tuple[str, ...] = ()) -> tuple[Any, list[Any]]:
+    """A server of its own: list the tools, then make `calls` in order, in one session with it."""
+    with _live_session(cwd, nofile, roots, args) as session:
+        return session.listing, session.calls(calls)
+
+
+@pytest.fixture(scope="module")
+def limited_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LiveSession]:
+    """One server under `ulimit -n 256`, in a folder of its own, shared by the tests that list and call tools."""
+    with _live_session(tmp_path_factory.mktemp("limited")) as session:
+        yield session
+
+
+def test_an_agent_lists_the_tools_explains_a_rule_and_runs_the_sys_checks(limited_server: LiveSession) -> None:
+    explained, unknown, checked = limited_server.calls([
         ("explain", {"rule": "SYS001"}),
         ("explain", {"rule": "NOPE999"}),
         ("check", {"select": ["SYS"]}),
     ])
-    tools = {tool.name: tool for tool in listing.tools}
+    tools = {tool.name: tool for tool in limited_server.listing.tools}
     assert set(tools) == set(TOOLS)
     assert {"select", "ignore", "scripts", "data"} <= set(tools["check"].input_schema["properties"])
     assert "prefix" not in tools["check"].input_schema["properties"]
@@ -96,10 +141,9 @@ def test_an_agent_lists_the_tools_explains_a_rule_and_runs_the_sys_checks(tmp_pa
     assert report["exit_code"] == (1 if report["summary"]["error"] else 0)
 
 
-def test_every_tool_says_what_it_runs_in_its_annotations_and_description(tmp_path: Path) -> None:
+def test_every_tool_says_what_it_runs_in_its_annotations_and_description(limited_server: LiveSession) -> None:
     """Read-only only where nothing but envdoctor runs; the tools that start code say so in words too."""
-    listing, _ = _session(tmp_path, [], nofile=None)
-    tools = {tool.name: tool for tool in listing.tools}
+    tools = {tool.name: tool for tool in limited_server.listing.tools}
     assert set(tools) == set(TOOLS)
     for name, expected in TOOLS.items():
         hints = tools[name].annotations
@@ -113,16 +157,17 @@ def test_every_tool_says_what_it_runs_in_its_annotations_and_description(tmp_pat
     assert "runs no interpreter but envdoctor's own and none of your code" in said["check"]
 
 
-def test_compare_finds_the_node_whose_open_file_limit_differs(tmp_path: Path) -> None:
+def test_compare_finds_the_node_whose_open_file_limit_differs(limited_server: LiveSession) -> None:
     """Two real reports of this machine, one written under `ulimit -n 256`: compare names that node."""
+    folder = limited_server.cwd  # the server's working directory: "node-b.json" is found there
     for name, limit in (("node-a", "unlimited"), ("node-b", "256")):
         lower = "" if limit == "unlimited" else f"ulimit -n {limit} && "
         subprocess.run(["bash", "-c", f'{lower}exec "$0" -m envdoctor report --no-loader --select SYS --output "$1"',
-                        sys.executable, str(tmp_path / f"{name}.json")], cwd=tmp_path, timeout=300, check=False)
-    compared, missing = _session(tmp_path, [
-        ("compare", {"reports": [str(tmp_path / "node-a.json"), "node-b.json"]}),
-        ("compare", {"reports": [str(tmp_path / "absent.json")]}),
-    ])[1]
+                        sys.executable, str(folder / f"{name}.json")], cwd=folder, timeout=300, check=False)
+    compared, missing = limited_server.calls([
+        ("compare", {"reports": [str(folder / "node-a.json"), "node-b.json"]}),
+        ("compare", {"reports": [str(folder / "absent.json")]}),
+    ])
     assert not compared.is_error
     report = compared.structured_content
     assert report["schema_version"] == 1
@@ -132,12 +177,16 @@ def test_compare_finds_the_node_whose_open_file_limit_differs(tmp_path: Path) ->
     assert missing.is_error and "absent.json" in _text(missing)
 
 
-@pytest.fixture
-def project(tmp_path: Path) -> Path:
-    """A project folder (the server's root), with a secret outside it and links that lead there."""
-    root = tmp_path / "project"
+@pytest.fixture(scope="module")
+def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A project folder (the server's root), with a secret outside it and links that lead there.
+
+    Shared by this module's tests, as the root of `project_server`: each test adds files of its own names.
+    """
+    top = tmp_path_factory.mktemp("mcp-project")
+    root = top / "project"
     root.mkdir()
-    outside = tmp_path / "elsewhere"
+    outside = top / "elsewhere"
     outside.mkdir()
     (outside / "credentials").write_text("machine api.example.com login alice password outside-hunter2\n")
     (root / "to_credentials.py").symlink_to(outside / "credentials")
@@ -146,7 +195,14 @@ def project(tmp_path: Path) -> Path:
     return root
 
 
-def test_paths_outside_the_roots_are_refused_before_anything_runs(project: Path) -> None:
+@pytest.fixture(scope="module")
+def project_server(project: Path) -> Iterator[LiveSession]:
+    """One server whose working directory (its root) is `project`, with no roots declared by the client."""
+    with _live_session(project, nofile=None) as session:
+        yield session
+
+
+def test_paths_outside_the_roots_are_refused_before_anything_runs(project: Path, project_server: LiveSession) -> None:
     refused = [
         ("check", {"scripts": ["/etc/passwd"]}),
         ("check", {"scripts": ["../../../../../../../../etc/passwd"]}),
@@ -160,7 +216,7 @@ def test_paths_outside_the_roots_are_refused_before_anything_runs(project: Path)
         ("loader", {"data": "/etc", "budget_s": 1}),
         ("check_environment", {"prefix": "/usr"}),
     ]
-    results = _session(project, refused, nofile=None)[1]
+    results = project_server.calls(refused)
     for (name, args), result in zip(refused, results):
         text = _text(result)
         assert result.is_error, (name, args, text)
@@ -195,10 +251,10 @@ def test_the_servers_root_option_names_the_folders_when_the_client_declares_none
     assert here.is_error and "the --root folders the server was started with" in _text(here)
 
 
-def test_arguments_are_data_never_options(project: Path) -> None:
+def test_arguments_are_data_never_options(project: Path, project_server: LiveSession) -> None:
     """`--output=…` is a file name like any other (inside the root, and absent), never an option of envdoctor's."""
     victim = project / "victim.txt"
-    results = _session(project, [
+    results = project_server.calls([
         ("check", {"scripts": [f"--output={victim}"], "select": ["SPW"]}),
         ("check", {"scripts": [f"--svg={victim}"], "select": ["SPW"]}),
         ("compare", {"reports": [f"--output={victim}"]}),
@@ -209,7 +265,7 @@ def test_arguments_are_data_never_options(project: Path) -> None:
         ("explain", {"rule": "S" * 10_000_000}),
         ("check", {"select": ["SYS"] * 1000}),
         ("loader", {"budget_s": -1}),
-    ], nofile=None)[1]
+    ])
     assert victim.read_text() == "keep me\n"
     output, svg, compared, helped, selected, dataset, nul, huge, many, budget = results
     for result in (output, svg):
@@ -227,13 +283,12 @@ def test_arguments_are_data_never_options(project: Path) -> None:
     assert budget.is_error and "argument budget_s must be more than 0" in _text(budget)
 
 
-def test_no_line_of_a_file_that_is_not_python_is_quoted(project: Path) -> None:
+def test_no_line_of_a_file_that_is_not_python_is_quoted(project: Path, project_server: LiveSession) -> None:
     """A credentials file is not Python: named as a script it is said to be so, and not quoted; a .py file
     that does not parse gets SPW004 with the position and the parser's message, not its line."""
     (project / "pgpass").write_text("db.example.com:5432:train:alice:pg-hunter2\n")
     (project / "broken.py").write_text("import os\n\nmachine api.example.com login alice password py-hunter2\n")
-    (checked,) = _session(project, [("check", {"scripts": ["pgpass", "broken.py"], "select": ["SPW"]})],
-                          nofile=None)[1]
+    checked = project_server.call("check", {"scripts": ["pgpass", "broken.py"], "select": ["SPW"]})
     assert not checked.is_error
     assert "hunter2" not in _text(checked)
     by_path = {Path(f["evidence"]["path"]).name: f for f in checked.structured_content["findings"]}
@@ -254,25 +309,26 @@ def _fake_prefix(folder: Path, marker: Path) -> Path:
     return folder
 
 
-def test_another_environments_python_runs_only_through_the_tool_that_says_so(project: Path, tmp_path: Path) -> None:
+def test_another_environments_python_runs_only_through_the_tool_that_says_so(project: Path, project_server: LiveSession,
+                                                                            tmp_path: Path) -> None:
     marker = tmp_path / "ran"
     inside = _fake_prefix(project / ".venv", marker)
     outside = _fake_prefix(tmp_path / "elsewhere-env", marker)
-    plain, refused = _session(project, [
+    plain, refused = project_server.calls([
         ("check", {"prefix": str(inside), "select": ["SYS001"]}),  # check takes no prefix: ignored, not run
         ("check_environment", {"prefix": str(outside), "select": ["SYS001"]}),
-    ], nofile=None)[1]
+    ])
     assert not plain.is_error and plain.structured_content["target"]["prefix"] == os.path.realpath(sys.prefix)
     assert refused.is_error and "outside the folders" in _text(refused)
     assert not marker.exists()
     # The capability that says "this runs the environment's Python" does run it.
-    (asked,) = _session(project, [("check_environment", {"prefix": ".venv", "select": ["SYS001"]})], nofile=None)[1]
+    asked = project_server.call("check_environment", {"prefix": ".venv", "select": ["SYS001"]})
     assert marker.read_text() == "ran\n", _text(asked)
 
 
-def test_the_loader_tool_profiles_the_projects_own_dataset(tmp_path: Path) -> None:
+def test_the_loader_tool_profiles_the_projects_own_dataset(project: Path, project_server: LiveSession) -> None:
     """`dataset` names a factory in the project (the server's working directory), as on the command line."""
-    (tmp_path / "shapes.py").write_text(
+    (project / "shapes.py").write_text(
         "import torch\n"
         "from torch.utils.data import Dataset\n\n\n"
         "class Shapes(Dataset):\n"
@@ -282,10 +338,10 @@ def test_the_loader_tool_profiles_the_projects_own_dataset(tmp_path: Path) -> No
         "        return torch.full((3, 8, 8), float(index))\n\n\n"
         "def make():\n"
         "    return Shapes(), {'batch_size': 10}\n")
-    (profiled, missing) = _session(tmp_path, [
+    profiled, missing = project_server.calls([
         ("loader", {"dataset": "shapes:make", "budget_s": 6}),
         ("loader", {"dataset": "shapes:nothing_here", "budget_s": 6}),
-    ], nofile=None)[1]
+    ])
     assert not profiled.is_error
     report = profiled.structured_content
     section = report["loader"]
@@ -338,6 +394,8 @@ def _wait_for_runner(mark: str, deadline_s: float = 180.0) -> list[psutil.Proces
 
 def test_a_client_that_leaves_mid_check_leaves_no_process_behind(tmp_path: Path) -> None:
     """The agent gives up on a long smoke test: the check stops, workers and all."""
+    import mcp
+
     _slow_dataset(tmp_path)
     mark = uuid.uuid4().hex
     server = _server(tmp_path, nofile=None)

@@ -3,9 +3,13 @@
 The fast tests judge fixed loop sections (the model, the verdict, the rule's evidence); the slow ones run real
 commands under the observer: the plain script of fixtures/loop/ (it times its own `next()`), torchrun with two
 ranks, Lightning and the Hugging Face Trainer, commands that fail or never iterate a DataLoader.
+
+Whether a framework is installed is looked up, not imported: the command under test imports it, and importing
+Lightning in the test process too would cost it seconds for nothing.
 """
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import shutil
@@ -364,8 +368,8 @@ def test_the_users_own_sitecustomize_still_runs(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.skipif(importlib.util.find_spec("lightning") is None, reason="Lightning is not installed")
 def test_lightning_loop_fires(tmp_path: Path) -> None:
-    pytest.importorskip("lightning")
     proc, report = _run(tmp_path, "--", sys.executable, str(LOOP_FIXTURES / "lightning_loop.py"),
                         env={"ROOT_DIR": str(tmp_path / "lightning")})
     assert proc.returncode == 0, proc.stderr
@@ -374,8 +378,8 @@ def test_lightning_loop_fires(tmp_path: Path) -> None:
 
 
 @pytest.mark.slow
+@pytest.mark.skipif(importlib.util.find_spec("transformers") is None, reason="transformers is not installed")
 def test_hf_trainer_loop_that_keeps_up_stays_quiet(tmp_path: Path) -> None:
-    pytest.importorskip("transformers")
     proc, report = _run(tmp_path, "--", sys.executable, str(LOOP_FIXTURES / "hf_trainer_loop.py"),
                         env={"SAMPLE_S": "0", "STEP_S": "0.05", "OUTPUT_DIR": str(tmp_path / "hf")})
     assert proc.returncode == 0, proc.stderr
@@ -411,7 +415,6 @@ def test_a_command_a_signal_ends_exits_128_plus_the_signal(tmp_path: Path) -> No
 def test_the_observer_leaves_out_warm_up_epoch_starts_and_other_loaders(tmp_path: Path,
                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     """In-process: the observer's window, its seconds limit, and a validation pass between two batches."""
-    import importlib.util
     import time
 
     torch = pytest.importorskip("torch")

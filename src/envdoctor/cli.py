@@ -289,12 +289,13 @@ def _run_with_progress(config: Any, run_check: Any) -> Any:
 
 
 def _cmd_render(args: argparse.Namespace) -> int:
-    from envdoctor.report import RenderOptions, load_report
+    from envdoctor.report import RenderOptions, collector_paused, load_report
     from envdoctor.verdict import settle
 
     check_writable(args.output)
-    report = settle(load_report(args.report))  # a report saved before the verdict was carried gets one
-    emit(report, args.format, args.output, options=RenderOptions(verbose=args.verbose, against=args.against))
+    with collector_paused():
+        report = settle(load_report(args.report))  # a report saved before the verdict was carried gets one
+        emit(report, args.format, args.output, options=RenderOptions(verbose=args.verbose, against=args.against))
     return report.exit_code(args.fail_on)
 
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from envdoctor.loader import supervisor as loader_run
+from envdoctor.process import group_alive
 
 #: The stage's grace past the budget in the deadline tests (3 s in the product): the kill at the deadline is
 #: the mechanism under test, not the grace's length. A fake runner has written its events and started its
@@ -71,8 +72,7 @@ def test_stage_deadline_kills_the_whole_group(tmp_path: Path, monkeypatch: pytes
     assert outcome.last_index == 3 and outcome.last_phase["name"] == "getitem"
     assert elapsed < 1.0 + loader_run.STAGE_GRACE_S + 3
     child = int(pidfile.read_text())
-    with pytest.raises(ProcessLookupError):
-        os.killpg(outcome.pid, 0)
+    assert not group_alive(outcome.pid)  # nothing of the group runs (a zombie init has yet to reap is gone)
     assert not Path(f"/proc/{child}").exists() or "Z" in Path(f"/proc/{child}/stat").read_text().split()[2]
 
 
@@ -145,3 +145,25 @@ def test_no_plan_file_is_left_when_the_interpreter_cannot_start(tmp_path: Path) 
     with pytest.raises(OSError):
         loader_run.run_stage({}, interpreter=str(tmp_path / "no-python"), budget_s=1.0)
     assert set(glob.glob(os.path.join(tempfile.gettempdir(), "envdoctor-plan-*.json"))) - before == set()
+
+
+def test_a_group_of_zombies_is_not_alive() -> None:
+    """A killed group whose processes are dead but not yet reaped (init reaps orphans, late in some
+    containers) is gone; one live member keeps it alive."""
+    import subprocess
+
+    dead = subprocess.Popen([sys.executable, "-c", "pass"], start_new_session=True)
+    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"], start_new_session=True)
+    try:
+        deadline = time.monotonic() + 30
+        while "Z" not in Path(f"/proc/{dead.pid}/stat").read_text().rsplit(")", 1)[1].split()[0]:
+            assert time.monotonic() < deadline
+            time.sleep(0.02)
+        os.killpg(dead.pid, 0)  # the zombie is still in its group …
+        assert not group_alive(dead.pid)  # … which has nothing left running
+        assert group_alive(live.pid)
+    finally:
+        live.kill()
+        live.wait()
+        dead.wait()
+    assert not group_alive(live.pid)

@@ -28,6 +28,7 @@ from pathlib import Path
 
 import pytest
 
+from envdoctor.process import group_alive
 from test_spawn_fixtures import FIXTURES, check_scripts, ground_truth, header
 
 pytestmark = pytest.mark.slow
@@ -35,14 +36,6 @@ pytestmark = pytest.mark.slow
 BOOTSTRAP = "bootstrapping phase"
 RUN_LIMIT_S = 90.0
 GROUND_TRUTH = [p for p in FIXTURES if ground_truth(p)]
-
-
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 def stop_group(proc: subprocess.Popen) -> None:
@@ -58,7 +51,7 @@ def stop_group(proc: subprocess.Popen) -> None:
         pass
     proc.poll()
     grace = time.monotonic() + 5.0
-    while time.monotonic() < grace and _group_alive(proc.pid):
+    while time.monotonic() < grace and group_alive(proc.pid):
         proc.poll()
         time.sleep(0.05)
     try:

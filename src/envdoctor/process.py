@@ -64,6 +64,40 @@ def kill_group(pgid: int) -> None:
         pass
 
 
+def group_alive(pgid: int) -> bool:
+    """Whether a process of group `pgid` still runs. Zombies do not count: they hold nothing but their pid
+    until their parent, or for orphans init, reaps them, and an init that reaps late (a container's shell,
+    a sandbox's own) would otherwise keep a killed group "alive" for seconds. Windows has no groups (False);
+    where there is no /proc (macOS), a zombie still counts."""
+    if sys.platform == "win32":
+        return False
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    if not sys.platform.startswith("linux"):
+        return True
+    try:
+        entries = os.listdir("/proc")
+    except OSError:
+        return True
+    for entry in entries:
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as fh:
+                stat = fh.read()
+        except OSError:
+            continue  # gone meanwhile
+        # pid (comm) state ppid pgrp …: comm may hold spaces and parentheses, so split after the last ")".
+        fields = stat[stat.rfind(b")") + 2:].split()
+        if len(fields) > 2 and fields[2] == str(pgid).encode() and fields[0] not in (b"Z", b"X"):
+            return True
+    return False
+
+
 def kill_tree(pid: int) -> None:
     """Kill a process and every descendant psutil finds, children first; gone ones are skipped.
 

@@ -47,7 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from envdoctor.inside import loader_protocol
-from envdoctor.process import kill_group
+from envdoctor.process import group_alive, kill_group
 
 RUNNER_PATH = Path(__file__).resolve().parent.parent / "inside" / "loader_runner.py"
 #: Extra seconds past the budget before the whole stage is killed.
@@ -555,22 +555,11 @@ def _drain(outcome: StageRun, events: _Events, pending: bytes, progress: Progres
         outcome.take(line, progress)
 
 
-def _group_alive(pgid: int) -> bool:
-    if sys.platform == "win32":
-        return False  # no groups: the tracked descendants are what is waited for
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 def _wait_group_gone(pgid: int, procs: dict[int, float] | None = None, wait_s: float = 3.0) -> None:
-    """Killed processes take a moment to go; orphans are reaped by init, not by us."""
+    """Killed processes take a moment to go; orphans are reaped by init, not by us (a zombie is gone:
+    `group_alive`). On Windows there are no groups: the tracked descendants are what is waited for."""
     end = time.monotonic() + wait_s
-    while (_group_alive(pgid) or (procs and _tracked_alive(procs))) and time.monotonic() < end:
+    while (group_alive(pgid) or (procs and _tracked_alive(procs))) and time.monotonic() < end:
         kill_group(pgid)
         if procs:
             _kill_tracked(procs)

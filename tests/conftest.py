@@ -19,8 +19,9 @@ import pytest
 from fixenvs import offline_env
 from support import validate_report
 
-# The conda fixture builder (fixtures/condafixtures.py) provides the session-scoped `conda_world`.
-pytest_plugins = ["condafixtures"]
+# The conda fixture builder (fixtures/condafixtures.py) provides the session-scoped `conda_world`;
+# fixtures/fixenvs.py the session's pip venv and unpacked pip (`pip_venv_template`, `bundled_pip`).
+pytest_plugins = ["condafixtures", "fixenvs"]
 
 #: A module marked slow as a whole: `pytestmark = pytest.mark.slow` or a list that starts with it.
 _SLOW_MODULE = re.compile(r"^pytestmark = (?:pytest\.mark\.slow$|\[\s*pytest\.mark\.slow,)", re.MULTILINE)

@@ -21,7 +21,7 @@ import pytest
 
 from condafixtures import module, write_wheel
 from envs.systemroot import SystemRoot, quiet_env, system_python_version
-from fixenvs import EXT, make_pip_venv, offline_env, run_ok, stale_binary_numpy_wheels, tree_digest
+from fixenvs import EXT, copy_venv, make_pip_venv, offline_env, run_ok, stale_binary_numpy_wheels, tree_digest
 
 pytestmark = pytest.mark.slow
 
@@ -37,23 +37,16 @@ def envdoctor(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[st
 
 
 @pytest.fixture(scope="module")
-def ignore_installed_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
+def ignore_installed_venv(tmp_path_factory: pytest.TempPathFactory, pip_venv_template: Path) -> Path:
     """numpy 1.26.4, then `pip install --ignore-installed` numpy 2.2.6 over it: two dist-infos, mixed files."""
     root = tmp_path_factory.mktemp("ignore-installed")
     env = offline_env(root / "wheels", root / "cache")
     old, new = stale_binary_numpy_wheels(root / "wheels")
-    venv = make_pip_venv(root / "venv", env)
+    venv = make_pip_venv(pip_venv_template, root / "venv")
     python = str(venv / "bin" / "python")
     run_ok([python, "-m", "pip", "install", "--no-compile", str(old)], env)
     run_ok([python, "-m", "pip", "install", "--no-compile", "--ignore-installed", str(new)], env)
     return venv
-
-
-def copy_venv(venv: Path, tmp_path: Path) -> Path:
-    """A private copy of a shared venv (its interpreter is a symlink; pip runs as `python -m pip`)."""
-    mine = tmp_path / "venv"
-    shutil.copytree(venv, mine, symlinks=True)
-    return mine
 
 
 def multiarray(python: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:

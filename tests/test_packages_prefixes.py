@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from condafixtures import CONDA_FORGE, PKGS_MAIN, PY, PY_FULL, PYTORCH, SITE, World
+from fixenvs import run_bundled_pip
 from support import findings, json_report, run_envdoctor
 
 pytestmark = pytest.mark.slow
@@ -343,32 +344,26 @@ def test_clashing_distributions_pkg004(conda_world: World, tmp_path: Path) -> No
     assert by_clash["cuda"]["fix"].startswith(f"conda remove -p {prefix} cudatoolkit")
 
 
-def _make_venv(conda_world: World, path: Path, *wheels: Path) -> Path:
+def _make_venv(pip: Path, path: Path, *wheels: Path) -> Path:
     base = getattr(sys, "_base_executable", sys.executable)
     subprocess.run([base, "-m", "venv", "--without-pip", str(path)], check=True, timeout=120)
     if wheels:
-        # pip run straight from ensurepip's wheel by the venv's own interpreter: no pip needed anywhere else.
-        import ensurepip
-
-        [pip_wheel] = sorted(Path(ensurepip.__file__).parent.glob("_bundled/pip-*.whl"))[-1:]
-        proc = subprocess.run([str(path / "bin" / "python"), f"{pip_wheel}/pip", "install", "--no-index", "--no-deps",
-                               "--no-cache-dir", "--disable-pip-version-check", *map(str, wheels)],
-                              capture_output=True, text=True, timeout=300,
-                              env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"})
-        assert proc.returncode == 0, proc.stderr
+        # pip from ensurepip's wheel (bundled_pip), run by the venv's own interpreter: no pip needed anywhere else.
+        run_bundled_pip(pip, path, "install", "--no-index", "--no-deps", "--no-cache-dir", "--disable-pip-version-check",
+                        *map(str, wheels), env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"})
     return path
 
 
-def test_venv_without_conda_meta(conda_world: World, tmp_path: Path) -> None:
+def test_venv_without_conda_meta(conda_world: World, bundled_pip: Path, tmp_path: Path) -> None:
     w = conda_world
-    healthy_venv = w.scenario("venv-healthy", lambda p: _make_venv(w, p, w.wheel("numpy", "1.26.4")))
+    healthy_venv = w.scenario("venv-healthy", lambda p: _make_venv(bundled_pip, p, w.wheel("numpy", "1.26.4")))
     report = report_for(healthy_venv, tmp_path)
     assert report["target"]["kind"] == "venv"
     assert rule_ids(report) == []
     assert report["facts"]["packages"]["conda"] == {"present": False, "records": [], "checked_by": "size"}
 
     broken = w.scenario("venv-broken", lambda p: _make_venv(
-        w, p, w.wheel("numpy", "1.26.4"), w.wheel("trainkit", "1.0", requires=(
+        bundled_pip, p, w.wheel("numpy", "1.26.4"), w.wheel("trainkit", "1.0", requires=(
             "numpy>=2", "missingdep>=1", 'winonly; sys_platform == "win32"', 'py2only; python_version < "3"',
             'gpu-extra; extra == "gpu"')),
         w.wheel("opencv-python", "4.9.0.80", modules=["cv2"]),

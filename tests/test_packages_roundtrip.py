@@ -21,6 +21,7 @@ import pytest
 
 from condafixtures import module, write_wheel
 from envs.fixsteps import offline_env, run_fix_steps
+from fixenvs import run_bundled_pip
 from support import findings, json_report, run_envdoctor
 
 UV = shutil.which("uv") or str(Path(sys.executable).parent / "uv")
@@ -58,16 +59,6 @@ def pip_venv(path: Path) -> Path:
     return path
 
 
-def bootstrap_pip(venv: Path, *args: str, env: dict[str, str]) -> None:
-    """pip run from ensurepip's bundled wheel by the venv's own interpreter (the venv keeps no pip)."""
-    import ensurepip
-
-    [pip_wheel] = sorted(Path(ensurepip.__file__).parent.glob("_bundled/pip-*.whl"))[-1:]
-    proc = subprocess.run([str(venv / "bin" / "python"), f"{pip_wheel}/pip", *args], capture_output=True, text=True,
-                          env=env, timeout=300)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-
-
 def by_rule(report: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
     out: dict[str, list[dict[str, Any]]] = {}
     for finding in report["findings"]:
@@ -76,14 +67,16 @@ def by_rule(report: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
 
 
 @pytest.mark.slow
-def test_pip_venv_fixes_run_as_given_and_hold(tmp_path: Path) -> None:
+def test_pip_venv_fixes_run_as_given_and_hold(tmp_path: Path, bundled_pip: Path) -> None:
     wheel_dir = wheels(tmp_path / "wheels")
     env = offline_env(wheel_dir)
     venv = pip_venv(tmp_path / "venv")
+    # pip from ensurepip's bundled wheel, run by the venv's own interpreter (the venv keeps no pip).
     install = ("install", "--no-index", "--find-links", str(wheel_dir), "--no-cache-dir", "--disable-pip-version-check")
-    bootstrap_pip(venv, *install, "--no-deps", "trainkit==1.0", "minidep==1.0", "dupe==1.0", "brokenpkg==1.0",
-                  "hooked==1.0", "opencv-python==4.9.0.80", "opencv-python-headless==4.9.0.80", env=env)
-    bootstrap_pip(venv, *install, "--ignore-installed", "--no-deps", "dupe==2.0", env=env)
+    run_bundled_pip(bundled_pip, venv, *install, "--no-deps", "trainkit==1.0", "minidep==1.0", "dupe==1.0",
+                    "brokenpkg==1.0", "hooked==1.0", "opencv-python==4.9.0.80", "opencv-python-headless==4.9.0.80",
+                    env=env)
+    run_bundled_pip(bundled_pip, venv, *install, "--ignore-installed", "--no-deps", "dupe==2.0", env=env)
     site = next(venv.glob("lib/python3*/site-packages"))
     (site / "brokenpkg-1.0.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: brokenpkg\n")
     marker = tmp_path / "pth-ran"

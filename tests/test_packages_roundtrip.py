@@ -3,9 +3,9 @@
 A pip venv (made without pip, as many are) and a uv venv (uv venvs have no
 pip) are broken for real with local wheels; the steps in each finding's
 `fix_steps` are run exactly as `envdoctor fix` would (argv as given, moves
-inside the prefix), with pip and uv pointed at the local wheels through their
-environment variables. Then the check runs again: every finding fixed is
-gone, and no new one appears.
+inside the prefix, a step two findings share run once), with pip and uv
+pointed at the local wheels through their environment variables. Then the
+check runs again: every finding fixed is gone, and no new one appears.
 """
 from __future__ import annotations
 
@@ -114,8 +114,9 @@ def test_pip_venv_fixes_run_as_given_and_hold(tmp_path: Path, bundled_pip: Path)
     for finding in report["findings"]:
         assert finding["fix_steps"], finding  # every one of these fixes is runnable here
 
+    ran: set[str] = set()  # a step two findings share runs once, as `envdoctor fix` runs it
     for finding in report["findings"]:
-        run_fix_steps(finding["fix_steps"], venv, env)
+        run_fix_steps(finding["fix_steps"], venv, env, ran=ran)
     again = check(venv, tmp_path, "--against", str(against))
     assert again["findings"] == [], [f["message"] for f in again["findings"]]
 

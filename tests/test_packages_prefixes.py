@@ -3,7 +3,10 @@
 Each scenario prefix is built once per session (condafixtures.World.scenario)
 and `envdoctor report --json --no-loader --select PKG CHN --prefix P` must give
 exactly the expected rule ids with the expected evidence, and nothing else
-from these families.
+from these families. The command runs in this process (support.run_cli): the
+facts are the prefix's, read with its own interpreter, never pytest's; the
+tests about the process itself (its own interpreter, the bytecode it must not
+write) start a real one.
 """
 from __future__ import annotations
 
@@ -19,7 +22,7 @@ import pytest
 
 from condafixtures import CONDA_FORGE, PKGS_MAIN, PY, PY_FULL, PYTORCH, SITE, World
 from fixenvs import run_bundled_pip
-from support import findings, json_report, run_envdoctor
+from support import findings, json_report, run_cli, run_envdoctor
 
 pytestmark = pytest.mark.slow
 
@@ -37,8 +40,8 @@ def clean_env(tmp: Path, **extra: str) -> dict[str, str]:
 
 def report_for(prefix: Path, tmp: Path, *args: str, env: dict[str, str] | None = None,
                cwd: str | None = None) -> dict[str, Any]:
-    proc = run_envdoctor("report", "--json", "--no-loader", "--select", *FAMILIES, "--prefix", str(prefix),
-                         *args, env=env or clean_env(tmp), cwd=cwd)
+    proc = run_cli("report", "--json", "--no-loader", "--select", *FAMILIES, "--prefix", str(prefix),
+                   *args, env=env or clean_env(tmp), cwd=cwd)
     assert proc.returncode in (0, 1), proc.stderr
     assert "Traceback" not in proc.stderr
     report = json_report(proc)
@@ -298,8 +301,8 @@ def test_corrupt_metadata_pkg009_and_the_rest_still_runs(conda_world: World, tmp
         (p / "conda-meta" / "broken-list-1.0-0.json").write_text("[1, 2]")   # not an object
         (p / SITE / "trainkit-1.0.dist-info" / "METADATA").unlink()         # dist-info without METADATA
     prefix = conda_world.scenario("corrupt-metadata", build)
-    proc = run_envdoctor("report", "--json", "--no-loader", "--select", *FAMILIES, "--prefix", str(prefix),
-                         env=clean_env(tmp_path))
+    proc = run_cli("report", "--json", "--no-loader", "--select", *FAMILIES, "--prefix", str(prefix),
+                   env=clean_env(tmp_path))
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
     report = json_report(proc)
     assert report["errors"] == []
@@ -407,12 +410,12 @@ def test_named_environment_from_environments_txt(healthy: Path, tmp_path: Path) 
     home = tmp_path / "home"
     (home / ".conda").mkdir(parents=True)
     (home / ".conda" / "environments.txt").write_text(f"/nonexistent/envs/other\n{healthy}\n")
-    proc = run_envdoctor("report", "--json", "--no-loader", "--select", *FAMILIES, "-n", healthy.name,
-                         env=clean_env(tmp_path, HOME=str(home)))
+    proc = run_cli("report", "--json", "--no-loader", "--select", *FAMILIES, "-n", healthy.name,
+                   env=clean_env(tmp_path, HOME=str(home)))
     report = json_report(proc)
     assert report["target"]["prefix"] == str(healthy)
     assert rule_ids(report) == []
-    proc = run_envdoctor("report", "--json", "--no-loader", "-n", "no-such-env", env=clean_env(tmp_path, HOME=str(home)))
+    proc = run_cli("report", "--json", "--no-loader", "-n", "no-such-env", env=clean_env(tmp_path, HOME=str(home)))
     assert proc.returncode == 2 and "no conda environment named 'no-such-env'" in proc.stderr
 
 
@@ -453,8 +456,8 @@ def test_spec_drift_against_environment_yml(healthy: Path, tmp_path: Path) -> No
 
 
 def test_missing_against_file_is_a_clear_error_not_a_crash(healthy: Path, tmp_path: Path) -> None:
-    proc = run_envdoctor("report", "--json", "--no-loader", "--select", "PKG007", "--prefix", str(healthy),
-                         "--against", str(tmp_path / "nope.yml"), env=clean_env(tmp_path))
+    proc = run_cli("report", "--json", "--no-loader", "--select", "PKG007", "--prefix", str(healthy),
+                   "--against", str(tmp_path / "nope.yml"), env=clean_env(tmp_path))
     # Refused up front in one line: a check without its --against file would skip PKG007 silently.
     assert proc.returncode == 2 and "Traceback" not in proc.stderr and proc.stdout == ""
     [line] = proc.stderr.splitlines()
@@ -520,8 +523,7 @@ def test_a_chroots_venv_whose_python_resolves_to_the_host_is_refused_in_one_line
     (venv / "bin").mkdir(parents=True)
     (venv / "pyvenv.cfg").write_text("home = /usr/bin\ninclude-system-site-packages = false\n")
     os.symlink(os.path.realpath(sys.executable), venv / "bin" / "python3")
-    proc = subprocess.run([sys.executable, "-m", "envdoctor", "check", "--prefix", str(venv), "--no-loader"],
-                          capture_output=True, text=True, timeout=120)
+    proc = run_cli("check", "--prefix", str(venv), "--no-loader")
     assert proc.returncode == 2 and proc.stdout == ""
     [line] = proc.stderr.strip().splitlines()
     assert f"outside the root file system {chroot}" in line and "chroot" in line

@@ -22,7 +22,7 @@ import pytest
 from condafixtures import module, write_wheel
 from envs.fixsteps import offline_env, run_fix_steps
 from fixenvs import run_bundled_pip
-from support import findings, json_report, run_envdoctor
+from support import findings, json_report, run_cli
 
 UV = shutil.which("uv") or str(Path(sys.executable).parent / "uv")
 needs_uv = pytest.mark.skipif(not os.path.exists(UV), reason="uv is not installed beside the test interpreter")
@@ -30,8 +30,8 @@ needs_uv = pytest.mark.skipif(not os.path.exists(UV), reason="uv is not installe
 
 def check(prefix: Path, tmp: Path, *args: str) -> dict[str, Any]:
     env = {**os.environ, "PYTHONUSERBASE": str(tmp / "no-user-base"), "PYTHONPATH": ""}
-    proc = run_envdoctor("report", "--json", "--no-loader", "--select", "PKG", "CHN", "--prefix", str(prefix),
-                         *args, env=env, cwd=str(tmp), timeout=120)
+    proc = run_cli("report", "--json", "--no-loader", "--select", "PKG", "CHN", "--prefix", str(prefix),
+                   *args, env=env, cwd=str(tmp))
     assert proc.returncode in (0, 1), proc.stderr
     return json_report(proc)
 

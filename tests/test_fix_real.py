@@ -21,7 +21,7 @@ import pytest
 
 from condafixtures import module, write_wheel
 from envs.systemroot import SystemRoot, quiet_env, system_python_version
-from fixenvs import EXT, copy_venv, make_pip_venv, offline_env, run_ok, stale_binary_numpy_wheels, tree_digest
+from fixenvs import EXT, copy_venv, doubled_pip_venv, run_ok, stale_binary_numpy_wheels, tree_digest
 from support import run_cli
 
 pytestmark = pytest.mark.slow
@@ -41,13 +41,7 @@ def envdoctor(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[st
 def ignore_installed_venv(tmp_path_factory: pytest.TempPathFactory, pip_venv_template: Path) -> Path:
     """numpy 1.26.4, then `pip install --ignore-installed` numpy 2.2.6 over it: two dist-infos, mixed files."""
     root = tmp_path_factory.mktemp("ignore-installed")
-    env = offline_env(root / "wheels", root / "cache")
-    old, new = stale_binary_numpy_wheels(root / "wheels")
-    venv = make_pip_venv(pip_venv_template, root / "venv")
-    python = str(venv / "bin" / "python")
-    run_ok([python, "-m", "pip", "install", "--no-compile", str(old)], env)
-    run_ok([python, "-m", "pip", "install", "--no-compile", "--ignore-installed", str(new)], env)
-    return venv
+    return doubled_pip_venv(pip_venv_template, root, *stale_binary_numpy_wheels(root / "wheels"), "--no-compile")
 
 
 def multiarray(python: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:

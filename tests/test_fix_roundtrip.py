@@ -29,7 +29,7 @@ from envdoctor.fix.journal import Journal
 from envdoctor.fix.plan import make_plan
 from envdoctor.fix.undo import undo_last
 from envdoctor.model import Finding, FixStep, Report, Severity
-from fixenvs import copy_venv, make_pip_venv, make_uv_venv, offline_env, run_ok, tiny_wheel, tree_digest, uv_executable
+from fixenvs import copy_venv, doubled_pip_venv, make_pip_venv, make_uv_venv, run_ok, tiny_wheel, tree_digest, uv_executable
 
 pytestmark = pytest.mark.slow
 
@@ -38,13 +38,7 @@ pytestmark = pytest.mark.slow
 def doubled_numpy(tmp_path_factory: pytest.TempPathFactory, pip_venv_template: Path) -> Path:
     """numpy 1.26.4, then `pip install --ignore-installed` numpy 2.1.3 over it: two dist-infos. Made once."""
     root = tmp_path_factory.mktemp("doubled-numpy")
-    env = offline_env(root / "wheels", root / "cache")
-    old, new = numpy_wheels(root / "wheels")
-    venv = make_pip_venv(pip_venv_template, root / "venv")
-    python = str(venv / "bin" / "python")
-    run_ok([python, "-m", "pip", "install", str(old)], env)
-    run_ok([python, "-m", "pip", "install", "--ignore-installed", str(new)], env)
-    return venv
+    return doubled_pip_venv(pip_venv_template, root, *numpy_wheels(root / "wheels"))
 
 
 def numpy_wheels(wheels: Path) -> tuple[Path, Path]:

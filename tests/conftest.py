@@ -12,16 +12,19 @@ from __future__ import annotations
 
 import os
 import re
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
 from fixenvs import offline_env
+from shared_build import built_once
 from support import validate_report
 
-# The conda fixture builder (fixtures/condafixtures.py) provides the session-scoped `conda_world`.
-pytest_plugins = ["condafixtures"]
+# The conda fixture builder (fixtures/condafixtures.py) provides the session-scoped `conda_world`;
+# fixtures/fixenvs.py the session's pip venv and unpacked pip (`pip_venv_template`, `bundled_pip`).
+pytest_plugins = ["condafixtures", "fixenvs"]
 
 #: A module marked slow as a whole: `pytestmark = pytest.mark.slow` or a list that starts with it.
 _SLOW_MODULE = re.compile(r"^pytestmark = (?:pytest\.mark\.slow$|\[\s*pytest\.mark\.slow,)", re.MULTILINE)
@@ -87,6 +90,18 @@ def _validate_every_report(monkeypatch: pytest.MonkeyPatch) -> None:
         return report
 
     monkeypatch.setattr(engine, "assemble_report", checked)
+
+
+@pytest.fixture(scope="session")
+def envdoctor_wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The folder holding this checkout built as a wheel (pip, offline, no build isolation), once per test run."""
+    repo = Path(__file__).resolve().parents[1]
+
+    def build(out: Path) -> None:
+        subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index", "-q",
+                        "-w", str(out), str(repo)], check=True, capture_output=True, text=True)
+
+    return built_once(tmp_path_factory, "envdoctor-wheel", build)
 
 
 @pytest.fixture()

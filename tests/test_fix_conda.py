@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +15,7 @@ import pytest
 
 from condafixtures import PY_FULL, PYTORCH, World
 from fixenvs import tree_digest
+from support import run_cli
 
 pytestmark = pytest.mark.slow
 
@@ -37,9 +36,8 @@ def dry_run(prefix: Path, tmp_path: Path, path_dirs: list[Path], *rules: str) ->
     env = {k: v for k, v in os.environ.items() if not k.startswith(("CONDA_", "MAMBA_", "PIXI_"))}
     env.update(PATH=os.pathsep.join(str(p) for p in path_dirs), XDG_CACHE_HOME=str(tmp_path / "cache"),
                PYTHONUSERBASE=str(tmp_path / "no-user-base"))
-    proc = subprocess.run([sys.executable, "-m", "envdoctor", "fix", "--dry-run", "--format", "json", "--prefix",
-                           str(prefix), "--select", *rules], capture_output=True, text=True, env=env, timeout=300,
-                          stdin=subprocess.DEVNULL)
+    # A dry run reads no answer and changes nothing: the command runs in this process (support.run_cli).
+    proc = run_cli("fix", "--dry-run", "--format", "json", "--prefix", str(prefix), "--select", *rules, env=env)
     assert "Traceback" not in proc.stderr, proc.stderr
     return proc.returncode, json.loads(proc.stdout)
 

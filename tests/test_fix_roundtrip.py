@@ -1,8 +1,8 @@
 """`envdoctor fix` on real environments: fix, re-check, undo byte for byte.
 
 A pip venv where `pip install --ignore-installed` left two `numpy` dist-infos
-(a tiny made-up numpy built here, not the real one) and a uv venv with a
-missing requirement. The checks are the real engine on fresh facts and the
+(a tiny made-up numpy built here, not the real one; made once, each test fixes
+its own copy) and a uv venv with a missing requirement. The checks are the real engine on fresh facts and the
 steps are the ones the PKG rules emit (`fix_steps`); the `envdoctor fix`
 command runs as a user runs it (a child process, stdin not a terminal). Tests
 of the journal's corner cases give their own steps (`replacing_steps`).
@@ -29,19 +29,26 @@ from envdoctor.fix.journal import Journal
 from envdoctor.fix.plan import make_plan
 from envdoctor.fix.undo import undo_last
 from envdoctor.model import Finding, FixStep, Report, Severity
-from fixenvs import make_pip_venv, make_uv_venv, run_ok, tiny_wheel, tree_digest, uv_executable
+from fixenvs import copy_venv, doubled_pip_venv, make_pip_venv, make_uv_venv, run_ok, tiny_wheel, tree_digest, uv_executable
 
 pytestmark = pytest.mark.slow
 
 
-def doubled_numpy_venv(root: Path, env: dict[str, str]) -> Path:
-    wheels = Path(env["PIP_FIND_LINKS"])
-    old, new = tiny_wheel(wheels, "numpy", "1.26.4"), tiny_wheel(wheels, "numpy", "2.1.3")
-    venv = make_pip_venv(root / "venv", env)
-    python = str(venv / "bin" / "python")
-    run_ok([python, "-m", "pip", "install", str(old)], env)
-    run_ok([python, "-m", "pip", "install", "--ignore-installed", str(new)], env)
-    return venv
+@pytest.fixture(scope="module")
+def doubled_numpy(tmp_path_factory: pytest.TempPathFactory, pip_venv_template: Path) -> Path:
+    """numpy 1.26.4, then `pip install --ignore-installed` numpy 2.1.3 over it: two dist-infos. Made once."""
+    root = tmp_path_factory.mktemp("doubled-numpy")
+    return doubled_pip_venv(pip_venv_template, root, *numpy_wheels(root / "wheels"))
+
+
+def numpy_wheels(wheels: Path) -> tuple[Path, Path]:
+    return tiny_wheel(wheels, "numpy", "1.26.4"), tiny_wheel(wheels, "numpy", "2.1.3")
+
+
+def doubled_numpy_venv(doubled: Path, tmp_path: Path, env: dict[str, str]) -> Path:
+    """This test's own copy of the doubled venv, with both numpy wheels in its wheel folder (steps install from it)."""
+    numpy_wheels(Path(env["PIP_FIND_LINKS"]))
+    return copy_venv(doubled, tmp_path)
 
 
 def check(prefix: Path, *rules: str) -> Report:
@@ -72,8 +79,8 @@ def envdoctor(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[st
     return proc
 
 
-def test_pkg002_fix_then_undo_on_a_real_pip_venv(tmp_path: Path, offline: dict[str, str]) -> None:
-    venv = doubled_numpy_venv(tmp_path, offline)
+def test_pkg002_fix_then_undo_on_a_real_pip_venv(doubled_numpy: Path, tmp_path: Path, offline: dict[str, str]) -> None:
+    venv = doubled_numpy_venv(doubled_numpy, tmp_path, offline)
     python = str(venv / "bin" / "python")
     [finding] = check(venv, "PKG002").by_rule("PKG002")
     assert sorted(finding.evidence["versions"]) == ["1.26.4", "2.1.3"]
@@ -127,8 +134,9 @@ def test_pkg002_fix_then_undo_on_a_real_pip_venv(tmp_path: Path, offline: dict[s
     assert again.returncode == 2 and "no fix to undo" in again.stdout  # an undone journal is not undone twice
 
 
-def test_undo_refuses_a_path_changed_since_and_changes_nothing(tmp_path: Path, offline: dict[str, str]) -> None:
-    venv = doubled_numpy_venv(tmp_path, offline)
+def test_undo_refuses_a_path_changed_since_and_changes_nothing(doubled_numpy: Path, tmp_path: Path,
+                                                               offline: dict[str, str]) -> None:
+    venv = doubled_numpy_venv(doubled_numpy, tmp_path, offline)
     assert envdoctor(offline, "fix", "--prefix", str(venv), "--select", "PKG002", "--yes").returncode == 0
     [init] = venv.glob("lib/python*/site-packages/numpy/__init__.py")
     init.write_text("__version__ = 'edited by the user'\n")
@@ -178,12 +186,13 @@ def test_pkg003_in_a_uv_venv_is_cleared_with_uv(tmp_path: Path, offline: dict[st
     assert tree_digest(venv) == pristine
 
 
-def test_undo_after_a_step_recreated_the_path_a_move_vacated(tmp_path: Path, offline: dict[str, str]) -> None:
+def test_undo_after_a_step_recreated_the_path_a_move_vacated(doubled_numpy: Path, tmp_path: Path,
+                                                             offline: dict[str, str]) -> None:
     """Keep the older copy: the reinstall writes numpy-1.26.4.dist-info where the move took the old one from.
 
     That path exists again at undo time with other bytes, but the fix itself made it, so undo may replace it.
     """
-    venv = doubled_numpy_venv(tmp_path, offline)
+    venv = doubled_numpy_venv(doubled_numpy, tmp_path, offline)
     python = str(venv / "bin" / "python")
     pristine = tree_digest(venv)
     [finding] = check(venv, "PKG002").by_rule("PKG002")
@@ -198,12 +207,13 @@ def test_undo_after_a_step_recreated_the_path_a_move_vacated(tmp_path: Path, off
     assert tree_digest(venv) == pristine
 
 
-def test_an_interrupted_fix_is_undone_from_what_the_journal_saved(tmp_path: Path, offline: dict[str, str],
+def test_an_interrupted_fix_is_undone_from_what_the_journal_saved(doubled_numpy: Path, tmp_path: Path,
+                                                                  offline: dict[str, str],
                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     """The manifest as saved just before the pip step ran is what a kill during that step leaves on disk."""
     import envdoctor.process
 
-    venv = doubled_numpy_venv(tmp_path, offline)
+    venv = doubled_numpy_venv(doubled_numpy, tmp_path, offline)
     pristine = tree_digest(venv)
     saved: list[bytes] = []
     real_run = envdoctor.process.run_bounded
@@ -230,7 +240,7 @@ def test_an_interrupted_fix_is_undone_from_what_the_journal_saved(tmp_path: Path
 
 @pytest.mark.parametrize("tool", ["pip", "uv"])
 def test_a_dependency_the_step_upgrades_unnamed_comes_back_too(tmp_path: Path, offline: dict[str, str],
-                                                               tool: str) -> None:
+                                                               pip_venv_template: Path, tool: str) -> None:
     """`install trainkit==2.0` also upgrades urllib3 (trainkit 2.0 needs urllib3>=2), which the argv never names.
 
     The before-state holds the whole prefix, so what the step changed unnamed comes back byte for byte,
@@ -242,7 +252,7 @@ def test_a_dependency_the_step_upgrades_unnamed_comes_back_too(tmp_path: Path, o
     tiny_wheel(wheels, "urllib3", "2.2.3")
     tiny_wheel(wheels, "trainkit", "2.0", requires=("urllib3>=2",))
     if tool == "pip":
-        venv = make_pip_venv(tmp_path / "venv", offline)
+        venv = make_pip_venv(pip_venv_template, tmp_path / "venv")
         python = str(venv / "bin" / "python")
         run_ok([python, "-m", "pip", "install", str(old_urllib3), str(kit)], offline)
         step = FixStep.command("pip", python, "-m", "pip", "install", "trainkit==2.0")

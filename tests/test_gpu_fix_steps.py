@@ -75,12 +75,13 @@ def fake_tool(folder: Path, name: str) -> Path:
     return path
 
 
-def test_pip_venv_gets_its_own_pip_with_the_cuda_index_and_torchvision(h100: None, tmp_path: Path) -> None:
+def test_pip_venv_gets_its_own_pip_with_the_cuda_index_and_torchvision(h100: None, tmp_path: Path,
+                                                                         pip_venv_template: Path) -> None:
     wheels = tmp_path / "wheels"
     env = offline_env(wheels, tmp_path / "cache")
     torch = write_wheel(wheels, "torch", "2.13.0+cpu", CPU_TORCH)
     vision = write_wheel(wheels, "torchvision", "0.28.0", {"torchvision/__init__.py": b""})
-    venv = make_pip_venv(tmp_path / "venv", env)
+    venv = make_pip_venv(pip_venv_template, tmp_path / "venv")
     run_ok([str(venv / "bin" / "python"), "-m", "pip", "install", str(torch), str(vision)], env)
     report, finding = gpu001(venv)
     python = str(venv / "bin" / "python3")  # the venv's own interpreter, never a `python` from PATH

@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 
 from hostile.build import conda_record, dist_info, metadata
-from support import findings, json_report, run_envdoctor
+from support import findings, json_report, run_cli, run_envdoctor
 
 SITE = "lib/python3.11/site-packages"
 
@@ -198,10 +198,10 @@ def test_channel_credentials_never_reach_the_report(tmp_path: Path) -> None:
     conda_record(prefix, "python", [], channel=secret_url, url=f"{secret_url}/linux-64/python-1.0-0.conda")
     conda_record(prefix, "numpy", [], channel="https://repo.anaconda.com/pkgs/main",
                  url="https://bob:pw2@repo.anaconda.com/pkgs/main/linux-64/numpy-1.0-0.conda")
-    for fmt in ("json", "text", "markdown", "sarif"):
+    for fmt in ("json", "text", "markdown", "sarif"):  # what each format prints: the command in this process
         env = {**os.environ, "PYTHONUSERBASE": str(tmp_path / "no-user-base")}
-        proc = run_envdoctor("check", "--format", fmt, "--no-loader", "--select", "PKG", "CHN",
-                             "--prefix", str(prefix), env=env, cwd=str(tmp_path), timeout=60)
+        proc = run_cli("check", "--format", fmt, "--no-loader", "--select", "PKG", "CHN",
+                       "--prefix", str(prefix), env=env, cwd=str(tmp_path))
         assert proc.returncode in (0, 1), proc.stderr
         for secret in ("hunter2pw", "tok-SECRET-123", "alice:", "pw2"):
             assert secret not in proc.stdout, (fmt, secret)

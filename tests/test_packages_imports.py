@@ -23,8 +23,8 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
-def venvs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
-    return numpy_abi_venvs(tmp_path_factory.mktemp("imports"))
+def venvs(tmp_path_factory: pytest.TempPathFactory, pip_venv_template: Path) -> tuple[Path, Path]:
+    return numpy_abi_venvs(tmp_path_factory.mktemp("imports"), pip_venv_template)
 
 
 def deep_check(prefix: Path, *rules: str, deep: bool = True):  # type: ignore[no-untyped-def]
@@ -98,7 +98,7 @@ def test_pkg012_in_a_debian_root_blames_pips_numpy_over_dpkgs_extension(tmp_path
     assert ev["owner"] == "Debian's python3-numexpr (dpkg)" and "-m pip uninstall --break-system-packages -y numpy" in finding.fix
 
 
-def test_pkg012_classifies_real_native_load_failures(tmp_path: Path) -> None:
+def test_pkg012_classifies_real_native_load_failures(tmp_path: Path, pip_venv_template: Path) -> None:
     """Real compiled extensions (built here with the C compiler): an undefined symbol and a missing library."""
     from fixenvs import make_pip_venv, native_breakage_wheels, offline_env, run_ok
 
@@ -107,7 +107,7 @@ def test_pkg012_classifies_real_native_load_failures(tmp_path: Path) -> None:
     if built is None:
         pytest.skip("needs a C compiler and this interpreter's Python.h")
     env = offline_env(wheels, tmp_path / "cache")
-    venv = make_pip_venv(tmp_path / "venv", env)
+    venv = make_pip_venv(pip_venv_template, tmp_path / "venv")
     run_ok([str(venv / "bin" / "python"), "-m", "pip", "install", "--no-compile", *map(str, built)], env)
     found = {f.evidence["package"]: f for f in deep_check(venv, "PKG012").by_rule("PKG012")}
     assert sorted(found) == ["libext", "symext"]

@@ -3,7 +3,10 @@
 Each scenario prefix is built once per session (condafixtures.World.scenario)
 and `envdoctor report --json --no-loader --select PKG CHN --prefix P` must give
 exactly the expected rule ids with the expected evidence, and nothing else
-from these families.
+from these families. The command runs in this process (support.run_cli): the
+facts are the prefix's, read with its own interpreter, never pytest's; the
+tests about the process itself (its own interpreter, the bytecode it must not
+write) start a real one.
 """
 from __future__ import annotations
 
@@ -18,7 +21,8 @@ from typing import Any
 import pytest
 
 from condafixtures import CONDA_FORGE, PKGS_MAIN, PY, PY_FULL, PYTORCH, SITE, World
-from support import findings, json_report, run_envdoctor
+from fixenvs import run_bundled_pip
+from support import findings, json_report, run_cli, run_envdoctor
 
 pytestmark = pytest.mark.slow
 
@@ -36,8 +40,8 @@ def clean_env(tmp: Path, **extra: str) -> dict[str, str]:
 
 def report_for(prefix: Path, tmp: Path, *args: str, env: dict[str, str] | None = None,
                cwd: str | None = None) -> dict[str, Any]:
-    proc = run_envdoctor("report", "--json", "--no-loader", "--select", *FAMILIES, "--prefix", str(prefix),
-                         *args, env=env or clean_env(tmp), cwd=cwd)
+    proc = run_cli("report", "--json", "--no-loader", "--select", *FAMILIES, "--prefix", str(prefix),
+                   *args, env=env or clean_env(tmp), cwd=cwd)
     assert proc.returncode in (0, 1), proc.stderr
     assert "Traceback" not in proc.stderr
     report = json_report(proc)
@@ -297,8 +301,8 @@ def test_corrupt_metadata_pkg009_and_the_rest_still_runs(conda_world: World, tmp
         (p / "conda-meta" / "broken-list-1.0-0.json").write_text("[1, 2]")   # not an object
         (p / SITE / "trainkit-1.0.dist-info" / "METADATA").unlink()         # dist-info without METADATA
     prefix = conda_world.scenario("corrupt-metadata", build)
-    proc = run_envdoctor("report", "--json", "--no-loader", "--select", *FAMILIES, "--prefix", str(prefix),
-                         env=clean_env(tmp_path))
+    proc = run_cli("report", "--json", "--no-loader", "--select", *FAMILIES, "--prefix", str(prefix),
+                   env=clean_env(tmp_path))
     assert proc.returncode == 1 and "Traceback" not in proc.stderr
     report = json_report(proc)
     assert report["errors"] == []
@@ -343,32 +347,26 @@ def test_clashing_distributions_pkg004(conda_world: World, tmp_path: Path) -> No
     assert by_clash["cuda"]["fix"].startswith(f"conda remove -p {prefix} cudatoolkit")
 
 
-def _make_venv(conda_world: World, path: Path, *wheels: Path) -> Path:
+def _make_venv(pip: Path, path: Path, *wheels: Path) -> Path:
     base = getattr(sys, "_base_executable", sys.executable)
     subprocess.run([base, "-m", "venv", "--without-pip", str(path)], check=True, timeout=120)
     if wheels:
-        # pip run straight from ensurepip's wheel by the venv's own interpreter: no pip needed anywhere else.
-        import ensurepip
-
-        [pip_wheel] = sorted(Path(ensurepip.__file__).parent.glob("_bundled/pip-*.whl"))[-1:]
-        proc = subprocess.run([str(path / "bin" / "python"), f"{pip_wheel}/pip", "install", "--no-index", "--no-deps",
-                               "--no-cache-dir", "--disable-pip-version-check", *map(str, wheels)],
-                              capture_output=True, text=True, timeout=300,
-                              env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"})
-        assert proc.returncode == 0, proc.stderr
+        # pip from ensurepip's wheel (bundled_pip), run by the venv's own interpreter: no pip needed anywhere else.
+        run_bundled_pip(pip, path, "install", "--no-index", "--no-deps", "--no-cache-dir", "--disable-pip-version-check",
+                        *map(str, wheels), env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"})
     return path
 
 
-def test_venv_without_conda_meta(conda_world: World, tmp_path: Path) -> None:
+def test_venv_without_conda_meta(conda_world: World, bundled_pip: Path, tmp_path: Path) -> None:
     w = conda_world
-    healthy_venv = w.scenario("venv-healthy", lambda p: _make_venv(w, p, w.wheel("numpy", "1.26.4")))
+    healthy_venv = w.scenario("venv-healthy", lambda p: _make_venv(bundled_pip, p, w.wheel("numpy", "1.26.4")))
     report = report_for(healthy_venv, tmp_path)
     assert report["target"]["kind"] == "venv"
     assert rule_ids(report) == []
     assert report["facts"]["packages"]["conda"] == {"present": False, "records": [], "checked_by": "size"}
 
     broken = w.scenario("venv-broken", lambda p: _make_venv(
-        w, p, w.wheel("numpy", "1.26.4"), w.wheel("trainkit", "1.0", requires=(
+        bundled_pip, p, w.wheel("numpy", "1.26.4"), w.wheel("trainkit", "1.0", requires=(
             "numpy>=2", "missingdep>=1", 'winonly; sys_platform == "win32"', 'py2only; python_version < "3"',
             'gpu-extra; extra == "gpu"')),
         w.wheel("opencv-python", "4.9.0.80", modules=["cv2"]),
@@ -412,12 +410,12 @@ def test_named_environment_from_environments_txt(healthy: Path, tmp_path: Path) 
     home = tmp_path / "home"
     (home / ".conda").mkdir(parents=True)
     (home / ".conda" / "environments.txt").write_text(f"/nonexistent/envs/other\n{healthy}\n")
-    proc = run_envdoctor("report", "--json", "--no-loader", "--select", *FAMILIES, "-n", healthy.name,
-                         env=clean_env(tmp_path, HOME=str(home)))
+    proc = run_cli("report", "--json", "--no-loader", "--select", *FAMILIES, "-n", healthy.name,
+                   env=clean_env(tmp_path, HOME=str(home)))
     report = json_report(proc)
     assert report["target"]["prefix"] == str(healthy)
     assert rule_ids(report) == []
-    proc = run_envdoctor("report", "--json", "--no-loader", "-n", "no-such-env", env=clean_env(tmp_path, HOME=str(home)))
+    proc = run_cli("report", "--json", "--no-loader", "-n", "no-such-env", env=clean_env(tmp_path, HOME=str(home)))
     assert proc.returncode == 2 and "no conda environment named 'no-such-env'" in proc.stderr
 
 
@@ -458,8 +456,8 @@ def test_spec_drift_against_environment_yml(healthy: Path, tmp_path: Path) -> No
 
 
 def test_missing_against_file_is_a_clear_error_not_a_crash(healthy: Path, tmp_path: Path) -> None:
-    proc = run_envdoctor("report", "--json", "--no-loader", "--select", "PKG007", "--prefix", str(healthy),
-                         "--against", str(tmp_path / "nope.yml"), env=clean_env(tmp_path))
+    proc = run_cli("report", "--json", "--no-loader", "--select", "PKG007", "--prefix", str(healthy),
+                   "--against", str(tmp_path / "nope.yml"), env=clean_env(tmp_path))
     # Refused up front in one line: a check without its --against file would skip PKG007 silently.
     assert proc.returncode == 2 and "Traceback" not in proc.stderr and proc.stdout == ""
     [line] = proc.stderr.splitlines()
@@ -525,8 +523,7 @@ def test_a_chroots_venv_whose_python_resolves_to_the_host_is_refused_in_one_line
     (venv / "bin").mkdir(parents=True)
     (venv / "pyvenv.cfg").write_text("home = /usr/bin\ninclude-system-site-packages = false\n")
     os.symlink(os.path.realpath(sys.executable), venv / "bin" / "python3")
-    proc = subprocess.run([sys.executable, "-m", "envdoctor", "check", "--prefix", str(venv), "--no-loader"],
-                          capture_output=True, text=True, timeout=120)
+    proc = run_cli("check", "--prefix", str(venv), "--no-loader")
     assert proc.returncode == 2 and proc.stdout == ""
     [line] = proc.stderr.strip().splitlines()
     assert f"outside the root file system {chroot}" in line and "chroot" in line

@@ -3,9 +3,9 @@
 A pip venv (made without pip, as many are) and a uv venv (uv venvs have no
 pip) are broken for real with local wheels; the steps in each finding's
 `fix_steps` are run exactly as `envdoctor fix` would (argv as given, moves
-inside the prefix), with pip and uv pointed at the local wheels through their
-environment variables. Then the check runs again: every finding fixed is
-gone, and no new one appears.
+inside the prefix, a step two findings share run once), with pip and uv
+pointed at the local wheels through their environment variables. Then the
+check runs again: every finding fixed is gone, and no new one appears.
 """
 from __future__ import annotations
 
@@ -21,7 +21,8 @@ import pytest
 
 from condafixtures import module, write_wheel
 from envs.fixsteps import offline_env, run_fix_steps
-from support import findings, json_report, run_envdoctor
+from fixenvs import run_bundled_pip
+from support import findings, json_report, run_cli
 
 UV = shutil.which("uv") or str(Path(sys.executable).parent / "uv")
 needs_uv = pytest.mark.skipif(not os.path.exists(UV), reason="uv is not installed beside the test interpreter")
@@ -29,8 +30,8 @@ needs_uv = pytest.mark.skipif(not os.path.exists(UV), reason="uv is not installe
 
 def check(prefix: Path, tmp: Path, *args: str) -> dict[str, Any]:
     env = {**os.environ, "PYTHONUSERBASE": str(tmp / "no-user-base"), "PYTHONPATH": ""}
-    proc = run_envdoctor("report", "--json", "--no-loader", "--select", "PKG", "CHN", "--prefix", str(prefix),
-                         *args, env=env, cwd=str(tmp), timeout=120)
+    proc = run_cli("report", "--json", "--no-loader", "--select", "PKG", "CHN", "--prefix", str(prefix),
+                   *args, env=env, cwd=str(tmp))
     assert proc.returncode in (0, 1), proc.stderr
     return json_report(proc)
 
@@ -58,16 +59,6 @@ def pip_venv(path: Path) -> Path:
     return path
 
 
-def bootstrap_pip(venv: Path, *args: str, env: dict[str, str]) -> None:
-    """pip run from ensurepip's bundled wheel by the venv's own interpreter (the venv keeps no pip)."""
-    import ensurepip
-
-    [pip_wheel] = sorted(Path(ensurepip.__file__).parent.glob("_bundled/pip-*.whl"))[-1:]
-    proc = subprocess.run([str(venv / "bin" / "python"), f"{pip_wheel}/pip", *args], capture_output=True, text=True,
-                          env=env, timeout=300)
-    assert proc.returncode == 0, proc.stdout + proc.stderr
-
-
 def by_rule(report: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
     out: dict[str, list[dict[str, Any]]] = {}
     for finding in report["findings"]:
@@ -76,14 +67,16 @@ def by_rule(report: dict[str, Any]) -> dict[str, list[dict[str, Any]]]:
 
 
 @pytest.mark.slow
-def test_pip_venv_fixes_run_as_given_and_hold(tmp_path: Path) -> None:
+def test_pip_venv_fixes_run_as_given_and_hold(tmp_path: Path, bundled_pip: Path) -> None:
     wheel_dir = wheels(tmp_path / "wheels")
     env = offline_env(wheel_dir)
     venv = pip_venv(tmp_path / "venv")
+    # pip from ensurepip's bundled wheel, run by the venv's own interpreter (the venv keeps no pip).
     install = ("install", "--no-index", "--find-links", str(wheel_dir), "--no-cache-dir", "--disable-pip-version-check")
-    bootstrap_pip(venv, *install, "--no-deps", "trainkit==1.0", "minidep==1.0", "dupe==1.0", "brokenpkg==1.0",
-                  "hooked==1.0", "opencv-python==4.9.0.80", "opencv-python-headless==4.9.0.80", env=env)
-    bootstrap_pip(venv, *install, "--ignore-installed", "--no-deps", "dupe==2.0", env=env)
+    run_bundled_pip(bundled_pip, venv, *install, "--no-deps", "trainkit==1.0", "minidep==1.0", "dupe==1.0",
+                    "brokenpkg==1.0", "hooked==1.0", "opencv-python==4.9.0.80", "opencv-python-headless==4.9.0.80",
+                    env=env)
+    run_bundled_pip(bundled_pip, venv, *install, "--ignore-installed", "--no-deps", "dupe==2.0", env=env)
     site = next(venv.glob("lib/python3*/site-packages"))
     (site / "brokenpkg-1.0.dist-info" / "METADATA").write_text("Metadata-Version: 2.1\nName: brokenpkg\n")
     marker = tmp_path / "pth-ran"
@@ -121,8 +114,9 @@ def test_pip_venv_fixes_run_as_given_and_hold(tmp_path: Path) -> None:
     for finding in report["findings"]:
         assert finding["fix_steps"], finding  # every one of these fixes is runnable here
 
+    ran: set[str] = set()  # a step two findings share runs once, as `envdoctor fix` runs it
     for finding in report["findings"]:
-        run_fix_steps(finding["fix_steps"], venv, env)
+        run_fix_steps(finding["fix_steps"], venv, env, ran=ran)
     again = check(venv, tmp_path, "--against", str(against))
     assert again["findings"] == [], [f["message"] for f in again["findings"]]
 

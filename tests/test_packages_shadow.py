@@ -20,7 +20,8 @@ from typing import Any
 
 import pytest
 
-from support import findings, json_report, run_envdoctor
+from fixenvs import run_bundled_pip
+from support import findings, json_report, run_cli
 
 pytestmark = pytest.mark.slow
 
@@ -80,37 +81,32 @@ def make_project(root: Path, layout: str) -> Path:
     return root
 
 
-def venv_with_editable(tmp: Path, project: Path, style: str) -> Path:
+def venv_with_editable(tmp: Path, project: Path, style: str, pip: Path) -> Path:
+    """A venv made --without-pip; ensurepip's pip (bundled_pip), run by its interpreter, does the editable install."""
     venv = tmp / "venv"
     base = getattr(sys, "_base_executable", sys.executable)
     subprocess.run([base, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
-    import ensurepip
-
-    [pip_wheel] = sorted(Path(ensurepip.__file__).parent.glob("_bundled/pip-*.whl"))[-1:]
-    proc = subprocess.run([str(venv / "bin" / "python"), f"{pip_wheel}/pip", "install", "--no-index", "--no-deps",
-                           "--no-cache-dir", "--disable-pip-version-check", "-e", str(project)],
-                          capture_output=True, text=True, timeout=300,
-                          env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1", "PROJ_STYLE": style})
-    assert proc.returncode == 0, proc.stderr
+    run_bundled_pip(pip, venv, "install", "--no-index", "--no-deps", "--no-cache-dir", "--disable-pip-version-check",
+                    "-e", str(project), env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1", "PROJ_STYLE": style})
     return venv
 
 
 def pkg006(venv: Path, tmp: Path, cwd: Path, pythonpath: str = "") -> tuple[list[dict[str, Any]], dict[str, Any]]:
     env = {**os.environ, "PYTHONUSERBASE": str(tmp / "no-user-base")}
-    # envdoctor's own import path travels on PYTHONPATH in the test run; the target gets the one asked for.
+    # The test run's own PYTHONPATH (envdoctor's import path, in some runs) stays behind the one asked for.
     own = env.get("PYTHONPATH", "")
     env["PYTHONPATH"] = os.pathsep.join(p for p in (pythonpath, own) if p)
-    proc = run_envdoctor("report", "--json", "--no-loader", "--select", "PKG006", "--prefix", str(venv),
-                         env=env, cwd=str(cwd))
+    proc = run_cli("report", "--json", "--no-loader", "--select", "PKG006", "--prefix", str(venv),
+                   env=env, cwd=str(cwd))
     assert proc.returncode in (0, 1) and "Traceback" not in proc.stderr, proc.stderr
     report = json_report(proc)
     [dist] = [d for d in report["facts"]["packages"]["distributions"] if d["name"] == "proj"]
     return findings(report, "PKG006"), dist
 
 
-def test_flat_layout_project_as_working_directory_is_no_shadow(tmp_path: Path) -> None:
+def test_flat_layout_project_as_working_directory_is_no_shadow(tmp_path: Path, bundled_pip: Path) -> None:
     project = make_project(tmp_path / "project", "flat")
-    venv = venv_with_editable(tmp_path, project, "finder")
+    venv = venv_with_editable(tmp_path, project, "finder", bundled_pip)
     hits, dist = pkg006(venv, tmp_path, cwd=project)
     assert hits == []
     assert dist["direct_url"]["editable"] is True
@@ -124,9 +120,9 @@ def test_flat_layout_project_as_working_directory_is_no_shadow(tmp_path: Path) -
         [("pythonpath", str(stale))]
 
 
-def test_src_layout_on_pythonpath_and_as_working_directory_is_no_shadow(tmp_path: Path) -> None:
+def test_src_layout_on_pythonpath_and_as_working_directory_is_no_shadow(tmp_path: Path, bundled_pip: Path) -> None:
     project = make_project(tmp_path / "project", "src")
-    venv = venv_with_editable(tmp_path, project, "pth")
+    venv = venv_with_editable(tmp_path, project, "pth", bundled_pip)
     hits, dist = pkg006(venv, tmp_path, cwd=tmp_path, pythonpath=str(project / "src"))
     assert hits == []
     assert dist["editable_paths"] == [os.path.realpath(project / "src")]

@@ -17,7 +17,7 @@ import pytest
 from condafixtures import module, write_wheel
 from envs.fixsteps import offline_env, run_fix_steps
 from envs.systemroot import SystemRoot, system_python_version
-from support import findings, json_report, run_envdoctor
+from support import findings, json_report, run_cli, run_envdoctor
 
 needs_debian = pytest.mark.skipif(system_python_version() is None or not Path("/var/lib/dpkg/info").is_dir(),
                                   reason="needs Debian's python3 with python3-pip and a dpkg database")
@@ -25,8 +25,8 @@ needs_debian = pytest.mark.skipif(system_python_version() is None or not Path("/
 
 def check(prefix: Path, tmp: Path, *args: str) -> dict[str, Any]:
     env = {**os.environ, "PYTHONUSERBASE": str(tmp / "no-user-base"), "PYTHONPATH": ""}
-    proc = run_envdoctor("report", "--json", "--no-loader", "--select", "PKG", "CHN", "--prefix", str(prefix),
-                         *args, env=env, cwd=str(tmp), timeout=120)
+    proc = run_cli("report", "--json", "--no-loader", "--select", "PKG", "CHN", "--prefix", str(prefix),
+                   *args, env=env, cwd=str(tmp))
     assert proc.returncode in (0, 1), proc.stderr
     assert "Traceback" not in proc.stderr, proc.stderr
     return json_report(proc)

@@ -9,15 +9,10 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
-
 
 @pytest.fixture(scope="module")
-def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    out = tmp_path_factory.mktemp("wheel")
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index",
-                    "-q", "-w", str(out), str(REPO)], check=True, capture_output=True, text=True)
-    [built] = out.glob("envdoctor*.whl")
+def wheel(envdoctor_wheel: Path) -> Path:
+    [built] = envdoctor_wheel.glob("envdoctor*.whl")
     return built
 
 

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import re
-import subprocess
 import sys
 import zipfile
 from pathlib import Path
@@ -42,10 +41,8 @@ def test_project_urls_and_typed_marker():
 
 
 @pytest.mark.slow
-def test_the_wheel_carries_licence_urls_and_py_typed(tmp_path):
-    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index", "-q",
-                    "-w", str(tmp_path), str(REPO)], check=True, capture_output=True, text=True)
-    [wheel] = tmp_path.glob("envdoctor_pytorch-*.whl")
+def test_the_wheel_carries_licence_urls_and_py_typed(envdoctor_wheel):
+    [wheel] = envdoctor_wheel.glob("envdoctor_pytorch-*.whl")
     with zipfile.ZipFile(wheel) as archive:
         names = set(archive.namelist())
         metadata = archive.read(next(n for n in names if n.endswith(".dist-info/METADATA"))).decode()

@@ -108,6 +108,7 @@ def test_rich_markup_in_a_compared_report_is_text_not_markup(tmp_path):
             assert "[/bold]x" in proc.stdout and "[link=http://e" in proc.stdout
 
 
+@pytest.mark.slow  # a stress test: about 6 s of CPU, the quick tier's largest in-process test
 def test_a_million_findings_and_a_10_mib_string_render_in_bounded_time_and_size():
     one = Finding(rule="SPW001", name="missing-main-guard", severity=Severity.ERROR, message="loop at import",
                   fix="guard it", location=Location("t.py", 1, 1))

@@ -1,7 +1,10 @@
 """The engine: a rule that raises, a probe that fails, plugin rules through entry points."""
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -123,6 +126,63 @@ def test_catalog_rejects_duplicates_and_placeholders() -> None:
         _check_meta({**entry, "name": "Bad_Name"}, "ZZT", "test")
     with pytest.raises(CatalogError, match="has no function"):
         _assemble([("a", [meta], {})])
+
+
+def test_every_catalog_entry_has_a_function() -> None:
+    catalog = load_catalog(plugins=False)
+    functions = dict(catalog.functions)  # imports every family's module, checking each table whole
+    assert sorted(functions) == sorted(meta.id for meta in catalog.rules)
+    assert all(callable(func) for func in functions.values())
+
+
+def test_a_family_module_missing_a_function_or_an_entry_is_a_catalog_error(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The functions are looked up when a run needs them: a broken table still stops the run, exit 2."""
+    doc = "long enough for the catalog"
+    entry = {"severity": "info", "summary": doc, "what": doc, "why": doc, "example": doc, "fix": doc}
+    metas = [_check_meta({**entry, "id": rule_id, "name": name}, "ZZT", "ZZT.toml")
+             for rule_id, name in (("ZZT001", "first-rule"), ("ZZT002", "second-rule"))]
+    (tmp_path / "zzt_missing.py").write_text("RULES = {'ZZT001': lambda facts: ()}\n")
+    (tmp_path / "zzt_extra.py").write_text("RULES = {'ZZT001': lambda facts: (), 'ZZT002': lambda facts: (),\n"
+                                           "         'ZZT003': lambda facts: ()}\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    missing = _assemble([("ZZT.toml", metas, "zzt_missing")])
+    assert "ZZT002" in missing.functions and "zzt_missing" not in sys.modules  # nothing imported yet
+    with pytest.raises(CatalogError, match=r"ZZT.toml: rule ZZT002 has no function in zzt_missing.RULES"):
+        missing.functions["ZZT001"]  # the family's table is checked whole, whichever rule is asked for
+    with pytest.raises(CatalogError, match=r"functions without catalog entries in zzt_extra.RULES: ZZT003"):
+        _assemble([("ZZT.toml", metas, "zzt_extra")]).functions["ZZT002"]
+    with pytest.raises(KeyError):
+        missing.functions["ZZT009"]
+    # In a run it is the catalog's error, before any rule runs, not one rule's error in the report.
+    with pytest.raises(CatalogError, match="ZZT002 has no function"):
+        run_check(Config(no_loader=True, select=("ZZT001",)), catalog=_assemble([("ZZT.toml", metas, "zzt_missing")]))
+
+
+def _families_imported(*argv: str) -> list[str]:
+    """The rule family modules a real `envdoctor` run imports (in a child, where nothing is imported yet)."""
+    code = ("import json, sys\n"
+            "from envdoctor.cli import main\n"
+            f"code = main({list(argv)!r})\n"
+            "print(json.dumps(sorted(m for m in sys.modules if m.startswith('envdoctor.rules.') and m.count('.') == 2)"
+            " + sorted(m for m in ('envdoctor.analysis.spawn',) if m in sys.modules)))\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout.splitlines()[-1])
+
+
+def test_a_run_imports_only_the_families_it_selects(tmp_path: Path) -> None:
+    report = tmp_path / "report.json"
+    assert _families_imported("check", "--no-loader", "--select", "PKG,CHN", "--prefix", sys.prefix,
+                              "--format", "json", "-o", str(report), "--fail-on", "never") \
+        == ["envdoctor.rules.channels", "envdoctor.rules.packages"]
+    assert {f["rule"][:3] for f in json.loads(report.read_text())["findings"]} <= {"PKG", "CHN"}
+    # The pre-commit hook's run: the spawn guard and nothing else.
+    script = tmp_path / "train.py"
+    script.write_text("print('hello')\n")
+    assert _families_imported("check", "--no-loader", "--select", "SPW001,SPW004", str(script), "-o",
+                              str(report)) == ["envdoctor.rules.spawn", "envdoctor.analysis.spawn"]
+    assert _families_imported("rules") == []
 
 
 def test_every_rule_function_has_a_catalog_entry() -> None:

@@ -89,9 +89,12 @@ def run_rules(catalog: Catalog, metas: list[RuleMeta], facts: Facts,
               overrides: dict[str, Severity]) -> tuple[list[Finding], list[dict[str, Any]]]:
     findings: list[Finding] = []
     errors: list[dict[str, Any]] = []
+    # Looked up before any rule runs: a family module that is missing a function is a broken
+    # catalog (CatalogError, exit 2), not one rule's error.
+    functions = {meta.id: catalog.functions[meta.id] for meta in metas}
     for meta in metas:
         try:
-            hits = list(catalog.functions[meta.id](facts) or ())
+            hits = list(functions[meta.id](facts) or ())
         except ProbeFailed as exc:
             # Not checked is not clean: Report.not_checked() names it and the exit code says so.
             errors.append({"rule": meta.id, "probe": exc.section, "message": f"skipped: {exc}"})

@@ -165,7 +165,7 @@ def _families_imported(*argv: str) -> list[str]:
             "from envdoctor.cli import main\n"
             f"code = main({list(argv)!r})\n"
             "print(json.dumps(sorted(m for m in sys.modules if m.startswith('envdoctor.rules.') and m.count('.') == 2)"
-            " + sorted(m for m in ('envdoctor.analysis.spawn',) if m in sys.modules)))\n")
+            " + sorted(m for m in ('importlib.metadata', 'envdoctor.analysis.spawn') if m in sys.modules)))\n")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout.splitlines()[-1])
@@ -177,12 +177,54 @@ def test_a_run_imports_only_the_families_it_selects(tmp_path: Path) -> None:
                               "--format", "json", "-o", str(report), "--fail-on", "never") \
         == ["envdoctor.rules.channels", "envdoctor.rules.packages"]
     assert {f["rule"][:3] for f in json.loads(report.read_text())["findings"]} <= {"PKG", "CHN"}
-    # The pre-commit hook's run: the spawn guard and nothing else.
+    # The pre-commit hook's run: the spawn guard and nothing else (no plugin in this environment to scan for).
     script = tmp_path / "train.py"
     script.write_text("print('hello')\n")
     assert _families_imported("check", "--no-loader", "--select", "SPW001,SPW004", str(script), "-o",
                               str(report)) == ["envdoctor.rules.spawn", "envdoctor.analysis.spawn"]
     assert _families_imported("rules") == []
+
+
+def test_the_plugin_prescan_never_misses_a_plugin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`_may_declare_plugins` answers False only where importlib.metadata finds no envdoctor.rules entry point."""
+    from importlib.metadata import entry_points
+
+    from envdoctor.catalog import ENTRY_POINT_GROUP, _may_declare_plugins
+
+    def agrees(expected: bool) -> None:
+        found = bool(list(entry_points(group=ENTRY_POINT_GROUP)))
+        assert found == expected
+        assert _may_declare_plugins() == expected
+
+    # This environment (many distributions, entry points of other groups; no plugin in the test extras).
+    agrees(bool(list(entry_points(group=ENTRY_POINT_GROUP))))
+    # The rest on a sys.path of one folder, whatever this environment holds.
+    site = tmp_path / "site"
+    other = site / "other_tool-1.0.dist-info"
+    other.mkdir(parents=True)
+    (other / "entry_points.txt").write_text("[console_scripts]\nother = other_tool:main\n")
+    monkeypatch.setattr(sys, "path", [str(site)])
+    agrees(False)
+    for name, folder, metadata in (("zzt-rules", site / "zzt_rules-1.0.dist-info", "METADATA"),
+                                   ("zzt-legacy", site / "zzt_legacy.egg-info", "PKG-INFO"),
+                                   ("zzt-egg", site / "zzt_egg-1.0-py3.11.egg" / "EGG-INFO", "PKG-INFO")):
+        folder.mkdir(parents=True)
+        (folder / metadata).write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n")
+        if folder.name == "EGG-INFO":  # an egg on sys.path is its own entry
+            monkeypatch.setattr(sys, "path", [str(folder.parent), *sys.path])
+        (folder / "entry_points.txt").write_text(f"[{ENTRY_POINT_GROUP}]\nzzt = zzt_rules\n")
+        agrees(True)
+        (folder / "entry_points.txt").unlink()
+        agrees(False)
+    # What it cannot read as importlib.metadata would, it leaves to importlib.metadata.
+    (other / "entry_points.txt").write_bytes(b"[console_scripts]\nother = other_tool:m\xff\n")
+    assert _may_declare_plugins()
+    (other / "entry_points.txt").write_text("[console_scripts]\n")
+    assert not _may_declare_plugins()
+    zipped = tmp_path / "bundle.zip"
+    zipped.write_bytes(b"PK\x05\x06" + bytes(18))  # an empty zip archive
+    monkeypatch.setattr(sys, "path", [str(zipped), *sys.path])
+    assert _may_declare_plugins()
 
 
 def test_every_rule_function_has_a_catalog_entry() -> None:

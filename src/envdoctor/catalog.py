@@ -21,6 +21,7 @@ fails the suite, not only the run that selects it.
 from __future__ import annotations
 
 import importlib
+import os
 import re
 import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping
@@ -216,6 +217,8 @@ def _load_family(path: Path) -> tuple[str, list[RuleMeta], FunctionSource]:
 
 
 def _load_plugins() -> Iterable[tuple[str, list[RuleMeta], FunctionSource]]:
+    if not _may_declare_plugins():
+        return
     from importlib.metadata import entry_points
 
     for ep in entry_points(group=ENTRY_POINT_GROUP):
@@ -234,6 +237,54 @@ def _load_plugins() -> Iterable[tuple[str, list[RuleMeta], FunctionSource]]:
         if extra:
             raise CatalogError(f"{origin}: functions without catalog entries: {', '.join(sorted(extra))}")
         yield origin, metas, dict(functions)
+
+
+def _may_declare_plugins() -> bool:
+    """False only when no distribution `importlib.metadata` would find declares an `envdoctor.rules` entry point.
+
+    Importing importlib.metadata (email, zipfile, csv …) and scanning costs a
+    fifth of a small run, and nearly every environment has no plugin. This
+    looks where importlib.metadata's path finder looks (each `sys.path` folder's
+    `*.dist-info`, `*.egg-info` and an egg's `EGG-INFO`) for an `entry_points.txt`
+    that so much as names the group; anything it cannot read as that finder
+    would (a zip on `sys.path`, another metadata finder, a file it could not
+    decode) answers True, and the real scan decides.
+    """
+    import importlib.machinery
+
+    if any(getattr(finder, "find_distributions", None) is not None and finder is not importlib.machinery.PathFinder
+           for finder in sys.meta_path):
+        return True
+    group = ENTRY_POINT_GROUP.encode()
+    for entry in sys.path:
+        if not isinstance(entry, str):
+            return True
+        root = entry or "."
+        try:
+            children = os.listdir(root)
+        except OSError:
+            if os.path.exists(root):
+                return True  # a zip importlib.metadata would open
+            continue
+        egg = os.path.basename(entry).lower().endswith(".egg")
+        for child in children:
+            low = child.lower()
+            if not (low.endswith((".dist-info", ".egg-info")) or (egg and low == "egg-info")):
+                continue
+            try:
+                with open(os.path.join(root, child, "entry_points.txt"), "rb") as fh:
+                    data = fh.read()
+            except (FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError):
+                continue  # what importlib.metadata skips too
+            except OSError:
+                return True
+            if group in data:
+                return True
+            try:
+                data.decode("utf-8")
+            except UnicodeDecodeError:
+                return True
+    return False
 
 
 def _assemble(parts: Iterable[tuple[str, list[RuleMeta], FunctionSource]]) -> Catalog:

@@ -178,7 +178,7 @@ def _families_imported(*argv: str) -> list[str]:
             "from envdoctor.cli import main\n"
             f"code = main({list(argv)!r})\n"
             "print(json.dumps(sorted(m for m in sys.modules if m.startswith('envdoctor.rules.') and m.count('.') == 2)"
-            " + sorted(m for m in ('importlib.metadata', 'envdoctor.analysis.spawn') if m in sys.modules)))\n")
+            " + sorted(m for m in ('importlib.metadata', 'envdoctor.analysis.spawn', 'packaging') if m in sys.modules)))\n")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout.splitlines()[-1])
@@ -188,8 +188,14 @@ def test_a_run_imports_only_the_families_it_selects(tmp_path: Path) -> None:
     report = tmp_path / "report.json"
     assert _families_imported("check", "--no-loader", "--select", "PKG,CHN", "--prefix", sys.prefix,
                               "--format", "json", "-o", str(report), "--fail-on", "never") \
-        == ["envdoctor.rules.channels", "envdoctor.rules.packages"]
+        == ["envdoctor.rules.channels", "envdoctor.rules.packages", "packaging"]
     assert {f["rule"][:3] for f in json.loads(report.read_text())["findings"]} <= {"PKG", "CHN"}
+    # A bare venv (the hostile corpus's target): no requirement to parse, so no packaging either.
+    bare = tmp_path / "bare"
+    subprocess.run([getattr(sys, "_base_executable", sys.executable), "-m", "venv", "--without-pip", str(bare)],
+                   check=True, timeout=120)
+    assert _families_imported("check", "--no-loader", "--select", "PKG,CHN", "--prefix", str(bare), "-o",
+                              str(report)) == ["envdoctor.rules.channels", "envdoctor.rules.packages"]
     # The pre-commit hook's run: the spawn guard and nothing else (no plugin in this environment to scan for).
     script = tmp_path / "train.py"
     script.write_text("print('hello')\n")

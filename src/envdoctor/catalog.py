@@ -30,11 +30,6 @@ from functools import cache, lru_cache
 from pathlib import Path
 from typing import Any
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - exercised on 3.10 only
-    import tomli as tomllib
-
 from envdoctor.model import Severity
 
 DOC_PARTS = ("what", "why", "example", "fix")
@@ -87,8 +82,8 @@ class RuleFunctions(Mapping[str, RuleFunction]):
 
     Importing every family's module, and the facts and analysis modules they
     import, cost more than most runs' work: the pre-commit hook's spawn guard
-    needs no package rules, `--select PKG` no syntax-tree walker, and `rules`
-    and `explain` no rule function at all. When a family's module arrives its
+    needs no package rules, `--select PKG` no syntax-tree walker, and `rules`,
+    `explain` and `render` no rule at all. When a family's module arrives its
     table is checked whole, as an eager load would: every rule of the family
     has a callable in the module's `RULES`, and every function there has a
     catalog entry; otherwise the lookup raises CatalogError.
@@ -97,7 +92,7 @@ class RuleFunctions(Mapping[str, RuleFunction]):
     def __init__(self, loaded: Mapping[str, RuleFunction], modules: Mapping[str, tuple[str, str]]) -> None:
         #: Rule id -> its function, for the origins loaded so far.
         self._loaded = dict(loaded)
-        #: Rule id -> (origin, module) of a shipped family's rule, loaded or not.
+        #: Rule id -> (origin, module) of a shipped family, in catalog order.
         self._modules = dict(modules)
 
     def __getitem__(self, rule_id: str) -> RuleFunction:
@@ -161,12 +156,21 @@ def catalog_dir() -> Path:
     raise CatalogError(f"the rule catalog is missing (looked in {packaged} and {source})")
 
 
+def _read_toml(path: Path) -> dict[str, Any]:
+    """One TOML file of the catalog. tomllib is imported here, not with the module: `render` and the
+    command line's error handling import this module and read no catalog file."""
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover - exercised on 3.10 only
+        import tomli as tomllib
+    with open(path, "rb") as fh:
+        return tomllib.load(fh)
+
+
 @cache
 def load_data(name: str) -> dict[str, Any]:
     """A data table shipped beside the rules (`conflicts`, `channels`, …)."""
-    path = catalog_dir() / f"{name}.toml"
-    with open(path, "rb") as fh:
-        return tomllib.load(fh)
+    return _read_toml(catalog_dir() / f"{name}.toml")
 
 
 SCOPES = ("node", "fleet")
@@ -221,8 +225,7 @@ def _load_family(path: Path) -> tuple[str, list[RuleMeta], FunctionSource]:
     The module is the family's package (or module), whose `RULES` table gathers
     the rule functions of its modules; `RuleFunctions` imports it when needed.
     """
-    with open(path, "rb") as fh:
-        data = tomllib.load(fh)
+    data = _read_toml(path)
     family = data.get("family", path.stem)
     module_name = data.get("module")
     scope = data.get("scope", "node")

@@ -402,7 +402,7 @@ def _parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argpa
 def main(argv: Sequence[str] | None = None) -> int:
     from envdoctor.catalog import CatalogError
     from envdoctor.config import ConfigError
-    from envdoctor.facts.target import TargetError
+    from envdoctor.errors import TargetError
 
     argv = list(sys.argv[1:] if argv is None else argv)
     args = _parse(build_parser(argv[0] if argv else None), argv)

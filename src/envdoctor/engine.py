@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import datetime as _dt
 import socket
-import traceback
 from collections.abc import Iterable
 from typing import Any
 
@@ -100,6 +99,8 @@ def run_rules(catalog: Catalog, metas: list[RuleMeta], facts: Facts,
             errors.append({"rule": meta.id, "probe": exc.section, "message": f"skipped: {exc}"})
             continue
         except Exception as exc:  # one broken rule never hides the others
+            import traceback  # only a failure needs it
+
             errors.append({
                 "rule": meta.id,
                 "message": f"{type(exc).__name__}: {exc}",
@@ -194,7 +195,7 @@ def run_check(config: Config, catalog: Catalog | None = None, facts: Facts | Non
     overrides = check_severity_overrides(catalog, config.severity)
     facts = facts or Facts(config)
     # The target is resolved first so a wrong --prefix is one clear error, not N skipped rules.
-    from envdoctor.facts.target import TargetError
+    from envdoctor.errors import TargetError
 
     check_inputs(config)
     try:

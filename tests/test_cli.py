@@ -1,6 +1,7 @@
 """The command line: formats, exit codes, settings files, and bad input as one clear line."""
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import stat
@@ -217,6 +218,25 @@ def test_every_setting_has_its_flag_and_pyproject_key() -> None:
     assert by_flag["--json"].const == "json" and by_flag["--json"].dest == "format"
     assert tuple(by_flag["--fail-on"].choices) == FAIL_ON_CHOICES
     assert tuple(by_flag["--format"].choices) == FORMATS == tuple(FORMAT_MODULES)
+
+
+def test_a_run_builds_only_its_own_command_and_parses_it_as_the_whole_parser_does() -> None:
+    from envdoctor.cli import COMMANDS, _parse, build_parser
+
+    def commands(parser: argparse.ArgumentParser) -> list[str]:
+        return list(parser._subparsers._group_actions[0].choices)
+
+    assert commands(build_parser()) == list(COMMANDS)
+    for name in COMMANDS:
+        assert commands(build_parser(name)) == [name]
+    assert commands(build_parser("nope")) == list(COMMANDS)  # argparse must name the choices
+    for argv in (["check", "--no-loader", "--select", "SPW001,SPW004", "a.py", "--", "-b.py"],
+                 ["report", "--json", "-v", "--severity", "SYS=info"], ["compare", "a.json", "--format", "markdown"],
+                 ["render", "r.json", "--format", "sarif"], ["explain", "SYS002"], ["fix", "--dry-run"]):
+        assert vars(_parse(build_parser(argv[0]), argv)) == vars(_parse(build_parser(), argv)), argv
+    # The top-level help still lists every command: it is built whole when no command comes first.
+    listing = run_cli("--help").stdout
+    assert all(f"    {name}" in listing for name in COMMANDS), listing
 
 
 def test_api_check_takes_the_settings_by_name(tmp_path: Path) -> None:

@@ -1,7 +1,10 @@
 """The engine: a rule that raises, a probe that fails, plugin rules through entry points."""
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -123,6 +126,133 @@ def test_catalog_rejects_duplicates_and_placeholders() -> None:
         _check_meta({**entry, "name": "Bad_Name"}, "ZZT", "test")
     with pytest.raises(CatalogError, match="has no function"):
         _assemble([("a", [meta], {})])
+
+
+@pytest.mark.parametrize("text", ["TODO write the fix", "see FixMe below, soon", "tbd: the whole paragraph",
+                                  "XXX fill this in later", "lorem ipsum dolor sit amet",
+                                  "lorem ıpsum dolor sit amet", "lorem ipſum dolor sit amet", "İpsum? no: LOREM İPSUM"])
+def test_catalog_finds_placeholders_however_they_are_cased(text: str) -> None:
+    entry = {"id": "ZZT001", "name": "a-rule", "severity": "info", "summary": "long enough text",
+             "what": "long enough text", "why": "long enough text", "example": "long enough text",
+             "fix": "long enough text"}
+    with pytest.raises(CatalogError, match="placeholder"):
+        _check_meta({**entry, "what": text}, "ZZT", "test")
+    # Words that only contain one are no placeholder.
+    _check_meta({**entry, "what": "todos and a mixxxer, lorem ipsums"}, "ZZT", "test")
+
+
+def test_every_catalog_entry_has_a_function() -> None:
+    catalog = load_catalog(plugins=False)
+    functions = dict(catalog.functions)  # imports every family's module, checking each table whole
+    assert sorted(functions) == sorted(meta.id for meta in catalog.rules)
+    assert all(callable(func) for func in functions.values())
+
+
+def test_a_family_module_missing_a_function_or_an_entry_is_a_catalog_error(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The functions are looked up when a run needs them: a broken table still stops the run, exit 2."""
+    doc = "long enough for the catalog"
+    entry = {"severity": "info", "summary": doc, "what": doc, "why": doc, "example": doc, "fix": doc}
+    metas = [_check_meta({**entry, "id": rule_id, "name": name}, "ZZT", "ZZT.toml")
+             for rule_id, name in (("ZZT001", "first-rule"), ("ZZT002", "second-rule"))]
+    (tmp_path / "zzt_missing.py").write_text("RULES = {'ZZT001': lambda facts: ()}\n")
+    (tmp_path / "zzt_extra.py").write_text("RULES = {'ZZT001': lambda facts: (), 'ZZT002': lambda facts: (),\n"
+                                           "         'ZZT003': lambda facts: ()}\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    missing = _assemble([("ZZT.toml", metas, "zzt_missing")])
+    assert "ZZT002" in missing.functions and "zzt_missing" not in sys.modules  # nothing imported yet
+    with pytest.raises(CatalogError, match=r"ZZT.toml: rule ZZT002 has no function in zzt_missing.RULES"):
+        missing.functions["ZZT001"]  # the family's table is checked whole, whichever rule is asked for
+    with pytest.raises(CatalogError, match=r"functions without catalog entries in zzt_extra.RULES: ZZT003"):
+        _assemble([("ZZT.toml", metas, "zzt_extra")]).functions["ZZT002"]
+    with pytest.raises(KeyError):
+        missing.functions["ZZT009"]
+    # In a run it is the catalog's error, before any rule runs, not one rule's error in the report.
+    with pytest.raises(CatalogError, match="ZZT002 has no function"):
+        run_check(Config(no_loader=True, select=("ZZT001",)), catalog=_assemble([("ZZT.toml", metas, "zzt_missing")]))
+
+
+def _families_imported(*argv: str) -> list[str]:
+    """The rule family modules a real `envdoctor` run imports (in a child, where nothing is imported yet)."""
+    code = ("import json, sys\n"
+            "from envdoctor.cli import main\n"
+            f"code = main({list(argv)!r})\n"
+            "print(json.dumps(sorted(m for m in sys.modules if m.startswith('envdoctor.rules.') and m.count('.') == 2)"
+            " + sorted(m for m in ('importlib.metadata', 'envdoctor.analysis.spawn', 'packaging') if m in sys.modules)))\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    return json.loads(proc.stdout.splitlines()[-1])
+
+
+def test_a_run_imports_only_the_families_it_selects(tmp_path: Path) -> None:
+    report = tmp_path / "report.json"
+    assert _families_imported("check", "--no-loader", "--select", "PKG,CHN", "--prefix", sys.prefix,
+                              "--format", "json", "-o", str(report), "--fail-on", "never") \
+        == ["envdoctor.rules.channels", "envdoctor.rules.packages", "packaging"]
+    assert {f["rule"][:3] for f in json.loads(report.read_text())["findings"]} <= {"PKG", "CHN"}
+    # A bare venv (the hostile corpus's target): no requirement to parse, so no packaging either.
+    bare = tmp_path / "bare"
+    subprocess.run([getattr(sys, "_base_executable", sys.executable), "-m", "venv", "--without-pip", str(bare)],
+                   check=True, timeout=120)
+    assert _families_imported("check", "--no-loader", "--select", "PKG,CHN", "--prefix", str(bare), "-o",
+                              str(report)) == ["envdoctor.rules.channels", "envdoctor.rules.packages"]
+    # The pre-commit hook's run: the spawn guard and nothing else (no plugin in this environment to scan for).
+    script = tmp_path / "train.py"
+    script.write_text("print('hello')\n")
+    assert _families_imported("check", "--no-loader", "--select", "SPW001,SPW004", str(script), "-o",
+                              str(report)) == ["envdoctor.rules.spawn", "envdoctor.analysis.spawn"]
+    assert _families_imported("rules") == []
+
+
+def test_the_plugin_prescan_never_misses_a_plugin(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`_may_declare_plugins` answers False only where importlib.metadata finds no envdoctor.rules entry point."""
+    from importlib.metadata import entry_points
+
+    from envdoctor.catalog import ENTRY_POINT_GROUP, _may_declare_plugins
+
+    def agrees(expected: bool) -> None:
+        found = bool(list(entry_points(group=ENTRY_POINT_GROUP)))
+        assert found == expected
+        assert _may_declare_plugins() == expected
+
+    # This environment (many distributions, entry points of other groups; no plugin in the test extras).
+    agrees(bool(list(entry_points(group=ENTRY_POINT_GROUP))))
+    # The rest on a sys.path of one folder, whatever this environment holds.
+    site = tmp_path / "site"
+    other = site / "other_tool-1.0.dist-info"
+    other.mkdir(parents=True)
+    (other / "entry_points.txt").write_text("[console_scripts]\nother = other_tool:main\n")
+    monkeypatch.setattr(sys, "path", [str(site)])
+    agrees(False)
+    for name, folder, metadata in (("zzt-rules", site / "zzt_rules-1.0.dist-info", "METADATA"),
+                                   ("zzt-legacy", site / "zzt_legacy.egg-info", "PKG-INFO"),
+                                   ("zzt-egg", site / "zzt_egg-1.0-py3.11.egg" / "EGG-INFO", "PKG-INFO")):
+        folder.mkdir(parents=True)
+        (folder / metadata).write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 1.0\n")
+        if folder.name == "EGG-INFO":  # an egg on sys.path is its own entry
+            monkeypatch.setattr(sys, "path", [str(folder.parent), *sys.path])
+        (folder / "entry_points.txt").write_text(f"[{ENTRY_POINT_GROUP}]\nzzt = zzt_rules\n")
+        agrees(True)
+        (folder / "entry_points.txt").unlink()
+        agrees(False)
+    # What it cannot read as importlib.metadata would, it leaves to importlib.metadata.
+    (other / "entry_points.txt").write_bytes(b"[console_scripts]\nother = other_tool:m\xff\n")
+    assert _may_declare_plugins()
+    (other / "entry_points.txt").write_text("[console_scripts]\n")
+    assert not _may_declare_plugins()
+    zipped = tmp_path / "bundle.zip"
+    zipped.write_bytes(b"PK\x05\x06" + bytes(18))  # an empty zip archive
+    monkeypatch.setattr(sys, "path", [str(zipped), *sys.path])
+    assert _may_declare_plugins()
+
+
+def test_catalog_doc_parts_are_literal_strings() -> None:
+    """A family file writes its multi-line texts as TOML literal strings: every run parses the catalog,
+    and tomllib reads a basic string (\"\"\"…\"\"\") a character at a time, three times slower."""
+    from envdoctor.catalog import _family_files, catalog_dir
+
+    for path in _family_files(catalog_dir()):
+        assert '"""' not in path.read_text(encoding="utf-8"), path.name
 
 
 def test_every_rule_function_has_a_catalog_entry() -> None:

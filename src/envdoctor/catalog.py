@@ -11,24 +11,24 @@ Lower-case TOML files beside them hold data the rules use (known conflicts,
 channel families, the CUDA driver table …).
 
 The catalog is checked when it loads: ids unique and well-formed, names
-kebab-case, every doc part present and free of placeholder text, every rule
-backed by a function and every function by a catalog entry.
+kebab-case, every doc part present and free of placeholder text. Every rule
+must be backed by a function and every function by a catalog entry; that half
+of the check runs when a family's module is imported, which is the first time
+one of its rules is looked up (`RuleFunctions`): a run imports only the families
+it selects. tests/test_engine.py looks up every rule, so a missing function
+fails the suite, not only the run that selects it.
 """
 from __future__ import annotations
 
 import importlib
+import os
 import re
 import sys
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from functools import cache, lru_cache
 from pathlib import Path
 from typing import Any
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - exercised on 3.10 only
-    import tomli as tomllib
 
 from envdoctor.model import Severity
 
@@ -40,6 +40,10 @@ ENTRY_POINT_GROUP = "envdoctor.rules"
 _ID_RE = re.compile(r"^[A-Z]{2,4}\d{3}$")
 _NAME_RE = re.compile(r"^[a-z][a-z0-9]*(-[a-z0-9]+)*$")
 _PLACEHOLDER_RE = re.compile(r"\b(TODO|TBD|FIXME|XXX|lorem ipsum)\b", re.IGNORECASE)
+#: The placeholder words in lower case, and the non-ASCII letters IGNORECASE also reads as one of
+#: their letters (İ and ı as i, ſ as s): a text with neither cannot match `_PLACEHOLDER_RE`.
+_PLACEHOLDER_WORDS = ("todo", "tbd", "fixme", "xxx", "lorem ipsum")
+_FOLDED_LETTERS = ("\u0130", "\u0131", "\u017f")
 
 
 class CatalogError(Exception):
@@ -68,6 +72,57 @@ class RuleMeta:
 
 
 RuleFunction = Callable[[Any], Iterable[Any]]
+#: Where one origin's rule functions come from: a table of them (a plugin), or the module whose
+#: `RULES` holds them (a shipped family), imported when one of its rules is first looked up.
+FunctionSource = Mapping[str, RuleFunction] | str
+
+
+class RuleFunctions(Mapping[str, RuleFunction]):
+    """Each rule's function by id; a family's module is imported the first time one of its rules is.
+
+    Importing every family's module, and the facts and analysis modules they
+    import, cost more than most runs' work: the pre-commit hook's spawn guard
+    needs no package rules, `--select PKG` no syntax-tree walker, and `rules`,
+    `explain` and `render` no rule at all. When a family's module arrives its
+    table is checked whole, as an eager load would: every rule of the family
+    has a callable in the module's `RULES`, and every function there has a
+    catalog entry; otherwise the lookup raises CatalogError.
+    """
+
+    def __init__(self, loaded: Mapping[str, RuleFunction], modules: Mapping[str, tuple[str, str]]) -> None:
+        #: Rule id -> its function, for the origins loaded so far.
+        self._loaded = dict(loaded)
+        #: Rule id -> (origin, module) of a shipped family, in catalog order.
+        self._modules = dict(modules)
+
+    def __getitem__(self, rule_id: str) -> RuleFunction:
+        func = self._loaded.get(rule_id)
+        if func is None:
+            origin, module = self._modules[rule_id]  # KeyError: no such rule
+            self._import_family(origin, module)
+            func = self._loaded[rule_id]
+        return func
+
+    def __contains__(self, rule_id: object) -> bool:  # without importing anything
+        return rule_id in self._loaded or rule_id in self._modules
+
+    def __iter__(self) -> Iterator[str]:
+        yield from self._loaded
+        yield from (rule_id for rule_id in self._modules if rule_id not in self._loaded)
+
+    def __len__(self) -> int:
+        return len(self._loaded.keys() | self._modules.keys())
+
+    def _import_family(self, origin: str, module: str) -> None:
+        table = getattr(importlib.import_module(module), "RULES", {})
+        ids = [rule_id for rule_id, (_, name) in self._modules.items() if name == module]
+        for rule_id in ids:
+            if not callable(table.get(rule_id)):
+                raise CatalogError(f"{origin}: rule {rule_id} has no function in {module}.RULES")
+        extra = sorted(set(table) - set(ids))
+        if extra:
+            raise CatalogError(f"{origin}: functions without catalog entries in {module}.RULES: {', '.join(extra)}")
+        self._loaded.update((rule_id, table[rule_id]) for rule_id in ids)
 
 
 @dataclass(frozen=True)
@@ -75,7 +130,7 @@ class Catalog:
     """Every known rule, in catalog order, with the function that implements it."""
 
     rules: tuple[RuleMeta, ...]
-    functions: Mapping[str, RuleFunction]
+    functions: RuleFunctions
 
     def ids(self) -> list[str]:
         return [meta.id for meta in self.rules]
@@ -101,12 +156,21 @@ def catalog_dir() -> Path:
     raise CatalogError(f"the rule catalog is missing (looked in {packaged} and {source})")
 
 
+def _read_toml(path: Path) -> dict[str, Any]:
+    """One TOML file of the catalog. tomllib is imported here, not with the module: `render` and the
+    command line's error handling import this module and read no catalog file."""
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover - exercised on 3.10 only
+        import tomli as tomllib
+    with open(path, "rb") as fh:
+        return tomllib.load(fh)
+
+
 @cache
 def load_data(name: str) -> dict[str, Any]:
     """A data table shipped beside the rules (`conflicts`, `channels`, …)."""
-    path = catalog_dir() / f"{name}.toml"
-    with open(path, "rb") as fh:
-        return tomllib.load(fh)
+    return _read_toml(catalog_dir() / f"{name}.toml")
 
 
 SCOPES = ("node", "fleet")
@@ -131,7 +195,7 @@ def _check_meta(entry: Mapping[str, Any], family: str, origin: str, scope: str =
         text = entry.get(part)
         if not isinstance(text, str) or len(text.strip()) < 10:
             raise CatalogError(f"{where}: doc part {part!r} is missing or too short")
-        if _PLACEHOLDER_RE.search(text):
+        if _has_placeholder(text):
             raise CatalogError(f"{where}: doc part {part!r} holds placeholder text")
         texts[part] = text.strip()
     if scope not in SCOPES:
@@ -139,36 +203,41 @@ def _check_meta(entry: Mapping[str, Any], family: str, origin: str, scope: str =
     return RuleMeta(id=rule_id, name=name, severity=severity, family=family, origin=origin, scope=scope, **texts)
 
 
+def _has_placeholder(text: str) -> bool:
+    """Whether `_PLACEHOLDER_RE` finds placeholder text, testing the few texts that could hold it.
+
+    Every run checks the catalog's hundred-odd kilobytes of docs; the case-blind
+    search is four times slower than a look for the words in the lowered text.
+    """
+    lowered = text.lower()
+    if not any(word in lowered for word in _PLACEHOLDER_WORDS) and not any(c in text for c in _FOLDED_LETTERS):
+        return False
+    return _PLACEHOLDER_RE.search(text) is not None
+
+
 def _family_files(directory: Path) -> list[Path]:
     return sorted(p for p in directory.glob("*.toml") if p.stem.isupper())
 
 
-def _load_family(path: Path) -> tuple[str, list[RuleMeta], dict[str, RuleFunction]]:
-    """One family file: its checked metadata and the functions of the module it names.
+def _load_family(path: Path) -> tuple[str, list[RuleMeta], FunctionSource]:
+    """One family file: its checked metadata and the module it names.
 
-    The module it names is the family's package, whose `RULES` table gathers the
-    rule functions of its modules.
+    The module is the family's package (or module), whose `RULES` table gathers
+    the rule functions of its modules; `RuleFunctions` imports it when needed.
     """
-    with open(path, "rb") as fh:
-        data = tomllib.load(fh)
+    data = _read_toml(path)
     family = data.get("family", path.stem)
     module_name = data.get("module")
     scope = data.get("scope", "node")
-    metas: list[RuleMeta] = []
-    functions: dict[str, RuleFunction] = {}
-    for entry in data.get("rule", []):
-        meta = _check_meta(entry, family, path.name, scope)
-        if not module_name:
-            raise CatalogError(f"{path.name}: names no module")
-        table = getattr(importlib.import_module(module_name), "RULES", {})
-        if meta.id not in table:
-            raise CatalogError(f"{path.name}: rule {meta.id} has no function in {module_name}.RULES")
-        metas.append(meta)
-        functions[meta.id] = table[meta.id]
-    return path.name, metas, functions
+    metas = [_check_meta(entry, family, path.name, scope) for entry in data.get("rule", [])]
+    if metas and not module_name:
+        raise CatalogError(f"{path.name}: names no module")
+    return path.name, metas, str(module_name or "")
 
 
-def _load_plugins() -> Iterable[tuple[str, list[RuleMeta], dict[str, RuleFunction]]]:
+def _load_plugins() -> Iterable[tuple[str, list[RuleMeta], FunctionSource]]:
+    if not _may_declare_plugins():
+        return
     from importlib.metadata import entry_points
 
     for ep in entry_points(group=ENTRY_POINT_GROUP):
@@ -189,27 +258,79 @@ def _load_plugins() -> Iterable[tuple[str, list[RuleMeta], dict[str, RuleFunctio
         yield origin, metas, dict(functions)
 
 
-def _assemble(parts: Iterable[tuple[str, list[RuleMeta], dict[str, RuleFunction]]]) -> Catalog:
+def _may_declare_plugins() -> bool:
+    """False only when no distribution `importlib.metadata` would find declares an `envdoctor.rules` entry point.
+
+    Importing importlib.metadata (email, zipfile, csv …) and scanning costs a
+    fifth of a small run, and nearly every environment has no plugin. This
+    looks where importlib.metadata's path finder looks (each `sys.path` folder's
+    `*.dist-info`, `*.egg-info` and an egg's `EGG-INFO`) for an `entry_points.txt`
+    that so much as names the group; anything it cannot read as that finder
+    would (a zip on `sys.path`, another metadata finder, a file it could not
+    decode) answers True, and the real scan decides.
+    """
+    import importlib.machinery
+
+    if any(getattr(finder, "find_distributions", None) is not None and finder is not importlib.machinery.PathFinder
+           for finder in sys.meta_path):
+        return True
+    group = ENTRY_POINT_GROUP.encode()
+    for entry in sys.path:
+        if not isinstance(entry, str):
+            return True
+        root = entry or "."
+        try:
+            children = os.listdir(root)
+        except OSError:
+            if os.path.exists(root):
+                return True  # a zip importlib.metadata would open
+            continue
+        egg = os.path.basename(entry).lower().endswith(".egg")
+        for child in children:
+            low = child.lower()
+            if not (low.endswith((".dist-info", ".egg-info")) or (egg and low == "egg-info")):
+                continue
+            try:
+                with open(os.path.join(root, child, "entry_points.txt"), "rb") as fh:
+                    data = fh.read()
+            except (FileNotFoundError, IsADirectoryError, NotADirectoryError, PermissionError):
+                continue  # what importlib.metadata skips too
+            except OSError:
+                return True
+            if group in data:
+                return True
+            try:
+                data.decode("utf-8")
+            except UnicodeDecodeError:
+                return True
+    return False
+
+
+def _assemble(parts: Iterable[tuple[str, list[RuleMeta], FunctionSource]]) -> Catalog:
     rules: list[RuleMeta] = []
     functions: dict[str, RuleFunction] = {}
+    modules: dict[str, tuple[str, str]] = {}
     seen: dict[str, str] = {}
-    for origin, metas, funcs in parts:
+    for origin, metas, source in parts:
         for meta in metas:
             if meta.id in seen:
                 raise CatalogError(f"rule id {meta.id} is defined twice ({seen[meta.id]} and {origin})")
             seen[meta.id] = origin
-            func = funcs.get(meta.id)
-            if not callable(func):
-                raise CatalogError(f"{origin}: rule {meta.id} has no function")
+            if isinstance(source, str):
+                modules[meta.id] = (origin, source)
+            else:
+                func = source.get(meta.id)
+                if not callable(func):
+                    raise CatalogError(f"{origin}: rule {meta.id} has no function")
+                functions[meta.id] = func
             rules.append(meta)
-            functions[meta.id] = func
     rank = {family: i for i, family in enumerate(FAMILY_ORDER)}
     rules.sort(key=lambda m: (m.origin.startswith("plugin"), rank.get(m.family, len(rank)), m.family, m.id))
     names = [m.name for m in rules]
     doubled = {n for n in names if names.count(n) > 1}
     if doubled:
         raise CatalogError(f"rule names used twice: {', '.join(sorted(doubled))}")
-    return Catalog(rules=tuple(rules), functions=functions)
+    return Catalog(rules=tuple(rules), functions=RuleFunctions(functions, modules))
 
 
 @lru_cache(maxsize=2)

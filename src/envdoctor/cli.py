@@ -5,10 +5,10 @@ selected rule that could not run), 2 a usage error or envdoctor itself could
 not run.
 
 Each command is a sub-parser in `build_parser` whose `handler` takes the
-parsed arguments and returns the exit code; adding a command is a sub-parser
-and its handler (`add_arguments(parser)` gives it the checking options, all of
-them or the ones named). The options themselves are declared once, in
-`envdoctor.config.Config`.
+parsed arguments and returns the exit code; adding a command is its name in
+`COMMANDS`, a sub-parser and its handler (`add_arguments(parser)` gives it the
+checking options, all of them or the ones named). The options themselves are
+declared once, in `envdoctor.config.Config`.
 """
 from __future__ import annotations
 
@@ -18,7 +18,6 @@ import errno
 import os
 import stat
 import sys
-import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
@@ -32,6 +31,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from envdoctor.config import Config
 
 EXIT_OK, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
+#: The commands, in the order `--help` lists them (tests/test_cli.py checks build_parser makes exactly these).
+COMMANDS = ("check", "report", "loader", "rules", "explain", "render", "compare", "fix", "run", "mcp")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -39,9 +40,18 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_ERROR, f"envdoctor: error: {message} (see `{self.prog} --help`)\n")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The parser: one sub-parser a command; the checking options come from config.SETTINGS."""
+def build_parser(command: str | None = None) -> argparse.ArgumentParser:
+    """The parser: one sub-parser a command; the checking options come from config.SETTINGS.
+
+    Given the `command` a command line starts with, only that command's sub-parser
+    is built: argparse hands everything after the command to it, so no other could
+    be reached, and building them all (three of them with every checking option,
+    and importing `fix` and `run`) would cost each run more than parsing does.
+    """
     from envdoctor.config import add_arguments
+
+    def wanted(name: str) -> bool:
+        return command not in COMMANDS or name == command
 
     parser = _Parser(prog="envdoctor", description="A doctor for PyTorch training environments.")
     parser.add_argument("--version", action="version", version=f"envdoctor {__version__}")
@@ -50,47 +60,58 @@ def build_parser() -> argparse.ArgumentParser:
 
     for name, help_text, default_format in (("check", "run all checks and print a human report", "text"),
                                             ("report", "run all checks and print the JSON report (for CI)", "json")):
-        checking = sub.add_parser(name, help=help_text)
-        checking.add_argument("scripts", nargs="*", metavar="SCRIPT",
-                              help="training scripts or folders to check for the spawn guard")
-        add_arguments(checking, defaults={"format": default_format})
-        checking.set_defaults(handler=_cmd_check, default_format=default_format)
-    loader = sub.add_parser("loader", help="run only the DataLoader smoke test")
-    add_arguments(loader)
-    loader.set_defaults(handler=_cmd_check, default_format="text")
+        if wanted(name):
+            checking = sub.add_parser(name, help=help_text)
+            checking.add_argument("scripts", nargs="*", metavar="SCRIPT",
+                                  help="training scripts or folders to check for the spawn guard")
+            add_arguments(checking, defaults={"format": default_format})
+            checking.set_defaults(handler=_cmd_check, default_format=default_format)
+    if wanted("loader"):
+        loader = sub.add_parser("loader", help="run only the DataLoader smoke test")
+        add_arguments(loader)
+        loader.set_defaults(handler=_cmd_check, default_format="text")
 
-    sub.add_parser("rules", help="list the rule catalog, one line each").set_defaults(handler=_cmd_rules)
-    explain = sub.add_parser("explain", help="show one rule's docs: what, why, example, fix")
-    explain.add_argument("rule", metavar="RULE", help="a rule id (SYS002) or name (shm-too-small)")
-    explain.set_defaults(handler=_cmd_explain)
+    if wanted("rules"):
+        sub.add_parser("rules", help="list the rule catalog, one line each").set_defaults(handler=_cmd_rules)
+    if wanted("explain"):
+        explain = sub.add_parser("explain", help="show one rule's docs: what, why, example, fix")
+        explain.add_argument("rule", metavar="RULE", help="a rule id (SYS002) or name (shm-too-small)")
+        explain.set_defaults(handler=_cmd_explain)
 
-    rendered = sub.add_parser("render", help="show a saved JSON report in another format (one run, many outputs)")
-    rendered.add_argument("report", metavar="REPORT", help="a JSON report written by `envdoctor report`")
-    rendered.add_argument("--format", choices=FORMATS, default="text")
-    rendered.add_argument("--output", "-o", metavar="FILE")
-    rendered.add_argument("--against", metavar="FILE", help="the file environment findings are shown on (github, sarif)")
-    rendered.add_argument("-v", "--verbose", action="store_true", help="show each finding's evidence")
-    rendered.add_argument("--fail-on", choices=FAIL_ON_CHOICES, default="error")
-    rendered.set_defaults(handler=_cmd_render)
+    if wanted("render"):
+        rendered = sub.add_parser("render", help="show a saved JSON report in another format (one run, many outputs)")
+        rendered.add_argument("report", metavar="REPORT", help="a JSON report written by `envdoctor report`")
+        rendered.add_argument("--format", choices=FORMATS, default="text")
+        rendered.add_argument("--output", "-o", metavar="FILE")
+        rendered.add_argument("--against", metavar="FILE",
+                              help="the file environment findings are shown on (github, sarif)")
+        rendered.add_argument("-v", "--verbose", action="store_true", help="show each finding's evidence")
+        rendered.add_argument("--fail-on", choices=FAIL_ON_CHOICES, default="error")
+        rendered.set_defaults(handler=_cmd_render)
 
-    compare = sub.add_parser("compare", help="reports from several machines side by side: drift and stragglers")
-    compare.add_argument("reports", nargs="+", metavar="REPORT", help="JSON reports, or folders holding them")
-    add_arguments(compare, names=("format", "output", "fail_on"))
-    compare.set_defaults(handler=_cmd_compare)
+    if wanted("compare"):
+        compare = sub.add_parser("compare", help="reports from several machines side by side: drift and stragglers")
+        compare.add_argument("reports", nargs="+", metavar="REPORT", help="JSON reports, or folders holding them")
+        add_arguments(compare, names=("format", "output", "fail_on"))
+        compare.set_defaults(handler=_cmd_compare)
 
-    from envdoctor.fix.command import add_parser as add_fix_parser
+    if wanted("fix"):
+        from envdoctor.fix.command import add_parser as add_fix_parser
 
-    add_fix_parser(sub)
+        add_fix_parser(sub)
 
-    from envdoctor.loop.command import add_parser as add_run_parser
+    if wanted("run"):
+        from envdoctor.loop.command import add_parser as add_run_parser
 
-    add_run_parser(sub, _cmd_run)
+        add_run_parser(sub, _cmd_run)
 
-    served = sub.add_parser("mcp", help="serve the checks as tools for AI coding agents (Model Context Protocol, stdio)")
-    served.add_argument("--root", action="append", default=[], metavar="DIR",
-                        help="a folder the tools may read when the client declares no roots (repeatable; "
-                             "default: the working directory)")
-    served.set_defaults(handler=_cmd_mcp)
+    if wanted("mcp"):
+        served = sub.add_parser("mcp",
+                                help="serve the checks as tools for AI coding agents (Model Context Protocol, stdio)")
+        served.add_argument("--root", action="append", default=[], metavar="DIR",
+                            help="a folder the tools may read when the client declares no roots (repeatable; "
+                                 "default: the working directory)")
+        served.set_defaults(handler=_cmd_mcp)
     return parser
 
 
@@ -138,6 +159,8 @@ def write_report(path: str, text: str, what: str = "the report") -> None:
     (or a full disk) leaves the previous file as it was. A device or FIFO
     (`-o /dev/stdout`) is written in place.
     """
+    import tempfile  # only a run that writes a file pays for it (shutil, random)
+
     # A file name that is not UTF-8 must not stop the report being written.
     data = text.encode("utf-8", errors="backslashreplace")
     where = Path(path)
@@ -379,9 +402,10 @@ def _parse(parser: argparse.ArgumentParser, argv: Sequence[str] | None) -> argpa
 def main(argv: Sequence[str] | None = None) -> int:
     from envdoctor.catalog import CatalogError
     from envdoctor.config import ConfigError
-    from envdoctor.facts.target import TargetError
+    from envdoctor.errors import TargetError
 
-    args = _parse(build_parser(), argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = _parse(build_parser(argv[0] if argv else None), argv)
     try:
         return int(args.handler(args))
     except (UsageError, ConfigError, TargetError, CatalogError) as exc:

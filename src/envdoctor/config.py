@@ -37,11 +37,6 @@ if TYPE_CHECKING:  # pragma: no cover
     import argparse
     from collections.abc import Callable
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
-
 #: The output formats, one per formatter module.
 FORMATS: tuple[str, ...] = tuple(FORMAT_MODULES)
 
@@ -389,6 +384,10 @@ def find_pyproject(start: Path | None = None) -> Path | None:
 
 def read_pyproject(path: Path) -> dict[str, Any]:
     """The `[tool.envdoctor]` table of one pyproject.toml, checked key by key."""
+    if sys.version_info >= (3, 11):  # imported here: `render` reads no settings and no catalog
+        import tomllib
+    else:  # pragma: no cover
+        import tomli as tomllib
     try:
         with open(path, "rb") as fh:
             data = tomllib.load(fh)

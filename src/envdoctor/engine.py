@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import datetime as _dt
 import socket
-import traceback
 from collections.abc import Iterable
 from typing import Any
 
@@ -89,14 +88,19 @@ def run_rules(catalog: Catalog, metas: list[RuleMeta], facts: Facts,
               overrides: dict[str, Severity]) -> tuple[list[Finding], list[dict[str, Any]]]:
     findings: list[Finding] = []
     errors: list[dict[str, Any]] = []
+    # Looked up before any rule runs: a family module that is missing a function is a broken
+    # catalog (CatalogError, exit 2), not one rule's error.
+    functions = {meta.id: catalog.functions[meta.id] for meta in metas}
     for meta in metas:
         try:
-            hits = list(catalog.functions[meta.id](facts) or ())
+            hits = list(functions[meta.id](facts) or ())
         except ProbeFailed as exc:
             # Not checked is not clean: Report.not_checked() names it and the exit code says so.
             errors.append({"rule": meta.id, "probe": exc.section, "message": f"skipped: {exc}"})
             continue
         except Exception as exc:  # one broken rule never hides the others
+            import traceback  # only a failure needs it
+
             errors.append({
                 "rule": meta.id,
                 "message": f"{type(exc).__name__}: {exc}",
@@ -191,7 +195,7 @@ def run_check(config: Config, catalog: Catalog | None = None, facts: Facts | Non
     overrides = check_severity_overrides(catalog, config.severity)
     facts = facts or Facts(config)
     # The target is resolved first so a wrong --prefix is one clear error, not N skipped rules.
-    from envdoctor.facts.target import TargetError
+    from envdoctor.errors import TargetError
 
     check_inputs(config)
     try:

@@ -8,3 +8,7 @@ from __future__ import annotations
 
 class UsageError(Exception):
     """A problem with what the user asked for; printed as one line, exit 2."""
+
+
+class TargetError(Exception):
+    """The environment asked for cannot be found or used."""

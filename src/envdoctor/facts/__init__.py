@@ -19,7 +19,6 @@ probe can end up waiting for itself.
 from __future__ import annotations
 
 import importlib
-import traceback
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, overload
@@ -157,6 +156,8 @@ class Facts:
         except (ProbeFailed, UndeclaredRead):
             raise
         except Exception as exc:  # a probe must never take the report down
+            import traceback  # only a failure needs it
+
             reason = f"{type(exc).__name__}: {exc}"
             self._failed[section] = reason
             self.errors.append(

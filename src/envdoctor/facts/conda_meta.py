@@ -9,7 +9,6 @@ byte and time budget and says what it left unhashed.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -121,6 +120,8 @@ def _type_problem(data: Any) -> str | None:
 
 
 def _sha256(path: str, budget: HashBudget) -> str | None:
+    import hashlib  # only where files are hashed (--deep): loading OpenSSL is no part of an ordinary run
+
     digest = hashlib.sha256()
     try:
         fd = open_regular(path)  # a FIFO in place of a file would block the read

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import tempfile
 import time
 from typing import Any, TypedDict
 
@@ -153,6 +152,7 @@ def gather_imports(facts: Any) -> ImportsFacts:
         seen.add(dist["key"])  # the copy import finds first
         if dist["import_names"] and ships_extensions(dist["path"], dist["import_names"]):
             candidates.append(dist)
+    import tempfile
     from concurrent.futures import ThreadPoolExecutor  # only here: the packages probe imports this module too
 
     deadline = time.monotonic() + TOTAL_TIMEOUT_S

@@ -15,9 +15,6 @@ the file and the reason; everything else is still read.
 """
 from __future__ import annotations
 
-import base64
-import csv
-import hashlib
 import io
 import os
 import re
@@ -210,6 +207,9 @@ def _match_doubled_copies(distributions: list[Distribution]) -> None:
     for (site, _key), copies in groups.items():
         if len(copies) < 2 or not site:
             continue
+        import base64
+        import hashlib  # only for doubled copies: loading OpenSSL is no part of an ordinary run
+
         for dist in copies:
             listed = matching = 0
             budget = MAX_MATCH_BYTES
@@ -236,6 +236,8 @@ def _record_hashes(dist_path: str) -> list[tuple[str, str]]:
         text = read_bytes(os.path.join(dist_path, "RECORD"), MAX_FILE_BYTES).decode("utf-8", errors="replace")
     except OSError:
         return []
+    import csv
+
     rows = []
     for row in csv.reader(io.StringIO(text)):
         if len(row) >= 2 and row[1].startswith("sha256=") and "\x00" not in row[0] and not row[0].startswith(("/", "..")):

@@ -20,6 +20,7 @@ import sys
 from pathlib import Path
 from typing import Any, TypedDict
 
+from envdoctor.errors import TargetError
 from envdoctor.facts.sitepath import PthFile, expand_site_dirs, import_path, user_site_enabled
 from envdoctor.process import quiet_python_env, run_bounded
 
@@ -157,10 +158,6 @@ class TargetFacts(TypedDict, total=False):
     externally_managed: str | None
     #: `.pth` files that add paths or hold code, read as data
     pth_files: list[PthFile]
-
-
-class TargetError(Exception):
-    """The environment asked for cannot be found or used."""
 
 
 def conda_platform(system: str | None = None, machine: str | None = None) -> str:

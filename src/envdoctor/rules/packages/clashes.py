@@ -80,6 +80,8 @@ def _required_by_another(members: list[Distribution], markers: dict[str, str] | 
 def distribution_clashes(packages: PackagesFacts) -> Iterator[tuple[dict[str, Any], list[Distribution]]]:
     """Each known clash (catalog/conflicts.toml) with two or more of its members installed."""
     visible = visible_distributions(packages)
+    if len(visible) < 2:
+        return  # no clash with fewer than two (and none to parse: a bare venv need not import packaging)
     for clash in load_data("conflicts").get("clash", []):
         members = _clash_members(clash, visible)
         if len(members) >= 2:

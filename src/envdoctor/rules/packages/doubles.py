@@ -281,11 +281,13 @@ def _other_major(req: Any, version: str) -> bool:
 
 
 def find_broken_requirements(facts: Facts) -> Iterator[Hit]:
-    from packaging.requirements import InvalidRequirement, Requirement
-
     packages = facts["packages"]
     markers = packages["markers"]
     visible = visible_distributions(packages)
+    if not any(dist["requires"] for dist in visible.values()):
+        return  # nothing to parse: a bare venv need not import packaging's parser
+    from packaging.requirements import InvalidRequirement, Requirement
+
     conda_names = {item.key: item.record["name"] for item in conda_python_states(packages)}
     parsed: dict[str, Any] = {}
     for dist in visible.values():

@@ -28,7 +28,37 @@ pytest_plugins = ["condafixtures", "fixenvs"]
 
 #: A module marked slow as a whole: `pytestmark = pytest.mark.slow` or a list that starts with it.
 _SLOW_MODULE = re.compile(r"^pytestmark = (?:pytest\.mark\.slow$|\[\s*pytest\.mark\.slow,)", re.MULTILINE)
+#: A module whose tests each stand alone: `pytest.mark.standalone` in its `pytestmark` list.
+_STANDALONE_MODULE = re.compile(r"^pytestmark = \[[^\]]*\bpytest\.mark\.standalone\b", re.MULTILINE)
 QUICK_TIER = "not slow"
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
+    """`--dist loadfile`, except that the tests of a module marked `standalone` are units of their own.
+
+    loadfile runs a module on one worker, so its module fixtures are built once. A module of
+    independent real runs (the hostile corpus, the spawn ground truth, the loader's live
+    cases) then ran serially on one worker for most of the suite's length, one core idle.
+    Split, its tests fill the workers' gaps; xdist sends the largest units first. The
+    controller collects nothing, so it reads the mark from the module's source, as the
+    quick tier's `pytest_ignore_collect` reads `slow`.
+    """
+    if config.getvalue("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    standalone = set()
+    for path in sorted((config.rootpath / "tests").glob("test_*.py")):
+        if _STANDALONE_MODULE.search(path.read_text(encoding="utf-8")):
+            standalone.add(path.relative_to(config.rootpath).as_posix())
+
+    class StandaloneSplitting(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0]
+            return nodeid if module in standalone else module
+
+    return StandaloneSplitting(config, log)
 
 
 def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:

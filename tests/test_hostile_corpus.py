@@ -37,6 +37,8 @@ import pytest
 from hostile.build import CORPUS, SLOW, Case, build
 from support import envdoctor_argv, validate_report
 
+pytestmark = [pytest.mark.standalone]
+
 FORMATS = ("json", "text", "markdown", "sarif", "github")
 #: Control characters a report may itself use (line ends, tabs); every other one is the input's.
 ALLOWED_CONTROL = {"\n", "\t", "\r"}

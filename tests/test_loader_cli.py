@@ -12,6 +12,8 @@ from envdoctor.report.loader_view import loader_markdown, loader_renderables
 from loadersupport import FIXTURES_DIR, assert_nothing_left, dump, loader_report, shm_torch_segments
 from support import findings, json_report, run_envdoctor
 
+pytestmark = [pytest.mark.standalone]
+
 
 def torch_version() -> str:
     import torch

@@ -16,7 +16,7 @@ import pytest
 from loadersupport import FIXTURES_DIR, dump, loader_report
 from support import envdoctor_argv, findings
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.standalone]
 
 #: Seconds every process of the stage may take to be gone.
 GONE_WITHIN_S = 5.0

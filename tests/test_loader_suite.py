@@ -13,7 +13,7 @@ from envdoctor.rules.loader.verdict import with_paired_baseline
 from loadersupport import assert_nothing_left, dump, loader_report, shm_torch_segments
 from support import findings
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.standalone]
 
 BUDGET = "15"
 

@@ -13,7 +13,7 @@ from loaderfixtures.trust import EXPECTED
 from loadersupport import assert_nothing_left, dump, loader_report, shm_torch_segments
 from support import findings
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.standalone]
 
 #: A case whose class is judged (IPC) is decided by the curve: room for torch's import on a busy machine,
 #: then the sweep and the paired windows.

@@ -15,6 +15,8 @@ import torch
 from envdoctor.api import preflight_summary
 from support import leftover_children, shm_left, shm_names
 
+pytestmark = [pytest.mark.standalone]
+
 
 class Waits(Dataset):
     """5 ms of waiting a sample: workers help a lot."""

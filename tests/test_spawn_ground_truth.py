@@ -31,7 +31,7 @@ import pytest
 from envdoctor.process import group_alive
 from test_spawn_fixtures import FIXTURES, check_scripts, ground_truth, header
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.standalone]
 
 BOOTSTRAP = "bootstrapping phase"
 RUN_LIMIT_S = 90.0

@@ -24,6 +24,8 @@ from envdoctor.engine import run_check
 from envdoctor.model import Severity
 from test_spawn_ground_truth import run_with_start_method
 
+pytestmark = [pytest.mark.standalone]
+
 NOTEBOOKS = Path(__file__).resolve().parent.parent / "fixtures" / "notebooks"
 ALL = sorted(NOTEBOOKS.glob("*.ipynb"))
 _TOKEN = re.compile(r"^(?P<rule>[A-Z]{3}\d{3})@(?P<cell>\d+):(?P<line>\d+)$")

@@ -20,6 +20,8 @@ from envdoctor.config import Config
 from envdoctor.engine import run_check
 from test_spawn_ground_truth import BOOTSTRAP, run_with_start_method
 
+pytestmark = [pytest.mark.standalone]
+
 PROJECTS = Path(__file__).resolve().parent.parent / "fixtures" / "spawn_projects"
 _EXPECT = re.compile(r"^#\s*expect:\s*(.+)$", re.MULTILINE)
 _GROUND_TRUTH = re.compile(r"^#\s*ground-truth:\s*(fails|runs)\b", re.MULTILINE)

@@ -78,8 +78,10 @@ class Walker:
         self.truncated = False
         self.stack: list[ast.AST] = []
         self.guard_lines: list[int] = []
-        self._generators: dict[int, bool] = {}
-        self._relevant: dict[int, bool] = {}
+        #: Caches keyed by the node or object itself, never its id(): a stripped body's nodes are
+        #: freed mid-walk, and a new node at the same address must not get the old one's answer.
+        self._generators: dict[ast.AST, bool] = {}
+        self._relevant: dict[ast.AST, bool] = {}
         #: Every function the walk has read, by name (what `relevant` follows calls through).
         self.defs: dict[str, list[tuple[ast.AST, list[str]]]] = {}
         self.memo: dict[tuple[Any, ...], Value] = {}

@@ -18,18 +18,23 @@ def _own_nodes(func: ast.AST) -> Iterator[ast.AST]:
         todo.extend(ast.iter_child_nodes(node))
 
 
-def child_expressions(node: ast.AST) -> list[ast.expr]:
-    """The expressions directly under `node`, in field order (what `ast.iter_child_nodes` gives that is one)."""
-    found: list[ast.expr] = []
+def _children(node: ast.AST) -> list[ast.AST]:
+    """The nodes directly under `node`, in field order (`ast.iter_child_nodes` as a list, without its generators)."""
+    found: list[ast.AST] = []
     for name in node._fields:
         child = getattr(node, name, None)
-        if isinstance(child, ast.expr):
+        if isinstance(child, ast.AST):
             found.append(child)
         elif isinstance(child, list):
             for item in child:
-                if isinstance(item, ast.expr):
+                if isinstance(item, ast.AST):
                     found.append(item)
     return found
+
+
+def child_expressions(node: ast.AST) -> list[ast.expr]:
+    """The expressions directly under `node`, in field order."""
+    return [child for child in _children(node) if isinstance(child, ast.expr)]
 
 
 def _target_names(node: ast.AST) -> Iterator[str]:
@@ -45,14 +50,7 @@ def _target_names(node: ast.AST) -> Iterator[str]:
             continue
         if isinstance(sub, ast.MatchAs) and sub.name:
             yield sub.name
-        for name in sub._fields:
-            child = getattr(sub, name, None)
-            if isinstance(child, ast.AST):
-                todo.append(child)
-            elif isinstance(child, list):
-                for item in child:
-                    if isinstance(item, ast.AST):
-                        todo.append(item)
+        todo.extend(_children(sub))
 
 
 _BODIES = ("body", "orelse", "finalbody", "handlers", "cases")

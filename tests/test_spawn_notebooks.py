@@ -107,6 +107,17 @@ def test_spw005_is_an_error_when_the_notebook_forces_spawn_even_on_linux_311():
     assert finding.evidence["objects"][0]["name"] == "Frames"  # reached through Subset(...)
 
 
+def test_spw005_for_a_lambda_names_the_pickling_error_the_notebook_raises_and_a_named_function_as_the_fix():
+    [finding] = check(NOTEBOOKS / "lambda_collate.ipynb", platform="darwin").by_rule("SPW005")
+    assert finding.evidence["objects"] == [{"role": "collate_fn", "name": "<lambda>", "kind": "function",
+                                            "line": 2, "cell": 3}]
+    assert ("_pickle.PicklingError: Can't pickle <function <lambda> at 0x…>: attribute lookup <lambda> on "
+            "__main__ failed") in finding.message
+    assert "Can't get attribute" not in finding.message
+    assert finding.fix.startswith("Replace the lambda (collate_fn) with a function defined in a module")
+    assert "from data_utils import <lambda>" not in finding.fix
+
+
 def test_spw001_never_fires_on_a_notebook_even_with_module_level_workers():
     report = check(NOTEBOOKS / "dataset_in_notebook.ipynb", NOTEBOOKS / "imported_dataset.ipynb",
                    select=("SPW001",), platform="darwin")
@@ -158,8 +169,13 @@ def test_the_cells_really_fail_under_spawn_exactly_where_spw005_points(path: Pat
         lines = {origin[int(n) - 1] for n in re.findall(r'File "<cells>", line (\d+)', output)}
         for finding in findings:
             assert (finding.location.cell, finding.location.line) in lines, (finding.location, lines)
-            name = finding.evidence["objects"][0]["name"]
-            assert f"Can't get attribute '{name}' on <module '__main__'" in output
+            names = [o["name"] for o in finding.evidence["objects"]]
+            if "<lambda>" in names:  # pickled in the notebook itself, before any worker starts
+                assert re.search(r"PicklingError: Can't pickle <function <lambda> at 0x[0-9a-f]+>: "
+                                 r"attribute lookup <lambda> on __main__ failed", output), output[-3000:]
+                assert "Can't pickle <function <lambda> at 0x…>: attribute lookup <lambda>" in finding.message
+            else:
+                assert f"Can't get attribute '{names[0]}' on <module '__main__'" in output
 
 
 def test_a_comment_ending_in_a_question_mark_is_python_and_help_is_not():

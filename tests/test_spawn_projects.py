@@ -139,6 +139,47 @@ def test_a_module_importing_itself_in_a_cycle_is_read_once(tmp_path: Path):
     assert [(f.rule, f.location.line) for f in report.findings] == [("SPW001", 2)]
 
 
+def _cycle_of_names(folder: Path) -> Path:
+    """A library where `inner` reaches the loader only through `outer`, which names `inner` back."""
+    (folder / "lib.py").write_text(
+        "from torch.utils.data import DataLoader\n"
+        "def outer(mode):\n"
+        "    if mode == 'again':\n"
+        "        return inner(mode)\n"
+        "    return epoch()\n"
+        "def inner(mode):\n"
+        "    return outer(mode)\n"
+        "def epoch():\n"
+        "    loader = DataLoader(range(8), num_workers=2)\n"
+        "    for batch in loader:\n"
+        "        pass\n", encoding="utf-8")
+    (folder / "train.py").write_text("import lib\n\nlib.outer('train')\nlib.inner('train')\n", encoding="utf-8")
+    return folder / "train.py"
+
+
+def test_a_library_function_that_reaches_the_loader_through_a_cycle_of_names_is_walked(tmp_path: Path):
+    """Each module-level call is its own finding; `lib.inner` was skipped as "cannot start workers"
+    whenever `inner` was first met while `outer`'s answer was still open (which the hash seed decided)."""
+    findings = check(_cycle_of_names(tmp_path), ("SPW001",)).by_rule("SPW001")
+    assert sorted((f.location.line, f.evidence["module_level_statement"]["line"]) for f in findings) == [(10, 3), (10, 4)]
+
+
+@pytest.mark.slow
+def test_what_the_walk_follows_does_not_depend_on_the_hash_seed(tmp_path: Path):
+    import os
+    import subprocess
+    import sys
+
+    script = _cycle_of_names(tmp_path)
+    code = ("import sys\nfrom envdoctor.config import Config\nfrom envdoctor.engine import run_check\n"
+            "report = run_check(Config(scripts=(sys.argv[1],), select=('SPW001',), no_loader=True))\n"
+            "print(sorted(f.evidence['module_level_statement']['line'] for f in report.findings))\n")
+    for seed in range(8):
+        proc = subprocess.run([sys.executable, "-c", code, str(script)], capture_output=True, text=True, timeout=120,
+                              env={**os.environ, "PYTHONHASHSEED": str(seed)}, check=True)
+        assert proc.stdout.strip() == "[3, 4]", (seed, proc.stdout, proc.stderr[-2000:])
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("script", [m for m in MAINS if ground_truth(m)], ids=[i for m, i in zip(MAINS, IDS)
                                                                               if ground_truth(m)])

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 from envdoctor.analysis.spawn.calls import CallWalker
-from envdoctor.analysis.spawn.project import Project, SharedModules, package_of, project_roots
+from envdoctor.analysis.spawn.project import Project, SharedModules
 from envdoctor.analysis.spawn.syntax import strip_bodies
 from envdoctor.analysis.spawn.values import Module, QualName, Unknown, Value
 from envdoctor.analysis.spawn.walker import Frame
@@ -158,9 +158,16 @@ def analyse_source(tree: ast.Module, text: str, path: str = "<script>", project:
 
     `reruns` is False for a notebook: spawn does not re-run it in the workers.
     """
-    package = package_of(Path(path)) if project else ""
+    found = None
+    package = ""
+    if project:
+        shared = shared if shared is not None else SharedModules()
+        roots, package = shared.files.layout(path)
+        found = Project(roots, absolute=Path(path).is_absolute(), shared=shared)
     main = Module("__main__", path, text.splitlines(), tree, package=package, is_main=True, reruns=reruns)
-    found = Project(project_roots(Path(path)), absolute=Path(path).is_absolute(), shared=shared) if project else None
     analysis = ScriptAnalysis(main, found)
     analysis.run()
-    return analysis.result()
+    try:
+        return analysis.result()
+    finally:
+        main.release()  # the script's own tree: later scripts never read it

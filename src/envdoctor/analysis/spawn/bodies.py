@@ -30,10 +30,24 @@ RELEVANT = re.compile(r"[Ll]oader|Process|Pool|Executor|spawn|start_processes|st
 CALLED = re.compile(r"(\w+)\s*\(")
 
 
+def mentions_of(node: ast.AST, lines: list[str]) -> tuple[bool, frozenset[str]]:
+    """(does the function's text mention what builds or starts workers, the names it calls), read once.
+
+    Kept on the node itself: every script that calls a shared module's function reads the same text.
+    """
+    known: tuple[bool, frozenset[str]] | None = getattr(node, "_envdoctor_mentions", None)
+    if known is None:
+        first = getattr(node, "lineno", 1)
+        text = "\n".join(lines[first - 1:getattr(node, "end_lineno", None) or len(lines)])
+        known = (bool(RELEVANT.search(text)), frozenset(CALLED.findall(text)))
+        setattr(node, "_envdoctor_mentions", known)  # noqa: B010 - a mark of our own on the node
+    return known
+
+
 class BodyRunner(StartTracker):
     """Calls into functions: a generator or coroutine is deferred until consumed, the rest run now."""
 
-    _relevant: dict[int, bool]
+    _relevant: dict[ast.AST, bool]
     defs: dict[str, list[tuple[ast.AST, list[str]]]]
 
     def call_function(self, func: Function, node: ast.AST, frame: Frame, positional: list[Value],
@@ -104,21 +118,42 @@ class BodyRunner(StartTracker):
         return not self.relevant(func.node, module.lines)
 
     def relevant(self, node: ast.AST, lines: list[str]) -> bool:
-        cached = self._relevant.get(id(node))
+        """Whether the function's lines, or those of any function it reaches by name, mention what starts workers.
+
+        A search of everything reachable, so the answer does not depend on the
+        order the called names are tried in (it did while a function met again
+        on a cycle counted as "not relevant", and that order follows the hash
+        seed). When nothing reachable mentions it, every function seen is
+        irrelevant too: all they reach was searched.
+        """
+        cached = self._relevant.get(node)
         if cached is not None:
             return cached
-        self._relevant[id(node)] = False  # a recursive call decides nothing
-        first = getattr(node, "lineno", 1)
-        text = "\n".join(lines[first - 1:getattr(node, "end_lineno", None) or len(lines)])
-        found = bool(RELEVANT.search(text)) or any(
-            self.relevant(other, other_lines)
-            for name in set(CALLED.findall(text)) for other, other_lines in self.defs.get(name, ()))
-        self._relevant[id(node)] = found
+        seen = {node}
+        todo = [(node, lines)]
+        found = False
+        while todo and not found:
+            current, current_lines = todo.pop()
+            known = self._relevant.get(current)
+            if known is not None:
+                found = known
+                continue
+            mentions, called = mentions_of(current, current_lines)
+            found = mentions
+            for name in called:
+                for other, other_lines in self.defs.get(name, ()):
+                    if other not in seen:
+                        seen.add(other)
+                        todo.append((other, other_lines))
+        if found:
+            self._relevant[node] = True
+        else:
+            self._relevant.update(dict.fromkeys(seen, False))
         return found
 
     def memo_key(self, func: Function, scope: dict[str, Value], frame: Frame) -> tuple[Any, ...] | None:
         """A key for calls whose walk would repeat an earlier one, or None when it might not."""
-        parts: list[Any] = [id(func.node), frame.guarded, self.state_version]
+        parts: list[Any] = [func.node, frame.guarded, self.state_version]
         for value in scope.values():
             if isinstance(value, Const):
                 # Numbers and short strings may decide num_workers, a start method or a
@@ -132,7 +167,7 @@ class BodyRunner(StartTracker):
             elif is_plain(value):
                 parts.append(type(value).__name__)
             elif isinstance(value, Instance):
-                parts.append(("instance", id(value)))
+                parts.append(("instance", value))
             else:
                 return None  # a loader, a process, a context …: always follow
         return tuple(parts)
@@ -165,14 +200,14 @@ class BodyRunner(StartTracker):
 
     def is_generator(self, func: Function) -> bool:
         node = func.node
-        cached = self._generators.get(id(node))
+        cached = self._generators.get(node)
         if cached is None:
             # Reading the function's own lines first is much cheaper than walking its tree.
             lines = func.module.lines if func.module is not None else []
             end = getattr(node, "end_lineno", None) or len(lines)
             cached = (not lines or any("yield" in line for line in lines[node.lineno - 1:end])) \
                 and (body_of(node, lines) is not None and is_generator_node(node))
-            self._generators[id(node)] = cached
+            self._generators[node] = cached
         return cached
 
     # -- the result ----------------------------------------------------------

@@ -4,7 +4,7 @@ from __future__ import annotations
 import ast
 
 from envdoctor.analysis.spawn.statements import StatementWalker
-from envdoctor.analysis.spawn.syntax import guard_polarity
+from envdoctor.analysis.spawn.syntax import child_expressions, guard_polarity
 from envdoctor.analysis.spawn.values import (
     Bound,
     ClassInfo,
@@ -43,14 +43,18 @@ class ExpressionWalker(StatementWalker):
     def eval(self, node: ast.expr | None, frame: Frame) -> Value:
         if node is None:
             return Const(None)
-        method = getattr(self, f"expr_{type(node).__name__}", None)
+        # The two commonest nodes, without a call of their own (expr_Name, expr_Constant).
+        if isinstance(node, ast.Name):
+            return self.lookup(node.id, frame)
+        if isinstance(node, ast.Constant):
+            return Const(node.value)
+        kind = type(node)
+        table = self.expr_handlers
+        method = table[kind] if kind in table else self.handler(table, "expr_", kind)
         if method is not None:
-            return method(node, frame)
-        for child in ast.iter_child_nodes(node):
-            if isinstance(child, ast.expr):
-                self.eval(child, frame)
-            elif isinstance(child, ast.comprehension):  # pragma: no cover - handled below
-                self.eval(child.iter, frame)
+            return method(self, node, frame)
+        for child in child_expressions(node):
+            self.eval(child, frame)
         return Unknown(node=node)
 
     def expr_Constant(self, node: ast.Constant, frame: Frame) -> Value:

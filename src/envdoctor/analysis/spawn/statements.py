@@ -2,10 +2,11 @@
 from __future__ import annotations
 
 import ast
+import time
 from collections.abc import Iterable
 
 from envdoctor.analysis.spawn.names import EXITS, TYPE_CHECKING_NAMES
-from envdoctor.analysis.spawn.syntax import bound_names, guard_polarity, matches_only_main
+from envdoctor.analysis.spawn.syntax import bound_names, child_expressions, guard_polarity, matches_only_main
 from envdoctor.analysis.spawn.values import (
     ClassInfo,
     Const,
@@ -34,8 +35,10 @@ class StatementWalker(Walker):
         What follows such a statement in the same block never runs, so it is
         not walked: a loop after `sys.exit()` or after `return` starts nothing.
         """
+        deadline = self.deadline
         for stmt in body:
-            if self.out_of_time():  # a pathological file: what was found so far stands, marked truncated
+            if time.monotonic() > deadline:  # a pathological file: what was found so far stands, marked truncated
+                self.truncated = True
                 return False
             try:
                 if self.exec_stmt(stmt, frame):
@@ -45,13 +48,14 @@ class StatementWalker(Walker):
         return False
 
     def exec_stmt(self, stmt: ast.stmt, frame: Frame) -> bool:
-        method = getattr(self, f"stmt_{type(stmt).__name__}", None)
+        kind = type(stmt)
+        table = self.stmt_handlers
+        method = table[kind] if kind in table else self.handler(table, "stmt_", kind)
         if method is not None:
-            return bool(method(stmt, frame))
+            return bool(method(self, stmt, frame))
         # Anything else (raise, assert, del, …): its expressions run, in order.
-        for child in ast.iter_child_nodes(stmt):
-            if isinstance(child, ast.expr):
-                self.eval(child, frame)
+        for child in child_expressions(stmt):
+            self.eval(child, frame)
         return isinstance(stmt, (ast.Raise, ast.Break, ast.Continue))
 
     def stmt_FunctionDef(self, stmt: ast.FunctionDef | ast.AsyncFunctionDef, frame: Frame) -> None:
@@ -173,7 +177,7 @@ class StatementWalker(Walker):
         Only the names the branches can bind are saved and merged, so an `if`
         in a module with thousands of names costs what its own body costs.
         """
-        names = set().union(*(bound_names(body, self._bound_memo) for body in branches))
+        names = set().union(*(bound_names(body, frame.module.lines) for body in branches))
         scope = frame.scope
         missing: Value = Value()  # a marker: the name was not bound
         before = {name: scope.get(name, missing) for name in names}

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import ast
 import gc
-from collections.abc import Iterator
+import re
+from collections.abc import Iterable, Iterator
 
 
 def _own_nodes(func: ast.AST) -> Iterator[ast.AST]:
@@ -17,26 +18,70 @@ def _own_nodes(func: ast.AST) -> Iterator[ast.AST]:
         todo.extend(ast.iter_child_nodes(node))
 
 
+def _children(node: ast.AST) -> list[ast.AST]:
+    """The nodes directly under `node`, in field order (`ast.iter_child_nodes` as a list, without its generators)."""
+    found: list[ast.AST] = []
+    for name in node._fields:
+        child = getattr(node, name, None)
+        if isinstance(child, ast.AST):
+            found.append(child)
+        elif isinstance(child, list):
+            for item in child:
+                if isinstance(item, ast.AST):
+                    found.append(item)
+    return found
+
+
+def child_expressions(node: ast.AST) -> list[ast.expr]:
+    """The expressions directly under `node`, in field order."""
+    return [child for child in _children(node) if isinstance(child, ast.expr)]
+
+
 def _target_names(node: ast.AST) -> Iterator[str]:
-    for sub in ast.walk(node):
-        if isinstance(sub, ast.Name) and isinstance(sub.ctx, (ast.Store, ast.Del)):
-            yield sub.id
-        elif isinstance(sub, ast.MatchAs) and sub.name:
+    """The names bound or deleted anywhere under `node` (`ast.walk`'s nodes, without its generators)."""
+    todo = [node]
+    while todo:
+        sub = todo.pop()
+        if isinstance(sub, ast.Name):
+            if isinstance(sub.ctx, (ast.Store, ast.Del)):
+                yield sub.id
+            continue
+        if isinstance(sub, ast.Constant):
+            continue
+        if isinstance(sub, ast.MatchAs) and sub.name:
             yield sub.name
+        todo.extend(_children(sub))
 
 
 _BODIES = ("body", "orelse", "finalbody", "handlers", "cases")
+#: The fields of a statement that bind what they name (`x` in `x = …`, `for x in …`, `with … as x`).
+_TARGETS = ("targets", "target", "optional_vars")
+#: What the source of an expression must hold for a name to be bound inside it: a comprehension or `:=`.
+_BINDS_INSIDE = re.compile(r"\bfor\b|:=")
 
 
-def bound_names(body: list[ast.stmt], memo: dict[int, frozenset[str]]) -> set[str]:
+def _names_bound_in(value: ast.AST, lines: list[str]) -> Iterable[str]:
+    """The names an expression outside a target binds (a comprehension's variables, `:=`).
+
+    Its own lines are read first: without `for` or `:=` there, nothing inside it
+    binds a name, and its nodes need not be walked (most expressions).
+    """
+    first, last = getattr(value, "lineno", None), getattr(value, "end_lineno", None)
+    if first is not None and last is not None and 1 <= first <= last <= len(lines) \
+            and not any(_BINDS_INSIDE.search(lines[i]) for i in range(first - 1, last)):
+        return ()
+    return _target_names(value)
+
+
+def bound_names(body: list[ast.stmt], lines: list[str]) -> set[str]:
     """Every name a block may bind in its own scope (assignments, loops, with, imports, defs …).
 
-    Each statement's names are kept on the node itself (`memo` is no longer read), so long elif
-    chains cost linear time and every script walking a shared module reuses them.
+    `lines` is the source of the module the block is in. Each statement's names
+    are kept on the node itself, so long elif chains cost linear time and every
+    script walking a shared module's code reuses them.
     """
     names: set[str] = set()
     for stmt in body:
-        # Kept on the node itself, so every script that walks a shared module's code reuses it.
         cached = getattr(stmt, "_envdoctor_bound", None)
         if cached is None:
             found: set[str] = set()
@@ -53,17 +98,25 @@ def bound_names(body: list[ast.stmt], memo: dict[int, frozenset[str]]) -> set[st
                                     found.add(child.name)
                                 if isinstance(child, ast.match_case):
                                     found.update(_target_names(child.pattern))
-                                found |= bound_names(child.body, memo)
+                                found |= bound_names(child.body, lines)
                         if value and isinstance(value[0], ast.stmt):
-                            found |= bound_names(value, memo)
+                            found |= bound_names(value, lines)
+                    elif field_name in _TARGETS:
+                        for target in value if isinstance(value, list) else [value]:
+                            if isinstance(target, ast.AST):
+                                found.update(_target_names(target))
                     elif isinstance(value, ast.AST):
-                        found.update(_target_names(value))  # targets, walrus in tests
+                        found.update(_names_bound_in(value, lines))  # walrus in tests
                     elif isinstance(value, list):
                         for item in value:
-                            if isinstance(item, ast.AST):
-                                found.update(_target_names(item))
+                            if isinstance(item, ast.withitem):
+                                found.update(_names_bound_in(item.context_expr, lines))
+                                if item.optional_vars is not None:
+                                    found.update(_target_names(item.optional_vars))
+                            elif isinstance(item, ast.AST):
+                                found.update(_names_bound_in(item, lines))
             cached = frozenset(found)
-            stmt._envdoctor_bound = cached  # type: ignore[attr-defined]
+            stmt._envdoctor_bound = cached  # type: ignore[attr-defined]  # a mark of our own on the node
         names |= cached
     return names
 
@@ -167,8 +220,11 @@ def body_of(node: ast.AST, lines: list[str]) -> list[ast.stmt]:
     if not text:
         return body
     indented = text[0][:1] in (" ", "\t")
-    # The lines verbatim keep every column; a block opener lets an indented def parse.
-    source = ("if 1:\n" if indented else "") + "\n".join(text)
+    # The lines verbatim keep every column; a block opener lets an indented def parse; blank
+    # lines before them give every node its line in the module (no pass over the nodes after).
+    opener = "if 1:\n" if indented else ""
+    padding = "\n" * max(start - 1 - opener.count("\n"), 0)
+    source = padding + opener + "\n".join(text)
     enabled = gc.isenabled()
     gc.disable()
     try:
@@ -182,6 +238,7 @@ def body_of(node: ast.AST, lines: list[str]) -> list[ast.stmt]:
     function = outer.body[0] if indented and isinstance(outer, ast.If) else outer
     if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
         return body
-    ast.increment_lineno(function, start - function.lineno)
+    if function.lineno != start:  # an indented def on the first line: no room for the opener
+        ast.increment_lineno(function, start - function.lineno)
     setattr(node, "body", function.body)  # noqa: B010
     return function.body

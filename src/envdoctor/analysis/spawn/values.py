@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import ast
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -26,7 +27,7 @@ class Unknown(Value):
     source: str = "?"
     node: ast.AST | None = None  # unparsed only when the text is needed: unparse is slow
     #: Objects defined in the walk that this value may carry (`Subset(MyDataset(), idx)`).
-    holds: list[Value] = field(default_factory=list)
+    holds: Sequence[Value] = ()
 
     def text(self) -> str:
         if self.node is not None:
@@ -117,6 +118,20 @@ class Module(Value):
 
     def text(self) -> str:
         return self.name
+
+    def release(self) -> None:
+        """Drop the tree and the names its walk bound, once nothing will read them again.
+
+        A module's functions point back at it and a class's methods at the
+        class: those cycles would keep the whole tree alive until the garbage
+        collector walked it (or for good, once frozen). Broken here, reference
+        counting frees the tree the moment the walk is over.
+        """
+        for value in self.scope.values():
+            if isinstance(value, ClassInfo) and value.module is self:
+                value.namespace.clear()
+        self.scope.clear()
+        self.tree = None
 
     def code(self, line: int) -> str:
         if 1 <= line <= len(self.lines):

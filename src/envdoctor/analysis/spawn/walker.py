@@ -36,6 +36,9 @@ from envdoctor.analysis.spawn.values import (
     unparse,
 )
 
+#: Per walker class and prefix, node type -> the method that walks it (None: the generic walk).
+_HANDLERS: dict[tuple[type, str], dict[type, Any]] = {}
+
 
 @dataclass
 class Frame:
@@ -78,14 +81,23 @@ class Walker:
         self.truncated = False
         self.stack: list[ast.AST] = []
         self.guard_lines: list[int] = []
-        self._generators: dict[int, bool] = {}
-        self._relevant: dict[int, bool] = {}
+        #: Caches keyed by the node or object itself, never its id(): a stripped body's nodes are
+        #: freed mid-walk, and a new node at the same address must not get the old one's answer.
+        self._generators: dict[ast.AST, bool] = {}
+        self._relevant: dict[ast.AST, bool] = {}
         #: Every function the walk has read, by name (what `relevant` follows calls through).
         self.defs: dict[str, list[tuple[ast.AST, list[str]]]] = {}
         self.memo: dict[tuple[Any, ...], Value] = {}
-        self._bound_memo: dict[int, frozenset[str]] = {}
         self.state_version = 0
         self.deadline = time.monotonic() + deadline_s
+        #: The method that walks each node type (`stmt_If`, `expr_Call`), or None for the generic walk.
+        self.stmt_handlers = _HANDLERS.setdefault((type(self), "stmt_"), {})
+        self.expr_handlers = _HANDLERS.setdefault((type(self), "expr_"), {})
+
+    def handler(self, table: dict[type, Any], prefix: str, kind: type) -> Any:
+        """The method of this walker's class named prefix + node type (looked up once per class and type)."""
+        method = table[kind] = getattr(type(self), f"{prefix}{kind.__name__}", None)
+        return method
 
     # -- provided by the classes above (declared here for the type checker) --
 

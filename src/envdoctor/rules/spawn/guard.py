@@ -24,7 +24,7 @@ from dataclasses import replace
 from typing import Any
 
 from envdoctor.facts import Facts
-from envdoctor.facts.scripts import ScriptFile, StartMethodCall, WorkerStart
+from envdoctor.facts.scripts import MainObject, ScriptFile, StartMethodCall, WorkerStart
 from envdoctor.model import Location, Severity
 from envdoctor.rules import Hit
 
@@ -499,7 +499,17 @@ def find_notebook_main_objects(facts: Facts) -> Iterator[Hit]:
             names = ", ".join(f"{o['name']} ({o['role']}, cell {o.get('cell', '?')} line {o['line']})"
                               for o in objects)
             first = objects[0]
-            failure = f"AttributeError: Can't get attribute '{first['name']}' on <module '__main__' (built-in)>"
+            lambdas = [o for o in objects if o["kind"] == "function" and o["name"] == "<lambda>"]
+            if lambdas:
+                # Pickled by its name, which no module holds: the notebook itself fails to start the
+                # workers (what Python 3.11 prints under spawn, the address elided).
+                failure = ("_pickle.PicklingError: Can't pickle <function <lambda> at 0x…>: "
+                           "attribute lookup <lambda> on __main__ failed")
+                cause = ("a lambda is pickled by a name no module holds, so starting spawn/forkserver workers "
+                         "fails in the notebook")
+            else:
+                failure = f"AttributeError: Can't get attribute '{first['name']}' on <module '__main__' (built-in)>"
+                cause = "spawn/forkserver workers do not re-run it, so they cannot unpickle what it defines and fail"
             if method in ("spawn", "forkserver"):
                 verdict = f"this target uses {method} ({source_text}), so the workers fail here"
             else:
@@ -514,21 +524,34 @@ def find_notebook_main_objects(facts: Facts) -> Iterator[Hit]:
                 message=(f"{where}: {start.get('starts')} "
                          f"(num_workers={workers_text})"
                          f" hands the workers {names}, defined in the notebook. A notebook is `__main__` "
-                         f"and spawn/forkserver workers do not re-run it, so they cannot unpickle what it defines "
-                         f"and fail with \"{failure}\"; {verdict}."),
+                         f"and {cause} with \"{failure}\"; {verdict}."),
                 evidence={"path": script["path"], "cell": cell, "line": start["line"], "code": start["code"],
                           "start_path": start["path"], "path_followed": path_followed(start), "objects": objects,
                           "num_workers": start.get("num_workers"),
                           "num_workers_source": start.get("num_workers_source"),
                           "start_method": method, "start_method_source": source_text,
                           "python": python, "platform": platform},
-                fix=(f"Move {', '.join(o['name'] for o in objects)} into a module next to the notebook (e.g. "
-                     f"`data_utils.py`) and import it in the notebook: `from data_utils import {first['name']}`. "
-                     "A main guard does not help in a notebook; num_workers=0 avoids the workers entirely."),
+                fix=(_notebook_fix(objects)
+                     + " A main guard does not help in a notebook; num_workers=0 avoids the workers entirely."),
                 location=Location(start["path"], start["line"], start["column"],
                                   cell=cell if start["path"] == script["path"] else None),
                 severity=Severity.ERROR if method in ("spawn", "forkserver") else Severity.WARNING,
             )
+
+
+def _notebook_fix(objects: list[MainObject]) -> str:
+    """Move what the notebook defines into a module beside it; a lambda becomes a named function there."""
+    named = [o["name"] for o in objects if o["name"] != "<lambda>"]
+    lambdas = [o for o in objects if o["name"] == "<lambda>"]
+    steps = []
+    if lambdas:
+        roles = ", ".join(sorted({o["role"] for o in lambdas}))
+        steps.append(f"Replace the lambda ({roles}) with a function defined in a module next to the notebook "
+                     "(e.g. `data_utils.py`) and import it in the notebook.")
+    if named:
+        steps.append(f"Move {', '.join(named)} into a module next to the notebook (e.g. `data_utils.py`) and "
+                     f"import it in the notebook: `from data_utils import {named[0]}`.")
+    return " ".join(steps)
 
 
 RULES = {

@@ -32,13 +32,14 @@ def loader_report(*args: str, env: dict[str, str] | None = None, prefix_cmd: tup
 
 
 def assert_nothing_left(report: dict[str, Any], shm_before: set[str]) -> None:
-    """No process of the runner's group survives, and no torch segment was added to /dev/shm."""
+    """No process of the runner's group survives, and no torch segment was added to /dev/shm. A zombie
+    (dead, its pid not yet reaped by init, which this sandbox does late) is no survivor."""
     pgid = report["loader"]["runner"]["pid"]
     survivors = []
-    for proc in psutil.process_iter(["pid", "name"]):
+    for proc in psutil.process_iter(["pid", "name", "status"]):
         try:
-            if os.getpgid(proc.pid) == pgid:
-                survivors.append(proc.info)
+            if os.getpgid(proc.pid) == pgid and proc.info["status"] != psutil.STATUS_ZOMBIE:
+                survivors.append({"pid": proc.info["pid"], "name": proc.info["name"]})
         except (ProcessLookupError, PermissionError):
             continue
     assert survivors == [], f"processes of the runner's group survived: {survivors}"

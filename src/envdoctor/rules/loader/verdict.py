@@ -586,7 +586,7 @@ def recommend(section: LoaderFacts, bottleneck: Bottleneck | None, cuda: bool,
         if basis != "current" and paired and paired.get("candidate") == nw:
             # The gain is the pairs' word, and so is the rate beside it: the sweep's one point for this
             # count may be one a neighbour sank (280 samples/s shown as "1.57× the 365 of your settings").
-            rate = _paired_median(paired, "candidate_samples_per_s") or rate
+            rate = paired_median(paired, "candidate_samples_per_s") or rate
     elif current_run is not None:
         gain = round(_rate(chosen) / _rate(current_run), 3)
     return {
@@ -625,7 +625,7 @@ def differs_from_current(recommendation: Recommendation, current: CurrentSetting
     return changes
 
 
-def _paired_median(paired: PairedFacts, side: Literal["current_samples_per_s", "candidate_samples_per_s"]
+def paired_median(paired: PairedFacts, side: Literal["current_samples_per_s", "candidate_samples_per_s"]
                    ) -> float | None:
     """The median rate of one side of the paired windows (rounded as the runner's), or None with fewer than two."""
     rates = sorted(w[side] for w in paired.get("windows") or [] if w[side] > 0)
@@ -642,7 +642,7 @@ def with_paired_baseline(section: LoaderFacts) -> LoaderFacts:
     paired = section.get("paired") or {}
     current = paired.get("current")
     rates = sorted(w["current_samples_per_s"] for w in paired.get("windows") or [] if w["current_samples_per_s"] > 0)
-    median = _paired_median(paired, "current_samples_per_s")
+    median = paired_median(paired, "current_samples_per_s")
     if current is None or median is None:
         return section
     runs: list[RunFacts] = []

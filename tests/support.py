@@ -9,6 +9,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from collections.abc import Mapping, Sequence
 from functools import lru_cache
 from typing import Any
@@ -140,15 +141,27 @@ def shm_names(prefix: str) -> set[str]:
         return set()
 
 
-def shm_left(before: set[str], prefix: str) -> set[str]:
+def shm_left(before: set[str], prefix: str, settle_s: float = 3.0) -> set[str]:
     """What this test's processes left in /dev/shm: entries named `prefix…` that were not there
-    `before` and that no running process outside this test is using.
+    `before`, that no running process outside this test is using, and that are still there
+    `settle_s` later.
 
     /dev/shm is the machine's: another pytest-xdist worker, or anyone else on a shared
     machine, has segments there while its runs go on. A torch segment names the pid that
     made it; a named semaphore is mapped by every process that uses it. A segment whose
-    maker is gone and that nobody else maps is a leftover, whoever made it.
+    maker is gone and that nobody else maps is a leftover, whoever made it — unless it is
+    gone a moment later: a process that has just ended has its semaphores unlinked by its
+    resource tracker, which runs a little after it.
     """
+    unexplained = _shm_unexplained(before, prefix)
+    deadline = time.monotonic() + settle_s
+    while unexplained and time.monotonic() < deadline:
+        time.sleep(0.1)
+        unexplained &= _shm_unexplained(before, prefix)
+    return unexplained
+
+
+def _shm_unexplained(before: set[str], prefix: str) -> set[str]:
     new = shm_names(prefix) - before
     if not new:
         return set()

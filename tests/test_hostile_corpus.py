@@ -74,10 +74,18 @@ def orphans_come_back() -> Iterator[None]:
             libc.prctl(PR_SET_CHILD_SUBREAPER, 0, 0, 0, 0)
 
 
-def left_running() -> list[str]:
-    """Descendants of this test process still alive (zombies are reaped)."""
+def descendants() -> set[int]:
+    return {child.pid for child in psutil.Process().children(recursive=True)}
+
+
+def left_running(before: set[int]) -> list[str]:
+    """Descendants of this test process still alive (zombies are reaped) that were not there `before` the
+    run: the pytest-xdist worker may have children of its own from earlier tests (multiprocessing's
+    resource tracker, once a test in it made a semaphore)."""
     alive = []
     for child in psutil.Process().children(recursive=True):
+        if child.pid in before:
+            continue
         try:
             if child.status() == psutil.STATUS_ZOMBIE:
                 with contextlib.suppress(ChildProcessError):
@@ -212,6 +220,7 @@ def test_hostile_input(case_id: str, base_venv: Path, tmp_path: Path, private_sh
     outputs: dict[str, str] = {}
     with orphans_come_back():
         for fmt in formats:
+            ours = descendants()
             proc, elapsed, shm_left = run(case, fmt, tmp_path, private_shm)
             stdout = proc.stdout.decode("utf-8", "replace")
             stderr = proc.stderr.decode("utf-8", "replace")
@@ -225,7 +234,7 @@ def test_hostile_input(case_id: str, base_venv: Path, tmp_path: Path, private_sh
                     assert named in stderr, f"{where}\n{named!r} not named"
             check_output(case, fmt, stdout + stderr)
             outputs[fmt] = stdout
-            assert left_running() == [], f"{where}: processes left running"
+            assert left_running(ours) == [], f"{where}: processes left running"
             assert shm_left == [], f"{where}: left in /dev/shm or its temporary folder"
     if len(outputs.get("json", "")) > (32 << 20):  # the 1M-row report: named in the raw text, not parsed again
         for named in case.named:
@@ -293,6 +302,7 @@ def test_signal_during_the_loader_stage(signum: int, tmp_path: Path, private_shm
     own_tmp.mkdir()
     argv = envdoctor_argv("loader", "--dataset", "loaderfixtures.suite:remote_read", "--budget", "60",
                           "--format", "json")
+    ours = descendants()
     with orphans_come_back():
         proc = subprocess.Popen(in_private_shm(argv) if private_shm else argv, cwd=str(FIXTURES_DIR),
                                 env={**os.environ, "SHM_LIST": str(shm_list), "TMPDIR": str(own_tmp)},
@@ -324,7 +334,7 @@ def test_signal_during_the_loader_stage(signum: int, tmp_path: Path, private_shm
         end = time.monotonic() + 5
         while time.monotonic() < end and _still_running(family):
             time.sleep(0.05)
-        assert left_running() == [], "workers outlived the signal by 5 s"
+        assert left_running(ours) == [], "workers outlived the signal by 5 s"
     assert _plan_files(own_tmp) == set()
     if private_shm:
         assert shm_list.read_text().split() == [], "segments left in /dev/shm"

@@ -111,8 +111,8 @@ def test_full_check_runs_the_smoke_test_without_fork_or_process_groups(platform:
     no_crash(proc)
     assert proc.returncode in (0, 1), proc.stderr
     report = validate_report(json.loads(proc.stdout))
-    assert report["loader"] is not None and report["loader"]["runs"], report["loader"]
     assert not [e for e in report["errors"] if "loader" in json.dumps(e)], report["errors"]
+    assert report["loader"] is not None and report["loader"]["runs"], (report["loader"], report["errors"])
 
 
 # --- the loader supervisor's Windows paths, on this machine ---------------------------------------

@@ -34,6 +34,21 @@ QUICK_TIER = "not slow"
 
 
 @pytest.hookimpl(optionalhook=True)
+def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
+    """What `-n auto` means here: a worker per usable CPU for the quick tier, which computes in-process; for
+    the whole suite a few more, since its slow tests mostly wait on real processes (torch importing in a
+    spawned worker, a budget running out, a server starting) while another worker could compute.
+
+    Measured on 2 CPUs with a third process keeping one busy: the quick tier took 52 s with 2 workers and
+    55 s with 4; the whole suite 583 s with 2 and 407 s with 4.
+    """
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    if config.getoption("markexpr", "") == QUICK_TIER:
+        return cpus
+    return min(2 * cpus, cpus + 4)
+
+
+@pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object | None:
     """`--dist loadfile`, except that the tests of a module marked `standalone` are units of their own.
 

@@ -185,3 +185,24 @@ def _shm_unexplained(before: set[str], prefix: str) -> set[str]:
                 continue
             in_use |= {name for name in unexplained if f"{SHM_DIR}/{name}" in maps}
     return new - in_use
+
+
+#: Runs "$@" on a /dev/shm of its own (a tmpfs in a private mount namespace), then lists what is left there
+#: into $SHM_LIST: whatever that holds was left by this run, whatever else the machine runs.
+PRIVATE_SHM = 'mount -t tmpfs -o size=1g tmpfs /dev/shm || exit 97; "$@"; rc=$?; ls -A /dev/shm > "$SHM_LIST"; exit $rc'
+
+
+@lru_cache(maxsize=1)
+def can_mount_private_shm() -> bool:
+    """Whether a run can have a /dev/shm of its own (root, `unshare -m`)."""
+    try:
+        proc = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c",
+                               "mount -t tmpfs tmpfs /dev/shm && ls -A /dev/shm"], capture_output=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return proc.returncode == 0 and proc.stdout == b""
+
+
+def in_private_shm(argv: Sequence[str]) -> list[str]:
+    """`argv` run on a /dev/shm of its own (see PRIVATE_SHM; the environment must name SHM_LIST)."""
+    return ["unshare", "-m", "--propagation", "private", "sh", "-c", PRIVATE_SHM, "sh", *argv]

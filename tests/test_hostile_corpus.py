@@ -35,7 +35,7 @@ import psutil
 import pytest
 
 from hostile.build import CORPUS, SLOW, Case, build
-from support import envdoctor_argv, validate_report
+from support import can_mount_private_shm, envdoctor_argv, in_private_shm, validate_report
 
 pytestmark = [pytest.mark.standalone]
 
@@ -98,23 +98,10 @@ def left_running(before: set[int]) -> list[str]:
     return alive
 
 
-#: Runs envdoctor ("$@") on a /dev/shm of its own, then lists what is left there into $SHM_LIST.
-_PRIVATE_SHM = 'mount -t tmpfs -o size=1g tmpfs /dev/shm || exit 97; "$@"; rc=$?; ls -A /dev/shm > "$SHM_LIST"; exit $rc'
-
-
 @pytest.fixture(scope="session")
 def private_shm() -> bool:
     """Whether each run can have a /dev/shm of its own (root, unshare): then a leftover there is surely ours."""
-    try:
-        proc = subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c",
-                               "mount -t tmpfs tmpfs /dev/shm && ls -A /dev/shm"], capture_output=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired):
-        return False
-    return proc.returncode == 0 and proc.stdout == b""
-
-
-def in_private_shm(argv: list[str]) -> list[str]:
-    return ["unshare", "-m", "--propagation", "private", "sh", "-c", _PRIVATE_SHM, "sh", *argv]
+    return can_mount_private_shm()
 
 
 def shm_entries() -> dict[str, float]:

@@ -7,13 +7,12 @@ from __future__ import annotations
 
 import json
 import shlex
-import shutil
 import subprocess
 
 import pytest
 
 from loadersupport import FIXTURES_DIR, assert_nothing_left, dump, loader_report, shm_torch_segments
-from support import envdoctor_argv, findings, validate_report
+from support import can_mount_private_shm, envdoctor_argv, findings, validate_report
 
 pytestmark = pytest.mark.slow
 
@@ -135,15 +134,7 @@ def test_factory_that_raises(_dl006) -> None:
     assert "cannot reach the data bucket" in hit["message"]
 
 
-def _can_mount_private_shm() -> bool:
-    if not shutil.which("unshare"):
-        return False
-    probe = subprocess.run(["unshare", "-m", "sh", "-c", "mount -t tmpfs -o size=1m tmpfs /dev/shm"],
-                           capture_output=True)
-    return probe.returncode == 0
-
-
-@pytest.mark.skipif(not _can_mount_private_shm(), reason="needs unshare -m and mount (root)")
+@pytest.mark.skipif(not can_mount_private_shm(), reason="needs unshare -m and mount (root)")
 def test_large_batches_in_a_small_dev_shm() -> None:
     """Docker's small /dev/shm, for real: a private 24 MiB tmpfs, 16 MiB batches, two workers."""
     command = ("mount -t tmpfs -o size=24m tmpfs /dev/shm && "

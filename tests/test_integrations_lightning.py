@@ -11,6 +11,7 @@ from types import ModuleType
 import pytest
 
 import envdoctor
+from callbacksupport import assert_profiled_once
 from envdoctor.integrations.node import PreflightWarning
 
 pytestmark = pytest.mark.slow
@@ -37,24 +38,8 @@ def test_fit_profiles_its_own_train_loader_once(lit: ModuleType, capfd: pytest.C
     lit.trainer(callback, max_epochs=1).fit(model)  # a second fit: the node was already checked
 
     assert model.steps == 2 * 3 + 3
-    loader = callback.report.loader
-    assert loader["dataset"] == "DataLoader(LightningPairs, batch_size=6, num_workers=0)"
-    assert loader["length"] == 96 and loader["batch_size"] == 6
-    assert loader["procs_per_node"] == 1
-    assert loader["runs"] and loader["runs"][0]["num_workers"] == 0 and loader["runs"][0]["samples_per_s"] > 0
-    assert loader["failure"] is None and callback.report.by_rule("DL006") == []
-    err = capfd.readouterr().err
-    assert err.count(HEADER) == 1, err
-    (line,) = [ln for ln in err.splitlines() if ln.startswith(HEADER)]
-    assert "DataLoader(LightningPairs, batch_size=6, num_workers=0), 96 samples; " in line
-    node_cpus = callback.report.facts["system"]["cpu"]["usable"]
-    assert f"1 training process(es) share this node's {node_cpus} usable CPU(s): {node_cpus} each" in line
-    # The profile printed is this loader's: its bottleneck and its measured samples/s by num_workers.
-    assert f"  loader: bottleneck {loader['bottleneck']}" in err
-    curve = re.search(r"\(samples/s by num_workers ([^)]*)\)", err)
-    assert curve, err
-    printed = [int(point.split(":")[0]) for point in curve.group(1).split(", ")]
-    assert printed == sorted(r["num_workers"] for r in loader["runs"] if r.get("samples_per_s"))
+    assert_profiled_once(callback.report, capfd.readouterr().err, HEADER,
+                         "DataLoader(LightningPairs, batch_size=6, num_workers=0)", length=96, batch_size=6)
 
 
 def test_fail_on_stops_fit_before_the_first_step(lit: ModuleType, capfd: pytest.CaptureFixture[str]) -> None:

@@ -18,6 +18,7 @@ from torch.utils.data import Dataset
 
 import envdoctor
 import torch
+from callbacksupport import assert_profiled_once
 from envdoctor.integrations.node import PreflightWarning
 
 pytestmark = pytest.mark.slow
@@ -101,25 +102,9 @@ def test_train_profiles_its_own_train_loader_once(transformers: ModuleType, tmp_
     _train(transformers, tmp_path, callback, TokenRecords(), max_steps=1)  # a second train(): already checked
 
     assert counter.steps == 3
-    loader = callback.report.loader
     # The Trainer's loader, as Accelerate prepared it: the dataset, its length, the batch size of 5.
-    assert loader["dataset"] == "DataLoader(TokenRecords, batch_size=5, num_workers=0)"
-    assert loader["length"] == 40 and loader["batch_size"] == 5
-    assert loader["procs_per_node"] == 1
-    assert loader["runs"] and loader["runs"][0]["num_workers"] == 0 and loader["runs"][0]["samples_per_s"] > 0
-    assert loader["failure"] is None and callback.report.by_rule("DL006") == []
-    err = capfd.readouterr().err
-    assert err.count(HEADER) == 1, err
-    (line,) = [ln for ln in err.splitlines() if ln.startswith(HEADER)]
-    assert "DataLoader(TokenRecords, batch_size=5, num_workers=0), 40 samples; " in line
-    node_cpus = callback.report.facts["system"]["cpu"]["usable"]
-    assert f"1 training process(es) share this node's {node_cpus} usable CPU(s): {node_cpus} each" in line
-    # The profile printed is this loader's: its bottleneck and its measured samples/s by num_workers.
-    assert f"  loader: bottleneck {loader['bottleneck']}" in err
-    curve = re.search(r"\(samples/s by num_workers ([^)]*)\)", err)
-    assert curve, err
-    printed = [int(point.split(":")[0]) for point in curve.group(1).split(", ")]
-    assert printed == sorted(r["num_workers"] for r in loader["runs"] if r.get("samples_per_s"))
+    assert_profiled_once(callback.report, capfd.readouterr().err, HEADER,
+                         "DataLoader(TokenRecords, batch_size=5, num_workers=0)", length=40, batch_size=5)
 
 
 def test_fail_on_stops_train_before_the_first_step(transformers: ModuleType, tmp_path,

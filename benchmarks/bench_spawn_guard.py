@@ -24,11 +24,13 @@ Project-MONAI/tutorials b3c6c998, facebookresearch/dino 7c446df5, facebookresear
 hendrycks/outlier-exposure e6ede98a, huggingface/accelerate 16cb6eb8, huggingface/diffusers 58eb52c0,
 huggingface/notebooks 5068b114, mrdbourke/pytorch-deep-learning baa27b69, timgaripov/swa 411b2fca,
 udacity/deep-learning-v2-pytorch c9404fc8 (3,291 .py files, 1,311,751 lines; 1,838 notebooks).
-Largest repository: huggingface/diffusers (2,089 files, 1,029,213 lines), best of 3 on a shared
-2-core machine with a load average of 2.2-2.5 (not quiet), 2026-12-02: envdoctor 91,802 lines/s
-(11.2 s) against ast.parse's 151,022 in the same run (1.65x), peak 174 MB (ast.parse: 31 MB); the
-code before that day's changes, measured the same session: 65,389 lines/s, 1.91x, 371 MB.
-diffusers/src alone (--whole, 574,922 lines): 103,473 lines/s against 124,689 (1.21x), 133 MB.
+Largest repository: huggingface/diffusers (2,089 files, 1,029,213 lines), best of 3, 2026-12-02:
+on a quiet 2-core machine envdoctor 111,613 lines/s (9.2 s) against ast.parse's 174,474 in the
+same run (1.56x), and 102,319 against 173,568 (1.70x) in a second quiet run, peak 174 MB
+(ast.parse: 31 MB); on the shared machine (load 2.2-2.5) 91,802 against 151,022 (1.65x). The
+code before that day's changes: 55,577 lines/s quiet (2.08x, 371 MB), 65,389 loaded (1.91x).
+diffusers/src alone (--whole, 574,922 lines, shared machine): 103,473 lines/s against 124,689
+(1.21x), 133 MB.
 
 The corpus docs/checks.md's precision and recall figures come from (read-only
 checkouts of public repositories, HEAD commits of 2026-11-30): GunhoChoi/PyTorch-FastCampus

@@ -492,6 +492,26 @@ def test_too_noisy_to_tell_keeps_the_users_setting() -> None:
     assert hit.severity.value == "info" and "keep your settings" in hit.fix
 
 
+def test_two_pairs_that_agree_with_the_sweep_leave_its_word_standing() -> None:
+    """Seen in the CI run of stop 26 (one core busy beside the suite): the sweep of the remote-read loader
+    scaled ×8.5 to num_workers=8, the budget left time for two pairs only, ×5.8 and ×7.8 (current-first
+    and candidate-first), and one degree of freedom made that an interval from 0.8 to 50: "too noisy to
+    tell", keep num_workers=0. Two pairs give no interval; they agree with the sweep or they do not."""
+    data = copy.deepcopy(REMOTE)
+    data["paired"] = paired(0, 8, [(65.7, 378.0), (65.7, 515.5)])
+    rec = judged(data)["recommendation"]
+    assert rec["num_workers"] == 8 and rec["trust"] == "unpaired" and rec["basis"] == "knee"
+    assert rec["gain_interval"] is None and rec["paired_windows"] == 0
+    # One of the two against the sweep: too noisy to tell, the user's setting kept.
+    data["paired"] = paired(0, 8, [(65.7, 378.0), (65.7, 60.0)])
+    rec = judged(data)["recommendation"]
+    assert rec["trust"] == "too-noisy" and rec["num_workers"] == 0 and rec["candidate_num_workers"] == 8
+    # A third pair gives the interval, and the interval decides.
+    data["paired"] = paired(0, 8, [(65.7, 378.0), (65.7, 515.5), (65.5, 378.5)])
+    rec = judged(data)["recommendation"]
+    assert rec["trust"] == "gain" and rec["gain_interval"][0] > 1 and rec["paired_windows"] == 3
+
+
 def test_a_candidate_that_loses_its_own_re_measurement_is_never_recommended() -> None:
     data = copy.deepcopy(REMOTE)
     data["paired"] = paired(0, 8, [(66, 50), (64, 48), (67, 51), (65, 47)])

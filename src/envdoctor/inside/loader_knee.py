@@ -22,6 +22,8 @@ WORKER_GAIN = 1.10
 BLOCKED_SHARE = 0.5
 #: With a step time, a setting must deliver this multiple of what the step consumes (jitter, epoch starts).
 STEP_HEADROOM = 1.25
+#: Paired windows give an interval from this many pairs; fewer (the budget cut them) only agree or disagree.
+MIN_PAIRS = 3
 
 Run = TypeVar("Run", bound=Mapping[str, Any])
 

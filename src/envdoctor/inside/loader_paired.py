@@ -14,13 +14,12 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from loader_knee import recommended
+from loader_knee import MIN_PAIRS, recommended
 from loader_session import Session
 from loader_timing import samples_in, set_timeout, shutdown
 
-#: Pairs of windows wanted, and the fewest worth reporting.
+#: Pairs of windows wanted (MIN_PAIRS, in loader_knee.py, are the fewest that give an interval).
 PAIRS = 5
-MIN_PAIRS = 3
 #: Window length bounds, seconds.
 MIN_WINDOW_S = 0.25
 MAX_WINDOW_S = 0.8

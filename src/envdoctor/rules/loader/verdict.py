@@ -68,6 +68,7 @@ from envdoctor.facts.loader import (
 from envdoctor.inside.loader_knee import (
     BLOCKED_SHARE,
     KNEE_FRACTION,
+    MIN_PAIRS,
     WORKER_GAIN,
     computes_past_cpus,
     computing_share,
@@ -455,12 +456,18 @@ def classify(section: LoaderFacts, usable_cpus: int, step_time_s: float | None) 
 # The recommendation and its trust.
 
 
+def pair_ratios(paired: PairedFacts) -> list[float]:
+    """Each paired window's candidate throughput over the current one's (windows that measured both)."""
+    return [w["candidate_samples_per_s"] / w["current_samples_per_s"] for w in paired.get("windows", [])
+            if w["current_samples_per_s"] > 0 and w["candidate_samples_per_s"] > 0]
+
+
 def gain_interval(paired: PairedFacts) -> tuple[float, float, float] | None:
     """(low, gain, high): the candidate's throughput over the current one's, geometric mean of the
-    paired windows' ratios with its 95% interval; None with fewer than two pairs."""
-    ratios = [w["candidate_samples_per_s"] / w["current_samples_per_s"] for w in paired.get("windows", [])
-              if w["current_samples_per_s"] > 0 and w["candidate_samples_per_s"] > 0]
-    if len(ratios) < 2:
+    paired windows' ratios with its 95% interval; None with fewer than MIN_PAIRS pairs (two pairs have
+    one degree of freedom: t = 12.7 makes ×5.8 and ×7.8 an interval from 0.8 to 50, no verdict at all)."""
+    ratios = pair_ratios(paired)
+    if len(ratios) < MIN_PAIRS:
         return None
     logs = [math.log(r) for r in ratios]
     n = len(logs)
@@ -481,11 +488,10 @@ def judge_pairing(paired: PairedFacts | None, candidate: int, current: int) -> t
     # More workers must win outright; fewer workers may cost a little (fewer processes, less memory).
     needed = 1.0 if candidate > current else FEWER_WORKERS_TOLERANCE
     if interval is None:
-        # One pair (the budget cut the rest) has no interval: it leaves the sweep's word standing when it
-        # agrees with it, and makes it too noisy to tell when it does not.
-        one = [w["candidate_samples_per_s"] / w["current_samples_per_s"] for w in paired.get("windows", [])
-               if w["current_samples_per_s"] > 0 and w["candidate_samples_per_s"] > 0]
-        return ("unpaired" if one and one[0] > needed else "too-noisy"), None
+        # Fewer pairs than an interval needs (the budget cut the rest): they leave the sweep's word standing
+        # when every one agrees with it, and make it too noisy to tell when one does not.
+        few = pair_ratios(paired)
+        return ("unpaired" if few and all(r > needed for r in few) else "too-noisy"), None
     low, _, high = interval
     if low > needed:
         return "gain", interval

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from envdoctor.inside.loader_knee import recommended
-from envdoctor.rules.loader.verdict import paired_median, with_paired_baseline
+from envdoctor.rules.loader.verdict import FEWER_WORKERS_TOLERANCE, paired_median, with_paired_baseline
 from loadersupport import assert_nothing_left, dump, loader_report, shm_torch_segments
 from support import findings
 
@@ -93,7 +93,14 @@ def test_slow_worker_start() -> None:
 def test_tiny_samples_are_ipc_bound() -> None:
     report = _check("tiny_samples", {"ipc"}, {"DL002", "DL005"})
     rec = report["loader"]["recommendation"]
-    assert rec["num_workers"] == 0 and rec["trust"] == "gain"  # num_workers=0 beat the user's 4 in every pair
+    assert rec["num_workers"] == 0, dump(report)
+    windows = (report["loader"].get("paired") or {}).get("windows") or []
+    if len(windows) >= 3:
+        assert rec["trust"] == "gain", dump(report)  # num_workers=0 beat the user's 4 in the paired windows
+    else:  # a busy machine's budget left fewer pairs than an interval needs: each one agrees with the sweep
+        assert rec["trust"] == "unpaired" and rec["gain_interval"] is None, dump(report)
+        assert all(w["candidate_samples_per_s"] > FEWER_WORKERS_TOLERANCE * w["current_samples_per_s"]
+                   for w in windows)
     assert findings(report, "DL003") == []
 
 

@@ -496,7 +496,7 @@ def test_two_pairs_that_agree_with_the_sweep_leave_its_word_standing() -> None:
     """Seen in the CI run of stop 26 (one core busy beside the suite): the sweep of the remote-read loader
     scaled ×8.5 to num_workers=8, the budget left time for two pairs only, ×5.8 and ×7.8 (current-first
     and candidate-first), and one degree of freedom made that an interval from 0.8 to 50: "too noisy to
-    tell", keep num_workers=0. Two pairs give no interval; they agree with the sweep or they do not."""
+    tell", keep num_workers=0. Two pairs whose interval decides nothing agree with the sweep or do not."""
     data = copy.deepcopy(REMOTE)
     data["paired"] = paired(0, 8, [(65.7, 378.0), (65.7, 515.5)])
     rec = judged(data)["recommendation"]
@@ -506,7 +506,14 @@ def test_two_pairs_that_agree_with_the_sweep_leave_its_word_standing() -> None:
     data["paired"] = paired(0, 8, [(65.7, 378.0), (65.7, 60.0)])
     rec = judged(data)["recommendation"]
     assert rec["trust"] == "too-noisy" and rec["num_workers"] == 0 and rec["candidate_num_workers"] == 8
-    # A third pair gives the interval, and the interval decides.
+    # Two pairs close enough to give a decisive interval decide, as more do.
+    data["paired"] = paired(0, 8, [(65.7, 378.0), (65.7, 380.0)])
+    rec = judged(data)["recommendation"]
+    assert rec["trust"] == "gain" and rec["gain_interval"][0] > 1 and rec["paired_windows"] == 2
+    # From three pairs on, an interval that decides nothing is too noisy to tell, agreeing pairs or not.
+    data["paired"] = paired(0, 8, [(65.7, 378.0), (65.7, 70.0), (65.7, 515.5)])
+    assert judged(data)["recommendation"]["trust"] == "too-noisy"
+    # A third pair narrows the interval, and the interval decides.
     data["paired"] = paired(0, 8, [(65.7, 378.0), (65.7, 515.5), (65.5, 378.5)])
     rec = judged(data)["recommendation"]
     assert rec["trust"] == "gain" and rec["gain_interval"][0] > 1 and rec["paired_windows"] == 3

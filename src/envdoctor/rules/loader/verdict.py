@@ -464,10 +464,9 @@ def pair_ratios(paired: PairedFacts) -> list[float]:
 
 def gain_interval(paired: PairedFacts) -> tuple[float, float, float] | None:
     """(low, gain, high): the candidate's throughput over the current one's, geometric mean of the
-    paired windows' ratios with its 95% interval; None with fewer than MIN_PAIRS pairs (two pairs have
-    one degree of freedom: t = 12.7 makes ×5.8 and ×7.8 an interval from 0.8 to 50, no verdict at all)."""
+    paired windows' ratios with its 95% interval; None with fewer than two pairs."""
     ratios = pair_ratios(paired)
-    if len(ratios) < MIN_PAIRS:
+    if len(ratios) < 2:
         return None
     logs = [math.log(r) for r in ratios]
     n = len(logs)
@@ -487,16 +486,18 @@ def judge_pairing(paired: PairedFacts | None, candidate: int, current: int) -> t
     interval = gain_interval(paired)
     # More workers must win outright; fewer workers may cost a little (fewer processes, less memory).
     needed = 1.0 if candidate > current else FEWER_WORKERS_TOLERANCE
-    if interval is None:
-        # Fewer pairs than an interval needs (the budget cut the rest): they leave the sweep's word standing
-        # when every one agrees with it, and make it too noisy to tell when one does not.
-        few = pair_ratios(paired)
-        return ("unpaired" if few and all(r > needed for r in few) else "too-noisy"), None
-    low, _, high = interval
-    if low > needed:
-        return "gain", interval
-    if high < needed:
-        return "loss", interval
+    if interval is not None:
+        low, _, high = interval
+        if low > needed:
+            return "gain", interval
+        if high < needed:
+            return "loss", interval
+    ratios = pair_ratios(paired)
+    if len(ratios) < MIN_PAIRS:
+        # The budget cut the pairs short: one has no interval, and two have one degree of freedom (t = 12.7
+        # made ×5.8 and ×7.8 an interval from 0.8 to 50). Such an interval that decides nothing is no word
+        # against the sweep: every pair agreeing with it leaves it standing; one against it makes it too noisy.
+        return ("unpaired" if ratios and all(r > needed for r in ratios) else "too-noisy"), None
     return "too-noisy", interval
 
 

@@ -160,6 +160,15 @@ def test_an_unguarded_function_called_from_both_places_fires_once_for_the_unguar
     assert [(f.location.line, f.evidence["module_level_statement"]["line"]) for f in found] == [(3, 5)]
 
 
+def test_a_helper_called_twice_with_the_same_arguments_names_both_statements() -> None:
+    """The second `evaluate()` repeats the first one's walk (memoised), and is a start site of its own: a fix
+    that names only the first leaves the second to crash the run."""
+    found = check_scripts(fixture("helper_called_twice.py"), select=("SPW001",)).by_rule("SPW001")
+    assert [(f.location.line, f.evidence["module_level_statement"]["line"]) for f in found] == [(12, 17), (12, 18)]
+    assert [f.evidence["via"] for f in found] == [["evaluate() called at line 17"], ["evaluate() called at line 18"]]
+    assert "(lines 17, 18)" in found[0].fix
+
+
 def test_nothing_after_sys_exit_or_a_raise_runs_but_what_comes_before_it_does(tmp_path):
     # Checked under spawn by hand: `sys.exit(0)` before the loop runs clean; the
     # loop reached through `sys.exit(main())` outside the guard dies bootstrapping.

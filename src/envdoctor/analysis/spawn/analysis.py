@@ -73,19 +73,8 @@ class ScriptAnalysis(CallWalker):
 
     def replay(self, module: Module, stmt: ast.stmt, frame: Frame) -> None:
         """What importing `module` started when an earlier script imported it, now reached from here."""
-        steps = [*frame.via, self.step(f"import {module.name}", stmt, frame)]
-        prefix = [{"function": s.call, "path": s.path, "line": s.line, "code": s.code} for s in steps]
-        for event in module.import_events or []:
-            key = (event["kind"], event["path"], event["line"], event["column"], frame.guarded,
-                   (prefix[0]["path"], prefix[0]["line"]))
-            if key in self._seen:
-                continue
-            self._seen.add(key)
-            self.seq += 1
-            head = prefix[0]
-            self.events.append({**event, "guarded": frame.guarded, "seq": self.seq, "via": [*prefix, *event["via"]],
-                                "entry": {"path": head["path"], "line": head["line"], "code": head["code"],
-                                          "call": head["function"]}})
+        self.replay_events(module.import_events or [], [*frame.via, self.step(f"import {module.name}", stmt, frame)],
+                           frame.guarded)
 
     def stmt_Import(self, stmt: ast.Import, frame: Frame) -> None:
         for alias in stmt.names:

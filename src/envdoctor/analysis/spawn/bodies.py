@@ -75,10 +75,14 @@ class BodyRunner(StartTracker):
         memo_key = self.memo_key(func, scope, frame)
         if self.out_of_time():
             return Unknown(f"{call_site.call}()")
-        if memo_key is not None and memo_key in self.memo:
-            # Same function, same plain arguments, nothing relevant changed since:
-            # walking it again would find the same starts (already recorded).
-            return self.memo[memo_key]
+        memo = self.memo.get(memo_key) if memo_key is not None else None
+        if memo is not None:
+            # Same function, same plain arguments, nothing relevant changed since: walking it again would
+            # find the same starts. They are recorded again only when reached from another module-level
+            # statement (`run()` twice is two statements to move under the guard).
+            result, recorded = memo
+            self.replay_events(recorded, (*frame.via, call_site), frame.guarded)
+            return result
         self.calls_followed += 1
         # The chain shows how module level reached this code; its head is the
         # module-level statement to move under the guard.
@@ -86,6 +90,7 @@ class BodyRunner(StartTracker):
         inner = Frame(scope=scope, guarded=frame.guarded, module=func.module or frame.module, via=via,
                       function=func, self_class=func.owner, self_value=self_value, enclosing=func.closure,
                       forced_method=frame.forced_method, forced_by=frame.forced_by)
+        first = len(self.events)
         self.stack.append(node)
         try:
             if isinstance(node, ast.Lambda):
@@ -99,7 +104,8 @@ class BodyRunner(StartTracker):
         for value in returns[1:]:
             result = join(result, value)
         if memo_key is not None:
-            self.memo[memo_key] = result
+            # Each chain cut where this call began: a replay puts the next caller's chain in front.
+            self.memo[memo_key] = (result, [{**e, "via": e["via"][len(via):]} for e in self.events[first:]])
         return result
 
     def skippable(self, func: Function, scope: dict[str, Value]) -> bool:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import ast
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -87,7 +87,8 @@ class Walker:
         self._relevant: dict[ast.AST, bool] = {}
         #: Every function the walk has read, by name (what `relevant` follows calls through).
         self.defs: dict[str, list[tuple[ast.AST, list[str]]]] = {}
-        self.memo: dict[tuple[Any, ...], Value] = {}
+        #: A followed call's result and the events its walk recorded (their chains cut where the call began).
+        self.memo: dict[tuple[Any, ...], tuple[Value, list[dict[str, Any]]]] = {}
         self.state_version = 0
         self.deadline = time.monotonic() + deadline_s
         #: The method that walks each node type (`stmt_If`, `expr_Call`), or None for the generic walk.
@@ -152,6 +153,21 @@ class Walker:
         }
         event.update(extra)
         self.events.append(event)
+
+    def replay_events(self, events: Iterable[dict[str, Any]], steps: Sequence[Step], guarded: bool) -> None:
+        """Starts an earlier walk recorded (each `via` cut where that walk began), now reached through `steps`:
+        one finding per start site, so each module-level statement that reaches them is named."""
+        prefix = [{"function": s.call, "path": s.path, "line": s.line, "code": s.code} for s in steps]
+        head = prefix[0]
+        for event in events:
+            key = (event["kind"], event["path"], event["line"], event["column"], guarded, (head["path"], head["line"]))
+            if key in self._seen:
+                continue
+            self._seen.add(key)
+            self.seq += 1
+            self.events.append({**event, "guarded": guarded, "seq": self.seq, "via": [*prefix, *event["via"]],
+                                "entry": {"path": head["path"], "line": head["line"], "code": head["code"],
+                                          "call": head["function"]}})
 
     def lookup(self, name: str, frame: Frame) -> Value:
         if name in frame.scope and name not in frame.declared_global:

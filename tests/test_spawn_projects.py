@@ -242,3 +242,12 @@ def test_a_module_function_body_dropped_after_import_is_read_again_where_it_was(
     assert body_of(method, lines)[0].lineno == 6 and body_of(method, lines)[0].col_offset == 3
     body_of(tree.body[2], lines)
     assert ast.dump(tree, include_attributes=True) == before
+
+
+def test_source_lines_break_where_python_does() -> None:
+    """Form feeds, \x1c-\x1e, \x85 and U+2028 end a line for str.splitlines, never for Python's tokenizer."""
+    from envdoctor.analysis.spawn.syntax import source_lines
+
+    assert source_lines("a\x0cb\nc\u2028d\r\ne\rf\x85g\n") == ["a\x0cb", "c\u2028d", "e", "f\x85g"]
+    assert source_lines("plain\nlines\n") == "plain\nlines\n".splitlines() == ["plain", "lines"]
+    assert source_lines("no end\x0c") == ["no end\x0c"]

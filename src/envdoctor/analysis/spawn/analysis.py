@@ -7,7 +7,7 @@ from typing import Any
 
 from envdoctor.analysis.spawn.calls import CallWalker
 from envdoctor.analysis.spawn.project import Project, SharedModules
-from envdoctor.analysis.spawn.syntax import strip_bodies
+from envdoctor.analysis.spawn.syntax import source_lines, strip_bodies
 from envdoctor.analysis.spawn.values import Module, QualName, Unknown, Value
 from envdoctor.analysis.spawn.walker import Frame
 
@@ -153,7 +153,7 @@ def analyse_source(tree: ast.Module, text: str, path: str = "<script>", project:
         shared = shared if shared is not None else SharedModules()
         roots, package = shared.files.layout(path)
         found = Project(roots, absolute=Path(path).is_absolute(), shared=shared)
-    main = Module("__main__", path, text.splitlines(), tree, package=package, is_main=True, reruns=reruns)
+    main = Module("__main__", path, source_lines(text), tree, package=package, is_main=True, reruns=reruns)
     analysis = ScriptAnalysis(main, found)
     analysis.run()
     try:

@@ -15,6 +15,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, TypedDict
 
+from envdoctor.analysis.spawn.syntax import source_lines
+
 #: Cell magics whose body is Python code the kernel runs.
 PYTHON_CELL_MAGICS = frozenset({"time", "timeit", "capture", "prun", "debug", "python", "python3"})
 _SHELL_ASSIGN = re.compile(r"^\s*[\w.,\s\[\]()]+=\s*[!%]")
@@ -59,7 +61,7 @@ def _cell_lines(source: Any) -> list[str]:
         text = source
     else:
         text = ""
-    return text.splitlines()
+    return source_lines(text)
 
 
 def python_of_cell(lines: list[str]) -> list[str]:

@@ -26,6 +26,7 @@ from typing import TypedDict
 
 from envdoctor.analysis.spawn.names import EXTERNAL_ROOTS
 from envdoctor.analysis.spawn.reading import read_source
+from envdoctor.analysis.spawn.syntax import source_lines
 from envdoctor.analysis.spawn.values import Module
 
 #: Most modules read for one script (a monorepo must not turn one check into a crawl).
@@ -262,7 +263,7 @@ class Project:
             return self._broken(dotted, shown, package, f"SyntaxError: {exc.msg}", max(exc.lineno or 1, 1))
         except (ValueError, RecursionError, MemoryError) as exc:
             return self._broken(dotted, shown, package, f"{type(exc).__name__}: {exc}", 1)
-        lines = text.splitlines()
+        lines = source_lines(text)
         self.lines_read += len(lines)
         return Module(dotted, shown, lines, tree, package=package)
 

@@ -29,6 +29,8 @@ class ScriptAnalysis(CallWalker):
                 self.exec_block(self.main.tree.body, frame)
         except RecursionError:  # a file nested deeper than the interpreter allows
             self.truncated = True
+        finally:
+            self.restore_modules()
         self.main.state = "done"
 
     # -- imports -------------------------------------------------------------

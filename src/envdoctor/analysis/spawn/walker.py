@@ -90,6 +90,8 @@ class Walker:
         #: A followed call's result and the events its walk recorded (their chains cut where the call began).
         self.memo: dict[tuple[Any, ...], tuple[Value, list[dict[str, Any]]]] = {}
         self.state_version = 0
+        #: Project modules another script walks too, as they were before this script wrote into them.
+        self.written: dict[Module, dict[str, Value]] = {}
         self.deadline = time.monotonic() + deadline_s
         #: The method that walks each node type (`stmt_If`, `expr_Call`), or None for the generic walk.
         self.stmt_handlers = _HANDLERS.setdefault((type(self), "stmt_"), {})
@@ -169,6 +171,22 @@ class Walker:
                                 "entry": {"path": head["path"], "line": head["line"], "code": head["code"],
                                           "call": head["function"]}})
 
+    def module_scope_to_write(self, module: Module) -> dict[str, Value]:
+        """`module`'s names, about to be assigned by code other than its own top level (`settings.X = 4`,
+        a `global X` in one of its functions). A module imported and walked is shared by the later scripts
+        of the check, each of which runs in a process of its own: its names as the import left them are
+        kept, and put back when this script's walk ends (`restore_modules`)."""
+        if module.state == "done" and not module.is_main and module not in self.written:
+            self.written[module] = dict(module.scope)
+        return module.scope
+
+    def restore_modules(self) -> None:
+        """Every shared module this script wrote into, as its import left it."""
+        for module, scope in self.written.items():
+            module.scope.clear()
+            module.scope.update(scope)
+        self.written.clear()
+
     def lookup(self, name: str, frame: Frame) -> Value:
         if name in frame.scope and name not in frame.declared_global:
             return frame.scope[name]
@@ -191,7 +209,8 @@ class Walker:
         if isinstance(target, ast.Name):
             if isinstance(value, Const) and value.origin is None:
                 value = Const(value.value, f"{target.id} = {value.text()} (line {line or target.lineno})")
-            scope = frame.module.scope if target.id in frame.declared_global else frame.scope
+            scope = (frame.scope if target.id not in frame.declared_global
+                     else self.module_scope_to_write(frame.module))
             scope[target.id] = value
         elif isinstance(target, (ast.Tuple, ast.List)):
             loader = loaderish(value)
@@ -213,8 +232,10 @@ class Walker:
             owner = self.eval(target.value, frame)
             if isinstance(owner, Instance):
                 owner.attrs[target.attr] = value
-            elif isinstance(owner, (ClassInfo, Module)):
-                (owner.namespace if isinstance(owner, ClassInfo) else owner.scope)[target.attr] = value
+            elif isinstance(owner, ClassInfo):
+                owner.namespace[target.attr] = value
+            elif isinstance(owner, Module):
+                self.module_scope_to_write(owner)[target.attr] = value
         elif isinstance(target, ast.Subscript):
             owner = self.eval(target.value, frame)
             key = self.eval(target.slice, frame)

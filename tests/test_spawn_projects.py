@@ -217,27 +217,42 @@ def test_a_module_shared_by_two_scripts_is_walked_once_and_its_import_time_start
                   for f in findings) == [(str(tmp_path / "a.py"), 2, 1), (str(tmp_path / "b.py"), 2, 3)]
 
 
+def shared_settings_scripts(folder: Path) -> list[str]:
+    """A project module two scripts assign into, one script that assigns into it before its own loader, one
+    that only reads it (`settings.NUM_WORKERS` is 0 where it is defined)."""
+    (folder / "settings.py").write_text(
+        "NUM_WORKERS = 0\n\n\ndef use(n):\n    global NUM_WORKERS\n    NUM_WORKERS = n\n", encoding="utf-8")
+    (folder / "tune.py").write_text("import settings\n\nsettings.NUM_WORKERS = 4\n", encoding="utf-8")
+    (folder / "tune_global.py").write_text("import settings\n\nsettings.use(2)\n", encoding="utf-8")
+    (folder / "own.py").write_text(
+        "from torch.utils.data import DataLoader\n\nimport settings\n\nsettings.use(2)\n"
+        "for batch in DataLoader(range(4), num_workers=settings.NUM_WORKERS):\n    pass\n", encoding="utf-8")
+    (folder / "train.py").write_text(
+        "from torch.utils.data import DataLoader\n\nimport settings\n\n"
+        "for batch in DataLoader(range(4), num_workers=settings.NUM_WORKERS):\n    pass\n", encoding="utf-8")
+    return ["tune.py", "tune_global.py", "own.py", "train.py"]
+
+
 def test_what_one_script_assigns_into_a_shared_module_is_not_seen_by_the_next(tmp_path: Path):
     """Each script runs in a process of its own: `settings.NUM_WORKERS = 4` in one, or a `global` its call
     sets, is not what the next one imports. Checked together (a folder, the pre-commit hook), the later
     script was a false SPW001 with num_workers=4; alone it is quiet."""
-    (tmp_path / "settings.py").write_text(
-        "NUM_WORKERS = 0\n\n\ndef use(n):\n    global NUM_WORKERS\n    NUM_WORKERS = n\n", encoding="utf-8")
-    (tmp_path / "tune.py").write_text("import settings\n\nsettings.NUM_WORKERS = 4\n", encoding="utf-8")
-    (tmp_path / "tune_global.py").write_text("import settings\n\nsettings.use(2)\n", encoding="utf-8")
-    (tmp_path / "own.py").write_text(
-        "from torch.utils.data import DataLoader\n\nimport settings\n\nsettings.use(2)\n"
-        "for batch in DataLoader(range(4), num_workers=settings.NUM_WORKERS):\n    pass\n", encoding="utf-8")
-    (tmp_path / "train.py").write_text(
-        "from torch.utils.data import DataLoader\n\nimport settings\n\n"
-        "for batch in DataLoader(range(4), num_workers=settings.NUM_WORKERS):\n    pass\n", encoding="utf-8")
-    names = ["tune.py", "tune_global.py", "own.py", "train.py"]
+    names = shared_settings_scripts(tmp_path)
     for order in (names, names[::-1]):
         findings = run_check(Config(scripts=tuple(str(tmp_path / n) for n in order), select=("SPW001",),
                                     no_loader=True)).findings
         # A script's own write is its own: own.py starts 2 workers at import time; train.py starts none.
         assert [(Path(f.location.path).name, f.location.line, f.evidence["num_workers"]) for f in findings] \
             == [("own.py", 6, 2)], order
+
+
+@pytest.mark.slow
+def test_a_shared_module_assigned_into_dies_and_runs_under_spawn_where_the_analysis_says(tmp_path: Path):
+    shared_settings_scripts(tmp_path)
+    outcome, output = run_with_start_method(tmp_path / "own.py", "spawn", tmp_path)
+    assert outcome == "fails" and BOOTSTRAP in output and f'File "{tmp_path / "own.py"}", line 6' in output
+    outcome, output = run_with_start_method(tmp_path / "train.py", "spawn", tmp_path)
+    assert outcome == "runs", output[-2000:]
 
 
 def test_a_module_function_body_dropped_after_import_is_read_again_where_it_was(tmp_path):

@@ -218,24 +218,27 @@ def test_a_module_shared_by_two_scripts_is_walked_once_and_its_import_time_start
 
 
 def shared_settings_scripts(folder: Path) -> list[str]:
-    """A project module two scripts assign into, one script that assigns into it before its own loader, one
-    that only reads it (`settings.NUM_WORKERS` is 0 where it is defined)."""
+    """A project module two scripts assign into (a name, a `global`, an attribute of an object it made), one
+    script that assigns into it before its own loader, one that only reads it (0 where each is defined)."""
     (folder / "settings.py").write_text(
-        "NUM_WORKERS = 0\n\n\ndef use(n):\n    global NUM_WORKERS\n    NUM_WORKERS = n\n", encoding="utf-8")
-    (folder / "tune.py").write_text("import settings\n\nsettings.NUM_WORKERS = 4\n", encoding="utf-8")
+        "NUM_WORKERS = 0\n\n\ndef use(n):\n    global NUM_WORKERS\n    NUM_WORKERS = n\n\n\n"
+        "class Config:\n    def __init__(self):\n        self.workers = 0\n\n\ncfg = Config()\n", encoding="utf-8")
+    (folder / "tune.py").write_text("import settings\n\nsettings.NUM_WORKERS = 4\nsettings.cfg.workers = 8\n",
+                                    encoding="utf-8")
     (folder / "tune_global.py").write_text("import settings\n\nsettings.use(2)\n", encoding="utf-8")
     (folder / "own.py").write_text(
         "from torch.utils.data import DataLoader\n\nimport settings\n\nsettings.use(2)\n"
         "for batch in DataLoader(range(4), num_workers=settings.NUM_WORKERS):\n    pass\n", encoding="utf-8")
     (folder / "train.py").write_text(
         "from torch.utils.data import DataLoader\n\nimport settings\n\n"
-        "for batch in DataLoader(range(4), num_workers=settings.NUM_WORKERS):\n    pass\n", encoding="utf-8")
+        "for batch in DataLoader(range(4), num_workers=settings.NUM_WORKERS):\n    pass\n"
+        "for batch in DataLoader(range(4), num_workers=settings.cfg.workers):\n    pass\n", encoding="utf-8")
     return ["tune.py", "tune_global.py", "own.py", "train.py"]
 
 
 def test_what_one_script_assigns_into_a_shared_module_is_not_seen_by_the_next(tmp_path: Path):
-    """Each script runs in a process of its own: `settings.NUM_WORKERS = 4` in one, or a `global` its call
-    sets, is not what the next one imports. Checked together (a folder, the pre-commit hook), the later
+    """Each script runs in a process of its own: `settings.NUM_WORKERS = 4` or `settings.cfg.workers = 8` in
+    one, or a `global` its call sets, is not what the next one imports. Checked together (a folder, the pre-commit hook), the later
     script was a false SPW001 with num_workers=4; alone it is quiet."""
     names = shared_settings_scripts(tmp_path)
     for order in (names, names[::-1]):

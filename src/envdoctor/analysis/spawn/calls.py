@@ -378,7 +378,7 @@ class CallWalker(BodyRunner):
             if isinstance(init, Function):
                 self.call_function(init, node, frame, positional, keywords, process)
             return process
-        instance = Instance(cls)
+        instance = Instance(cls, home=None if frame.module.is_main else frame.module)
         if isinstance(init, Function):
             self.call_function(init, node, frame, positional, keywords, instance)
         return instance

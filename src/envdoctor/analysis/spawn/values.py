@@ -282,6 +282,8 @@ class ClassInfo(Value):
 class Instance(Value):
     cls: ClassInfo
     attrs: dict[str, Value] = field(default_factory=dict)
+    #: The project module whose code made it (None: the script's own), shared with later scripts.
+    home: Module | None = None
 
 
 @dataclass(eq=False)

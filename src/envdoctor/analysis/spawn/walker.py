@@ -90,8 +90,9 @@ class Walker:
         #: A followed call's result and the events its walk recorded (their chains cut where the call began).
         self.memo: dict[tuple[Any, ...], tuple[Value, list[dict[str, Any]]]] = {}
         self.state_version = 0
-        #: Project modules another script walks too, as they were before this script wrote into them.
-        self.written: dict[Module, dict[str, Value]] = {}
+        #: Project modules (and objects their code made) that later scripts share, as they were before
+        #: this script wrote into them.
+        self.written: dict[Module | Instance, dict[str, Value]] = {}
         self.deadline = time.monotonic() + deadline_s
         #: The method that walks each node type (`stmt_If`, `expr_Call`), or None for the generic walk.
         self.stmt_handlers = _HANDLERS.setdefault((type(self), "stmt_"), {})
@@ -171,20 +172,23 @@ class Walker:
                                 "entry": {"path": head["path"], "line": head["line"], "code": head["code"],
                                           "call": head["function"]}})
 
-    def module_scope_to_write(self, module: Module) -> dict[str, Value]:
-        """`module`'s names, about to be assigned by code other than its own top level (`settings.X = 4`,
-        a `global X` in one of its functions). A module imported and walked is shared by the later scripts
-        of the check, each of which runs in a process of its own: its names as the import left them are
-        kept, and put back when this script's walk ends (`restore_modules`)."""
-        if module.state == "done" and not module.is_main and module not in self.written:
-            self.written[module] = dict(module.scope)
-        return module.scope
+    def names_to_write(self, owner: Module | Instance) -> dict[str, Value]:
+        """The names of `owner` about to be assigned by code other than its module's own top level
+        (`settings.X = 4`, a `global X` in one of its functions, `settings.cfg.workers = 8`). A module
+        imported and walked is shared by the later scripts of the check, each of which runs in a process
+        of its own: what its import left is kept, and put back when this script's walk ends."""
+        names = owner.scope if isinstance(owner, Module) else owner.attrs
+        home = owner if isinstance(owner, Module) else owner.home
+        if home is not None and home.state == "done" and not home.is_main and owner not in self.written:
+            self.written[owner] = dict(names)
+        return names
 
     def restore_modules(self) -> None:
-        """Every shared module this script wrote into, as its import left it."""
-        for module, scope in self.written.items():
-            module.scope.clear()
-            module.scope.update(scope)
+        """Every shared module (and object of one) this script wrote into, as its import left it."""
+        for owner, kept in self.written.items():
+            names = owner.scope if isinstance(owner, Module) else owner.attrs
+            names.clear()
+            names.update(kept)
         self.written.clear()
 
     def lookup(self, name: str, frame: Frame) -> Value:
@@ -210,7 +214,7 @@ class Walker:
             if isinstance(value, Const) and value.origin is None:
                 value = Const(value.value, f"{target.id} = {value.text()} (line {line or target.lineno})")
             scope = (frame.scope if target.id not in frame.declared_global
-                     else self.module_scope_to_write(frame.module))
+                     else self.names_to_write(frame.module))
             scope[target.id] = value
         elif isinstance(target, (ast.Tuple, ast.List)):
             loader = loaderish(value)
@@ -231,11 +235,11 @@ class Walker:
         elif isinstance(target, ast.Attribute):
             owner = self.eval(target.value, frame)
             if isinstance(owner, Instance):
-                owner.attrs[target.attr] = value
+                self.names_to_write(owner)[target.attr] = value
             elif isinstance(owner, ClassInfo):
                 owner.namespace[target.attr] = value
             elif isinstance(owner, Module):
-                self.module_scope_to_write(owner)[target.attr] = value
+                self.names_to_write(owner)[target.attr] = value
         elif isinstance(target, ast.Subscript):
             owner = self.eval(target.value, frame)
             key = self.eval(target.slice, frame)

@@ -86,7 +86,21 @@ def test_with_a_step_time_the_fewest_workers_that_keep_up_are_recommended() -> N
     section = report.loader
     rates = {r["num_workers"]: r["samples_per_s"] for r in section["runs"] if r.get("samples_per_s")}
     rec = section["recommendation"]
-    assert rec["basis"] == "step" and rec["consumer_samples_per_s"] == 400, (rec, rates)
+    seen = (rec, rates, section.get("paired"))
+    assert rec["consumer_samples_per_s"] == 400, seen
+    if rec["trust"] == "too-noisy":
+        # CPUs so busy (seen in CI: four test workers and two spinning cores on two CPUs) that the paired
+        # windows could not confirm the step's pick: your num_workers=1 kept, the pick named as the candidate.
+        assert rec["basis"] == "current" and rec["num_workers"] == 1, seen
+        candidate = rec["candidate_num_workers"]
+        assert rates[candidate] >= 1.25 * 400 and section["paired"]["candidate"] == candidate, seen
+        low, high = rec["gain_interval"] or (None, None)
+        assert low is None or low <= 1 <= high, seen
+        (dl005,) = report.by_rule("DL005")
+        assert "too noisy to tell" in dl005.message, dl005.message
+        _no_children()
+        return
+    assert rec["basis"] == "step", seen
     assert rates[rec["num_workers"]] >= 1.25 * 400, (rec, rates)
     assert all(rate < 1.25 * 400 for n, rate in rates.items() if 0 < n < rec["num_workers"]), (rec, rates)
     assert rec["num_workers"] < max(rates), (rec, rates)  # the knee had more workers

@@ -51,4 +51,7 @@ def dump(report: dict[str, Any]) -> str:
     """The loader section for an assertion message."""
     loader = dict(report.get("loader") or {})
     loader.pop("torch_probe", None)
-    return json.dumps(loader, indent=1, default=str)[:4000]
+    # The verdict and what it was drawn from first: the message is cut, and the runs are long.
+    first = ("recommendation", "paired", "bottleneck", "bottleneck_reason", "skipped")
+    ordered = {**{k: loader[k] for k in first if k in loader}, **{k: v for k, v in loader.items() if k not in first}}
+    return json.dumps(ordered, indent=1, default=str)[:6000]

@@ -76,6 +76,20 @@ def test_remote_read_is_storage_bound() -> None:
         # On a busy machine torch's import may eat half the budget: then the curve is cut, and it says so.
         assert rec["num_workers"] == 0 and rec["unmeasured"] and max(rec["unmeasured"]) > 2, dump(report)
         return
+    if rec["trust"] == "too-noisy":
+        # CPUs so busy that the paired windows disagreed with each other (seen in CI: four test workers and a
+        # spinning core on two CPUs starve the main process that collects 8 workers' batches in some windows
+        # only): num_workers=0 kept, the sweep's pick named, and the pairs' evidence says why.
+        assert rec["basis"] == "current" and rec["num_workers"] == 0, dump(report)
+        assert rec["candidate_num_workers"] > 2 and report["loader"]["paired"]["candidate"] > 2, dump(report)
+        windows = report["loader"]["paired"]["windows"]
+        if len(windows) >= 3:
+            assert rec["gain_interval"][0] <= 1, dump(report)
+        else:
+            assert any(w["candidate_samples_per_s"] <= w["current_samples_per_s"] for w in windows), dump(report)
+        (dl005,) = findings(report, "DL005")
+        assert "too noisy to tell" in dl005["message"], dump(report)
+        return
     assert rec["num_workers"] > 2, dump(report)  # more waiting workers than CPUs
     assert rec["trust"] in ("gain", "unpaired"), dump(report)
     if rec["trust"] == "gain":  # re-measured in paired windows against the user's num_workers=0, and held

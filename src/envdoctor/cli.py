@@ -312,10 +312,13 @@ def _run_with_progress(config: Any, run_check: Any) -> Any:
 
 
 def _cmd_render(args: argparse.Namespace) -> int:
-    from envdoctor.report import RenderOptions, collector_paused, load_report
+    from envdoctor.collector import collector_paused
+    from envdoctor.report import RenderOptions, load_report
     from envdoctor.verdict import settle
 
     check_writable(args.output)
+    # A million-finding report: the collector walking it again and again was a third of render's CPU
+    # (JSON: 22.8 s against 15.5 s without).
     with collector_paused():
         report = settle(load_report(args.report))  # a report saved before the verdict was carried gets one
         emit(report, args.format, args.output, options=RenderOptions(verbose=args.verbose, against=args.against))

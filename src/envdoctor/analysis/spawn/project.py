@@ -28,6 +28,7 @@ from envdoctor.analysis.spawn.names import EXTERNAL_ROOTS
 from envdoctor.analysis.spawn.reading import read_source
 from envdoctor.analysis.spawn.syntax import source_lines
 from envdoctor.analysis.spawn.values import Module
+from envdoctor.collector import collector_paused
 
 #: Most modules read for one script (a monorepo must not turn one check into a crawl).
 MAX_MODULES = 400
@@ -73,18 +74,6 @@ def package_of(script: Path) -> str:
         parts.insert(0, folder.name)
         folder = folder.parent
     return ".".join(parts)
-
-
-def parse_without_collecting(text: str, path: str) -> ast.Module:
-    """ast.parse with the garbage collector paused: a tree has no cycles to collect, and the
-    collections its millions of allocations trigger would only walk what is already kept."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        return ast.parse(text, filename=path)
-    finally:
-        if enabled:
-            gc.enable()
 
 
 def _mode(path: str) -> int | None:
@@ -194,7 +183,8 @@ class SharedModules:
         known = self.parsed.get(key)
         if known is not None and known[0] == (len(text), hash(text)):
             return known[1]
-        tree = parse_without_collecting(text, path)
+        with collector_paused():  # the collections a tree's millions of allocations trigger find nothing
+            tree = ast.parse(text, filename=path)
         if keep:
             self.parsed[key] = ((len(text), hash(text)), tree)  # not the text itself: a large tree holds enough
         if self.freeze and gc.isenabled():

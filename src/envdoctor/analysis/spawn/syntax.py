@@ -2,9 +2,10 @@
 from __future__ import annotations
 
 import ast
-import gc
 import re
 from collections.abc import Iterable, Iterator
+
+from envdoctor.collector import collector_paused
 
 #: Characters `str.splitlines` breaks lines at and Python's tokenizer does not (a form feed is whitespace to it).
 _NOT_PYTHON_BREAKS = re.compile("[\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]")
@@ -244,15 +245,11 @@ def body_of(node: ast.AST, lines: list[str]) -> list[ast.stmt]:
     opener = "if 1:\n" if indented else ""
     padding = "\n" * max(start - 1 - opener.count("\n"), 0)
     source = padding + opener + "\n".join(text)
-    enabled = gc.isenabled()
-    gc.disable()
     try:
-        parsed = ast.parse(source)
+        with collector_paused():
+            parsed = ast.parse(source)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return body
-    finally:
-        if enabled:
-            gc.enable()
     outer = parsed.body[0]
     function = outer.body[0] if indented and isinstance(outer, ast.If) else outer
     if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):

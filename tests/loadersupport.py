@@ -9,6 +9,7 @@ from typing import Any
 
 import psutil
 
+from envdoctor.inside.loader_knee import MIN_PAIRS
 from support import json_report, leftover_children, run_envdoctor, shm_left, shm_names
 
 FIXTURES_DIR = Path(__file__).resolve().parent.parent / "fixtures"
@@ -55,3 +56,24 @@ def dump(report: dict[str, Any]) -> str:
     first = ("recommendation", "paired", "bottleneck", "bottleneck_reason", "skipped")
     ordered = {**{k: loader[k] for k in first if k in loader}, **{k: v for k, v in loader.items() if k not in first}}
     return json.dumps(ordered, indent=1, default=str)[:6000]
+
+
+def assert_honest_too_noisy(report: dict[str, Any], dl005_message: str, current_num_workers: int) -> None:
+    """A live sweep on a busy machine may end in "too noisy to tell". That verdict is honest only if its own
+    evidence says so: your setting kept, the sweep's pick named and re-measured against it in paired
+    windows, and those windows not agreeing on a gain (from MIN_PAIRS on, an interval that reaches 1;
+    fewer, a pair the candidate did not win), and DL005 saying it."""
+    loader = report["loader"]
+    rec, paired = loader["recommendation"], loader.get("paired") or {}
+    assert rec["trust"] == "too-noisy", dump(report)
+    assert rec["basis"] == "current" and rec["num_workers"] == current_num_workers, dump(report)
+    candidate = rec["candidate_num_workers"]
+    assert candidate > current_num_workers, dump(report)  # the live tests' sweeps all pick more workers
+    assert (paired.get("current"), paired.get("candidate")) == (current_num_workers, candidate), dump(report)
+    windows = paired["windows"]
+    if len(windows) >= MIN_PAIRS:
+        low, high = rec["gain_interval"]
+        assert low <= 1 <= high, dump(report)
+    else:
+        assert any(w["candidate_samples_per_s"] <= w["current_samples_per_s"] for w in windows), dump(report)
+    assert "too noisy to tell" in dl005_message, dl005_message

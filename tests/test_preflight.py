@@ -13,6 +13,7 @@ from torch.utils.data import DataLoader, Dataset, default_collate
 import envdoctor
 import torch
 from envdoctor.api import preflight_summary
+from loadersupport import assert_honest_too_noisy, dump
 from support import can_mount_private_shm, in_private_shm, leftover_children, shm_left, shm_names
 
 pytestmark = [pytest.mark.standalone]
@@ -67,7 +68,12 @@ def test_preflight_profiles_the_loaders_own_settings(capfd: pytest.CaptureFixtur
     assert dl001.evidence["consumer_samples_per_s"] == 4000
     assert dl001.evidence["current_num_workers"] == 1
     (dl005,) = report.by_rule("DL005")
-    assert dl005.evidence["recommendation"]["num_workers"] > 1
+    if section["recommendation"]["trust"] == "too-noisy":
+        # Seen in CI (four test workers and a spinning core on two CPUs): the sweep's num_workers=2 measured
+        # ×2 over your 1, and three paired windows gave ×1.68 with an interval from 0.99 to 2.88.
+        assert_honest_too_noisy(report.to_dict(), dl005.message, current_num_workers=1)
+    else:
+        assert dl005.evidence["recommendation"]["num_workers"] > 1, dump(report.to_dict())
     err = capfd.readouterr().err
     assert "envdoctor preflight:" in err and "loader: bottleneck storage" in err
     curve = err.split("(samples/s by num_workers ")[1].split(")")[0]
@@ -91,13 +97,9 @@ def test_with_a_step_time_the_fewest_workers_that_keep_up_are_recommended() -> N
     if rec["trust"] == "too-noisy":
         # CPUs so busy (seen in CI: four test workers and two spinning cores on two CPUs) that the paired
         # windows could not confirm the step's pick: your num_workers=1 kept, the pick named as the candidate.
-        assert rec["basis"] == "current" and rec["num_workers"] == 1, seen
-        candidate = rec["candidate_num_workers"]
-        assert rates[candidate] >= 1.25 * 400 and section["paired"]["candidate"] == candidate, seen
-        low, high = rec["gain_interval"] or (None, None)
-        assert low is None or low <= 1 <= high, seen
         (dl005,) = report.by_rule("DL005")
-        assert "too noisy to tell" in dl005.message, dl005.message
+        assert_honest_too_noisy(report.to_dict(), dl005.message, current_num_workers=1)
+        assert rates[rec["candidate_num_workers"]] >= 1.25 * 400, seen
         _no_children()
         return
     assert rec["basis"] == "step", seen

@@ -218,35 +218,82 @@ def test_a_module_shared_by_two_scripts_is_walked_once_and_its_import_time_start
 
 
 def shared_settings_scripts(folder: Path) -> list[str]:
-    """A project module two scripts assign into (a name, a `global`, an attribute of an object it made), one
-    script that assigns into it before its own loader, one that only reads it (0 where each is defined)."""
+    """A project module scripts write into (a name, a `global`, an attribute of an object it made, a class
+    attribute, a dict and a list it holds), scripts that write into it before their own loader, and one that
+    only reads it (0 workers, or no loader, where each is defined)."""
     (folder / "settings.py").write_text(
-        "NUM_WORKERS = 0\n\n\ndef use(n):\n    global NUM_WORKERS\n    NUM_WORKERS = n\n\n\n"
-        "class Config:\n    def __init__(self):\n        self.workers = 0\n\n\ncfg = Config()\n", encoding="utf-8")
-    (folder / "tune.py").write_text("import settings\n\nsettings.NUM_WORKERS = 4\nsettings.cfg.workers = 8\n",
-                                    encoding="utf-8")
+        "NUM_WORKERS = 0\nLOADER_KW = {\"num_workers\": 0}\nEXTRA = []\n\n\n"
+        "def use(n):\n    global NUM_WORKERS\n    NUM_WORKERS = n\n\n\n"
+        "class Config:\n    def __init__(self):\n        self.workers = 0\n\n\ncfg = Config()\n\n\n"
+        "class Defaults:\n    workers = 0\n", encoding="utf-8")
+    (folder / "tune.py").write_text(
+        "import settings\n\nsettings.NUM_WORKERS = 4\nsettings.cfg.workers = 8\nsettings.Defaults.workers = 8\n"
+        "settings.LOADER_KW[\"num_workers\"] = 4\n", encoding="utf-8")
     (folder / "tune_global.py").write_text("import settings\n\nsettings.use(2)\n", encoding="utf-8")
+    (folder / "tune_calls.py").write_text(
+        "from torch.utils.data import DataLoader\n\nimport settings\n\nsettings.LOADER_KW.update(num_workers=2)\n"
+        "settings.EXTRA.append(DataLoader(range(4), num_workers=2))\n", encoding="utf-8")
     (folder / "own.py").write_text(
         "from torch.utils.data import DataLoader\n\nimport settings\n\nsettings.use(2)\n"
         "for batch in DataLoader(range(4), num_workers=settings.NUM_WORKERS):\n    pass\n", encoding="utf-8")
+    (folder / "own_kw.py").write_text(
+        "from torch.utils.data import DataLoader\n\nimport settings\n\nsettings.LOADER_KW[\"num_workers\"] = 3\n"
+        "for batch in DataLoader(range(4), **settings.LOADER_KW):\n    pass\n", encoding="utf-8")
     (folder / "train.py").write_text(
         "from torch.utils.data import DataLoader\n\nimport settings\n\n"
         "for batch in DataLoader(range(4), num_workers=settings.NUM_WORKERS):\n    pass\n"
-        "for batch in DataLoader(range(4), num_workers=settings.cfg.workers):\n    pass\n", encoding="utf-8")
-    return ["tune.py", "tune_global.py", "own.py", "train.py"]
+        "for batch in DataLoader(range(4), num_workers=settings.cfg.workers):\n    pass\n"
+        "for batch in DataLoader(range(4), num_workers=settings.Defaults.workers):\n    pass\n"
+        "for batch in DataLoader(range(4), **settings.LOADER_KW):\n    pass\n"
+        "for loader in settings.EXTRA:\n    for batch in loader:\n        pass\n", encoding="utf-8")
+    return ["tune.py", "tune_global.py", "tune_calls.py", "own.py", "own_kw.py", "train.py"]
 
 
 def test_what_one_script_assigns_into_a_shared_module_is_not_seen_by_the_next(tmp_path: Path):
-    """Each script runs in a process of its own: `settings.NUM_WORKERS = 4` or `settings.cfg.workers = 8` in
-    one, or a `global` its call sets, is not what the next one imports. Checked together (a folder, the pre-commit hook), the later
-    script was a false SPW001 with num_workers=4; alone it is quiet."""
+    """Each script runs in a process of its own: `settings.NUM_WORKERS = 4`, `settings.cfg.workers = 8`,
+    `settings.Defaults.workers = 8`, `settings.LOADER_KW["num_workers"] = 4`, `.update()` or `.append()` in one,
+    or a `global` its call sets, is not what the next one imports. Checked together (a folder, the pre-commit
+    hook), the later script was a false SPW001 (for the containers and the class, even one pointing at a loader
+    built in another script); alone it is quiet."""
     names = shared_settings_scripts(tmp_path)
     for order in (names, names[::-1]):
         findings = run_check(Config(scripts=tuple(str(tmp_path / n) for n in order), select=("SPW001",),
                                     no_loader=True)).findings
-        # A script's own write is its own: own.py starts 2 workers at import time; train.py starts none.
-        assert [(Path(f.location.path).name, f.location.line, f.evidence["num_workers"]) for f in findings] \
-            == [("own.py", 6, 2)], order
+        # A script's own write is its own: own.py starts 2 workers at import time, own_kw.py 3; train.py none.
+        assert sorted((Path(f.location.path).name, f.location.line, f.evidence["num_workers"]) for f in findings) \
+            == [("own.py", 6, 2), ("own_kw.py", 6, 3)], order
+
+
+def own_containers_scripts(folder: Path) -> None:
+    """A module whose import fills its own dict (directly, and by a function its top level calls) with 2
+    workers; two scripts that loop over a loader built from it; one that empties it for itself."""
+    (folder / "defaults.py").write_text(
+        "KW = {\"num_workers\": 0}\n\n\ndef setup():\n    KW.update(num_workers=2)\n\n\n"
+        "setup()\nKW[\"persistent_workers\"] = True\n", encoding="utf-8")
+    for name in ("a.py", "b.py"):
+        (folder / name).write_text("from torch.utils.data import DataLoader\n\nimport defaults\n\n"
+                                   "for batch in DataLoader(range(4), **defaults.KW):\n    pass\n", encoding="utf-8")
+    (folder / "c.py").write_text("import defaults\n\ndefaults.KW.clear()\ndefaults.KW[\"num_workers\"] = 0\n",
+                                 encoding="utf-8")
+
+
+def test_what_a_module_does_to_its_own_containers_on_import_every_importer_sees(tmp_path: Path):
+    """Undoing a script's writes must not undo the module's own: what its import put in its dict is there for
+    every script that imports it, first or later. (`setup()` was skipped as a function that could start
+    nothing before its mention of num_workers made it one to walk: a.py was quiet, and died under spawn.)"""
+    own_containers_scripts(tmp_path)
+    for order in (("c.py", "a.py", "b.py"), ("a.py", "c.py", "b.py")):
+        findings = run_check(Config(scripts=tuple(str(tmp_path / n) for n in order), select=("SPW001",),
+                                    no_loader=True)).findings
+        assert sorted((Path(f.location.path).name, f.location.line, f.evidence["num_workers"]) for f in findings) \
+            == [("a.py", 5, 2), ("b.py", 5, 2)], order
+
+
+@pytest.mark.slow
+def test_a_module_filling_its_own_containers_dies_under_spawn_where_the_analysis_says(tmp_path: Path):
+    own_containers_scripts(tmp_path)
+    outcome, output = run_with_start_method(tmp_path / "a.py", "spawn", tmp_path)
+    assert outcome == "fails" and BOOTSTRAP in output and f'File "{tmp_path / "a.py"}", line 5' in output
 
 
 @pytest.mark.slow
@@ -254,6 +301,8 @@ def test_a_shared_module_assigned_into_dies_and_runs_under_spawn_where_the_analy
     shared_settings_scripts(tmp_path)
     outcome, output = run_with_start_method(tmp_path / "own.py", "spawn", tmp_path)
     assert outcome == "fails" and BOOTSTRAP in output and f'File "{tmp_path / "own.py"}", line 6' in output
+    outcome, output = run_with_start_method(tmp_path / "own_kw.py", "spawn", tmp_path)
+    assert outcome == "fails" and BOOTSTRAP in output and f'File "{tmp_path / "own_kw.py"}", line 6' in output
     outcome, output = run_with_start_method(tmp_path / "train.py", "spawn", tmp_path)
     assert outcome == "runs", output[-2000:]
 

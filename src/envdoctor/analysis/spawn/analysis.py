@@ -62,10 +62,12 @@ class ScriptAnalysis(CallWalker):
         inner = Frame(scope=module.scope, guarded=frame.guarded, module=module,
                       via=frame.via + (self.step(f"import {dotted}", stmt, frame),))
         first = len(self.events)
+        self.importing += 1
         try:
             if module.tree is not None:
                 self.exec_block(module.tree.body, inner)
         finally:
+            self.importing -= 1
             module.state = "done"
         if module.tree is not None:
             strip_bodies(module.tree)  # read again from its lines when a function is called

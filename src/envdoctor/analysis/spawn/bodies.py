@@ -23,11 +23,11 @@ from envdoctor.analysis.spawn.values import (
 )
 from envdoctor.analysis.spawn.walker import Frame
 
-#: What a function's lines mention when it may build or start workers, or set a module's names that may
-#: decide it (`global NUM_WORKERS`) (see skippable).
+#: What a function's lines mention when it may build or start workers, or set what may decide their count
+#: (`global NUM_WORKERS`, `KW.update(num_workers=2)`) (see skippable).
 RELEVANT = re.compile(r"[Ll]oader|Process|Pool|Executor|spawn|start_processes|start_method|get_context|cuda|"
                       r"Trainer|Engine|\.fit\(|\.run\(|prepare|yield|async|multiprocessing|concurrent|"
-                      r"\bglobal\s")
+                      r"num_workers|\bglobal\s")
 #: The names a function calls (`helper(`, `self.helper(`), looked up among the functions the walk has read.
 CALLED = re.compile(r"(\w+)\s*\(")
 
@@ -117,7 +117,8 @@ class BodyRunner(StartTracker):
         module called with plain arguments (no loader, process or context) is
         walked only when its lines, or those of a function it calls by name,
         mention what builds or starts workers (a loader, a process, a trainer,
-        CUDA) or declare a `global` (`set_workers(4)` may decide a later
+        CUDA), name `num_workers` (`KW.update(num_workers=2)` in a module's
+        `setup()`), or declare a `global` (`set_workers(4)` may decide a later
         loader's num_workers): walking a library's whole call graph for `get_logger(__name__)`
         cost most of the analysis and can find nothing.
         """

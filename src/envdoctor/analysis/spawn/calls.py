@@ -325,11 +325,12 @@ class CallWalker(BodyRunner):
         if isinstance(obj, Seq) and attr in ("append", "extend", "insert"):
             added = positional[-1:] if attr != "extend" else (
                 positional[0].items if positional and isinstance(positional[0], Seq) else [])
-            obj.items.extend(v for v in added if not is_plain(v))
+            self.to_change(obj).items.extend(v for v in added if not is_plain(v))
             return Const(None)
         if isinstance(obj, Mapping_) and attr == "copy":
             return Mapping_(dict(obj.items), obj.open)
         if isinstance(obj, Mapping_) and attr == "update":
+            self.to_change(obj)
             if positional and isinstance(positional[0], Mapping_):
                 obj.items.update(positional[0].items)
             obj.items.update(keywords)

@@ -13,7 +13,7 @@ import ast
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from envdoctor.analysis.spawn.names import BUILTIN_NAMES, STAR_EXPORTS
 from envdoctor.analysis.spawn.values import (
@@ -38,6 +38,8 @@ from envdoctor.analysis.spawn.values import (
 
 #: Per walker class and prefix, node type -> the method that walks it (None: the generic walk).
 _HANDLERS: dict[tuple[type, str], dict[type, Any]] = {}
+#: A dict or list the walk may change in place (see Walker.to_change).
+_Container = TypeVar("_Container", Mapping_, Seq)
 
 
 @dataclass
@@ -90,9 +92,11 @@ class Walker:
         #: A followed call's result and the events its walk recorded (their chains cut where the call began).
         self.memo: dict[tuple[Any, ...], tuple[Value, list[dict[str, Any]]]] = {}
         self.state_version = 0
-        #: Project modules (and objects their code made) that later scripts share, as they were before
-        #: this script wrote into them.
-        self.written: dict[Module | Instance, dict[str, Value]] = {}
+        #: Project modules (and the objects and containers their code made) that later scripts share, as they
+        #: were before this script wrote into them.
+        self.written: dict[Value, Any] = {}
+        #: How many project modules' imports are running (walking their bodies) now.
+        self.importing = 0
         self.deadline = time.monotonic() + deadline_s
         #: The method that walks each node type (`stmt_If`, `expr_Call`), or None for the generic walk.
         self.stmt_handlers = _HANDLERS.setdefault((type(self), "stmt_"), {})
@@ -172,23 +176,45 @@ class Walker:
                                 "entry": {"path": head["path"], "line": head["line"], "code": head["code"],
                                           "call": head["function"]}})
 
-    def names_to_write(self, owner: Module | Instance) -> dict[str, Value]:
+    def names_to_write(self, owner: Module | Instance | ClassInfo) -> dict[str, Value]:
         """The names of `owner` about to be assigned by code other than its module's own top level
-        (`settings.X = 4`, a `global X` in one of its functions, `settings.cfg.workers = 8`). A module
-        imported and walked is shared by the later scripts of the check, each of which runs in a process
-        of its own: what its import left is kept, and put back when this script's walk ends."""
-        names = owner.scope if isinstance(owner, Module) else owner.attrs
-        home = owner if isinstance(owner, Module) else owner.home
+        (`settings.X = 4`, a `global X` in one of its functions, `settings.cfg.workers = 8`,
+        `settings.Defaults.workers = 8`). A module imported and walked is shared by the later scripts of the
+        check, each of which runs in a process of its own: what its import left is kept, and put back when
+        this script's walk ends."""
+        home: Module | None
+        if isinstance(owner, Module):
+            names, home = owner.scope, owner
+        elif isinstance(owner, Instance):
+            names, home = owner.attrs, owner.home
+        else:
+            names, home = owner.namespace, owner.module
         if home is not None and home.state == "done" and not home.is_main and owner not in self.written:
             self.written[owner] = dict(names)
         return names
 
+    def to_change(self, container: _Container) -> _Container:
+        """`container`, about to change in place (`settings.KW["num_workers"] = 4`, `.update()`,
+        `.append()`). A container knows no module of its own, so a change made while no project module's
+        import runs (by the script's own code, or a function it calls) is the script's, and undone when its
+        walk ends; what an import does to its containers is what every importer sees."""
+        if self.importing == 0 and container not in self.written:
+            self.written[container] = ((dict(container.items), container.open, container.default)
+                                       if isinstance(container, Mapping_) else list(container.items))
+        return container
+
     def restore_modules(self) -> None:
-        """Every shared module (and object of one) this script wrote into, as its import left it."""
+        """Every shared module (and object or container of one) this script wrote into, as its import left it."""
         for owner, kept in self.written.items():
-            names = owner.scope if isinstance(owner, Module) else owner.attrs
-            names.clear()
-            names.update(kept)
+            if isinstance(owner, Mapping_):
+                owner.items, owner.open, owner.default = kept
+            elif isinstance(owner, Seq):
+                owner.items = kept
+            elif isinstance(owner, (Module, Instance, ClassInfo)):
+                names = owner.scope if isinstance(owner, Module) else \
+                    owner.attrs if isinstance(owner, Instance) else owner.namespace
+                names.clear()
+                names.update(kept)
         self.written.clear()
 
     def lookup(self, name: str, frame: Frame) -> Value:
@@ -237,19 +263,20 @@ class Walker:
             if isinstance(owner, Instance):
                 self.names_to_write(owner)[target.attr] = value
             elif isinstance(owner, ClassInfo):
-                owner.namespace[target.attr] = value
+                self.names_to_write(owner)[target.attr] = value
             elif isinstance(owner, Module):
                 self.names_to_write(owner)[target.attr] = value
         elif isinstance(target, ast.Subscript):
             owner = self.eval(target.value, frame)
             key = self.eval(target.slice, frame)
             if isinstance(owner, Mapping_):
+                self.to_change(owner)
                 if isinstance(key, Const) and isinstance(key.value, (str, int)):
                     owner.items[str(key.value)] = value
                 else:  # `loaders[phase] = DataLoader(...)`: some key holds it
                     owner.open = True
                     owner.default = join(owner.default, value) if owner.default is not None else value
             elif isinstance(owner, Seq) and not is_plain(value):
-                owner.items.append(value)
+                self.to_change(owner).items.append(value)
         elif isinstance(target, ast.Starred):
             self.bind(target.value, Unknown(node=target), frame, line)

@@ -264,6 +264,44 @@ def test_what_one_script_assigns_into_a_shared_module_is_not_seen_by_the_next(tm
             == [("own.py", 6, 2), ("own_kw.py", 6, 3)], order
 
 
+def import_time_writes_scripts(folder: Path) -> None:
+    """A module whose import sets another's names (a `global` by a call, an attribute of an object it made):
+    two scripts import it and loop with those counts; one imports only the settings (0 workers)."""
+    (folder / "settings.py").write_text(
+        "NUM_WORKERS = 0\n\n\ndef use(n):\n    global NUM_WORKERS\n    NUM_WORKERS = n\n\n\n"
+        "class Config:\n    def __init__(self):\n        self.workers = 0\n\n\ncfg = Config()\n", encoding="utf-8")
+    (folder / "setup_workers.py").write_text("import settings\n\nsettings.use(2)\nsettings.cfg.workers = 3\n",
+                                             encoding="utf-8")
+    loops = ("for batch in DataLoader(range(4), num_workers=settings.NUM_WORKERS):\n    pass\n"
+             "for batch in DataLoader(range(4), num_workers=settings.cfg.workers):\n    pass\n")
+    for name in ("a.py", "b.py"):
+        (folder / name).write_text("from torch.utils.data import DataLoader\n\nimport settings\nimport setup_workers\n\n"
+                                   + loops, encoding="utf-8")
+    (folder / "quiet.py").write_text("from torch.utils.data import DataLoader\n\nimport settings\n\n\n" + loops,
+                                     encoding="utf-8")
+
+
+def test_what_an_import_writes_into_another_module_every_importer_sees(tmp_path: Path):
+    """setup_workers.py's import sets settings.NUM_WORKERS (by a `global`) and settings.cfg.workers. Undone
+    after the first script that imported it, it was not made again for the next, whose import is replayed:
+    b.py was quiet while a.py was found, and both die under spawn. quiet.py never imports it."""
+    import_time_writes_scripts(tmp_path)
+    for order in (("a.py", "b.py", "quiet.py"), ("quiet.py", "a.py", "b.py"), ("b.py", "quiet.py", "a.py")):
+        findings = run_check(Config(scripts=tuple(str(tmp_path / n) for n in order), select=("SPW001",),
+                                    no_loader=True)).findings
+        assert sorted((Path(f.location.path).name, f.location.line, f.evidence["num_workers"]) for f in findings) \
+            == [("a.py", 6, 2), ("a.py", 8, 3), ("b.py", 6, 2), ("b.py", 8, 3)], order
+
+
+@pytest.mark.slow
+def test_what_an_import_writes_into_another_module_dies_and_runs_under_spawn_where_the_analysis_says(tmp_path):
+    import_time_writes_scripts(tmp_path)
+    outcome, output = run_with_start_method(tmp_path / "b.py", "spawn", tmp_path)
+    assert outcome == "fails" and BOOTSTRAP in output and f'File "{tmp_path / "b.py"}", line 6' in output
+    outcome, output = run_with_start_method(tmp_path / "quiet.py", "spawn", tmp_path)
+    assert outcome == "runs", output[-2000:]
+
+
 def own_containers_scripts(folder: Path) -> None:
     """A module whose import fills its own dict (directly, and by a function its top level calls) with 2
     workers; two scripts that loop over a loader built from it; one that empties it for itself."""

@@ -115,6 +115,8 @@ class Module(Value):
     problem_line: int = 1
     #: What importing it started, with the chain from the import on (replayed for later importers).
     import_events: list[dict[str, Any]] | None = None
+    #: What importing it wrote into other shared modules: (module, object or class; name; value).
+    import_writes: list[tuple[Module | Instance | ClassInfo, str, Value]] = field(default_factory=list)
 
     def text(self) -> str:
         return self.name
@@ -131,6 +133,7 @@ class Module(Value):
             if isinstance(value, ClassInfo) and value.module is self:
                 value.namespace.clear()
         self.scope.clear()
+        self.import_writes = []
         self.tree = None
 
     def code(self, line: int) -> str:

@@ -97,6 +97,8 @@ class Walker:
         self.written: dict[Value, Any] = {}
         #: How many project modules' imports are running (walking their bodies) now.
         self.importing = 0
+        #: For each import running, the writes it made into other shared modules (see write_name).
+        self.import_writes: list[list[tuple[Module | Instance | ClassInfo, str, Value]]] = []
         self.deadline = time.monotonic() + deadline_s
         #: The method that walks each node type (`stmt_If`, `expr_Call`), or None for the generic walk.
         self.stmt_handlers = _HANDLERS.setdefault((type(self), "stmt_"), {})
@@ -176,12 +178,14 @@ class Walker:
                                 "entry": {"path": head["path"], "line": head["line"], "code": head["code"],
                                           "call": head["function"]}})
 
-    def names_to_write(self, owner: Module | Instance | ClassInfo) -> dict[str, Value]:
-        """The names of `owner` about to be assigned by code other than its module's own top level
-        (`settings.X = 4`, a `global X` in one of its functions, `settings.cfg.workers = 8`,
-        `settings.Defaults.workers = 8`). A module imported and walked is shared by the later scripts of the
-        check, each of which runs in a process of its own: what its import left is kept, and put back when
-        this script's walk ends."""
+    def write_name(self, owner: Module | Instance | ClassInfo, name: str, value: Value) -> None:
+        """`owner.name = value`, by code other than its module's own top level (`settings.X = 4`, a
+        `global X` in one of its functions, `settings.cfg.workers = 8`, `settings.Defaults.workers = 8`).
+
+        A module imported and walked is shared by the later scripts of the check, each of which runs in a
+        process of its own: what its import left is kept, and put back when this script's walk ends. A write
+        made while another project module's import runs is also that import's: each later script that
+        imports it (replayed, not walked again) makes it again (see ScriptAnalysis.replay)."""
         home: Module | None
         if isinstance(owner, Module):
             names, home = owner.scope, owner
@@ -189,9 +193,12 @@ class Walker:
             names, home = owner.attrs, owner.home
         else:
             names, home = owner.namespace, owner.module
-        if home is not None and home.state == "done" and not home.is_main and owner not in self.written:
-            self.written[owner] = dict(names)
-        return names
+        if home is not None and home.state == "done" and not home.is_main:
+            if owner not in self.written:
+                self.written[owner] = dict(names)
+            for writes in self.import_writes:
+                writes.append((owner, name, value))
+        names[name] = value
 
     def to_change(self, container: _Container) -> _Container:
         """`container`, about to change in place (`settings.KW["num_workers"] = 4`, `.update()`,
@@ -239,9 +246,10 @@ class Walker:
         if isinstance(target, ast.Name):
             if isinstance(value, Const) and value.origin is None:
                 value = Const(value.value, f"{target.id} = {value.text()} (line {line or target.lineno})")
-            scope = (frame.scope if target.id not in frame.declared_global
-                     else self.names_to_write(frame.module))
-            scope[target.id] = value
+            if target.id in frame.declared_global:
+                self.write_name(frame.module, target.id, value)
+            else:
+                frame.scope[target.id] = value
         elif isinstance(target, (ast.Tuple, ast.List)):
             loader = loaderish(value)
             if loader is not None:  # `a, b = loader` iterates it
@@ -260,12 +268,8 @@ class Walker:
                     self.bind(element, each if each is not None else Unknown(node=element), frame, line)
         elif isinstance(target, ast.Attribute):
             owner = self.eval(target.value, frame)
-            if isinstance(owner, Instance):
-                self.names_to_write(owner)[target.attr] = value
-            elif isinstance(owner, ClassInfo):
-                self.names_to_write(owner)[target.attr] = value
-            elif isinstance(owner, Module):
-                self.names_to_write(owner)[target.attr] = value
+            if isinstance(owner, (Instance, ClassInfo, Module)):
+                self.write_name(owner, target.attr, value)
         elif isinstance(target, ast.Subscript):
             owner = self.eval(target.value, frame)
             key = self.eval(target.slice, frame)

@@ -265,15 +265,19 @@ def test_what_one_script_assigns_into_a_shared_module_is_not_seen_by_the_next(tm
 
 
 def import_time_writes_scripts(folder: Path) -> None:
-    """A module whose import sets another's names (a `global` by a call, an attribute of an object it made):
-    two scripts import it and loop with those counts; one imports only the settings (0 workers)."""
+    """A module whose import sets another's names and dict (a `global` by a call, an attribute of an object
+    it made, `.update()`): two scripts import it and loop with those counts; one imports only the settings
+    (0 workers)."""
     (folder / "settings.py").write_text(
-        "NUM_WORKERS = 0\n\n\ndef use(n):\n    global NUM_WORKERS\n    NUM_WORKERS = n\n\n\n"
+        "NUM_WORKERS = 0\nLOADER_KW = {\"num_workers\": 0}\n\n\n"
+        "def use(n):\n    global NUM_WORKERS\n    NUM_WORKERS = n\n\n\n"
         "class Config:\n    def __init__(self):\n        self.workers = 0\n\n\ncfg = Config()\n", encoding="utf-8")
-    (folder / "setup_workers.py").write_text("import settings\n\nsettings.use(2)\nsettings.cfg.workers = 3\n",
-                                             encoding="utf-8")
+    (folder / "setup_workers.py").write_text(
+        "import settings\n\nsettings.use(2)\nsettings.cfg.workers = 3\nsettings.LOADER_KW.update(num_workers=4)\n",
+        encoding="utf-8")
     loops = ("for batch in DataLoader(range(4), num_workers=settings.NUM_WORKERS):\n    pass\n"
-             "for batch in DataLoader(range(4), num_workers=settings.cfg.workers):\n    pass\n")
+             "for batch in DataLoader(range(4), num_workers=settings.cfg.workers):\n    pass\n"
+             "for batch in DataLoader(range(4), **settings.LOADER_KW):\n    pass\n")
     for name in ("a.py", "b.py"):
         (folder / name).write_text("from torch.utils.data import DataLoader\n\nimport settings\nimport setup_workers\n\n"
                                    + loops, encoding="utf-8")
@@ -282,15 +286,16 @@ def import_time_writes_scripts(folder: Path) -> None:
 
 
 def test_what_an_import_writes_into_another_module_every_importer_sees(tmp_path: Path):
-    """setup_workers.py's import sets settings.NUM_WORKERS (by a `global`) and settings.cfg.workers. Undone
-    after the first script that imported it, it was not made again for the next, whose import is replayed:
-    b.py was quiet while a.py was found, and both die under spawn. quiet.py never imports it."""
+    """setup_workers.py's import sets settings.NUM_WORKERS (by a `global`), settings.cfg.workers and
+    settings.LOADER_KW. Undone after the first script that imported it, the writes were not made again for
+    the next, whose import is replayed: b.py was quiet while a.py was found, and both die under spawn. The
+    dict's change was never undone: quiet.py, which never imports setup_workers, had a false SPW001."""
     import_time_writes_scripts(tmp_path)
     for order in (("a.py", "b.py", "quiet.py"), ("quiet.py", "a.py", "b.py"), ("b.py", "quiet.py", "a.py")):
         findings = run_check(Config(scripts=tuple(str(tmp_path / n) for n in order), select=("SPW001",),
                                     no_loader=True)).findings
         assert sorted((Path(f.location.path).name, f.location.line, f.evidence["num_workers"]) for f in findings) \
-            == [("a.py", 6, 2), ("a.py", 8, 3), ("b.py", 6, 2), ("b.py", 8, 3)], order
+            == [("a.py", 6, 2), ("a.py", 8, 3), ("a.py", 10, 4), ("b.py", 6, 2), ("b.py", 8, 3), ("b.py", 10, 4)], order
 
 
 @pytest.mark.slow

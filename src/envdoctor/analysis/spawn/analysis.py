@@ -64,12 +64,14 @@ class ScriptAnalysis(CallWalker):
         first = len(self.events)
         self.importing += 1
         self.import_writes.append([])
+        self.import_changes.append({})
         try:
             if module.tree is not None:
                 self.exec_block(module.tree.body, inner)
         finally:
             self.importing -= 1
             module.import_writes = self.import_writes.pop()
+            module.import_changes = [(container, container.state()) for container in self.import_changes.pop()]
             module.state = "done"
         if module.tree is not None:
             strip_bodies(module.tree)  # read again from its lines when a function is called
@@ -79,12 +81,15 @@ class ScriptAnalysis(CallWalker):
 
     def replay(self, module: Module, stmt: ast.stmt, frame: Frame) -> None:
         """What importing `module` started when an earlier script imported it, now reached from here, and
-        what it wrote into other shared modules (`settings.use(2)` setting a `global`), written again."""
+        what it wrote into other shared modules (`settings.use(2)` setting a `global`,
+        `settings.KW.update(num_workers=2)`), written again."""
         self.replay_events(module.import_events or [], [*frame.via, self.step(f"import {module.name}", stmt, frame)],
                            frame.guarded)
         for owner, name, value in module.import_writes:
             self.write_name(owner, name, value)
-        if module.import_writes:
+        for container, state in module.import_changes:
+            self.to_change(container).set_state(state)
+        if module.import_writes or module.import_changes:
             self.state_version += 1  # what a function sees may have changed: forget its memo
 
     def stmt_Import(self, stmt: ast.Import, frame: Frame) -> None:

@@ -61,6 +61,15 @@ class Seq(Value):
     items: list[Value]
     #: Built by a comprehension: any number of elements, each like `items` (`[DataLoader(d) for d in ds]`).
     repeated: bool = False
+    #: The project module whose top level bound it to a name (shared with later scripts), if one did.
+    home: Module | None = None
+
+    def state(self) -> list[Value]:
+        """What it holds, as a copy (to put back with `set_state`)."""
+        return list(self.items)
+
+    def set_state(self, state: list[Value]) -> None:
+        self.items = list(state)
 
 
 @dataclass(eq=False)
@@ -69,10 +78,20 @@ class Mapping_(Value):
     open: bool = False  # may hold keys we could not read
     #: What any key we could not read holds (a dict comprehension's value).
     default: Value | None = None
+    #: The project module whose top level bound it to a name (shared with later scripts), if one did.
+    home: Module | None = None
 
     def every_value(self) -> list[Value]:
         """What a subscript with an unknown key may give: every value."""
         return [*self.items.values(), *([self.default] if self.default is not None else [])]
+
+    def state(self) -> tuple[dict[str, Value], bool, Value | None]:
+        """What it holds, as a copy (to put back with `set_state`)."""
+        return dict(self.items), self.open, self.default
+
+    def set_state(self, state: tuple[dict[str, Value], bool, Value | None]) -> None:
+        items, self.open, self.default = state
+        self.items = dict(items)
 
 
 @dataclass(eq=False)
@@ -117,6 +136,8 @@ class Module(Value):
     import_events: list[dict[str, Any]] | None = None
     #: What importing it wrote into other shared modules: (module, object or class; name; value).
     import_writes: list[tuple[Module | Instance | ClassInfo, str, Value]] = field(default_factory=list)
+    #: The dicts and lists of other shared modules its import changed, each as the import left it.
+    import_changes: list[tuple[Mapping_ | Seq, Any]] = field(default_factory=list)
 
     def text(self) -> str:
         return self.name
@@ -134,6 +155,7 @@ class Module(Value):
                 value.namespace.clear()
         self.scope.clear()
         self.import_writes = []
+        self.import_changes = []
         self.tree = None
 
     def code(self, line: int) -> str:

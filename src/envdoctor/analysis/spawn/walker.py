@@ -39,7 +39,7 @@ from envdoctor.analysis.spawn.values import (
 #: Per walker class and prefix, node type -> the method that walks it (None: the generic walk).
 _HANDLERS: dict[tuple[type, str], dict[type, Any]] = {}
 #: A dict or list the walk may change in place (see Walker.to_change).
-_Container = TypeVar("_Container", Mapping_, Seq)
+_Container = TypeVar("_Container", bound=Mapping_ | Seq)
 
 
 @dataclass
@@ -97,8 +97,10 @@ class Walker:
         self.written: dict[Value, Any] = {}
         #: How many project modules' imports are running (walking their bodies) now.
         self.importing = 0
-        #: For each import running, the writes it made into other shared modules (see write_name).
+        #: For each import running, the writes it made into other shared modules (see write_name), and the
+        #: dicts and lists of theirs it changed (see to_change).
         self.import_writes: list[list[tuple[Module | Instance | ClassInfo, str, Value]]] = []
+        self.import_changes: list[dict[Mapping_ | Seq, None]] = []
         self.deadline = time.monotonic() + deadline_s
         #: The method that walks each node type (`stmt_If`, `expr_Call`), or None for the generic walk.
         self.stmt_handlers = _HANDLERS.setdefault((type(self), "stmt_"), {})
@@ -202,21 +204,29 @@ class Walker:
 
     def to_change(self, container: _Container) -> _Container:
         """`container`, about to change in place (`settings.KW["num_workers"] = 4`, `.update()`,
-        `.append()`). A container knows no module of its own, so a change made while no project module's
-        import runs (by the script's own code, or a function it calls) is the script's, and undone when its
-        walk ends; what an import does to its containers is what every importer sees."""
-        if self.importing == 0 and container not in self.written:
-            self.written[container] = ((dict(container.items), container.open, container.default)
-                                       if isinstance(container, Mapping_) else list(container.items))
+        `.append()`), kept as `write_name` keeps names. One a shared module's top level bound to a name
+        (its `home`) is kept and put back as names are, and a change made while another project module's
+        import runs is made again when a later script imports that module. One that no project module
+        bound (the script's own, or held inside another container) is the script's when no import runs:
+        kept and put back; what an import does to it stays."""
+        home = container.home
+        if home is not None:
+            if home.state != "done" or home.is_main:
+                return container  # its own module's import fills it: what every importer sees
+            for changed in self.import_changes:
+                changed[container] = None
+        elif self.importing:
+            return container
+        if container not in self.written:
+            self.written[container] = container.state()
         return container
 
     def restore_modules(self) -> None:
-        """Every shared module (and object or container of one) this script wrote into, as its import left it."""
+        """Every shared module (and object, class or container of one) this script wrote into, as its import
+        left it."""
         for owner, kept in self.written.items():
-            if isinstance(owner, Mapping_):
-                owner.items, owner.open, owner.default = kept
-            elif isinstance(owner, Seq):
-                owner.items = kept
+            if isinstance(owner, (Mapping_, Seq)):
+                owner.set_state(kept)
             elif isinstance(owner, (Module, Instance, ClassInfo)):
                 names = owner.scope if isinstance(owner, Module) else \
                     owner.attrs if isinstance(owner, Instance) else owner.namespace
@@ -250,6 +260,9 @@ class Walker:
                 self.write_name(frame.module, target.id, value)
             else:
                 frame.scope[target.id] = value
+                if isinstance(value, (Mapping_, Seq)) and value.home is None and frame.scope is frame.module.scope \
+                        and not frame.module.is_main:
+                    value.home = frame.module
         elif isinstance(target, (ast.Tuple, ast.List)):
             loader = loaderish(value)
             if loader is not None:  # `a, b = loader` iterates it

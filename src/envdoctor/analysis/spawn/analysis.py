@@ -9,7 +9,7 @@ from envdoctor.analysis.spawn.calls import CallWalker
 from envdoctor.analysis.spawn.project import Project, SharedModules
 from envdoctor.analysis.spawn.syntax import source_lines, strip_bodies
 from envdoctor.analysis.spawn.values import Module, QualName, Unknown, Value
-from envdoctor.analysis.spawn.walker import Frame
+from envdoctor.analysis.spawn.walker import Frame, ImportRecord
 
 
 class ScriptAnalysis(CallWalker):
@@ -62,16 +62,15 @@ class ScriptAnalysis(CallWalker):
         inner = Frame(scope=module.scope, guarded=frame.guarded, module=module,
                       via=frame.via + (self.step(f"import {dotted}", stmt, frame),))
         first = len(self.events)
-        self.importing += 1
-        self.import_writes.append([])
-        self.import_changes.append({})
+        record = ImportRecord()
+        self.imports.append(record)
         try:
             if module.tree is not None:
                 self.exec_block(module.tree.body, inner)
         finally:
-            self.importing -= 1
-            module.import_writes = self.import_writes.pop()
-            module.import_changes = [(container, container.state()) for container in self.import_changes.pop()]
+            self.imports.pop()
+            module.import_writes = record.writes
+            module.import_changes = [(container, container.state()) for container in record.changes]
             module.state = "done"
         if module.tree is not None:
             strip_bodies(module.tree)  # read again from its lines when a function is called

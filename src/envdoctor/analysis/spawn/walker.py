@@ -71,6 +71,16 @@ class Frame:
         return [self.scope, *self.enclosing]
 
 
+@dataclass
+class ImportRecord:
+    """What one project module's import does, while it runs, besides the starts its walk records: the
+    writes into other shared modules' names (see Walker.write_name) and the changes to their dicts and
+    lists (see Walker.to_change), made again when a later script imports it (ScriptAnalysis.replay)."""
+
+    writes: list[tuple[Module | Instance | ClassInfo, str, Value]] = field(default_factory=list)
+    changes: dict[Mapping_ | Seq, None] = field(default_factory=dict)
+
+
 class Walker:
     """The state one analysis shares across every module it reads."""
 
@@ -95,12 +105,8 @@ class Walker:
         #: Project modules (and the objects and containers their code made) that later scripts share, as they
         #: were before this script wrote into them.
         self.written: dict[Value, Any] = {}
-        #: How many project modules' imports are running (walking their bodies) now.
-        self.importing = 0
-        #: For each import running, the writes it made into other shared modules (see write_name), and the
-        #: dicts and lists of theirs it changed (see to_change).
-        self.import_writes: list[list[tuple[Module | Instance | ClassInfo, str, Value]]] = []
-        self.import_changes: list[dict[Mapping_ | Seq, None]] = []
+        #: The project modules' imports running (walking their bodies) now, outermost first.
+        self.imports: list[ImportRecord] = []
         self.deadline = time.monotonic() + deadline_s
         #: The method that walks each node type (`stmt_If`, `expr_Call`), or None for the generic walk.
         self.stmt_handlers = _HANDLERS.setdefault((type(self), "stmt_"), {})
@@ -198,8 +204,8 @@ class Walker:
         if home is not None and home.state == "done" and not home.is_main:
             if owner not in self.written:
                 self.written[owner] = dict(names)
-            for writes in self.import_writes:
-                writes.append((owner, name, value))
+            for record in self.imports:
+                record.writes.append((owner, name, value))
         names[name] = value
 
     def to_change(self, container: _Container) -> _Container:
@@ -213,9 +219,9 @@ class Walker:
         if home is not None:
             if home.state != "done" or home.is_main:
                 return container  # its own module's import fills it: what every importer sees
-            for changed in self.import_changes:
-                changed[container] = None
-        elif self.importing:
+            for record in self.imports:
+                record.changes[container] = None
+        elif self.imports:
             return container
         if container not in self.written:
             self.written[container] = container.state()

@@ -71,6 +71,16 @@ class Frame:
         return [self.scope, *self.enclosing]
 
 
+def names_of(owner: Module | Instance | ClassInfo) -> tuple[dict[str, Value], Module | None]:
+    """The names `owner.name = value` writes into, and the project module that holds them (None: the script's
+    own object)."""
+    if isinstance(owner, Module):
+        return owner.scope, owner
+    if isinstance(owner, Instance):
+        return owner.attrs, owner.home
+    return owner.namespace, owner.module
+
+
 @dataclass
 class ImportRecord:
     """What one project module's import does, while it runs, besides the starts its walk records: the
@@ -194,13 +204,7 @@ class Walker:
         process of its own: what its import left is kept, and put back when this script's walk ends. A write
         made while another project module's import runs is also that import's: each later script that
         imports it (replayed, not walked again) makes it again (see ScriptAnalysis.replay)."""
-        home: Module | None
-        if isinstance(owner, Module):
-            names, home = owner.scope, owner
-        elif isinstance(owner, Instance):
-            names, home = owner.attrs, owner.home
-        else:
-            names, home = owner.namespace, owner.module
+        names, home = names_of(owner)
         if home is not None and home.state == "done" and not home.is_main:
             if owner not in self.written:
                 self.written[owner] = dict(names)
@@ -234,8 +238,7 @@ class Walker:
             if isinstance(owner, (Mapping_, Seq)):
                 owner.set_state(kept)
             elif isinstance(owner, (Module, Instance, ClassInfo)):
-                names = owner.scope if isinstance(owner, Module) else \
-                    owner.attrs if isinstance(owner, Instance) else owner.namespace
+                names = names_of(owner)[0]
                 names.clear()
                 names.update(kept)
         self.written.clear()

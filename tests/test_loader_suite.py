@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from envdoctor.inside.loader_knee import recommended
+from envdoctor.inside.loader_knee import MIN_PAIRS, recommended
 from envdoctor.rules.loader.verdict import FEWER_WORKERS_TOLERANCE, paired_median, with_paired_baseline
 from loadersupport import assert_honest_too_noisy, assert_nothing_left, dump, loader_report, shm_torch_segments
 from support import findings
@@ -105,7 +105,7 @@ def test_tiny_samples_are_ipc_bound() -> None:
     rec = report["loader"]["recommendation"]
     assert rec["num_workers"] == 0, dump(report)
     windows = (report["loader"].get("paired") or {}).get("windows") or []
-    if len(windows) >= 3:
+    if len(windows) >= MIN_PAIRS:
         assert rec["trust"] == "gain", dump(report)  # num_workers=0 beat the user's 4 in the paired windows
     elif rec["trust"] != "gain":  # a busy machine's budget left too few pairs to decide: each agrees with the sweep
         assert rec["trust"] == "unpaired" and rec["gain_interval"] is None, dump(report)

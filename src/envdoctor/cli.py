@@ -120,7 +120,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     if wanted("health"):
         from envdoctor.fleet.health import add_parser as add_health_parser
 
-        add_health_parser(sub)
+        add_health_parser(sub, _cmd_health)
     return parser
 
 
@@ -353,6 +353,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from envdoctor.loop.command import handle
 
     return handle(args, check_writable, emit)
+
+
+def _cmd_health(args: argparse.Namespace) -> int:
+    from envdoctor.fleet.health import handle
+
+    return handle(args, check_writable, write_report)
 
 
 def _cmd_mcp(args: argparse.Namespace) -> int:

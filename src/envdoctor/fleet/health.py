@@ -21,12 +21,13 @@ import re
 import socket
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from envdoctor.model import FAIL_ON_CHOICES, Finding, Report
 
+EXIT_OK, EXIT_FINDINGS = 0, 1
 #: The node rules health runs: static, cheap, and stable from run to run.
 HEALTH_RULES = ("SYS001", "SYS002", "SYS003", "GPU002", "PKG001", "PKG002", "PKG008")
 #: A drain reason is one line; Slurm shows it in `sinfo -R`, so keep it short.
@@ -35,7 +36,7 @@ MAX_LINE = 160
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]i?B?|B)?\s*$", re.IGNORECASE)
 
 
-def add_parser(sub: Any) -> None:
+def add_parser(sub: Any, handler: Callable[[argparse.Namespace], int]) -> None:
     parser = sub.add_parser(
         "health", help="a node's fast, loader-free check for a scheduler's health check, prolog or pre-flight")
     parser.add_argument("--expect", metavar="FILE",
@@ -48,7 +49,7 @@ def add_parser(sub: Any) -> None:
     parser.add_argument("--format", choices=("text", "json"), default="text",
                         help="text: one line per problem (default); json: the whole report")
     parser.add_argument("--output", "-o", metavar="FILE", help="write the report there (placeholders as for report)")
-    parser.set_defaults(handler=handle)
+    parser.set_defaults(handler=handler)
 
 
 def _size(value: Any, key: str, source: str) -> int:
@@ -162,8 +163,9 @@ def short_line(finding: Finding) -> str:
     return text if len(text) <= MAX_LINE else text[:MAX_LINE - 1] + "…"
 
 
-def handle(args: argparse.Namespace) -> int:
-    from envdoctor.cli import EXIT_FINDINGS, EXIT_OK, check_writable, write_report
+def handle(args: argparse.Namespace, check_writable: Callable[[str], None],
+           write_report: Callable[[str, str], None]) -> int:
+    """`envdoctor health`: 0 healthy, 1 findings at or above --fail-on (the cli maps errors to 2)."""
     from envdoctor.model import Severity
 
     started = time.monotonic()

@@ -190,9 +190,9 @@ def test_torchrun_distributed_across_three_nodes_ends_within_its_timeout(cluster
                          env={"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)})
     elapsed = time.monotonic() - started
     assert "Fleet: 3 of 3 ranks reported" in proc.stdout, proc.stdout + proc.stderr[-4000:]
-    assert "rank2@node03" in proc.stdout
-    assert re.search(r"open files \(soft\) differs across nodes: \d+ on rank0@node01, rank1@node02; "
-                     r"1024 on rank2@node03", proc.stdout), proc.stdout
+    # The c10d rendezvous gives out ranks in arrival order: node03 holds one of them.
+    assert re.search(r"open files \(soft\) differs across nodes: \d+ on rank\d@node0[12], rank\d@node0[12]; "
+                     r"1024 on rank\d@node03", proc.stdout), proc.stdout
     # --fail-on warning: rank 0 exits 1, and so does every other rank, so every torchrun ends at once
     # (ranks exiting 0 kept the other agents in torchrun's 300 s exit barrier).
     assert proc.returncode == 1, proc.stderr[-4000:]

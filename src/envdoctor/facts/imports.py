@@ -17,6 +17,8 @@ import os
 import time
 from typing import Any, TypedDict
 
+from envdoctor.facts.cxx_runtime import CxxRuntime, read_cxx_runtimes
+
 #: Seconds one distribution's import may take, and all of them together.
 IMPORT_TIMEOUT_S = 60.0
 TOTAL_TIMEOUT_S = 240.0
@@ -66,6 +68,9 @@ class ImportsFacts(TypedDict):
     #: why nothing was imported (no --deep, no interpreter), or None
     reason: str | None
     trials: list[ImportTrial]
+    #: The C++ runtimes a failure's "version `GLIBCXX_…' not found" names, and the environment's own
+    #: (facts.cxx_runtime); empty when no failure names one.
+    cxx_runtimes: list[CxxRuntime]
 
 
 #: Entries looked at, per distribution without a RECORD, for an extension file on disk.
@@ -138,11 +143,12 @@ def _trial(interpreter: str, dist: dict[str, Any], cwd: str, deadline: float) ->
 
 def gather_imports(facts: Any) -> ImportsFacts:
     if not facts.config.deep:
-        return {"ran": False, "reason": "imports run only with --deep (they run the environment's code)", "trials": []}
+        return {"ran": False, "reason": "imports run only with --deep (they run the environment's code)", "trials": [],
+                "cxx_runtimes": []}
     target = facts["target"]
     interpreter = target.get("interpreter")
     if not interpreter or not target.get("python"):
-        return {"ran": False, "reason": "the target has no interpreter that runs", "trials": []}
+        return {"ran": False, "reason": "the target has no interpreter that runs", "trials": [], "cxx_runtimes": []}
     packages = facts["packages"]
     seen: set[str] = set()
     candidates = []
@@ -159,4 +165,5 @@ def gather_imports(facts: Any) -> ImportsFacts:
     with tempfile.TemporaryDirectory(prefix="envdoctor-imports-") as cwd:
         with ThreadPoolExecutor(max_workers=PARALLEL) as pool:
             trials = list(pool.map(lambda d: _trial(str(interpreter), d, cwd, deadline), candidates))
-    return {"ran": True, "reason": None, "trials": trials}
+    runtimes = read_cxx_runtimes((t["error"] or "" for t in trials), str(target.get("prefix") or ""))
+    return {"ran": True, "reason": None, "trials": trials, "cxx_runtimes": runtimes}

@@ -13,7 +13,7 @@ import json
 import os
 import re
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import TypedDict
 
 from envdoctor.facts.owners import Owner
 from envdoctor.facts.readfile import _FILE_KINDS, read_bytes
@@ -157,7 +157,7 @@ class _Unusable(Exception):
     """Why a dist-info / egg-info cannot be read (the reason a PKG009 problem gives)."""
 
 
-def read_distribution(folder: Path | str) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+def read_distribution(folder: Path | str) -> tuple[Distribution | None, Unreadable | None]:
     """One dist-info / egg-info: (distribution facts, None) or (None, why it is unreadable).
 
     A distribution whose only fault is its direct_url.json comes back with a
@@ -174,7 +174,7 @@ def read_distribution(folder: Path | str) -> tuple[dict[str, Any] | None, dict[s
     requires = headers.get("requires-dist", [])
     installer = record_text = None
     direct_url: DirectUrl | None = None
-    problem: dict[str, Any] | None = None
+    problem: Unreadable | None = None
     if present is not None:
         if is_egg:
             requires = _requires_from_egg(_read_text(os.path.join(folder, "requires.txt")) or "") \
@@ -187,7 +187,7 @@ def read_distribution(folder: Path | str) -> tuple[dict[str, Any] | None, dict[s
     editable_paths = None
     if direct_url and direct_url["editable"] and "RECORD" in (present or ()):
         editable_paths = _editable_paths(os.path.dirname(folder), _read_text(os.path.join(folder, "RECORD")) or "")
-    return {
+    dist: Distribution = {
         "name": name,
         "key": normalize(name),
         "version": version,
@@ -195,9 +195,12 @@ def read_distribution(folder: Path | str) -> tuple[dict[str, Any] | None, dict[s
         "installer": installer,
         "requires": requires,
         "import_names": _import_names(folder, "top_level.txt" in (present or ()), record_text),
-        **({"direct_url": direct_url} if direct_url else {}),
-        **({"editable_paths": editable_paths} if editable_paths else {}),
-    }, problem
+    }
+    if direct_url:
+        dist["direct_url"] = direct_url
+    if editable_paths:
+        dist["editable_paths"] = editable_paths
+    return dist, problem
 
 
 def _listing(folder: str, is_egg: bool) -> set[str] | None:
@@ -254,9 +257,9 @@ def _installer(folder: str, present: set[str]) -> str | None:
     return (_read_text(os.path.join(folder, "INSTALLER")) or "").strip() or None
 
 
-def _direct_url(path: str) -> tuple[DirectUrl | None, dict[str, Any] | None]:
+def _direct_url(path: str) -> tuple[DirectUrl | None, Unreadable | None]:
     """PEP 610's direct_url.json: its url and whether the install is editable, or why it is unusable."""
-    bad = {"path": path, "kind": "direct_url"}
+    bad: Unreadable = {"path": path, "kind": "direct_url"}
     try:
         loaded = json.loads(read_bytes(path).decode("utf-8", errors="replace"))
     except OSError as exc:

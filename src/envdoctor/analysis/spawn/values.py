@@ -28,6 +28,8 @@ class Unknown(Value):
     node: ast.AST | None = None  # unparsed only when the text is needed: unparse is slow
     #: Objects defined in the walk that this value may carry (`Subset(MyDataset(), idx)`).
     holds: Sequence[Value] = ()
+    #: The library class that made it (`Node2Vec(...)`), whose methods may return loaders.
+    lib: str | None = None
 
     def text(self) -> str:
         if self.node is not None:
@@ -184,9 +186,23 @@ class Loader(Value):
     started: bool = False
     #: What the workers must unpickle, by the DataLoader parameter that passes it.
     shipped: dict[str, Value] = field(default_factory=dict)
+    #: Known only by its behaviour (a library call given num_workers= that the walk could not read):
+    #: it may be one loader or a list of them, so unpacking it starts nothing and each name it
+    #: unpacks into is such a loader.
+    guessed: bool = False
 
     def text(self) -> str:
         return f"{self.class_name}(num_workers={self.num_workers.text()})"
+
+
+@dataclass(eq=False)
+class Partial(Value):
+    """`functools.partial(func, *args, **keywords)`: `func` with those arguments bound first."""
+
+    func: Value
+    positional: list[Value]
+    keywords: dict[str, Value]
+    open: bool = False
 
 
 @dataclass(eq=False)

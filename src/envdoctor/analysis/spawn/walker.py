@@ -12,7 +12,7 @@ from __future__ import annotations
 import ast
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
 from envdoctor.analysis.spawn.names import BUILTIN_NAMES, STAR_EXPORTS
@@ -274,7 +274,11 @@ class Walker:
                     value.home = frame.module
         elif isinstance(target, (ast.Tuple, ast.List)):
             loader = loaderish(value)
-            if loader is not None:  # `a, b = loader` iterates it
+            if loader is not None and loader.guessed:
+                # A library call given num_workers= that may return one loader or several: unpacking a
+                # list starts nothing, and each name it unpacks into is such a loader.
+                value = Seq([replace(loader, site=loader.site) for _ in target.elts])
+            elif loader is not None:  # `a, b = loader` iterates it
                 self.start_loader(loader, target, frame, "unpacking")
             # `a, b = [loader_a, loader_b]` iterates the list, not a loader: nothing starts.
             seq = value if isinstance(value, Seq) else None

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
 
 
@@ -418,6 +418,12 @@ def join(a: Value | None, b: Value | None) -> Value:
         known = a if isinstance(a, Mapping_) else b
         assert isinstance(known, Mapping_)
         return Mapping_(dict(known.items), open=True, default=known.default)
+    one = a if isinstance(a, Loader) else b if isinstance(b, Loader) else None
+    other = b if one is a else a
+    if one is not None and isinstance(other, Seq) and any(loaderish(v) for v in other.items[:8]):
+        # `ds = ds[0] if len(ds) == 1 else ds`: one loader or a list of them. Unpacking it starts
+        # nothing (it is the list then); iterating what it unpacks into does.
+        return replace(one, guessed=True)
     return a if _rank(a) >= _rank(b) else b
 
 

@@ -285,9 +285,12 @@ class CallWalker(BodyRunner):
         """A library class that is a DataLoader, a function that returns one, or a call that behaves as one."""
         libraries = self.libraries
         name = call.name
-        if libraries.is_loader_class(name):
-            return self.library_loader(call, name.rsplit(".", 1)[-1])
-        if libraries.returns_loader(name):
+        # Only a call that may set num_workers can give a loader that starts workers: one built
+        # without it has none (`loader_from_args`), so the library need not be read for it.
+        read = "num_workers" in call.keywords or call.open
+        if libraries.is_loader_class(name, read):
+            return self.library_loader(call, call.short)
+        if libraries.returns_loader(name, read):
             return self.library_loader(call, f"{call.short}()")
         guessed = self.behaves_as_loader(call, name)
         if guessed is not None:
@@ -543,7 +546,8 @@ class CallWalker(BodyRunner):
 
     def m_library(self, call: Call, obj: Unknown) -> Value | None:
         """`Node2Vec(...).loader(num_workers=4)`: a method of a library object that returns a loader."""
-        if obj.lib is not None and self.libraries.returns_loader(f"{obj.lib}.{call.name}"):
+        if obj.lib is not None and self.libraries.returns_loader(
+                f"{obj.lib}.{call.name}", "num_workers" in call.keywords or call.open):
             return self.library_loader(call, f"{obj.lib.rsplit('.', 1)[-1]}.{call.name}()")
         return None
 

@@ -120,17 +120,20 @@ class LibraryLoaders:
 
     # -- the questions the walk asks -------------------------------------------
 
-    def is_loader_class(self, name: str) -> bool:
-        """Whether `name` (fully qualified, as the script imports it) is a DataLoader class."""
+    def is_loader_class(self, name: str, read: bool = True) -> bool:
+        """Whether `name` (fully qualified, as the script imports it) is a DataLoader class.
+
+        With `read` False only the tables answer (the walk asks so for a call that cannot set
+        num_workers: what it builds starts no worker, whatever it is)."""
         if name in LOADER_CLASSES or name in self.table.classes:
             return True
-        return self._read_is_loader(name, 0) if self._readable(name) else False
+        return self._read_is_loader(name, 0) if read and self._readable(name) else False
 
-    def returns_loader(self, name: str) -> bool:
+    def returns_loader(self, name: str, read: bool = True) -> bool:
         """Whether calling the function or method `name` (`pkg.Class.method`) gives a DataLoader."""
         if name in self.table.returns_loader:
             return True
-        return self._read_returns(name, 0) if self._readable(name) else False
+        return self._read_returns(name, 0) if read and self._readable(name) else False
 
     def installed(self, name: str) -> bool:
         """Whether the library `name` belongs to can be read from the target's path."""

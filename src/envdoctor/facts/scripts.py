@@ -279,7 +279,9 @@ def gather_scripts(facts: Any) -> ScriptsFacts | None:
     if not scripts:
         return None
     files: list[ScriptFile] = []
-    shared = SharedModules()  # a package several scripts import is read and walked once
+    # A package several scripts import is read and walked once; the libraries the scripts use are read
+    # from the target's own import path (never imported), for the DataLoader classes they define.
+    shared = SharedModules(library_path=_target_path(facts))
     with _settled_heap() as settle:
         shared.freeze = True
         for path, exists in expand_paths(scripts):
@@ -298,6 +300,15 @@ def gather_scripts(facts: Any) -> ScriptsFacts | None:
         text = read_script(info["path"])[0]
         info["kernel"] = notebook_kernel(text, os.environ, [target["prefix"]]) if text and target else None
     return {"given": list(scripts), "files": files, "notebook_target": target}
+
+
+def _target_path(facts: Any) -> list[str] | None:
+    """The target interpreter's sys.path, or None (this interpreter's) when it could not be asked."""
+    try:
+        path = facts["target"].get("sys_path")
+    except Exception:  # a failed target probe: its own error says why; the catalog's table still applies
+        return None
+    return [p for p in path if isinstance(p, str)] if isinstance(path, list) else None
 
 
 @contextmanager

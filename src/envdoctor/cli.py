@@ -32,7 +32,7 @@ if TYPE_CHECKING:  # pragma: no cover
 
 EXIT_OK, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 #: The commands, in the order `--help` lists them (tests/test_cli.py checks build_parser makes exactly these).
-COMMANDS = ("check", "report", "loader", "rules", "explain", "render", "compare", "fix", "run", "mcp")
+COMMANDS = ("check", "report", "loader", "rules", "explain", "render", "compare", "fix", "run", "mcp", "health")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -93,6 +93,11 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         compare = sub.add_parser("compare", help="reports from several machines side by side: drift and stragglers")
         compare.add_argument("reports", nargs="+", metavar="REPORT", help="JSON reports, or folders holding them")
         add_arguments(compare, names=("format", "output", "fail_on"))
+        compare.add_argument("--expect", type=int, metavar="N",
+                             help="the number of nodes that should have reported (a missing one is FLT010)")
+        compare.add_argument("--nodes", metavar="HOSTLIST",
+                             help="the nodes that should have reported, in Slurm's host-list syntax "
+                                  "(node[01-03,07]); default inside a Slurm job: SLURM_JOB_NODELIST")
         compare.set_defaults(handler=_cmd_compare)
 
     if wanted("fix"):
@@ -112,6 +117,10 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
                             help="a folder the tools may read when the client declares no roots (repeatable; "
                                  "default: the working directory)")
         served.set_defaults(handler=_cmd_mcp)
+    if wanted("health"):
+        from envdoctor.fleet.health import add_parser as add_health_parser
+
+        add_health_parser(sub)
     return parser
 
 
@@ -279,6 +288,12 @@ def _cmd_check(args: argparse.Namespace) -> int:
     if args.command == "loader":
         config = config.with_overrides(select=config.select or ("DL", "SPW003", "SYS005"), no_loader=False)
     check_inputs(config)
+    claim = None
+    if config.output:
+        from envdoctor.fleet.placement import output_for_task
+
+        output, claim = output_for_task(config.output, single_writer=config.distributed)
+        config = config.with_overrides(output=output)
     prefix = resolve_prefix(config.prefix, config.env_name).resolve()
     check_writable(config.output, prefix)
     check_writable(config.svg, prefix)
@@ -286,11 +301,20 @@ def _cmd_check(args: argparse.Namespace) -> int:
         from envdoctor.fleet.distributed import run_distributed
 
         report = run_distributed(config)
-        if report is None:  # not rank 0: the fleet view is rank 0's to print
-            return EXIT_OK
+        if isinstance(report, int):  # not rank 0: the fleet view is rank 0's to print, its exit code everyone's
+            return report
     else:
         report = _run_with_progress(config, run_check)
-    emit(report, config.format, config.output, config.svg, _render_options(args, config))
+    if claim is not None:  # one of several tasks: its file is created exclusively (fleet.placement)
+        from envdoctor.report import render
+
+        claim.write(render(report, config.format, _render_options(args, config)))
+        if config.svg:
+            from envdoctor.report.text import svg_text
+
+            write_report(config.svg, svg_text(report, verbose=config.verbose), "the SVG")
+    else:
+        emit(report, config.format, config.output, config.svg, _render_options(args, config))
     return report.exit_code(config.fail_on)
 
 
@@ -343,7 +367,8 @@ def _cmd_compare(args: argparse.Namespace) -> int:
 
     config = Config(**settings_from_args(args))
     check_writable(config.output)
-    report = compare_paths(args.reports, output=config.output)
+    report = compare_paths(args.reports, output=config.output, expect=args.expect, nodes=args.nodes,
+                           fail_on=config.fail_on)
     emit(report, config.format, config.output)
     return report.exit_code(config.fail_on)
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from envdoctor.facts.distributions import dist_name_from_dir, normalize
-from envdoctor.fix.journal import Entry, Journal, describe
+from envdoctor.fix.journal import Entry, Journal, boundary, describe
 from envdoctor.fix.state import object_path
 
 #: Seconds the verification import may take (torch's import included).
@@ -177,12 +177,46 @@ def _import_names(files: set[str], site: str) -> set[str]:
     return names
 
 
+def _package_folders(files: set[str], site: str) -> set[str]:
+    """Every top-level folder of `site` a file list puts files in (import packages, and `numpy.libs` too)."""
+    tops = set()
+    for path in files:
+        rel = os.path.relpath(path, site)
+        if os.sep not in rel or rel.startswith(".."):
+            continue
+        first = rel.split(os.sep, 1)[0]
+        if not first.endswith((".dist-info", ".egg-info", ".data")) and first != "__pycache__" \
+                and not first.endswith(ASIDE):
+            tops.add(first)
+    return tops
+
+
+def _site_files(files: set[str], site: str) -> set[str]:
+    """The files a list puts directly in `site` (single-module distributions), metadata and .pth left out."""
+    return {p for p in files if os.path.dirname(p) == site and not p.endswith(".pth")}
+
+
+def _walk_files(site: str, tops: set[str]) -> list[str]:
+    """Every file under the folders `tops` of `site` (bytecode folders included), no link followed."""
+    found = []
+    for top in sorted(tops):
+        package = os.path.join(site, top)
+        if not os.path.isdir(package) or os.path.islink(package):
+            continue
+        for parent, dirs, files in os.walk(package):
+            dirs.sort()
+            found += [os.path.join(parent, name) for name in sorted(files)]
+    return found
+
+
 def check_files(names: set[str], sites: Iterable[str], target: Mapping[str, Any], before: Mapping[str, Entry],
                 journal: Journal, clean: bool) -> tuple[Verification, set[str]]:
-    """Every file under the import packages of `names` in `sites` belongs to exactly one installed list.
+    """Every file under the package folders of `names` in `sites` belongs to exactly one installed list.
 
-    Returns the verification (problems; with `clean`, the left-over files of removed versions,
-    moved into the journal) and the top-level import names of `names` found.
+    The folders walked are those the installed and the removed versions' lists put files in, bytecode
+    folders included: a file only a removed version listed (its `.py`, `.so`, `__pycache__/*.pyc`, a
+    vendored library in `numpy.libs/`) is left-over. Returns the verification (problems; with `clean`,
+    those left-over files, moved into the journal) and the top-level import names of `names` found.
     """
     result = Verification()
     modules: set[str] = set()
@@ -199,46 +233,61 @@ def check_files(names: set[str], sites: Iterable[str], target: Mapping[str, Any]
                 for path in found[1]:
                     owners_of_paths.setdefault(path, set()).add(found[0])
         removed = _removed_versions(site, before, journal)
+        ours_removed = {f: listed for f, listed in removed.items()
+                        if normalize(dist_name_from_dir(os.path.basename(f))[0]) in names}
         tops: set[str] = set()
+        walked: set[str] = set()
         for folder in ours:
             found = lists[folder]
             tops |= _import_names(found[1], site) if found else set()
+            walked |= _package_folders(found[1], site) if found else set()
+        for listed in ours_removed.values():
+            walked |= _package_folders(listed, site)
         modules |= tops
-        for top in sorted(tops):
-            package = os.path.join(site, top)
-            if not os.path.isdir(package) or os.path.islink(package):
-                continue
-            for parent, dirs, files in os.walk(package):
-                dirs[:] = sorted(d for d in dirs if d != "__pycache__")
-                for name in sorted(files):
-                    path = os.path.join(parent, name)
-                    if name.endswith(".pyc"):
-                        continue
-                    owners = owners_of_paths.get(path) or owners_of_paths.get(os.path.realpath(path)) or set()
-                    if len(owners) == 1:
-                        continue
-                    if len(owners) > 1:
-                        result.problems.append(f"{path} is listed by {len(owners)} installed distributions "
-                                               f"({', '.join(sorted(os.path.basename(o) for o in owners))})")
-                        continue
-                    if any(_claims(f, top) for f in unlisted):
-                        continue  # a copy nothing lists (no RECORD, no OS list) provides it: cannot tell
-                    old = next((os.path.basename(f) for f, listed in removed.items() if path in listed), None)
-                    if old is not None and clean:
-                        result.removed.append(path)
-                    elif old is not None:
-                        result.problems.append(f"{path} is a file of the removed {old}, and `import` still finds it")
-                    elif before.get(path) != describe(path):
-                        result.problems.append(f"{path} belongs to no installed distribution")
-                    # else: there before the fix, as it is, and nobody's then either: not this fix's doing
+        loose = sorted(p for listed in ours_removed.values() for p in _site_files(listed, site) if os.path.isfile(p))
+        for path in _walk_files(site, walked) + loose:
+            owners = owners_of_paths.get(path) or owners_of_paths.get(os.path.realpath(path)) or set()
+            problem = _judge(path, owners, unlisted, removed, before, clean)
+            if problem == "removed":
+                result.removed.append(path)
+            elif problem:
+                result.problems.append(problem)
     if clean and result.removed:
         # What the fix left is about to change: until it is listed again, undo must not hold it to the old listing.
         journal.manifest.pop("after", None)
         journal.save()
         for number, path in enumerate(result.removed):
             journal.keep(path, "leftovers", str(number))
+            boundary(f"left-over {path} moved into the journal")
         _remove_empty_folders(result.removed)
     return result, modules
+
+
+def _judge(path: str, owners: set[str], unlisted: list[str], removed: Mapping[str, set[str]],
+           before: Mapping[str, Entry], clean: bool) -> str | None:
+    """What one file under a fixed package is: None (fine), "removed" (a left-over to take away) or a problem."""
+    if len(owners) == 1:
+        return None
+    if len(owners) > 1:
+        return (f"{path} is listed by {len(owners)} installed distributions "
+                f"({', '.join(sorted(os.path.basename(o) for o in owners))})")
+    parts = path.split(os.sep)
+    if any(_claims(f, _top_of(path, f)) for f in unlisted):
+        return None  # a copy nothing lists (no RECORD, no OS list) provides it: cannot tell
+    old = next((os.path.basename(f) for f, listed in removed.items() if path in listed), None)
+    if old is not None:
+        return "removed" if clean else f"{path} is a file of the removed {old}, and `import` still finds it"
+    if "__pycache__" in parts or path.endswith(".pyc"):
+        return None  # bytecode nobody lists: Python wrote it on import
+    if before.get(path) != describe(path):
+        return f"{path} belongs to no installed distribution"
+    return None  # there before the fix, as it is, and nobody's then either: not this fix's doing
+
+
+def _top_of(path: str, folder: str) -> str:
+    """The first component of `path` under the site folder that holds `folder`."""
+    site = os.path.dirname(folder)
+    return os.path.relpath(path, site).split(os.sep, 1)[0]
 
 
 def _remove_empty_folders(paths: list[str]) -> None:

@@ -185,7 +185,7 @@ def test_sigkill_at_every_step_boundary_then_undo_restores_the_tree(ignore_insta
         assert tree_digest(venv) == pristine, f"killed at boundary {at}"
     # before step 1, between the move and the pip step, after the steps, after the left-over binary is moved
     assert len(killed_at) >= 5, killed_at
-    assert run_cli("fix", "--undo", "--prefix", str(venv)).returncode == 2 and tree_digest(venv) == pristine
+    assert run_cli("fix", "--undo", "--prefix", str(venv)).returncode == 0 and tree_digest(venv) == pristine
 
 
 def test_a_second_fix_while_one_runs_exits_2_naming_the_lock(ignore_installed_venv: Path, tmp_path: Path,

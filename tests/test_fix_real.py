@@ -95,6 +95,12 @@ def test_a_fix_that_fails_verification_is_rolled_back(ignore_installed_venv: Pat
     broken = write_wheel(Path(offline["PIP_FIND_LINKS"]), "numpy", "2.2.7",
                          {"numpy/__init__.py": b"raise ImportError('this numpy build is broken')\n"})
     python = str(venv / "bin" / "python")
+    # A link planted where the old rollback wrote `numpy/__init__.py` before renaming it: never written through.
+    outside = tmp_path / "outside-secret"
+    outside.write_bytes(b"not the environment's\n")
+    outside.chmod(0o600)
+    [init] = venv.glob("lib/python*/site-packages/numpy/__init__.py")
+    Path(str(init) + ".envdoctor-restoring").symlink_to(outside)
     pristine = tree_digest(venv)
     steps = (FixStep.command("pip", python, "-m", "pip", "install", "--no-deps", str(broken)),)
     code = command.run(fix_args(venv, "PKG002", yes=True, format="text"), replacing_steps("PKG002", lambda f: steps))
@@ -103,6 +109,7 @@ def test_a_fix_that_fails_verification_is_rolled_back(ignore_installed_venv: Pat
     assert "verification failed: `import numpy` fails" in said and "this numpy build is broken" in said, said
     assert "the fix failed its verification, so it was undone" in said and "rolled back: restored:" in said
     assert tree_digest(venv) == pristine
+    assert outside.read_bytes() == b"not the environment's\n" and outside.stat().st_mode & 0o777 == 0o600
     from envdoctor.fix.undo import latest
 
     assert latest(venv) is None  # the rollback settled the journal: nothing left to undo
@@ -285,4 +292,25 @@ def test_pips_numpy_in_usr_local_over_dpkgs_is_removed_verified_and_undone(tmp_p
     assert str(root.local_dist_packages.parent) in manifest["before"]["roots"]  # /usr/local/lib/python3.X
     undone = envdoctor(offline, "fix", "--undo", "--prefix", str(root.usr))
     assert undone.returncode == 0, undone.stdout
+    assert tree_digest(root.root) == pristine
+
+
+@needs_debian
+def test_a_root_fixed_from_outside_says_it_could_not_verify_inside_and_how(tmp_path: Path,
+                                                                          offline: dict[str, str]) -> None:
+    """dpkg's numpy needs a library of the root (here its import fails as a missing libblas makes it fail): the
+    import is tried inside the root first (chroot: this root cannot run its interpreter there), then from
+    outside, and the failure says that it was not checked inside the root, and how to do that."""
+    root = SystemRoot(tmp_path / "root")
+    root.apt_install("python3-numpy", "numpy", "1.24.2", {
+        "numpy/__init__.py": b"raise ImportError('libblas.so.3: cannot open shared object file: No such file')\n"},
+        egg_info=True)
+    wheel = write_wheel(tmp_path / "wheels", "numpy", "2.2.6", module("numpy", "2.2.6"))
+    root.pip("install", "--break-system-packages", "--ignore-installed", "--no-index", "--no-compile", str(wheel))
+    pristine = tree_digest(root.root)
+    done = envdoctor(offline, "fix", "--prefix", str(root.usr), "--select", "PKG002", "--yes")
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert f"run from outside {root.root} with this machine's libraries" in done.stdout, done.stdout
+    assert f"`chroot {root.root} envdoctor fix --prefix /usr`" in done.stdout
+    assert "rolled back: restored:" in done.stdout
     assert tree_digest(root.root) == pristine

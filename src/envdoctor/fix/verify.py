@@ -22,6 +22,7 @@ import os
 import tempfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from envdoctor.facts.distributions import dist_name_from_dir, normalize
@@ -313,29 +314,72 @@ print(json.dumps(out))
 """
 
 
-def check_imports(interpreter: str, modules: Iterable[str], timeout: float = IMPORT_TIMEOUT_S) -> Verification:
-    """Import each module in the target interpreter (isolated, no bytecode, bounded); what failed."""
+def _run_imports(argv: list[str], names: list[str], timeout: float) -> tuple[dict[str, Any] | None, str]:
+    """(module -> {"ok", "file"|"error"}, or None when no answer came) and the failure said in words."""
     from envdoctor.process import quiet_python_env, run_bounded
 
+    with tempfile.TemporaryDirectory(prefix="envdoctor-verify-") as cwd:
+        run = run_bounded([*argv, "-I", "-B", "-c", _IMPORT_CODE, *names], timeout, env=quiet_python_env(),
+                          cwd=cwd if not argv[0].endswith("chroot") else "/")
+    try:
+        data = json.loads(run.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        return None, run.describe_failure()
+    return (data if isinstance(data, dict) else None), run.describe_failure()
+
+
+def _inside(root: str, interpreter: str) -> tuple[list[str] | None, str]:
+    """The argv that runs `interpreter` inside the root file system `root` (chroot), or None and why not."""
+    import shutil
+    import sys
+
+    if sys.platform == "win32" or os.geteuid() != 0:
+        return None, "entering it (chroot) needs root"
+    chroot = shutil.which("chroot") or shutil.which("chroot", path="/usr/sbin:/sbin")
+    if chroot is None:
+        return None, "there is no chroot command"
+    return [chroot, root, "/" + os.path.relpath(interpreter, root)], ""
+
+
+def check_imports(interpreter: str, modules: Iterable[str], timeout: float = IMPORT_TIMEOUT_S,
+                  root: str | None = None) -> Verification:
+    """Import each module in the target interpreter (isolated, no bytecode, bounded); what failed.
+
+    `root`: the root file system the target lies in, seen from outside (`ROOT/usr`): the import runs
+    inside it (chroot) where this user may, its libraries and not this machine's; else it runs from
+    here, and a failure says plainly that it was not checked inside the root, and how to.
+    """
     result = Verification()
     names = sorted(set(modules))
     if not names:
         return result
-    with tempfile.TemporaryDirectory(prefix="envdoctor-verify-") as cwd:
-        run = run_bounded([interpreter, "-I", "-B", "-c", _IMPORT_CODE, *names], timeout, env=quiet_python_env(),
-                          cwd=cwd)
-    try:
-        data = json.loads(run.stdout.strip().splitlines()[-1])
-    except (ValueError, IndexError):
-        result.problems.append(f"importing {', '.join(names)} in {interpreter} {run.describe_failure()}")
+    data: dict[str, Any] | None = None
+    failure, outside = "", ""
+    if root is not None:
+        argv, why_not = _inside(root, interpreter)
+        if argv is not None:
+            data, failure = _run_imports(argv, names, timeout)
+            if data is not None:
+                data = {k: {**v, "file": os.path.join(root, str(v.get("file") or "").lstrip("/"))}
+                        if isinstance(v, dict) and v.get("ok") else v for k, v in data.items()}
+            else:
+                why_not = f"chroot {root} failed: {failure}"
+        if data is None:
+            outside = (f" (run from outside {root} with this machine's libraries, not the root's: {why_not}; to verify "
+                       f"inside it, run the fix there: `chroot {root} envdoctor fix --prefix "
+                       f"/{os.path.relpath(os.path.dirname(os.path.dirname(interpreter)), root)}`)")
+    if data is None:
+        data, failure = _run_imports([interpreter], names, timeout)
+    if data is None:
+        result.problems.append(f"importing {', '.join(names)} in {interpreter} {failure}{outside}")
         return result
     for name in names:
-        got = data.get(name) if isinstance(data, dict) else None
+        got = data.get(name)
         if isinstance(got, dict) and got.get("ok"):
             result.imported[name] = str(got.get("file") or "")
         else:
             error = got.get("error") if isinstance(got, dict) else "no answer"
-            result.problems.append(f"`import {name}` fails in {interpreter}: {error}")
+            result.problems.append(f"`import {name}` fails in {interpreter}: {error}{outside}")
     return result
 
 
@@ -358,7 +402,11 @@ def verify_fix(plan: Any, journal: Journal) -> Verification:
         result.removed += tidy.removed
         interpreter = target.get("interpreter")
         if interpreter and (modules | cleaned_modules):
-            imports = check_imports(str(interpreter), modules | cleaned_modules)
+            from envdoctor.facts.target import enclosing_root
+
+            root = enclosing_root(Path(str(target.get("prefix") or "/")))
+            imports = check_imports(str(interpreter), modules | cleaned_modules,
+                                    root=str(root) if root is not None else None)
             result.problems += imports.problems
             result.imported = imports.imported
     journal.manifest["verification"] = result.to_dict()

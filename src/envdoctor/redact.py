@@ -174,7 +174,7 @@ def _secret_key(key: Any) -> bool:
 def redact_tree(value: Any) -> Any:
     """A copy of a JSON-like tree with secrets redacted everywhere: by key name, and every string by shape."""
     if isinstance(value, dict):
-        out = {}
+        out: dict[Any, Any] = {}
         for key, item in value.items():
             name = redact_text(key) if isinstance(key, str) else key
             if _secret_key(key) and item not in (None, ""):

@@ -314,8 +314,32 @@ def config_from_settings(settings: Mapping[str, Any], **extra: Any) -> Config:
 
 # --- the command line -------------------------------------------------------
 
-def add_arguments(parser: argparse.ArgumentParser, names: Iterable[str] | None = None, defaults: Mapping[str, Any] | None = None) -> None:
-    """Add the options of these settings (all by default) to an argparse parser.
+def help_formatter() -> type[argparse.HelpFormatter]:
+    """The `--help` formatter of every command: the description wrapped to the terminal as argparse wraps it,
+    and each line of an epilog (the exit codes, one a line) kept its own, wrapped under its indent."""
+    import argparse
+    import textwrap
+
+    class HelpFormatter(argparse.HelpFormatter):
+        def _fill_text(self, text: str, width: int, indent: str) -> str:
+            lines = []
+            for line in text.splitlines():
+                body = line.lstrip(" ")
+                hang = " " * (len(line) - len(body))
+                # "  1  findings ...": the continuation lines start under the text, past the code.
+                label = re.match(r"\S+ {2,}", body) if hang else None
+                under = hang + " " * (label.end() if label else 0)
+                lines.append(textwrap.fill(body, width, initial_indent=indent + hang,
+                                           subsequent_indent=indent + under, break_on_hyphens=False,
+                                           break_long_words=False) if body else "")
+            return "\n".join(lines)
+
+    return HelpFormatter
+
+
+def add_arguments(parser: argparse.ArgumentParser, names: Iterable[str] | None = None,
+                  defaults: Mapping[str, Any] | None = None, *, leave_out: Iterable[str] = ()) -> None:
+    """Add the options of these settings (all by default, less `leave_out`) to an argparse parser.
 
     Every option defaults to None, so `config_from_args` can tell a flag given
     from one left out (and the pyproject value stands).
@@ -323,9 +347,10 @@ def add_arguments(parser: argparse.ArgumentParser, names: Iterable[str] | None =
     import argparse
 
     wanted = set(names) if names is not None else None
+    left_out = set(leave_out)
     groups: dict[str, Any] = {}
     for setting in SETTINGS:
-        if wanted is not None and setting.name not in wanted:
+        if (wanted is not None and setting.name not in wanted) or setting.name in left_out:
             continue
         target = parser if wanted is not None else groups.setdefault(
             setting.group, parser.add_argument_group(setting.group))

@@ -110,10 +110,21 @@ def _extensions_on_disk(site: str, import_names: list[str]) -> bool:
     return False
 
 
+def importable_names(import_names: list[str]) -> list[str]:
+    """The names a distribution's probe imports: modules and packages only.
+
+    A RECORD's top-level entries are not all modules: auditwheel puts the shared libraries a
+    manylinux wheel vendors in a `<dist>.libs` folder beside the package (`numpy.libs`), and
+    delvewheel does the same on Windows. `import numpy.libs` fails for every healthy numpy, so a
+    name that is not a Python identifier is never imported.
+    """
+    return [name for name in import_names if name.isidentifier()]
+
+
 def _made(dist: dict[str, Any], result: str, seconds: float, module: str | None = None,
           error: str | None = None) -> ImportTrial:
     return {"distribution": dist["name"], "version": dist["version"], "path": dist["path"],
-            "modules": list(dist["import_names"]), "result": result, "module": module, "error": error,
+            "modules": importable_names(dist["import_names"]), "result": result, "module": module, "error": error,
             "seconds": seconds}
 
 
@@ -124,7 +135,7 @@ def _trial(interpreter: str, dist: dict[str, Any], cwd: str, deadline: float) ->
     if left <= 1.0:
         return _made(dist, "skipped", 0.0, error=f"the {TOTAL_TIMEOUT_S:.0f} s for all imports were spent")
     limit = min(IMPORT_TIMEOUT_S, left)
-    run = run_bounded([interpreter, "-B", "-c", _IMPORT_ONE, *dist["import_names"]], limit, env=quiet_python_env(),
+    run = run_bounded([interpreter, "-B", "-c", _IMPORT_ONE, *importable_names(dist["import_names"])], limit, env=quiet_python_env(),
                       cwd=cwd)
     seconds = round(run.seconds, 3)
     if run.timed_out:
@@ -156,7 +167,7 @@ def gather_imports(facts: Any) -> ImportsFacts:
         if dist["key"] in seen or dist.get("location") == "stdlib":
             continue
         seen.add(dist["key"])  # the copy import finds first
-        if dist["import_names"] and ships_extensions(dist["path"], dist["import_names"]):
+        if importable_names(dist["import_names"]) and ships_extensions(dist["path"], dist["import_names"]):
             candidates.append(dist)
     import tempfile
     from concurrent.futures import ThreadPoolExecutor  # only here: the packages probe imports this module too

@@ -21,13 +21,23 @@ EXIT_OK, EXIT_REMAIN, EXIT_NOTHING = 0, 1, 2
 FIX_SETTINGS = ("prefix", "env_name", "select", "ignore")
 
 
+#: `fix --help`'s epilog (docs/fix.md#exit-codes).
+FIX_EXIT_CODES = ("exit codes:\n"
+                  "  0  every planned finding is gone, or nothing to fix (--undo: restored, tree hash equal)\n"
+                  "  1  some remain or a new one appeared, or verification failed and the fix was rolled back "
+                  "(--undo: some paths differ)\n"
+                  "  2  nothing could run, declined, no terminal without --yes, or another fix holds the lock "
+                  "(--undo: refused)")
+
+
 def add_parser(sub: Any) -> None:
     """The `fix` subcommand (called by envdoctor.cli.build_parser)."""
-    from envdoctor.config import add_arguments
+    from envdoctor.config import add_arguments, help_formatter
 
     fix = sub.add_parser("fix", help="apply the fixes of the current findings, re-check, journal for undo",
                          description="Plan from a fresh static check, run each finding's fix steps with the tool "
-                                     "that owns the files, move removed files into a journal, then check again.")
+                                     "that owns the files, move removed files into a journal, then check again.",
+                         epilog=FIX_EXIT_CODES, formatter_class=help_formatter())
     add_arguments(fix, names=FIX_SETTINGS)
     fix.add_argument("--dry-run", action="store_true", help="print the plan and change nothing")
     fix.add_argument("--yes", "-y", action="store_true", help="run the plan without asking")

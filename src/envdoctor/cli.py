@@ -338,7 +338,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
 
     config = _config_from_args(args)
     if args.command == "loader":
-        config = config.with_overrides(select=config.select or ("DL", "SPW003", "SYS005"), no_loader=False)
+        config = config.with_overrides(select=config.select or ("DL", "SPW003", "SYS005", "SYS007"), no_loader=False)
     check_inputs(config)
     claim = None
     if config.output:

@@ -51,7 +51,7 @@ def _report(section: dict[str, Any]) -> Any:
 
 
 def test_the_loop_model_overlaps_loading_with_the_step() -> None:
-    from envdoctor.rules.loader.loop import recommend
+    from envdoctor.judge.loop import recommend
 
     # 8 ms of loading a batch at num_workers=0 and a 20 ms step: one worker hides the loading.
     rec = recommend({"num_workers": 0}, wait_s=0.008, step_s=0.020, usable_cpus=2, cuda=False)
@@ -138,14 +138,18 @@ def test_the_text_report_is_one_screen_with_the_bar_the_verdict_and_the_fix() ->
 
 
 def test_tune_puts_the_smoke_tests_rates_into_the_loop() -> None:
-    from envdoctor.rules.loader.loop import tuned
+    from envdoctor.judge.loader import judge_loader
+    from envdoctor.judge.loop import tuned
 
     # Alone the loader makes 60 batches/s at 0 workers and 110 at 1: in a loop with a 20 ms step, 0 workers
-    # take 20 + 16.7 ms a step, 1 worker max(20, 9.1) ms.
-    loader = {"batch_size": 8, "runs": [{"num_workers": 0, "samples_per_s": 480.0},
-                                        {"num_workers": 1, "samples_per_s": 880.0},
-                                        {"num_workers": 2, "samples_per_s": 900.0}]}
-    rec = tuned({"num_workers": 0, "batch_size": 8}, wait_s=0.0167, step_s=0.020, loader=loader, cuda=False)
+    # take 20 + 16.7 ms a step, 1 worker max(20, 9.1) ms. The smoke test's judgement, with that step as consumer.
+    loader: Any = {"batch_size": 8, "usable_cpus": 2, "skipped": [], "failure": None,
+                   "current": {"num_workers": 0, "batch_size": 8},
+                   "runs": [{"num_workers": 0, "samples_per_s": 480.0}, {"num_workers": 1, "samples_per_s": 880.0},
+                            {"num_workers": 2, "samples_per_s": 900.0}]}
+    judged = judge_loader(loader, 0.020)
+    assert judged.rec is not None and judged.rec["num_workers"] == 1
+    rec = tuned({"num_workers": 0, "batch_size": 8}, wait_s=0.0167, step_s=0.020, loader=judged, cuda=False)
     assert rec is not None and rec["basis"] == "smoke-test" and rec["num_workers"] == 1
     assert rec["gain"] == pytest.approx(36.7 / 20, rel=0.01)
 

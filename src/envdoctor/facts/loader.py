@@ -48,7 +48,7 @@ class RunFacts(_RunBase, total=False):
     #: num_workers=0 rated by its first batch alone (one that took twice the slice: nothing starts without
     #: workers, so it is a steady batch).
     from_first_batch: bool
-    #: Only on the verdict's own copy of the user's setting, re-rated by the paired windows: its sweep figure.
+    #: Only on the judgement's own copy of the user's setting, re-rated by the paired windows: its sweep figure.
     sweep_samples_per_s: float
     pin_memory: bool
     persistent_workers: bool

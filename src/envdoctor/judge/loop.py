@@ -59,7 +59,7 @@ class LoopRecommendation(TypedDict):
     gain: float | None
     gain_interval: list[float] | None
     paired_windows: int
-    #: "unpaired" (predicted by the loop model, not yet measured), or the paired check's verdict.
+    #: "unpaired" (predicted by the loop model, not yet measured), or what the paired runs (--prove) said of it.
     trust: str
     predicted_gain: float | None
 

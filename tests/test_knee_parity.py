@@ -183,7 +183,7 @@ def test_the_loop_model_picks_the_knee_of_its_predicted_sweep(sweep: dict[str, A
     assert step is not None
     zero = next(r for r in sweep["runs"] if r["num_workers"] == 0)
     wait = sweep["batch_size"] / zero["samples_per_s"]
-    runs, load, worker_cpus = model_runs(0, wait, step, sweep["usable_cpus"])
+    runs, load, worker_cpus, _ = model_runs(0, wait, step, sweep["usable_cpus"])
     assert [r["num_workers"] for r in runs][:2] == [0, 1] and worker_cpus >= 1.0
     chosen, _ = host_knee.recommended(runs, None, 1, step)
     assert chosen is not None

@@ -25,7 +25,7 @@ batches. Judged here, once per check (`loop_judgement`), for DL009, the report's
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, TypedDict, cast
+from typing import TYPE_CHECKING, Any, NamedTuple, TypedDict, cast
 
 from envdoctor.facts.loop import LoopCpu, LoopFacts, LoopLoader, LoopProof, LoopSettings
 from envdoctor.inside.loader_knee import recommended
@@ -43,6 +43,12 @@ if TYPE_CHECKING:  # pragma: no cover
 DATA_WAIT_SHARE = 0.10
 #: Worker counts the model considers beyond the user's own.
 MAX_WORKERS = 8
+#: A command that ended before its window closed is judged from the steps it measured, when at least this many:
+#: fewer are one or two slow batches (a first epoch's file cache, a checkpoint) more than a share of each step.
+MIN_STEPS = 20
+#: A worker needs a CPU of its own beside the main process's step: with less left by the CPUs other processes
+#: hold, what workers gain depends on how the scheduler shares the CPUs, which the model cannot tell.
+FREE_CPUS_FOR_A_WORKER = 1.0
 
 
 #: The key the loop judgement is kept under on the Facts it judged (`Facts.judgements`).
@@ -56,10 +62,12 @@ class LoopRecommendation(TypedDict):
     prefetch_factor: int | None
     persistent_workers: bool
     pin_memory: bool
+    #: None when not predicted ("machine-busy") and not measured.
     gain: float | None
     gain_interval: list[float] | None
     paired_windows: int
-    #: "unpaired" (predicted by the loop model, not yet measured), or what the paired runs (--prove) said of it.
+    #: "unpaired" (predicted by the loop model, not yet measured), "machine-busy" (not predicted: other processes
+    #: left no CPU for a worker), or what the paired runs (--prove) said of it.
     trust: str
     predicted_gain: float | None
 
@@ -119,6 +127,10 @@ class LoopJudgement(_LoopJudgementBase, total=False):
     #: `--prove`'s paired runs (present when the loop waits for data).
     proof: LoopProof | None
     tune: dict[str, Any] | None
+    #: Whether the speaking process's window filled; false: the command ended first, and `steps` were measured.
+    window_complete: bool
+    #: CPUs other processes kept busy in the window (`others_cpus`); None when not measured.
+    others_cpus: float | None
 
 
 def speaking_loader(loaders: Sequence[LoopLoader]) -> list[LoopLoader]:
@@ -163,10 +175,23 @@ def step_cpu_share(wait_s: float, step_s: float, cpus_busy: float | None) -> flo
     return min(1.0, max(0.0, cpus_busy * (wait_s + step_s) - wait_s) / step_s)
 
 
+class LoopModel(NamedTuple):
+    """The loop model's predicted sweep (`model_runs`) and what it was predicted from."""
+
+    runs: list[ModelRun]
+    #: Seconds one process takes to load one batch.
+    load_s: float
+    #: The CPUs the model gives the workers (at least one).
+    worker_cpus: float
+    #: The CPUs left beside the main process's step and other processes' load (may be less than one).
+    free_cpus: float
+
+
 def model_runs(current: int, wait_s: float, step_s: float, usable_cpus: int,
-               cpus_busy: float | None = None) -> tuple[list[ModelRun], float, float]:
+               cpus_busy: float | None = None, others_cpus: float | None = None) -> LoopModel:
     """The loop model's predicted sweep: a run per worker count the model considers, as the knee reads a sweep,
-    with the batch load time and the CPUs left for workers that predicted it.
+    with the batch load time and the CPUs left for workers that predicted it: the usable CPUs less the main
+    process's step and the CPUs other processes kept busy in the window (`others_cpus`).
 
     A run's rate is batches/s (batch size 1 for the knee), as the smoke test measures a loader alone: 1 / load
     at num_workers=0, min(N, worker CPUs) / load with N workers. The knee itself rates num_workers=0 as it
@@ -175,36 +200,43 @@ def model_runs(current: int, wait_s: float, step_s: float, usable_cpus: int,
     """
     load = batch_load_s(current, wait_s, step_s)
     main = step_cpu_share(wait_s, step_s, cpus_busy if current == 0 else None)
-    worker_cpus = max(1.0, usable_cpus - main)
+    free = usable_cpus - main - (others_cpus or 0.0)
+    worker_cpus = max(1.0, free)
     candidates = range(0, max(current, min(MAX_WORKERS, int(round(worker_cpus + 0.49)))) + 1)
     runs: list[ModelRun] = [{"num_workers": n, "samples_per_s": max(1.0, min(float(n), worker_cpus)) / load}
                             for n in candidates if load > 0]
-    return runs, load, worker_cpus
+    return LoopModel(runs, load, worker_cpus, free)
 
 
 def recommend(settings: Mapping[str, Any], wait_s: float, step_s: float, usable_cpus: int,
-              cuda: bool, cpus_busy: float | None = None) -> LoopRecommendation | None:
+              cuda: bool, cpus_busy: float | None = None, others_cpus: float | None = None
+              ) -> LoopRecommendation | None:
     """The settings the loop model says remove the wait; None when no worker count would help.
 
     The pick is the one knee (`loader_knee.recommended`) of the model's predicted sweep (`model_runs`), with the
-    measured step as its consumer. `cpus_busy` is the CPUs one training process kept busy in the window (its share of the tree's).
+    measured step as its consumer. `cpus_busy` is the CPUs one training process kept busy in the window (its
+    share of the tree's), `others_cpus` its share of the CPUs other processes kept busy. When those leave no CPU
+    for a worker, the gain is not predicted (trust "machine-busy"): the pick is named for `--prove` to measure.
     """
     current = int(settings.get("num_workers") or 0)
-    runs, load, worker_cpus = model_runs(current, wait_s, step_s, usable_cpus, cpus_busy)
+    model = model_runs(current, wait_s, step_s, usable_cpus, cpus_busy, others_cpus)
     # The model already keeps to the CPUs left for workers: no run of it computes past them.
-    chosen, _ = recommended(runs, None, 1, step_s)
+    chosen, _ = recommended(model.runs, None, 1, step_s)
     if chosen is None:
         return None
     pick = chosen["num_workers"]
-    now = 1.0 / (step_s + wait_s) if step_s + wait_s > 0 else 1.0 / predicted_step_s(current, load, step_s,
-                                                                                       worker_cpus)
-    gain = 1.0 / predicted_step_s(pick, load, step_s, worker_cpus) / now if now > 0 else None
+    now = 1.0 / (step_s + wait_s) if step_s + wait_s > 0 else 1.0 / predicted_step_s(
+        current, model.load_s, step_s, model.worker_cpus)
+    gain = 1.0 / predicted_step_s(pick, model.load_s, step_s, model.worker_cpus) / now if now > 0 else None
     if pick == current or gain is None or gain < 1.0 + DATA_WAIT_SHARE / 2:
         return None
+    busy = others_cpus is not None and model.free_cpus < FREE_CPUS_FOR_A_WORKER
+    shown = None if busy else round(gain, 2)
     return {"basis": "loop-model", "num_workers": pick, "prefetch_factor": 2 if pick else None,
             "persistent_workers": pick > 0,
-            "pin_memory": bool(cuda) or bool(settings.get("pin_memory")), "gain": round(gain, 2),
-            "gain_interval": None, "paired_windows": 0, "trust": "unpaired", "predicted_gain": round(gain, 2)}
+            "pin_memory": bool(cuda) or bool(settings.get("pin_memory")), "gain": shown,
+            "gain_interval": None, "paired_windows": 0, "trust": "machine-busy" if busy else "unpaired",
+            "predicted_gain": shown}
 
 
 def tuned(settings: LoopSettings, wait_s: float, step_s: float, loader: JudgedLoader | None,
@@ -280,16 +312,17 @@ def loop_judgement(facts: Facts) -> LoopJudgement | None:
 def judge_loop(section: LoopFacts, loader: JudgedLoader | None = None) -> LoopJudgement:
     """The report's `loop` object: the speaking process's numbers, its recommendation, a row per process.
 
-    `loader` is the judgement of the smoke test `--tune` ran on the same loader.
+    `loader` is the judgement of the smoke test `--tune` ran on the same loader. A command that ended before the
+    window closed (outcome "too-short") is judged from the steps it measured, when there are MIN_STEPS of them
+    (`window_complete` false, `steps` their count).
     """
     rows = process_rows(section)
     lead = next((r for r in rows if r["complete"]), rows[0] if rows else None)
-    cuda = section.get("cuda")
     out: LoopJudgement = {
         "outcome": section["outcome"], "command": section["command"], "returncode": section["returncode"],
         "stopped": section["stopped"], "plan": section["plan"],
         "steps": 0, "wait_s": None, "step_s": None, "data_wait_share": None, "batches_per_s": None,
-        "settings": None, "recommendation": None, "cuda": cuda, "cpu": section.get("cpu"),
+        "settings": None, "recommendation": None, "cuda": section.get("cuda"), "cpu": section.get("cpu"),
         "processes": rows, "threshold": DATA_WAIT_SHARE, "waits_for_data": None,
     }
     if lead is None:
@@ -297,24 +330,43 @@ def judge_loop(section: LoopFacts, loader: JudgedLoader | None = None) -> LoopJu
     out.update({"steps": lead["steps"], "wait_s": lead["wait_s"], "step_s": lead["step_s"],
                 "data_wait_share": lead["data_wait_share"], "batches_per_s": lead["batches_per_s"],
                 "settings": lead["settings"], "rank": lead["rank"], "framework": lead["framework"],
-                "intra_op_threads": lead["intra_op_threads"]})
-    wait, step = lead["wait_s"], lead["step_s"]
-    if lead["complete"] and wait is not None and step is not None:
+                "intra_op_threads": lead["intra_op_threads"], "window_complete": lead["complete"],
+                "others_cpus": others_cpus(section.get("cpu"))})
+    ended_early = section["outcome"] == "too-short" and lead["steps"] >= MIN_STEPS
+    if (lead["complete"] or ended_early) and lead["wait_s"] is not None and lead["step_s"] is not None:
         out["waits_for_data"] = (lead["data_wait_share"] or 0.0) >= DATA_WAIT_SHARE
         if out["waits_for_data"]:
-            cpu = section.get("cpu")
-            procs = max(1, len(rows))
-            busy = cpu["cpu_s"] / cpu["window_s"] / procs if cpu and cpu["window_s"] > 0 else None
-            rec = tuned(lead["settings"], wait, step, loader, bool(cuda)) or recommend(
-                lead["settings"], wait, step, max(1, int(cpu["usable_cpus"] if cpu else 1) // procs), bool(cuda),
-                cpus_busy=busy)
-            proof = section.get("proof")
-            if rec is not None and proof and proof.get("windows"):
-                _judge_proof(rec, proof, int(lead["settings"].get("num_workers") or 0))
-            out["recommendation"] = rec
-            out["proof"] = proof
+            out["recommendation"] = _recommendation(section, lead, len(rows), loader)
+            out["proof"] = section.get("proof")
     out["tune"] = section.get("tune")
     return out
+
+
+def others_cpus(cpu: LoopCpu | None) -> float | None:
+    """CPUs other processes (not the command's tree) kept busy in the window: the machine's busy share of the
+    usable CPUs, less the tree's own. None when the machine's share was not measured. (The machine's share is of
+    all its CPUs; where the usable ones are fewer, this counts the others' load on those alike.)"""
+    if not cpu or cpu.get("machine_busy_share") is None or cpu["window_s"] <= 0:
+        return None
+    share = cpu["machine_busy_share"] or 0.0
+    return round(max(0.0, share * cpu["usable_cpus"] - cpu["cpu_s"] / cpu["window_s"]), 2)
+
+
+def _recommendation(section: LoopFacts, lead: LoopProcessRow, procs: int,
+                    loader: JudgedLoader | None) -> LoopRecommendation | None:
+    """What removes the wait: --tune's smoke test, else the loop model (each process with its share of the CPUs,
+    of the load the tree and the other processes put on them); then what --prove measured of it."""
+    wait, step = lead["wait_s"] or 0.0, lead["step_s"] or 0.0
+    cpu, cuda = section.get("cpu"), bool(section.get("cuda"))
+    busy = cpu["cpu_s"] / cpu["window_s"] / procs if cpu and cpu["window_s"] > 0 else None
+    others = others_cpus(cpu)
+    rec = tuned(lead["settings"], wait, step, loader, cuda) or recommend(
+        lead["settings"], wait, step, max(1, int(cpu["usable_cpus"] if cpu else 1) // procs), cuda,
+        cpus_busy=busy, others_cpus=None if others is None else others / procs)
+    proof = section.get("proof")
+    if rec is not None and proof and proof.get("windows"):
+        _judge_proof(rec, proof, int(lead["settings"].get("num_workers") or 0))
+    return rec
 
 
 def _judge_proof(rec: LoopRecommendation, proof: LoopProof, current: int) -> None:

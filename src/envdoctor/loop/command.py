@@ -143,8 +143,10 @@ def run_and_report(argv: Sequence[str], plan: dict[str, Any], config: Any, emit:
     if say:
         print(f"envdoctor run: {say}", file=sys.stderr)
     report = build_report(section, config)
+    # A command that ended before the window closed still gets the judgement of the steps it measured.
+    judged = section["outcome"] == "measured" or (report.loop or {}).get("waits_for_data") is not None
     # A file written when the window closed is written again, whole, with how the command ended.
-    if (not written or config.output) and (section["outcome"] == "measured" or config.output):
+    if (not written or config.output) and (judged or config.output):
         _emit(report, config, emit)
     if section["outcome"] == "measured" and (stop or prove) and run.stopped:
         return int(report.exit_code(config.fail_on))
@@ -250,8 +252,11 @@ def problem_line(section: Any) -> str | None:
         most = max((row["steps"] for row in section["loaders"]), default=0)
         plan = section["plan"]
         want = f"{plan['steps']} steps" if plan.get("steps") else f"{plan.get('seconds')} s"
+        from envdoctor.judge.loop import MIN_STEPS
+
         return (f"{ended} before the window closed: {most} step(s) measured of {want} after "
-                f"{plan.get('warmup_steps')} warm-up steps (try a smaller --steps or --warmup)")
+                f"{plan.get('warmup_steps')} warm-up steps "
+                + ("(judged from those)" if most >= MIN_STEPS else "(try a smaller --steps or --warmup)"))
     if code not in (0, None) and not section["stopped"]:
         return f"{ended} (after the window was measured)"
     return None

@@ -31,7 +31,7 @@ from typing import Any
 import pytest
 
 import envdoctor.inside.loader_knee as host_knee
-from envdoctor.rules.loader.verdict import recommend
+from envdoctor.judge.loader import recommend
 
 ROOT = Path(__file__).resolve().parents[1]
 #: The folder the runner is started from: beside the installed envdoctor, as loader.supervisor finds it.
@@ -183,14 +183,14 @@ def test_the_sweep_where_the_knees_disagreed_now_agrees(runner_paired: ModuleTyp
 def test_the_loop_model_picks_the_knee_of_its_predicted_sweep(sweep: dict[str, Any], share: float) -> None:
     """The loop at num_workers=0 waiting as long as the sweep's num_workers=0 makes a batch: the model's pick is
     `loader_knee.recommended` on the sweep it predicts (no knee of its own)."""
-    from envdoctor.rules.loader.loop import DATA_WAIT_SHARE, model_runs, predicted_step_s
-    from envdoctor.rules.loader.loop import recommend as loop_recommend
+    from envdoctor.judge.loop import DATA_WAIT_SHARE, model_runs, predicted_step_s
+    from envdoctor.judge.loop import recommend as loop_recommend
 
     step = _step_time(sweep, share)
     assert step is not None
     zero = next(r for r in sweep["runs"] if r["num_workers"] == 0)
     wait = sweep["batch_size"] / zero["samples_per_s"]
-    runs, load, worker_cpus = model_runs(0, wait, step, sweep["usable_cpus"])
+    runs, load, worker_cpus, _ = model_runs(0, wait, step, sweep["usable_cpus"])
     assert [r["num_workers"] for r in runs][:2] == [0, 1] and worker_cpus >= 1.0
     chosen, _ = host_knee.recommended(runs, None, 1, step)
     assert chosen is not None

@@ -15,7 +15,9 @@ import pytest
 from envdoctor.config import Config
 from envdoctor.engine import run_check
 from envdoctor.facts import Facts
-from envdoctor.rules.loader.verdict import classify, knee, recommend, verdict
+from envdoctor.inside.loader_knee import knee
+from envdoctor.judge.bottleneck import classify
+from envdoctor.judge.loader import judge_loader, recommend
 
 SYSTEM = {"cpu": {"count": 2, "affinity": 2, "usable": 2, "quota_cpus": None, "cgroup_version": 2},
           "memory": {"effective_available": 16 * 1024**3, "cgroup_limit": None},
@@ -45,11 +47,11 @@ def section(runs: list[dict[str, Any]], *, getitem: dict[str, Any] | None = None
 
 
 def judged(data: dict[str, Any], step_time: float | None = None, usable: int = 2) -> dict[str, Any]:
-    """The facts with the usable CPUs the loader stage records, and the rule layer's verdict beside them
+    """The facts with the usable CPUs the loader stage records, and the judge layer's judgement beside them
     (as the report's `loader` object carries it)."""
     data = copy.deepcopy(data)
     data["usable_cpus"] = usable
-    return {**data, **verdict(data, step_time)}
+    return {**data, **judge_loader(data, step_time).judgement}
 
 
 def findings_of(data: dict[str, Any], rule: str, step_time: float | None = None) -> list[Any]:

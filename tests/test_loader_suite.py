@@ -9,7 +9,8 @@ from __future__ import annotations
 import pytest
 
 from envdoctor.inside.loader_knee import MIN_PAIRS, recommended
-from envdoctor.rules.loader.verdict import FEWER_WORKERS_TOLERANCE, paired_median, with_paired_baseline
+from envdoctor.judge.loader import with_paired_baseline
+from envdoctor.judge.pairing import FEWER_WORKERS_TOLERANCE, paired_median
 from loadersupport import assert_honest_too_noisy, assert_nothing_left, dump, loader_report, shm_torch_segments
 from support import findings
 

@@ -38,15 +38,11 @@ from dataclasses import MISSING, Field, dataclass, field, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from envdoctor.model import FAIL_ON_CHOICES, Severity
-from envdoctor.report import FORMAT_MODULES
+from envdoctor.model import FAIL_ON_CHOICES, FORMATS, Severity
 
 if TYPE_CHECKING:  # pragma: no cover
     import argparse
     from collections.abc import Callable
-
-#: The output formats, one per formatter module.
-FORMATS: tuple[str, ...] = tuple(FORMAT_MODULES)
 
 #: What `--platform` may ask the spawn guard about (sys.platform values).
 PLATFORMS = ("linux", "darwin", "win32")

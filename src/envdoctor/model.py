@@ -45,6 +45,8 @@ _RANK = {"info": 1, "warning": 2, "error": 3}
 
 #: The values `--fail-on` accepts, mapped to the lowest severity that fails.
 FAIL_ON_CHOICES = ("error", "warning", "info", "never")
+#: The values `--format` accepts: one formatter module each, `envdoctor.report.<format>` (report.FORMAT_MODULES).
+FORMATS: tuple[str, ...] = ("text", "json", "markdown", "sarif", "github")
 
 
 @dataclass(frozen=True)

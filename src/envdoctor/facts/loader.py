@@ -1,11 +1,11 @@
 """The types of the `loader` facts section: what the smoke test observed, nothing it concluded.
 
 The runner (inside/loader_runner.py) writes these shapes as JSON events;
-`envdoctor.loader.assemble` files them into a `LoaderFacts`. The verdicts —
-the bottleneck class, the knee, the recommendation and how far the machine's
-noise lets us trust it — are `LoaderVerdict`, computed from these facts by
-the rule layer (`envdoctor.rules.loader.verdict`) and added to the report's
-`loader` object as `LoaderReport`.
+`envdoctor.loader.assemble` files them into a `LoaderFacts`. What is decided
+of them — the bottleneck class, the knee, the recommendation and how far the
+machine's noise lets us trust it — is `LoaderJudgement`, computed once from
+these facts by the judge layer (`envdoctor.judge.loader`) and added to the
+report's `loader` object as `LoaderReport`.
 """
 from __future__ import annotations
 
@@ -48,7 +48,7 @@ class RunFacts(_RunBase, total=False):
     #: num_workers=0 rated by its first batch alone (one that took twice the slice: nothing starts without
     #: workers, so it is a steady batch).
     from_first_batch: bool
-    #: Only on the verdict's own copy of the user's setting, re-rated by the paired windows: its sweep figure.
+    #: Only on the judgement's own copy of the user's setting, re-rated by the paired windows: its sweep figure.
     sweep_samples_per_s: float
     pin_memory: bool
     persistent_workers: bool
@@ -148,15 +148,30 @@ class PairedWindow(TypedDict):
     candidate_samples_per_s: float
 
 
-class PairedFacts(TypedDict, total=False):
-    """The candidate setting re-measured against the current one in interleaved, paired windows."""
+class LoopWindow(TypedDict):
+    """One pair of bounded runs of the user's own loop (`envdoctor run --prove`): steps, a batch each, per second."""
+
+    order: Literal["current-first", "candidate-first"]
+    current_batches_per_s: float
+    candidate_batches_per_s: float
+
+
+class PairedWindows(TypedDict, total=False):
+    """A candidate setting measured against the current one in paired windows: the loader's (`PairedFacts`, in
+    samples per second) or the loop's (`envdoctor run --prove`, `facts.loop.LoopProof`, in batches per second);
+    judged alike by their ratios (`envdoctor.judge.pairing`)."""
 
     current: int
     candidate: int
-    window_s: float
-    windows: list[PairedWindow]
+    windows: list[PairedWindow] | list[LoopWindow]
     #: Why fewer pairs than planned were measured (the budget), if so.
     cut: str | None
+
+
+class PairedFacts(PairedWindows, total=False):
+    """The candidate setting re-measured against the current one in interleaved, paired windows."""
+
+    window_s: float
 
 
 class DuplicatesFacts(TypedDict, total=False):
@@ -369,7 +384,10 @@ class Recommendation(TypedDict):
     current_sweep_samples_per_s: float | None
 
 
-class LoaderVerdict(TypedDict):
+class LoaderJudgement(TypedDict):
+    """What the judge layer decides of a loader section (`envdoctor.judge.loader`), added to the report's
+    `loader` object."""
+
     bottleneck: Bottleneck | None
     bottleneck_reason: str
     knee: int | None
@@ -378,7 +396,7 @@ class LoaderVerdict(TypedDict):
 
 
 class LoaderReport(LoaderFacts, total=False):
-    """The report's top-level `loader` object: the facts with the rule layer's verdict."""
+    """The report's top-level `loader` object: the facts with their judgement (`LoaderJudgement`)."""
 
     bottleneck: Bottleneck | None
     bottleneck_reason: str

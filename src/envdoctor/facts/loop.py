@@ -5,8 +5,8 @@ samples (`envdoctor.loop.supervisor.CommandRun`): per process and per
 DataLoader, the seconds each step waited in `next()` and the seconds between
 batches (the step), over the window after warm-up; the process tree's CPU
 time and the GPUs' utilisation inside that window. Which loader speaks for the
-run, whether it waits too long and what to set is the rule layer's
-(`envdoctor.rules.loader.loop`).
+run, whether it waits too long and what to set is the judge layer's
+(`envdoctor.judge.loop`), said as DL009 by `envdoctor.rules.loader.loop`.
 
 A check (`envdoctor check`) never measures a loop: there the section is None.
 """
@@ -16,6 +16,7 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any, TypedDict
 
+from envdoctor.facts.loader import PairedWindows
 from envdoctor.redact import redact_command, redact_environ
 
 
@@ -80,6 +81,16 @@ class LoopGpu(TypedDict, total=False):
     samples: int
 
 
+class LoopProof(PairedWindows, total=False):
+    """`--prove`'s paired bounded runs: a window's rates are the loop's batches/s (in `*_samples_per_s`, the
+    loader's paired windows' keys, so both are judged alike)."""
+
+    #: Each bounded run's window, in steps.
+    steps: int
+    #: Why nothing was proved (no setting was predicted to remove the wait).
+    skipped: str
+
+
 class LoopFacts(TypedDict):
     command: list[str]
     returncode: int | None
@@ -95,7 +106,7 @@ class LoopFacts(TypedDict):
     environment: dict[str, str]
     wall_s: float
     #: `--prove`: the paired bounded runs (candidate injected against the user's settings), or None.
-    proof: dict[str, Any] | None
+    proof: LoopProof | None
     #: `--tune`: what the smoke test of the same loader was given, or why it did not run; None without --tune.
     tune: dict[str, Any] | None
 

@@ -3,9 +3,9 @@
 Four paths pick a num_workers, all with `recommended`: the runner
 (`loader_paired.py`, inside the target's interpreter) re-measures the pick
 against the user's own setting in paired windows; the host's loader judgement
-recommends it (`envdoctor.rules.loader.verdict`); `envdoctor run --tune` puts the
+recommends it (`envdoctor.judge.loader`); `envdoctor run --tune` puts the
 smoke test of the loop's own loader into the loop, and `envdoctor run`'s loop
-model picks from the sweep it predicts (`envdoctor.rules.loader.loop`). The
+model picks from the sweep it predicts (`envdoctor.judge.loop`). The
 runner imports this file as the top-level module `loader_knee` from its own
 folder, the host as `envdoctor.inside.loader_knee`, so the setting re-measured is
 the one recommended, by construction. Hence the standard library only, and plain

@@ -6,8 +6,8 @@ an image folder (`--data PATH`) or the built-in synthetic dataset — runs the
 measurements in the target interpreter under a hard time budget
 (`supervisor`), and files what the runner observed into a `LoaderFacts`
 (types in `envdoctor.facts.loader`). It judges nothing: the bottleneck
-class, the knee and the recommendation are the rule layer's
-(`envdoctor.rules.loader.verdict`, with the knee itself in
+class, the knee and the recommendation are the judge layer's
+(`envdoctor.judge.loader`, with the knee itself in
 `envdoctor.inside.loader_knee`, which the runner imports too), which the DL rules
 read and the engine adds to the report's `loader` object.
 """

@@ -19,7 +19,11 @@ import argparse
 import os
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # pragma: no cover
+    from envdoctor.facts.loader import LoopWindow
+    from envdoctor.facts.loop import LoopFacts, LoopProof
 
 #: The window after warm-up when neither --steps nor --seconds is given: whichever closes first.
 DEFAULT_STEPS, DEFAULT_SECONDS, DEFAULT_WARMUP = 200, 30.0, 10
@@ -149,8 +153,10 @@ def run_and_report(argv: Sequence[str], plan: dict[str, Any], config: Any, emit:
     if say:
         print(f"envdoctor run: {say}", file=sys.stderr)
     report = build_report(section, config)
+    # A command that ended before the window closed still gets the judgement of the steps it measured.
+    judged = section["outcome"] == "measured" or (report.loop or {}).get("waits_for_data") is not None
     # A file written when the window closed is written again, whole, with how the command ended.
-    if (not written or config.output) and (section["outcome"] == "measured" or config.output):
+    if (not written or config.output) and (judged or config.output):
         _emit(report, config, emit)
     if section["outcome"] == "measured" and (stop or prove) and run.stopped:
         return int(report.exit_code(config.fail_on))
@@ -159,9 +165,10 @@ def run_and_report(argv: Sequence[str], plan: dict[str, Any], config: Any, emit:
 
 def tuning_config(config: Any, section: Any, tune: dict[str, Any] | None) -> Any:
     """--tune: the settings that make the report's smoke test measure the loader the observer pickled."""
-    from envdoctor.rules.loader.loop import loop_verdict
+    from envdoctor.judge.loop import speaker
 
-    step = loop_verdict(section).get("step_s")
+    lead = speaker(section)
+    step = lead["step_s"] if lead else None
     if tune is None or not tune.get("path"):
         section["tune"] = {"skipped": (tune or {}).get("error") or "rank 0 closed no window"}
         return config
@@ -321,41 +328,49 @@ def problem_line(section: Any) -> str | None:
         most = max((row["steps"] for row in section["loaders"]), default=0)
         plan = section["plan"]
         want = f"{plan['steps']} steps" if plan.get("steps") else f"{plan.get('seconds')} s"
+        from envdoctor.judge.loop import MIN_STEPS
+
         return (f"{ended} before the window closed: {most} step(s) measured of {want} after "
-                f"{plan.get('warmup_steps')} warm-up steps (try a smaller --steps or --warmup)")
+                f"{plan.get('warmup_steps')} warm-up steps "
+                + ("(judged from those)" if most >= MIN_STEPS else "(try a smaller --steps or --warmup)"))
     if code not in (0, None) and not section["stopped"]:
         return f"{ended} (after the window was measured)"
     return None
 
 
-def prove_in_loop(argv: Sequence[str], section: Any, usable: int) -> dict[str, Any]:
-    """Pairs of bounded runs of the command: the candidate settings injected, and the user's own."""
-    from envdoctor.facts.loop import loop_facts
-    from envdoctor.loop.supervisor import run_command
-    from envdoctor.rules.loader.loop import loop_verdict
+def prove_in_loop(argv: Sequence[str], section: LoopFacts, usable: int) -> LoopProof:
+    """Pairs of bounded runs of the command: the candidate settings injected, and the user's own.
 
-    judged = loop_verdict(section)
-    rec, settings = judged.get("recommendation"), judged.get("settings") or {}
+    The candidate is the loop judgement of the window measured so far (the report's, decided with the proof,
+    judges the same window); each bounded run is read for its speaking process's batches/s alone.
+    """
+    from envdoctor.facts.loop import loop_facts
+    from envdoctor.judge.loop import judge_loop, speaker
+    from envdoctor.loop.supervisor import run_command
+
+    judged = judge_loop(section)
+    rec, settings = judged["recommendation"], judged["settings"] or {}
     if not rec:
         return {"skipped": "nothing to prove: no setting is predicted to remove the wait"}
     plan = {"steps": PROVE_STEPS, "seconds": None, "warmup_steps": section["plan"].get("warmup_steps") or 0}
     candidate = {"num_workers": rec["num_workers"], "prefetch_factor": rec["prefetch_factor"],
                  "persistent_workers": rec["persistent_workers"], "dataset": settings.get("dataset"),
                  "batch_size": settings.get("batch_size")}
-    windows: list[dict[str, Any]] = []
+    windows: list[LoopWindow] = []
     for pair in range(PROVE_PAIRS):
         order = ("candidate", "current") if pair % 2 == 0 else ("current", "candidate")
         rates: dict[str, float] = {}
         for which in order:
             shown = dict(plan, inject=candidate) if which == "candidate" else plan
             run = run_command(argv, shown, stop=True, usable_cpus=usable)
-            rate = loop_verdict(loop_facts(run, shown)).get("batches_per_s")
+            lead = speaker(loop_facts(run, shown))
+            rate = lead["batches_per_s"] if lead else None
             if not rate:
-                return {"current": settings.get("num_workers", 0), "candidate": rec["num_workers"],
+                return {"current": int(settings.get("num_workers") or 0), "candidate": rec["num_workers"],
                         "windows": windows, "cut": f"a bounded run ({which} settings) measured no window"}
             rates[which] = float(rate)
         # Steps of the real loop, a batch each: batches per second, not samples.
-        windows.append({"order": f"{order[0]}-first", "current_batches_per_s": rates["current"],
-                        "candidate_batches_per_s": rates["candidate"]})
+        windows.append({"order": "candidate-first" if order[0] == "candidate" else "current-first",
+                        "current_batches_per_s": rates["current"], "candidate_batches_per_s": rates["candidate"]})
     return {"current": int(settings.get("num_workers") or 0), "candidate": int(rec["num_workers"]),
             "windows": windows, "cut": None, "steps": PROVE_STEPS}

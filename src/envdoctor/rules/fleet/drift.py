@@ -91,6 +91,8 @@ def value_drift(fleet: FleetFacts, group: str) -> list[dict[str, Any]]:
     return found
 
 
+# complexity: 25 — pip and conda tables are compared by the same loop, versions and presence apart, with conda names
+#   canonicalised against pip's.
 def package_drift(fleet: FleetFacts) -> dict[str, list[dict[str, Any]]]:
     """Packages at different versions ("versions") and packages on some nodes only ("presence").
 

@@ -445,6 +445,8 @@ def _looks_like_path(token: str) -> bool:
     return "/" in token or "." in token or os.sep in token
 
 
+# complexity: 22 — argv is walked once, by hand, to split rule lists and take trailing file names; argparse cannot
+#   express both.
 def _take_scripts(parser: argparse.ArgumentParser, args: argparse.Namespace, extra: list[str]) -> None:
     """Rule lists split at commas; file names after the options become scripts.
 

@@ -131,7 +131,7 @@ def _loader_row(event: Mapping[str, Any]) -> LoopLoader:
         "rank": event.get("rank"),
         "local_rank": event.get("local_rank"),
         "framework": event.get("framework"),
-        "settings": dict(event.get("settings") or {}),  # type: ignore[typeddict-item]
+        "settings": dict(event.get("settings") or {}),  # type: ignore[typeddict-item]  # the observer writes LoopSettings' keys
         "steps": len(steps),
         "complete": event.get("event") == "window",
         "wait_total_s": round(wait, 6),
@@ -200,6 +200,8 @@ def gpu_summary(samples: Sequence[tuple[float, Sequence[Mapping[str, Any]]]], st
     return {"devices": out}
 
 
+# complexity: 25 — a run's outcome (start failed, no bootstrap, no loader, too short, measured) and its optional CPU and
+#   CUDA windows are filed in one pass over its events.
 def loop_facts(run: Any, plan: Mapping[str, Any], environ: Mapping[str, str] | None = None) -> LoopFacts:
     """File one observed run (`CommandRun`) into the section."""
     by_loader: dict[tuple[int, Any], Mapping[str, Any]] = {}

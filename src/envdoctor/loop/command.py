@@ -285,7 +285,7 @@ def script_runs_at_import(main_path: str | None) -> str | None:
 
 def _usable_cpus() -> int:
     try:
-        return max(1, len(os.sched_getaffinity(0)))  # type: ignore[attr-defined,unused-ignore]
+        return max(1, len(os.sched_getaffinity(0)))  # type: ignore[attr-defined,unused-ignore]  # Linux only: macOS/Windows lack it
     except (AttributeError, OSError):
         return max(1, os.cpu_count() or 1)
 

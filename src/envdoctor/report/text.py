@@ -19,10 +19,14 @@ from __future__ import annotations
 import io
 import os
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import IO, TYPE_CHECKING, Any
 
 from envdoctor.model import NO_VERDICT, Finding, Report, Severity, Verdict
 from envdoctor.report.safe import MAX_ITEMS, clean_report, clean_tree, printable, printable_block
+
+if TYPE_CHECKING:  # rich is imported where a report is drawn, not with this module
+    from rich.console import Console, RenderableType
+    from rich.text import Text
 
 _STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
 _MARK = {"error": "✗", "warning": "!", "info": "i"}
@@ -219,15 +223,15 @@ def _is_scalar(value: Any) -> bool:
 class _Writer:
     """Prints Text at a left indent; wrapped lines hang `hang` columns further in."""
 
-    def __init__(self, console: Any) -> None:
+    def __init__(self, console: Console) -> None:
         from rich.text import Text
 
         self.console, self._text = console, Text
 
-    def line(self, text: Any = "", indent: int = 0, style: str = "", hang: int = 2) -> None:
+    def line(self, text: str | Text = "", indent: int = 0, style: str = "", hang: int = 2) -> None:
         body = text if not isinstance(text, str) else self._text(text, style=style)
         width = max(20, self.console.width - indent)
-        lines = body.wrap(self.console, width)
+        lines = list(body.wrap(self.console, width))
         if len(lines) > 1:  # the rest again, narrower: it hangs `hang` columns further in
             rest = body[len(lines[0].plain):]
             rest = rest[len(rest.plain) - len(rest.plain.lstrip()):]
@@ -237,7 +241,7 @@ class _Writer:
             pad = indent + (hang if number else 0)
             self.console.print(self._text(" " * pad) + part, soft_wrap=True)
 
-    def text(self) -> Any:
+    def text(self) -> Text:
         return self._text()
 
 
@@ -353,7 +357,7 @@ def verdict_line(report: Report, counts: dict[str, int] | None = None) -> tuple[
     return verdict["worst"], text
 
 
-def write(report: Report, console: Any, verbose: bool = False) -> None:
+def write(report: Report, console: Console, verbose: bool = False) -> None:
     """Draw the report on a rich Console."""
     out = _Writer(console)
     if report.facts.get("fleet"):  # compare / --distributed: many nodes, no single environment to name
@@ -376,7 +380,7 @@ def write(report: Report, console: Any, verbose: bool = False) -> None:
         out.line("-v: the evidence; `envdoctor explain RULE`: why it matters.", style="dim")
 
 
-def _write_renderables(out: _Writer, items: Iterable[Any]) -> None:
+def _write_renderables(out: _Writer, items: Iterable[RenderableType]) -> None:
     """Lines of text through the writer (their wrapped lines indented), tables and the like as they are."""
     for item in items:
         if isinstance(item, out.text().__class__):
@@ -445,8 +449,8 @@ def _write_errors(out: _Writer, report: Report) -> None:
         out.line(f"… {len(report.errors) - MAX_ITEMS} more", indent=2)
 
 
-def make_console(file: Any = None, width: int | None = None, record: bool = False,
-                 color: bool | None = None) -> Any:
+def make_console(file: IO[str] | None = None, width: int | None = None, record: bool = False,
+                 color: bool | None = None) -> Console:
     """A rich Console that never reads markup or emoji codes in what it prints."""
     from rich.console import Console
 

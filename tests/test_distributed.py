@@ -240,3 +240,20 @@ def test_every_rank_exits_with_rank_0s_exit_code(tmp_path: Path) -> None:
     assert low["evidence"]["soft_limit"] == 1024 and low["evidence"]["ranks"] == [0, 1]
     assert (ranks[0].returncode, ranks[1].returncode) == (1, 1), (err0[-2000:], err1[-2000:])
     assert out1 == "" and "Traceback" not in err0 + err1
+
+
+def test_under_srun_alone_the_ranks_come_from_slurm() -> None:
+    from envdoctor.fleet.distributed import launcher_environment
+
+    slurm = {"SLURM_JOB_ID": "1234", "SLURM_STEP_ID": "2", "SLURM_PROCID": "5", "SLURM_STEP_NUM_TASKS": "6",
+             "SLURM_LOCALID": "1", "SLURM_NODEID": "2", "SLURM_STEP_NODELIST": "gpu[07-09]"}
+    placement = launcher_environment(slurm)
+    assert (placement["rank"], placement["world_size"], placement["local_rank"], placement["node_rank"]) == \
+        (5, 6, 1, 2)
+    assert placement["run_id"] == "slurm-1234.2"
+    assert placement["environ"] == {"RANK": "5", "WORLD_SIZE": "6", "MASTER_ADDR": "gpu07", "MASTER_PORT": "21234"}
+    # MASTER_ADDR and MASTER_PORT given in the job script win; torchrun's RANK is never overridden.
+    given = launcher_environment({**slurm, "MASTER_ADDR": "10.0.0.7", "MASTER_PORT": "29501"})
+    assert given["environ"]["MASTER_ADDR"] == "10.0.0.7" and given["environ"]["MASTER_PORT"] == "29501"
+    torchrun = launcher_environment({**slurm, "RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "h", "MASTER_PORT": "1"})
+    assert (torchrun["rank"], torchrun["world_size"]) == (0, 2)

@@ -162,7 +162,8 @@ class Config:
     format: str = choice("text", FORMATS, "--format", group=OUTPUT, shortcuts={"--json": "json"},
                          help="output format")
     output: str | None = text("-o", "--output", metavar="FILE", group=OUTPUT, in_pyproject=False,
-                              help="write the report to FILE instead of standard output")
+                              help="write the report to FILE instead of standard output "
+                                   "(placeholders such as {node} and {rank} are filled in: docs/clusters.md)")
     verbose: bool = switch("-v", "--verbose", group=OUTPUT, help="show each finding's evidence")
     svg: str | None = text("--svg", metavar="FILE", group=OUTPUT, in_pyproject=False,
                            help="also save the text report as an SVG picture")

@@ -78,3 +78,9 @@ def test_development_names_the_quick_tier_as_the_test_command_less_the_slow_test
     _, tests = _readme_commands()
     quick = f'{tests[-1]} -m "not slow"'
     assert f"\n{quick}\n" in README.read_text(encoding="utf-8"), f"README.md does not show the quick tier as {quick!r}"
+
+
+def test_the_cache_provider_is_on_so_last_failed_reruns_only_the_failures(pytestconfig) -> None:  # type: ignore[no-untyped-def]
+    """`pytest --lf` reruns what failed last; with the cache provider off it silently ran everything."""
+    assert pytestconfig.pluginmanager.has_plugin("cacheprovider")
+    assert "no:cacheprovider" not in " ".join(pytestconfig.getini("addopts"))

@@ -32,6 +32,18 @@ def loader_report(*args: str, env: dict[str, str] | None = None, prefix_cmd: tup
     return json_report(proc), wall, proc
 
 
+def stage_bound(budget_s: float) -> float:
+    """The most `envdoctor loader --budget B` may take, seen from the test: only what the code enforces — the
+    stage's deadline (B + STAGE_GRACE_S, the supervisor's) and, when the stage was cut while importing torch,
+    the torch probe's second try (limited to max(B, MIN_SHARED_TIMEOUT_S)) — with slack derived from those
+    (half as much again, for the interpreters a busy machine starts slowly), never a time measured here."""
+    from envdoctor.facts.torch import MIN_SHARED_TIMEOUT_S
+    from envdoctor.loader.supervisor import STAGE_GRACE_S
+
+    enforced = budget_s + STAGE_GRACE_S + max(budget_s, MIN_SHARED_TIMEOUT_S)
+    return 1.5 * enforced
+
+
 def assert_nothing_left(report: dict[str, Any], shm_before: set[str]) -> None:
     """No process of the runner's group survives, and no torch segment was added to /dev/shm. A zombie
     (dead, its pid not yet reaped by init, which this sandbox does late) is no survivor."""

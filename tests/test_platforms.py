@@ -112,7 +112,12 @@ def test_full_check_runs_the_smoke_test_without_fork_or_process_groups(platform:
     assert proc.returncode in (0, 1), proc.stderr
     report = validate_report(json.loads(proc.stdout))
     assert not [e for e in report["errors"] if "loader" in json.dumps(e)], report["errors"]
-    assert report["loader"] is not None and report["loader"]["runs"], (report["loader"], report["errors"])
+    loader = report["loader"]
+    assert loader is not None and loader["failure"] is None, (loader, report["errors"])
+    # How far 8 s get is the machine's speed (a busy one may spend them importing torch under spawn): either the
+    # sweep measured, or the stage said the budget ran out and ended cleanly; never a crash.
+    skipped = " ".join(s["reason"] for s in loader["skipped"])
+    assert loader["runs"] or "budget" in skipped, loader
 
 
 # --- the loader supervisor's Windows paths, on this machine ---------------------------------------

@@ -257,3 +257,26 @@ def test_rules_and_explain_follow_the_terminals_width_and_80_without_one():
     for args in (("rules",), ("explain", "PKG012")):
         piped = run_cli(*args, env={**_env(), "COLUMNS": "200"}).stdout  # not a terminal: plain 80
         assert 70 < _widest(piped) <= 80, args
+
+
+def test_one_set_of_numbers_each_saying_what_it_is_and_no_header_cut():
+    """The table's samples/s are the sweep's medians and say so; the recommendation says whether its figure is
+    the sweep's or the paired windows' median; at 60 columns no column header is cut and the title never
+    splits a figure from its unit."""
+    runs = [{"num_workers": 0, "samples_per_s": 5801.2, "first_batch_s": 0.066, "spread": 0.02},
+            {"num_workers": 1, "samples_per_s": 6725.0, "first_batch_s": 0.51, "spread": 0.2}]
+    paired = {**recommendation(1, 6120.0), "paired_windows": 3, "gain": 1.21, "gain_interval": [1.05, 1.4]}
+    loader = loader_section(runs=runs, recommendation=paired, dataset="synthetic 3x64x64 images with a blur",
+                            batch_size=32, start_method="fork", wall_s=14.1)
+    for width in (60, 80):
+        lines = render(_report(loader=loader), width=width).splitlines()
+        text = "\n".join(lines)
+        assert "samples/s: sweep median" in text and "6,120\u00a0samples/s (paired median" in text, text
+        assert "6,725" in text and "6725" not in text
+        header = next(line for line in lines if "workers" in line and "samples/s" in line)
+        assert "first s" in header and "…" not in header, header
+        title = next(i for i, line in enumerate(lines) if line.startswith("DataLoader smoke test"))
+        joined = " ".join(lines[title:title + 3])
+        assert "14.1\u00a0s" in joined and "batch_size\u00a032" in joined, lines[title:title + 3]
+    unpaired = loader_section(runs=runs, recommendation=recommendation(1, 6725.0))
+    assert "6,725\u00a0samples/s (sweep median)" in render(_report(loader=unpaired))

@@ -250,7 +250,7 @@ def word_spans(plain: str, width: int, rest_width: int) -> list[tuple[int, int]]
     spans: list[tuple[int, int]] = []
     start: int | None = None
     end = used = 0
-    for word in re.finditer(r"\S+", plain):
+    for word in re.finditer(r"[^ \t\n]+", plain):  # a no-break space (a figure and its unit) holds a word together
         room = max(20, width if not spans else rest_width)
         if start is None:
             start = 0  # the first line keeps its leading spaces

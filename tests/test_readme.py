@@ -7,6 +7,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
+
 README = Path(__file__).resolve().parents[1] / "README.md"
 CI = README.parent / ".ci" / "run"
 #: The README is the first five minutes; the rest lives in docs/.
@@ -110,3 +112,13 @@ def test_ci_runs_every_command_most_people_need_on_the_fresh_venv() -> None:
     ci = _ci_commands()
     run_them = ".venv/bin/python scripts/readme_commands.py .venv --clean"
     assert run_them in ci and ci.index(".venv/bin/envdoctor check") + 1 == ci.index(run_them), ci
+
+
+@pytest.mark.slow
+def test_every_command_most_people_need_runs_here(tmp_path: Path) -> None:
+    """The same script CI runs on the README's fresh venv, here on the suite's own: every line ends with an exit
+    code its docs allow and no traceback (the "clean venv" check is CI's: this venv holds the test extras)."""
+    import sys
+
+    failures = _readme_script().run_all(Path(sys.prefix), clean=False)
+    assert failures == [], "\n".join(failures)

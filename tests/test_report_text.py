@@ -280,3 +280,23 @@ def test_one_set_of_numbers_each_saying_what_it_is_and_no_header_cut():
         assert "14.1\u00a0s" in joined and "batch_size\u00a032" in joined, lines[title:title + 3]
     unpaired = loader_section(runs=runs, recommendation=recommendation(1, 6725.0))
     assert "6,725\u00a0samples/s (sweep median)" in render(_report(loader=unpaired))
+
+
+def test_the_explanation_is_told_once_per_report():
+    """The bottleneck's reason and the paired windows' verdict, which DL003 and DL005 already give in full, are
+    not told again under the curve: the summary points at the finding instead."""
+    reason = ("__getitem__ takes 24% of the 4.37 ms each sample costs with num_workers=0: the time goes into "
+              "collating and moving batches of 1.5 MiB, not into making samples")
+    noisy = {**recommendation(0, 229.0), "trust": "too-noisy", "candidate_num_workers": 1, "paired_windows": 3,
+             "gain": 1.91, "gain_interval": [0.44, 8.29], "basis": "current"}
+    loader = loader_section(bottleneck="ipc", bottleneck_reason=reason, recommendation=noisy)
+    dl003 = Finding(rule="DL003", name="getitem-slow", severity=Severity.INFO, message=f"workers do not help ({reason})")
+    dl005 = Finding(rule="DL005", name="loader-settings", severity=Severity.INFO,
+                    message="num_workers=1 measured best in the sweep, but re-measured in 3 interleaved paired "
+                            "windows against your setting: 1.91× (95% interval 0.44–8.29); keep your settings")
+    text = " ".join(line.strip() for line in render(_report(findings=[dl003, dl005], loader=loader)).splitlines())
+    assert text.count("collating and moving batches of 1.5 MiB") == 1, text
+    assert "bottleneck: ipc (DL003 above says why)" in text
+    assert text.count("95% interval 0.44–8.29") == 1 and "DL005 above says why" in text
+    alone = " ".join(line.strip() for line in render(_report(loader=loader)).splitlines())
+    assert reason in alone and "0.44–8.29" in alone  # without the findings, the summary tells it all

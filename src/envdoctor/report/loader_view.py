@@ -8,6 +8,7 @@ it) and as Markdown (CI job summaries).
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, cast
 
 from envdoctor.facts.loader import LoaderReport, Recommendation, RunFacts
@@ -105,8 +106,17 @@ def _recommendation_line(rec: Recommendation) -> str:
     return text
 
 
-def _summary_lines(loader: LoaderReport) -> list[tuple[str, str]]:
-    """(label, text) pairs shown under the curve."""
+def _said_by(text: str | None, said: Mapping[str, str]) -> str | None:
+    """The rule whose finding, shown above, already holds `text` word for word (the explanation, once)."""
+    if not text:
+        return None
+    return next((rule for rule, message in said.items() if text in message), None)
+
+
+def _summary_lines(loader: LoaderReport, said: Mapping[str, str] | None = None) -> list[tuple[str, str]]:
+    """(label, text) pairs shown under the curve; `said` (rule → the messages shown above) keeps an explanation
+    a finding already gave from being told again."""
+    said = said or {}
     lines: list[tuple[str, str]] = []
     failure = loader.get("failure")
     if failure:
@@ -124,10 +134,14 @@ def _summary_lines(loader: LoaderReport) -> list[tuple[str, str]]:
     bottleneck = loader.get("bottleneck")
     if bottleneck is not None:
         reason = loader.get("bottleneck_reason")
-        lines.append(("bottleneck", f"{bottleneck}" + (f" — {reason}" if reason else "")))
+        told = _said_by(reason, said)
+        lines.append(("bottleneck", f"{bottleneck}" + (f" — {reason}" if reason and not told else
+                                                      f" ({told} above says why)" if told else "")))
     rec = loader.get("recommendation")
     if rec:
-        lines.append(("recommended", _recommendation_line(rec)))
+        told = "DL005" if rec.get("trust") in ("too-noisy", "loss") and "DL005" in said else None
+        lines.append(("recommended", f"keep your settings ({settings_line(rec)}): DL005 above says why" if told
+                      else _recommendation_line(rec)))
     if loader.get("procs_per_node", 1) > 1:
         lines.append(("cpus", f"{loader.get('usable_cpus')} usable CPU(s) per training process "
                               f"({loader.get('procs_per_node')} processes share the node)"))
@@ -173,8 +187,9 @@ def _which_median(rec: Recommendation) -> str:
     return "paired median" if rec.get("paired_windows") else SWEEP_MEDIAN
 
 
-def loader_renderables(report_loader: LoaderReport | dict[str, Any]) -> list[Any]:
-    """The smoke test for a rich console: the curve as a table, then the summary."""
+def loader_renderables(report_loader: LoaderReport | dict[str, Any], said: Mapping[str, str] | None = None
+                       ) -> list[Any]:
+    """The smoke test for a rich console: the curve as a table, then the summary (`said`: see _summary_lines)."""
     loader = cast(LoaderReport, report_loader)  # the report's `loader` object: the facts and the verdict
     from rich import box
     from rich.table import Table
@@ -197,7 +212,7 @@ def loader_renderables(report_loader: LoaderReport | dict[str, Any]) -> list[Any
         table.add_row(*row[:4], Text(row[4], style="green" if style else "blue"), row[5], style=style)
     out: list[Any] = [Text(_title(loader, NO_BREAK), style="bold"), table, Text(CAPTION)] if loader.get("runs") \
         else []
-    for label, text in _summary_lines(loader):
+    for label, text in _summary_lines(loader, said):
         styled = Text()
         styled.append(f"{label}: ", style="bold red" if label == "failure" else "bold")
         styled.append(text)

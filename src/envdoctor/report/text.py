@@ -483,7 +483,10 @@ def write(report: Report, console: Any, verbose: bool = False) -> None:
         from envdoctor.report.loader_view import loader_renderables
 
         out.line()
-        for item in loader_renderables(clean_tree(report.loader)):
+        said: dict[str, str] = {}
+        for finding in report.findings[:GROUP_LIMIT * BLOCK_LIMIT]:
+            said[finding.rule] = said.get(finding.rule, "") + " " + finding.message
+        for item in loader_renderables(clean_tree(report.loader), said):
             if isinstance(item, out.text().__class__):  # a summary line: wrapped lines indented
                 out.line(item)
             else:

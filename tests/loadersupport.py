@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import psutil
+import pytest
 
 from envdoctor.inside.loader_knee import MIN_PAIRS
 from support import json_report, leftover_children, run_envdoctor, shm_left, shm_names
@@ -29,7 +30,26 @@ def loader_report(*args: str, env: dict[str, str] | None = None, prefix_cmd: tup
                          prefix_cmd=prefix_cmd)
     wall = time.monotonic() - start
     assert proc.returncode in (0, 1), f"exit {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
-    return json_report(proc), wall, proc
+    report = json_report(proc)
+    skip_if_torch_outlasted_the_budget(report["loader"], wall)
+    return report, wall, proc
+
+
+#: How the stage says the target's `import torch` took the whole budget (envdoctor.loader's skip reason).
+TORCH_IMPORT_CUT = "importing torch did not finish within the "
+
+
+def skip_if_torch_outlasted_the_budget(loader: dict[str, Any] | None, wall: float) -> None:
+    """A machine too busy to import torch within the budget leaves nothing to assert about the curve: how long
+    the import takes is this machine's speed, not envdoctor's. What envdoctor promises is still checked — the
+    stage ended within the budget it enforces and said why — and the test is skipped, saying so."""
+    skipped = [s["reason"] for s in (loader or {}).get("skipped") or [] if s.get("what") == "smoke test"]
+    cut = next((reason for reason in skipped if reason.startswith(TORCH_IMPORT_CUT)), None)
+    if cut is None:
+        return
+    assert loader is not None and loader["runner"]["killed_for"] == "budget", loader
+    assert wall < stage_bound(float(loader["budget_s"])), wall
+    pytest.skip(f"this machine is too busy to import torch within the budget ({cut}); the stage ended within it")
 
 
 def stage_bound(budget_s: float) -> float:

@@ -9,7 +9,7 @@ import pytest
 
 from envdoctor.loader.progress import describe, showing_progress
 from envdoctor.report.loader_view import loader_markdown, loader_renderables
-from loadersupport import FIXTURES_DIR, assert_nothing_left, dump, loader_report, shm_torch_segments, stage_bound
+from loadersupport import FIXTURES_DIR, TORCH_IMPORT_CUT, assert_nothing_left, dump, loader_report, shm_torch_segments, stage_bound
 from support import findings, json_report, run_envdoctor
 
 pytestmark = [pytest.mark.standalone]
@@ -82,6 +82,8 @@ def test_text_report_and_svg_show_the_curve(tmp_path: Path) -> None:
     svg = tmp_path / "loader.svg"
     proc = run_envdoctor("loader", "--budget", "6", "--svg", str(svg), cwd=str(FIXTURES_DIR))
     assert proc.returncode in (0, 1), proc.stderr
+    if TORCH_IMPORT_CUT in proc.stdout:  # the machine's speed, not envdoctor's: nothing measured to draw
+        pytest.skip(f"this machine is too busy to import torch within the 6 s budget: {proc.stdout.strip()[-200:]}")
     assert "DataLoader smoke test" in proc.stdout
     assert "samples/s" in proc.stdout and "knee" in proc.stdout
     picture = svg.read_text(encoding="utf-8")

@@ -228,8 +228,12 @@ class _Writer:
     def line(self, text: Any = "", indent: int = 0, style: str = "", hang: int = 2) -> None:
         body = text if not isinstance(text, str) else self._text(text, style=style)
         width = max(20, self.console.width - indent)
-        lines = [body[start:end] for start, end in word_spans(body.plain, width, width - hang)]
-        for number, part in enumerate(lines or [body]):
+        lines: list[Any] = []
+        for paragraph in body.split("\n") if "\n" in body.plain else [body]:  # a line break stays one
+            room = width if not lines else width - hang
+            lines += [paragraph[start:end] for start, end in word_spans(paragraph.plain, room, width - hang)] or \
+                [paragraph]
+        for number, part in enumerate(lines):
             part.rstrip()
             pad = indent + (hang if number else 0)
             self.console.print(self._text(" " * pad) + part, soft_wrap=True)

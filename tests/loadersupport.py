@@ -52,6 +52,23 @@ def skip_if_torch_outlasted_the_budget(loader: dict[str, Any] | None, wall: floa
     pytest.skip(f"this machine is too busy to import torch within the budget ({cut}); the stage ended within it")
 
 
+def skip_if_the_budget_ran_out(loader: dict[str, Any], *what: str) -> None:
+    """How far a sweep gets within its budget is this machine's speed: when the stage skipped `what` (e.g.
+    "num_workers=1") or every run because the budget was spent (less than a quarter left: a skip with most of it
+    unused is envdoctor's fault and still fails), there is nothing to assert about it; the test is skipped,
+    saying so (the stage's own promises — within its budget, nothing left — are asserted before)."""
+    import re
+
+    def spent(reason: str) -> bool:  # the budget was used up: not skipped up front with most of it unused
+        left = re.search(r"not enough of the budget left \((\d+(?:\.\d+)?) s", reason)
+        return left is not None and float(left.group(1)) < 0.25 * float(loader.get("budget_s") or 0)
+
+    cut = [f"{s['what']}: {s['reason']}" for s in loader.get("skipped") or []
+           if spent(s["reason"]) and (s["what"] in what or not loader.get("runs"))]
+    if cut:
+        pytest.skip(f"this machine is too busy for the budget: {'; '.join(cut)}")
+
+
 def stage_bound(budget_s: float) -> float:
     """The most `envdoctor loader --budget B` may take, seen from the test: only what the code enforces — the
     stage's deadline (B + STAGE_GRACE_S, the supervisor's) and, when the stage was cut while importing torch,

@@ -26,8 +26,11 @@ process that lost it), and `_Tracker` finds the command's processes by it,
 by the process tree seen while sampling, by the Python processes that loaded
 the bootstrap, and by the sessions and process groups they started; the
 stop ends them all, SIGTERM then SIGKILL, and looks again until none is
-left. A process that cleared its whole environment and left the tree before
-a sample saw it is beyond this (a cgroup would hold it; one is not used).
+left. On Linux envdoctor is also the command's subreaper (`prctl
+PR_SET_CHILD_SUBREAPER`), so a daemon that double-forks is re-parented to
+envdoctor, not to init, and stays in its tree whatever its environment. A
+process that escapes all of these (a subreaper of its own, on another
+platform a cleared environment) is beyond this; a cgroup is not used.
 When the command ends by itself, what it chose to leave running is its own.
 """
 from __future__ import annotations
@@ -167,6 +170,7 @@ class _Sampler(threading.Thread):
 
         now = time.time()
         cpu: dict[tuple[int, float], float] = {}
+        _reap_orphans(self.root_pid)
         for proc in self.tree():
             with contextlib.suppress(psutil.Error):
                 with proc.oneshot():
@@ -289,6 +293,8 @@ class _Tracker:
 
         me = os.getpid()
         found: dict[int, Any] = {}
+        with contextlib.suppress(psutil.Error):  # the daemons re-parented to envdoctor, its subreaper
+            found.update((p.pid, p) for p in psutil.Process(me).children(recursive=True))
         for pid, proc in list(self.sampler.seen.items()):
             with contextlib.suppress(psutil.Error):
                 if proc.is_running():
@@ -307,6 +313,33 @@ class _Tracker:
         for ancestor in _ancestors():
             found.pop(ancestor, None)
         return list(found.values())
+
+
+def become_subreaper() -> bool:
+    """Linux: orphans of the command are re-parented to envdoctor rather than init (so they stay findable)."""
+    if not sys.platform.startswith("linux"):
+        return False
+    import ctypes
+
+    pr_set_child_subreaper = 36
+    try:
+        return int(ctypes.CDLL(None, use_errno=True).prctl(pr_set_child_subreaper, 1, 0, 0, 0)) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def _reap_orphans(command_pid: int) -> None:
+    """Reap the orphans of the command that died after being re-parented to envdoctor (its subreaper), so
+    that none stays a zombie while the run goes on; never the command itself (its status is Popen's)."""
+    if not sys.platform.startswith("linux"):
+        return
+    import psutil
+
+    with contextlib.suppress(psutil.Error):
+        for child in psutil.Process().children():
+            with contextlib.suppress(psutil.Error, ChildProcessError, OSError):
+                if child.pid != command_pid and child.status() == psutil.STATUS_ZOMBIE:
+                    os.waitpid(child.pid, os.WNOHANG)
 
 
 def _ancestors() -> set[int]:
@@ -386,6 +419,7 @@ def run_command(argv: Sequence[str], plan: Mapping[str, Any], *, stop: bool = Fa
     started = time.monotonic()
     try:
         env = child_environment(os.environ if environ is None else environ, events_dir, plan)
+        become_subreaper()
         try:
             proc = subprocess.Popen(list(argv), env=env)
         except OSError as exc:

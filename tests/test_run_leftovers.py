@@ -116,12 +116,16 @@ def test_sigterm_to_envdoctor_ends_the_command_and_its_daemon(tmp_path: Path, sp
     pidfile = tmp_path / "daemon.pid"
     proc = subprocess.Popen(envdoctor_argv("run", "--", sys.executable, str(spawner), str(pidfile)),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=str(tmp_path),
-                            start_new_session=True, env={**os.environ, "CLEAR_ENV": clear_env})
+                            start_new_session=True, env={**os.environ, "CLEAR_ENV": clear_env, "PYTHONFAULTHANDLER": "1"})
     try:
         assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
         daemon = _daemon(pidfile)
         proc.send_signal(signal.SIGTERM)
-        _, err = proc.communicate(timeout=60)
+        try:
+            _, err = proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGABRT)  # PYTHONFAULTHANDLER: where it waits, every thread
+            pytest.fail(f"envdoctor run did not end after SIGTERM:\n{proc.communicate()[1]}")
         assert proc.returncode == 128 + signal.SIGTERM, err  # the command's status, as before
         assert _gone(daemon, 0.5), "the daemon outlived envdoctor run stopped by SIGTERM"
     finally:

@@ -231,18 +231,28 @@ STOPPING = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP", "SIGINT
 
 
 @contextlib.contextmanager
-def _forwarding(proc: subprocess.Popen[bytes], run: CommandRun | None = None) -> Iterator[None]:
+def _forwarding(run: CommandRun | None = None) -> Iterator[Callable[[subprocess.Popen[bytes]], None]]:
     """Hand signals on to the command while it runs; put the old handlers back after.
 
-    A signal that stops envdoctor is noted in `run.stopped_by`: once the command has ended,
+    Entered before the command starts, so that a signal in between is not lost (it would end envdoctor
+    and leave the command running): it waits, and reaches the command once the yielded `started(proc)`
+    is called. A signal that stops envdoctor is noted in `run.stopped_by`: once the command has ended,
     whatever it left running is ended too.
     """
+    target: list[subprocess.Popen[bytes]] = []
+    pending: list[int] = []
+
+    def send(signum: int) -> None:
+        if not target:
+            pending.append(signum)
+            return
+        with contextlib.suppress(ProcessLookupError, OSError):
+            target[0].send_signal(signum)
 
     def forward(signum: int, frame: Any) -> None:
         if run is not None and signum in STOPPING:
             run.stopped_by = signum
-        with contextlib.suppress(ProcessLookupError, OSError):
-            proc.send_signal(signum)
+        send(signum)
 
     def interrupt(signum: int, frame: Any) -> None:
         # From a terminal, Ctrl-C already reached the command (it shares our process group);
@@ -252,13 +262,18 @@ def _forwarding(proc: subprocess.Popen[bytes], run: CommandRun | None = None) ->
         if not _terminal_foreground():
             forward(signum, frame)
 
+    def started(proc: subprocess.Popen[bytes]) -> None:
+        target.append(proc)
+        while pending:
+            send(pending.pop(0))
+
     previous: dict[int, Any] = {}
     if threading.current_thread() is threading.main_thread():
         for signum in FORWARDED:
             previous[signum] = signal.signal(signum, forward)
         previous[signal.SIGINT] = signal.signal(signal.SIGINT, interrupt)
     try:
-        yield
+        yield started
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
@@ -410,6 +425,29 @@ def window_closed(events: Sequence[Mapping[str, Any]]) -> bool:
     return bool(iterating) and iterating <= closed
 
 
+def _observe(proc: subprocess.Popen[bytes], run: CommandRun, sampler: _Sampler, events_dir: str,
+             offsets: dict[str, int], stop: bool, on_window: Callable[[CommandRun], None] | None) -> None:
+    """Read the events until the command ends (with `stop`: end it once its window closed)."""
+    announced = False
+    while True:
+        try:
+            proc.wait(timeout=0.25)
+            break
+        except subprocess.TimeoutExpired:
+            pass
+        run.events += read_events(events_dir, offsets)
+        if not announced and window_closed(run.events):
+            announced = True
+            run.loaded = _read_loaded(events_dir)
+            if stop:
+                run.stopped = True
+                _end_tree(proc, sampler)
+                break
+            if on_window is not None:
+                on_window(run)
+    run.returncode = proc.wait()
+
+
 def run_command(argv: Sequence[str], plan: Mapping[str, Any], *, stop: bool = False,
                 environ: Mapping[str, str] | None = None, usable_cpus: int = 1,
                 on_window: Callable[[CommandRun], None] | None = None) -> CommandRun:
@@ -420,37 +458,20 @@ def run_command(argv: Sequence[str], plan: Mapping[str, Any], *, stop: bool = Fa
     try:
         env = child_environment(os.environ if environ is None else environ, events_dir, plan)
         become_subreaper()
-        try:
-            proc = subprocess.Popen(list(argv), env=env)
-        except OSError as exc:
-            run.start_error = f"{argv[0]}: {exc.strerror or exc}"
-            run.returncode = 127 if isinstance(exc, FileNotFoundError) else 126
-            return run
-        sampler = _Sampler(proc.pid, run)
-        sampler.start()
-        tracker = _Tracker(sampler, events_dir)
-        offsets: dict[str, int] = {}
-        announced = False
-        with _forwarding(proc, run):
-            while True:
-                try:
-                    proc.wait(timeout=0.25)
-                    break
-                except subprocess.TimeoutExpired:
-                    pass
-                run.events += read_events(events_dir, offsets)
-                if not announced and window_closed(run.events):
-                    announced = True
-                    run.loaded = _read_loaded(events_dir)
-                    if stop:
-                        run.stopped = True
-                        _end_tree(proc, sampler)
-                        break
-                    if on_window is not None:
-                        on_window(run)
-            run.returncode = proc.wait()
+        with _forwarding(run) as forward_to:
+            try:
+                proc = subprocess.Popen(list(argv), env=env)
+            except OSError as exc:
+                run.start_error = f"{argv[0]}: {exc.strerror or exc}"
+                run.returncode = 127 if isinstance(exc, FileNotFoundError) else 126
+                return run
+            forward_to(proc)
+            sampler = _Sampler(proc.pid, run)
+            sampler.start()
+            offsets: dict[str, int] = {}
+            _observe(proc, run, sampler, events_dir, offsets, stop, on_window)
             if run.stopped or run.stopped_by is not None:  # still forwarding: a second signal is not lost
-                run.ended_leftovers = end_everything(tracker)
+                run.ended_leftovers = end_everything(_Tracker(sampler, events_dir))
         sampler.halt.set()
         sampler.join(timeout=5)
         run.events += read_events(events_dir, offsets)

@@ -458,8 +458,10 @@ def trusted_projects_file() -> Path:
 
     if sys.platform == "win32" and os.environ.get("APPDATA"):
         base = Path(os.environ["APPDATA"])
+    elif os.environ.get("XDG_CONFIG_HOME"):
+        base = Path(os.environ["XDG_CONFIG_HOME"])
     else:
-        base = Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config")
+        base = Path(os.path.expanduser("~")) / ".config"  # no home at all: "~", a file that is not there
     return base / "envdoctor" / TRUSTED_PROJECTS_FILE
 
 

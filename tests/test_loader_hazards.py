@@ -172,6 +172,25 @@ def test_the_walk_tells_open_handles_by_what_they_are(tmp_path: Path) -> None:
         queue.close()
 
 
+class _Proxy:
+    """Answers every attribute, as an RPC client does: the walk must call none of them."""
+
+    def __init__(self) -> None:
+        self.called: list[str] = []
+
+    def __getattr__(self, name: str) -> Any:
+        def call(*args: Any, **kwargs: Any) -> int:
+            self.called.append(name)
+            return 7
+        return call
+
+
+def test_the_walk_calls_nothing_a_proxy_makes_up() -> None:
+    proxy = _Proxy()
+    assert loader_hazards.walk([("dataset", _Holder(client=proxy))])["handles"] == []
+    assert proxy.called == []
+
+
 def test_the_walk_sizes_python_containers_and_stays_bounded() -> None:
     records = [(f"/data/{i:08d}.jpg", i) for i in range(50_000)]
     nested = _Holder(index={"train": records, "names": {str(i): i for i in range(20_000)}})

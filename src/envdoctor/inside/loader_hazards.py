@@ -100,7 +100,12 @@ def _stdlib_handle(obj: Any) -> tuple[str, str | None] | None:
 
 
 def _live_fd(obj: Any) -> int | None:
-    """The descriptor `obj.fileno()` answers, when it is a live one (not a standard stream)."""
+    """The descriptor `obj.fileno()` answers, when it is a live one (not a standard stream).
+
+    Only a `fileno` its class defines is called: a proxy whose `__getattr__` answers every name (an RPC
+    client, a mock) must not be made to call out."""
+    if not callable(getattr(type(obj), "fileno", None)):
+        return None
     fileno = getattr(obj, "fileno", None)
     if not callable(fileno) or getattr(obj, "closed", False) is True:
         return None

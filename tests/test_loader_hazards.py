@@ -27,7 +27,7 @@ from envdoctor.config import Config
 from envdoctor.engine import run_check
 from envdoctor.facts import Facts
 from envdoctor.inside import loader_hazards
-from envdoctor.rules.loader.memory import MIN_GROWTH_BYTES, PYTHON_SHARE
+from envdoctor.rules.loader.memory import MIN_GROWTH_BYTES, MIN_OBSERVED_BYTES, PYTHON_SHARE
 from loadersupport import assert_nothing_left, dump, loader_report, shm_torch_segments
 from support import findings
 
@@ -54,7 +54,7 @@ def test_python_objects_make_forked_workers_grow() -> None:
     memory = report["loader"]["memory"]
     assert memory["num_workers"] == 2 and memory["start_method"] == "fork", dump(report)
     # The workers' private memory really grew with the samples they read.
-    assert all(w["uss_end_bytes"] - w["uss_start_bytes"] > 1 * MIB for w in memory["workers"]), memory
+    assert all(w["uss_end_bytes"] - w["uss_start_bytes"] >= MIN_OBSERVED_BYTES for w in memory["workers"]), memory
     (hit,) = findings(report, "DL010")
     evidence = hit["evidence"]
     assert evidence["container"] == {**evidence["container"], "path": "dataset.records", "type": "list",

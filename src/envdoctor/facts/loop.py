@@ -16,7 +16,7 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any, TypedDict
 
-from envdoctor.redact import redact_environ, redact_text
+from envdoctor.redact import redact_command, redact_environ
 
 
 class LoopSettings(TypedDict, total=False):
@@ -106,27 +106,8 @@ def gather_loop(facts: Any) -> LoopFacts | None:
 
 
 def redacted_command(argv: Sequence[str]) -> list[str]:
-    """The command line as a report shows it: `--hf-token X` and `--password=X` lose their values too."""
-    from envdoctor.redact import REDACTED, looks_secret
-
-    shown: list[str] = []
-    hide_next = False
-    for arg in argv:
-        if hide_next:
-            shown.append(REDACTED)
-            hide_next = False
-            continue
-        if arg.startswith("-") and len(arg) > 1:
-            name, eq, _value = arg.lstrip("-").partition("=")
-            if looks_secret(name.replace("-", "_").upper()):
-                if eq:
-                    shown.append(f"{arg[: len(arg) - len(_value)]}{REDACTED}")
-                else:
-                    shown.append(arg)
-                    hide_next = True
-                continue
-        shown.append(redact_text(arg))
-    return shown
+    """The command line as a report shows it: secrets redacted by option name and by shape (envdoctor.redact)."""
+    return redact_command(argv)
 
 
 def _loader_row(event: Mapping[str, Any]) -> LoopLoader:

@@ -8,10 +8,11 @@ batches. Judged here, once, for every view:
   most steps: the training loader, not a short validation pass) and which
   process speaks for the run (rank 0, else the first);
 - the share of each step spent waiting, against `DATA_WAIT_SHARE`;
-- what num_workers would remove the wait (the fewest whose loading reaches
-  STEP_HEADROOM, 1.25×, what the step consumes, as the smoke test's own
-  consumer check asks), from a model of the loop that the
-  measurement fixes: with `num_workers=0` the main process loads a batch and
+- what num_workers would remove the wait: the one knee (`loader_knee.recommended`,
+  the rule the smoke test and its runner use: the fewest workers within 95% of
+  the best, or fewer when they already load STEP_HEADROOM, 1.25×, what the step
+  consumes) of the sweep a model of the loop predicts. The
+  measurement fixes the model: with `num_workers=0` the main process loads a batch and
   then runs the step, in turn, so a step costs wait + step; with N workers
   loading overlaps the step and a step costs max(step, load / N), where the
   load of one batch is what the main process waited for at 0 workers, or
@@ -27,7 +28,7 @@ from typing import Any, TypedDict
 
 from envdoctor.facts import Facts
 from envdoctor.facts.loop import LoopFacts, LoopLoader, LoopSettings
-from envdoctor.inside.loader_knee import STEP_HEADROOM
+from envdoctor.inside.loader_knee import measured, recommended
 from envdoctor.rules import Hit
 
 #: DL009 fires when the loop waits for data this share of each step or more. TensorBoard's profiler
@@ -36,8 +37,6 @@ from envdoctor.rules import Hit
 #: pinning: about 0.5 ms on a 20 ms step), so a loop whose workers do keep up stays quiet. Below 10%
 #: removing the wait gives back at most 1.11× the steps per second.
 DATA_WAIT_SHARE = 0.10
-#: The recommendation is the smallest num_workers whose predicted steps/s reach this share of the best.
-KNEE_SHARE = 0.95
 #: Worker counts the model considers beyond the user's own.
 MAX_WORKERS = 8
 
@@ -55,6 +54,14 @@ class LoopRecommendation(TypedDict):
     #: "unpaired" (predicted by the loop model, not yet measured), or the paired check's verdict.
     trust: str
     predicted_gain: float | None
+
+
+class ModelRun(TypedDict):
+    """One worker count of the loop model's predicted sweep, as `loader_knee` reads a run."""
+
+    num_workers: int
+    #: Batches/s the loader would deliver beside the step.
+    samples_per_s: float
 
 
 class LoopProcessRow(TypedDict):
@@ -114,24 +121,42 @@ def step_cpu_share(wait_s: float, step_s: float, cpus_busy: float | None) -> flo
     return min(1.0, max(0.0, cpus_busy * (wait_s + step_s) - wait_s) / step_s)
 
 
-def recommend(settings: Mapping[str, Any], wait_s: float, step_s: float, usable_cpus: int,
-              cuda: bool, cpus_busy: float | None = None) -> LoopRecommendation | None:
-    """The settings the loop model says remove the wait; None when no worker count would help.
+def model_runs(current: int, wait_s: float, step_s: float, usable_cpus: int,
+               cpus_busy: float | None = None) -> tuple[list[ModelRun], float, float]:
+    """The loop model's predicted sweep: a run per worker count the model considers, as the knee reads a sweep,
+    with the batch load time and the CPUs left for workers that predicted it.
 
-    `cpus_busy` is the CPUs one training process kept busy in the window (its share of the tree's).
+    A run's rate is batches/s (batch size 1 for the knee), as the smoke test measures a loader alone: 1 / load
+    at num_workers=0, min(N, worker CPUs) / load with N workers. The knee itself rates num_workers=0 as it
+    delivers in the loop, loading and stepping in turn (`loader_knee.in_loop_rate`: 1 / (load + step), what the
+    loop measures at 0 workers).
     """
-    current = int(settings.get("num_workers") or 0)
     load = batch_load_s(current, wait_s, step_s)
     main = step_cpu_share(wait_s, step_s, cpus_busy if current == 0 else None)
     worker_cpus = max(1.0, usable_cpus - main)
     candidates = range(0, max(current, min(MAX_WORKERS, int(round(worker_cpus + 0.49)))) + 1)
-    speed = {n: 1.0 / predicted_step_s(n, load, step_s, worker_cpus) for n in candidates}
-    # With headroom: the fewest workers that load STEP_HEADROOM × what the step consumes (a busier moment
-    # makes each sample dearer), else the knee of the prediction.
-    loading = {n: min(float(n), worker_cpus) / load if load > 0 else float("inf") for n in candidates if n}
-    pick = _pick(speed, loading, step_s)
-    now = 1.0 / (step_s + wait_s) if step_s + wait_s > 0 else speed[current]
-    gain = speed[pick] / now if now > 0 else None
+    runs: list[ModelRun] = [{"num_workers": n, "samples_per_s": max(1.0, min(float(n), worker_cpus)) / load}
+                            for n in candidates if load > 0]
+    return runs, load, worker_cpus
+
+
+def recommend(settings: Mapping[str, Any], wait_s: float, step_s: float, usable_cpus: int,
+              cuda: bool, cpus_busy: float | None = None) -> LoopRecommendation | None:
+    """The settings the loop model says remove the wait; None when no worker count would help.
+
+    The pick is the one knee (`loader_knee.recommended`) of the model's predicted sweep (`model_runs`), with the
+    measured step as its consumer. `cpus_busy` is the CPUs one training process kept busy in the window (its share of the tree's).
+    """
+    current = int(settings.get("num_workers") or 0)
+    runs, load, worker_cpus = model_runs(current, wait_s, step_s, usable_cpus, cpus_busy)
+    # The model already keeps to the CPUs left for workers: no run of it computes past them.
+    chosen, _ = recommended(runs, None, 1, step_s)
+    if chosen is None:
+        return None
+    pick = chosen["num_workers"]
+    now = 1.0 / (step_s + wait_s) if step_s + wait_s > 0 else 1.0 / predicted_step_s(current, load, step_s,
+                                                                                       worker_cpus)
+    gain = 1.0 / predicted_step_s(pick, load, step_s, worker_cpus) / now if now > 0 else None
     if pick == current or gain is None or gain < 1.0 + DATA_WAIT_SHARE / 2:
         return None
     return {"basis": "loop-model", "num_workers": pick, "prefetch_factor": 2 if pick else None,
@@ -144,35 +169,26 @@ def tuned(settings: Mapping[str, Any], wait_s: float, step_s: float, loader: Map
           cuda: bool) -> LoopRecommendation | None:
     """--tune: the recommendation from the smoke test of the very same loader, with the measured step as consumer.
 
-    Each measured worker count's batches/s, put in the loop: at num_workers=0 loading and the step take
-    turns (step + 1/rate), with workers they overlap (max(step, 1/rate)). None without measured runs.
+    The pick is the smoke test's own (`loader_knee.recommended` on its runs, its usable CPUs and batch size,
+    the measured step as consumer), so the report's DL findings and DL009 name the same num_workers. Its gain is
+    its batches/s put in the loop: at num_workers=0 loading and the step take turns (step + 1/rate), with workers
+    they overlap (max(step, 1/rate)). None without measured runs.
     """
     if not loader:
         return None
+    runs = measured(loader.get("runs") or [])
     size = loader.get("batch_size") or settings.get("batch_size") or 1
-    rates = {int(run["num_workers"]): float(run["samples_per_s"]) / size for run in loader.get("runs") or []
-             if run.get("samples_per_s")}
-    if not rates:
+    chosen, _ = recommended(runs, loader.get("usable_cpus") or 1, size, step_s)
+    if chosen is None:
         return None
-    in_loop = {n: 1.0 / (step_s + 1.0 / rate if n == 0 else max(step_s, 1.0 / rate)) for n, rate in rates.items()}
-    pick = _pick(in_loop, {n: rate for n, rate in rates.items() if n}, step_s)
-    gain = in_loop[pick] * (wait_s + step_s)
+    pick, rate = int(chosen["num_workers"]), float(chosen["samples_per_s"]) / size
+    gain = (wait_s + step_s) / (step_s + 1.0 / rate if pick == 0 else max(step_s, 1.0 / rate))
     if pick == int(settings.get("num_workers") or 0):
         return None
     return {"basis": "smoke-test", "num_workers": pick, "prefetch_factor": 2 if pick else None,
             "persistent_workers": pick > 0, "pin_memory": bool(cuda) or bool(settings.get("pin_memory")),
             "gain": round(gain, 2), "gain_interval": None, "paired_windows": 0, "trust": "unpaired",
             "predicted_gain": round(gain, 2)}
-
-
-def _pick(speed: Mapping[int, float], loading: Mapping[int, float], step_s: float) -> int:
-    """The fewest workers whose batches/s reach STEP_HEADROOM × the step's, else the smallest within
-    KNEE_SHARE of the best predicted steps/s."""
-    enough = [n for n, rate in loading.items() if rate * step_s >= STEP_HEADROOM]
-    if enough:
-        return min(enough)
-    best = max(speed.values())
-    return min(n for n, value in speed.items() if value >= KNEE_SHARE * best)
 
 
 def process_rows(section: LoopFacts) -> list[LoopProcessRow]:

@@ -457,9 +457,18 @@ def classify(section: LoaderFacts, usable_cpus: int, step_time_s: float | None) 
 
 
 def pair_ratios(paired: PairedFacts) -> list[float]:
-    """Each paired window's candidate throughput over the current one's (windows that measured both)."""
-    return [w["candidate_samples_per_s"] / w["current_samples_per_s"] for w in paired.get("windows", [])
-            if w["current_samples_per_s"] > 0 and w["candidate_samples_per_s"] > 0]
+    """Each paired window's candidate throughput over the current one's (windows that measured both).
+
+    The smoke test's windows count samples per second, `envdoctor run --prove`'s the batches per second of the
+    real loop (`*_batches_per_s`): a ratio is the same in either unit."""
+    ratios = []
+    for window in paired.get("windows", []):
+        rates: Any = window
+        unit = "samples" if "current_samples_per_s" in rates else "batches"
+        current, candidate = rates[f"current_{unit}_per_s"], rates[f"candidate_{unit}_per_s"]
+        if current > 0 and candidate > 0:
+            ratios.append(candidate / current)
+    return ratios
 
 
 def gain_interval(paired: PairedFacts) -> tuple[float, float, float] | None:

@@ -21,7 +21,6 @@ import importlib.util
 import os
 import stat
 import sys
-from collections import OrderedDict
 from pathlib import Path
 from typing import TypedDict
 
@@ -32,8 +31,6 @@ from envdoctor.analysis.spawn.syntax import source_lines
 from envdoctor.analysis.spawn.values import Module
 from envdoctor.collector import collector_paused
 
-#: Lines of the latest scripts' trees kept for a later script that imports them (about 1 KB a line).
-RECENT_LINES = 40_000
 #: Most modules read for one script (a monorepo must not turn one check into a crawl).
 MAX_MODULES = 400
 #: Markers of a repository's root, looked for up to this many folders above the script.
@@ -174,11 +171,6 @@ class SharedModules:
         self.modules: dict[tuple[str, str, bool], Module] = {}
         #: Parsed sources by real path: a file checked as a script and imported as a module is parsed once.
         self.parsed: dict[str, tuple[tuple[int, int], ast.Module]] = {}
-        #: The latest scripts' trees (not kept for good), newest last, up to RECENT_LINES lines in all:
-        #: a script that a later script of the same folder imports (`model.py` before `train.py`) is
-        #: not parsed again.
-        self.recent: OrderedDict[str, tuple[tuple[int, int], ast.Module, int]] = OrderedDict()
-        self.recent_lines = 0
         self.files = ProjectFiles()
         #: Freeze each kept tree out of the garbage collector (only inside gather_scripts' settled heap).
         self.freeze = False
@@ -194,22 +186,12 @@ class SharedModules:
         """
         key = self.files.real(path)
         known = self.parsed.get(key)
-        stamp = (len(text), hash(text))
-        if known is not None and known[0] == stamp:
+        if known is not None and known[0] == (len(text), hash(text)):
             return known[1]
-        recent = self.recent.pop(key, None)
-        if recent is not None:
-            self.recent_lines -= recent[2]
-            if recent[0] == stamp:
-                if keep:
-                    self.parsed[key] = (stamp, recent[1])
-                return recent[1]
         with collector_paused():  # the collections a tree's millions of allocations trigger find nothing
             tree = ast.parse(text, filename=path)
         if keep:
-            self.parsed[key] = (stamp, tree)  # not the text itself: a large tree holds enough
-        else:
-            self.remember(key, stamp, tree, text.count("\n") + 1)
+            self.parsed[key] = ((len(text), hash(text)), tree)  # not the text itself: a large tree holds enough
         if self.freeze and gc.isenabled():
             # Keep the collector off this tree from now on: each collection would walk it again,
             # a kept module's for every later script (gather_scripts unfreezes when the check
@@ -217,17 +199,6 @@ class SharedModules:
             # (Module.release), frozen or not.
             gc.freeze()
         return tree
-
-
-    def remember(self, key: str, stamp: tuple[int, int], tree: ast.Module, lines: int) -> None:
-        """Keep a script's tree among the recent ones, dropping the oldest beyond RECENT_LINES."""
-        if lines > RECENT_LINES // 4:
-            return  # a large script is rarely imported by another: not worth the memory
-        self.recent[key] = (stamp, tree, lines)
-        self.recent_lines += lines
-        while self.recent_lines > RECENT_LINES and self.recent:
-            _, (_, _, dropped) = self.recent.popitem(last=False)
-            self.recent_lines -= dropped
 
 
 class Project:

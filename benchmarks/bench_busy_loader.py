@@ -48,8 +48,9 @@ def paired_ratio(source: dict, pick: int, best: int) -> float | None:
 
 
 def one_case(spec: str, options: argparse.Namespace) -> bool:
+    from envdoctor.inside.loader_knee import computes_past_cpus
+    from envdoctor.judge.bottleneck import others_cpus
     from envdoctor.loader import exhaustive_sweep
-    from envdoctor.rules.loader.verdict import computes_past_cpus, others_cpus
 
     report, wall = smoke(spec, options.budget)
     loader = report["loader"]

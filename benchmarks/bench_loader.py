@@ -68,8 +68,8 @@ def main() -> int:
     parser.add_argument("--only", nargs="*", help="run only these cases (substrings of their names)")
     options = parser.parse_args()
     sys.path.insert(0, str(FIXTURES))
+    from envdoctor.inside.loader_knee import computes_past_cpus
     from envdoctor.loader import exhaustive_sweep
-    from envdoctor.rules.loader.verdict import computes_past_cpus
 
     busy = None
     if not options.quiet_machine:

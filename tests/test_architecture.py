@@ -39,7 +39,7 @@ RULE_PATHLIB = frozenset({"PurePath", "PurePosixPath", "PureWindowsPath"})
 #: Third-party packages a rule may import.
 RULE_THIRD_PARTY = frozenset({"packaging"})
 #: The envdoctor modules (and packages, with everything under them) a rule may import.
-RULE_ENVDOCTOR = ("envdoctor.rules", "envdoctor.facts", "envdoctor.model", "envdoctor.catalog",
+RULE_ENVDOCTOR = ("envdoctor.rules", "envdoctor.judge", "envdoctor.facts", "envdoctor.model", "envdoctor.catalog",
                   "envdoctor.units", "envdoctor.versions", "envdoctor.remedies", "envdoctor.inside.loader_knee",
                   "envdoctor._version")
 #: ... except these, which read files or run processes.
@@ -49,11 +49,13 @@ GATHERING_PREFIXES = ("gather_", "read_", "run_", "probe_", "open_", "collect_",
 #: Packages of the inspected environment the runner may import inside a function (never at module level).
 INSIDE_TARGET_PACKAGES = frozenset({"torch", "numpy", "PIL", "threadpoolctl"})
 #: The layers views (report/*) must not import: they render the Report, they decide nothing.
-VIEW_FORBIDDEN = ("envdoctor.rules", "envdoctor.engine", "envdoctor.verdict", "envdoctor.loader",
+VIEW_FORBIDDEN = ("envdoctor.judge", "envdoctor.rules", "envdoctor.engine", "envdoctor.verdict", "envdoctor.loader",
                   "envdoctor.process")
 #: The layers facts gathering (facts/*, loader/*, analysis/*) must not import: facts flow into rules, not back.
-FACTS_FORBIDDEN = ("envdoctor.rules", "envdoctor.engine", "envdoctor.verdict", "envdoctor.report",
-                   "envdoctor.cli", "envdoctor.api")
+FACTS_FORBIDDEN = ("envdoctor.judge", "envdoctor.rules", "envdoctor.engine", "envdoctor.verdict",
+                   "envdoctor.report", "envdoctor.cli", "envdoctor.api")
+#: ARCHITECTURE.md: its table of homes and layers is read by rule 7.
+ARCHITECTURE = SRC.parent / "ARCHITECTURE.md"
 
 
 @dataclass(frozen=True)
@@ -217,10 +219,11 @@ def _in_layer(prefix: str) -> list[tuple[str, Path]]:
 def test_the_scan_sees_the_code_it_guards() -> None:
     # Guards the guards: an empty graph would pass every rule below.
     edges = graph()
-    assert {"envdoctor.engine", "envdoctor.verdict", "envdoctor.report.text", "envdoctor.rules.loader.verdict",
+    assert {"envdoctor.engine", "envdoctor.verdict", "envdoctor.report.text", "envdoctor.judge.loader",
             "envdoctor.facts.packages"} <= set(edges)
     assert "envdoctor.model" in edges["envdoctor.engine"]
-    assert "envdoctor.inside.loader_knee" in edges["envdoctor.rules.loader.verdict"]
+    assert "envdoctor.inside.loader_knee" in edges["envdoctor.judge.loader"]
+    assert "envdoctor.judge.loader" in edges["envdoctor.rules.loader.findings"]
     assert cycles({"a": frozenset({"b"}), "b": frozenset({"c"}), "c": frozenset({"a"}), "d": frozenset()}) == [
         ["a", "b", "c"]]
 
@@ -295,6 +298,14 @@ def test_rules_do_no_io() -> None:
     assert bad == []
 
 
+def test_the_judge_does_no_io_and_reads_no_rule() -> None:
+    """Rule 4, for judge/*: what a rule may import, except the rules themselves (they read the judge)."""
+    bad = [problem for _, path in _in_layer("envdoctor.judge") for problem in _rule_violations(path)]
+    bad += [f"{imp.where()} imports {target}" for _, path in _in_layer("envdoctor.judge")
+            for imp in imports_of(path) if (target := target_of(imp)) and _under(target, ("envdoctor.rules",))]
+    assert _in_layer("envdoctor.judge") and bad == []
+
+
 def test_the_rule_check_catches_io(tmp_path: Path) -> None:
     # The checker itself, on a rule module that breaks each clause once.
     bad = tmp_path / "bad.py"
@@ -338,3 +349,73 @@ def test_host_code_shares_only_the_knee_the_protocol_and_the_loader_settings_wit
            if not _under(name, ("envdoctor.inside",)) for imp in imports_of(path)
            if _under(imp.module, ("envdoctor.inside",)) and target_of(imp) not in shared]
     assert bad == []
+
+
+# -- rule 7: ARCHITECTURE.md's table -----------------------------------------------------------------
+
+def _table(text: str) -> tuple[list[str], dict[str, str]]:
+    """ARCHITECTURE.md's layers, lowest first, and its homes: `path` (a file, or a folder ending in /) -> layer."""
+    paragraph = text.split("The layers, lowest first:", 1)[1].split("\n\n", 1)[0]
+    order = paragraph.split("**")[1:paragraph.count("**"):2]
+    homes: dict[str, str] = {}
+    for line in text.splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if not line.startswith("| `") or len(cells) < 3:
+            continue
+        for token in cells[0].split("`")[1::2]:
+            homes[token] = cells[1]
+    return order, homes
+
+
+def home_of(module: str, homes: dict[str, str]) -> str | None:
+    """The table's row for a module: its own file, else the deepest folder it is in."""
+    path = PACKAGE.parent.joinpath(*module.split("."))
+    relative = path.relative_to(PACKAGE).as_posix() if path != PACKAGE else ""
+    if path.is_dir() or module == "envdoctor":
+        candidates = [f"{relative}/__init__.py" if relative else "__init__.py"]
+    else:
+        candidates = [f"{relative}.py"]
+    parts = relative.split("/") if relative else []
+    candidates += ["/".join(parts[:end]) + "/" for end in range(len(parts), 0, -1)]
+    return next((c for c in candidates if c in homes), None)
+
+
+def layering_problems(edges: dict[str, frozenset[str]], order: list[str], homes: dict[str, str]) -> list[str]:
+    """Modules without a home in the table, homes whose layer is not listed, and imports up the layers."""
+    rank = {layer: i for i, layer in enumerate(order)}
+    problems: list[str] = []
+    layer_of: dict[str, int] = {}
+    for module in edges:
+        home = home_of(module, homes)
+        if home is None:
+            problems.append(f"{module} has no home in ARCHITECTURE.md's table")
+        elif homes[home] not in rank:
+            problems.append(f"{module}'s home {home} has the layer {homes[home]!r}, which the layers do not list")
+        else:
+            layer_of[module] = rank[homes[home]]
+    for module, targets in edges.items():
+        for target in sorted(targets):
+            if module in layer_of and target in layer_of and layer_of[target] > layer_of[module]:
+                problems.append(f"{module} ({order[layer_of[module]]}) imports {target} ({order[layer_of[target]]}),"
+                                " a later layer")
+    return problems
+
+
+def test_every_module_has_its_home_and_imports_go_down_the_layers() -> None:
+    """Rule 7: ARCHITECTURE.md's table names every module's layer, and no import reaches a later layer."""
+    order, homes = _table(ARCHITECTURE.read_text(encoding="utf-8"))
+    assert order[:2] == ["inside", "base"] and "judge" in order and len(homes) > 20, (order, homes)
+    listed = [h for h in homes if homes[h] != "data"]
+    assert all((PACKAGE / h).exists() for h in listed), [h for h in listed if not (PACKAGE / h).exists()]
+    assert layering_problems(graph(), order, homes) == []
+
+
+def test_the_layer_check_catches_an_import_up_and_a_module_without_a_home() -> None:
+    # The checker itself: config (base) importing report (render), as it once did, and a module nobody listed.
+    order, homes = _table(ARCHITECTURE.read_text(encoding="utf-8"))
+    edges = {"envdoctor.config": frozenset({"envdoctor.report", "envdoctor.model"}),
+             "envdoctor.report": frozenset({"envdoctor.model"}), "envdoctor.model": frozenset(),
+             "envdoctor.nowhere": frozenset()}
+    assert layering_problems(edges, order, homes) == [
+        "envdoctor.nowhere has no home in ARCHITECTURE.md's table",
+        "envdoctor.config (base) imports envdoctor.report (render), a later layer"]

@@ -16,7 +16,8 @@ import pytest
 from envdoctor.config import Config
 from envdoctor.engine import run_check
 from envdoctor.facts import Facts
-from envdoctor.rules.loader.verdict import others_cpus, verdict
+from envdoctor.judge.bottleneck import others_cpus
+from envdoctor.judge.loader import judge_loader
 from loaderfixtures import busy_sweeps as recorded
 
 SYSTEM = {"cpu": {"count": 2, "affinity": 2, "usable": 2, "quota_cpus": None, "cgroup_version": 2},
@@ -27,7 +28,7 @@ TARGET = {"kind": "venv", "prefix": "/env", "interpreter": "/env/bin/python", "p
 
 
 def judged(data: dict[str, Any]) -> dict[str, Any]:
-    return {**data, **verdict(copy.deepcopy(data), None)}
+    return {**data, **judge_loader(copy.deepcopy(data), None).judgement}
 
 
 def findings_of(data: dict[str, Any], rule: str) -> list[Any]:

@@ -51,7 +51,7 @@ def _report(section: dict[str, Any]) -> Any:
 
 
 def test_the_loop_model_overlaps_loading_with_the_step() -> None:
-    from envdoctor.rules.loader.loop import recommend
+    from envdoctor.judge.loop import recommend
 
     # 8 ms of loading a batch at num_workers=0 and a 20 ms step: one worker hides the loading.
     rec = recommend({"num_workers": 0}, wait_s=0.008, step_s=0.020, usable_cpus=2, cuda=False)
@@ -116,13 +116,13 @@ def test_a_row_per_rank_and_rank_0_speaks() -> None:
 def test_a_proof_that_cannot_tell_says_so() -> None:
     section = _section(wait_s=0.008, step_s=0.020)
     section["proof"] = {"current": 0, "candidate": 1, "cut": None, "windows": [
-        {"order": "candidate-first", "current_samples_per_s": 30.0, "candidate_samples_per_s": 45.0},
-        {"order": "current-first", "current_samples_per_s": 40.0, "candidate_samples_per_s": 31.0}]}
+        {"order": "candidate-first", "current_batches_per_s": 30.0, "candidate_batches_per_s": 45.0},
+        {"order": "current-first", "current_batches_per_s": 40.0, "candidate_batches_per_s": 31.0}]}
     (hit,) = _report(section).by_rule("DL009")
     assert hit.evidence["recommendation"]["trust"] == "too-noisy"
     assert "too noisy to tell" in hit.fix
-    section["proof"]["windows"][1] = {"order": "current-first", "current_samples_per_s": 30.0,
-                                      "candidate_samples_per_s": 44.0}
+    section["proof"]["windows"][1] = {"order": "current-first", "current_batches_per_s": 30.0,
+                                      "candidate_batches_per_s": 44.0}
     (proved,) = _report(section).by_rule("DL009")
     rec = proved.evidence["recommendation"]
     assert rec["trust"] == "gain" and rec["gain_interval"][0] > 1.0 and "measured in your loop" in proved.fix
@@ -138,16 +138,78 @@ def test_the_text_report_is_one_screen_with_the_bar_the_verdict_and_the_fix() ->
 
 
 def test_tune_puts_the_smoke_tests_rates_into_the_loop() -> None:
-    from envdoctor.rules.loader.loop import tuned
+    from envdoctor.judge.loader import judge_loader
+    from envdoctor.judge.loop import tuned
 
     # Alone the loader makes 60 batches/s at 0 workers and 110 at 1: in a loop with a 20 ms step, 0 workers
-    # take 20 + 16.7 ms a step, 1 worker max(20, 9.1) ms.
-    loader = {"batch_size": 8, "runs": [{"num_workers": 0, "samples_per_s": 480.0},
-                                        {"num_workers": 1, "samples_per_s": 880.0},
-                                        {"num_workers": 2, "samples_per_s": 900.0}]}
-    rec = tuned({"num_workers": 0, "batch_size": 8}, wait_s=0.0167, step_s=0.020, loader=loader, cuda=False)
+    # take 20 + 16.7 ms a step, 1 worker max(20, 9.1) ms. The smoke test's judgement, with that step as consumer.
+    loader: Any = {"batch_size": 8, "usable_cpus": 2, "skipped": [], "failure": None,
+                   "current": {"num_workers": 0, "batch_size": 8},
+                   "runs": [{"num_workers": 0, "samples_per_s": 480.0}, {"num_workers": 1, "samples_per_s": 880.0},
+                            {"num_workers": 2, "samples_per_s": 900.0}]}
+    judged = judge_loader(loader, 0.020)
+    assert judged.rec is not None and judged.rec["num_workers"] == 1
+    rec = tuned({"num_workers": 0, "batch_size": 8}, wait_s=0.0167, step_s=0.020, loader=judged, cuda=False)
     assert rec is not None and rec["basis"] == "smoke-test" and rec["num_workers"] == 1
     assert rec["gain"] == pytest.approx(36.7 / 20, rel=0.01)
+
+
+def test_the_loop_model_leaves_the_cpus_other_processes_hold_to_them() -> None:
+    """Issue 32: the model gave workers every usable CPU whatever the neighbours kept busy."""
+    from envdoctor.judge.loop import recommend
+
+    # A 10 ms step waiting 30 ms at two workers on 8 usable CPUs: 7 CPUs for workers on a quiet machine ...
+    quiet = recommend({"num_workers": 2}, wait_s=0.030, step_s=0.010, usable_cpus=8, cuda=False)
+    assert quiet is not None and quiet["num_workers"] == 7 and quiet["trust"] == "unpaired"
+    # ... 3 while other processes keep 4 busy: no more workers than CPUs left for them, a smaller gain.
+    shared = recommend({"num_workers": 2}, wait_s=0.030, step_s=0.010, usable_cpus=8, cuda=False, others_cpus=4.0)
+    assert shared is not None and shared["num_workers"] == 3 and shared["trust"] == "unpaired"
+    assert quiet["gain"] is not None and shared["gain"] is not None and shared["gain"] < quiet["gain"]
+
+
+def test_on_a_busy_machine_the_gain_is_not_predicted_and_prove_is_named() -> None:
+    """Issue 32: with every CPU held (machine_busy_share 1.0) DL009 promised 1.70× where the loop ran at 0.88×."""
+    section = _section(wait_s=0.008, step_s=0.020, usable=4)
+    section["cpu"].update(cpu_s=1.0, machine_busy_share=1.0)  # the tree keeps 1 CPU busy, the neighbours 3
+    report = _report(section)
+    (hit,) = report.by_rule("DL009")
+    rec = hit.evidence["recommendation"]
+    assert rec["trust"] == "machine-busy" and rec["gain"] is None and rec["predicted_gain"] is None
+    assert rec["num_workers"] == 1  # named, for --prove to measure
+    assert "not predicted: the machine is busy (other processes kept 3.0 of the 4 usable CPUs busy" in hit.fix
+    assert "--prove" in hit.fix and "predicted 1." not in hit.fix
+    assert hit.evidence["others_cpus"] == 3.0 and report.to_dict()["loop"]["others_cpus"] == 3.0
+    validate_report(report.to_dict())
+    # --prove then measures it: its word stands, without a prediction to quote.
+    section["proof"] = {"current": 0, "candidate": 1, "cut": None, "steps": 60, "windows": [
+        {"order": "candidate-first", "current_samples_per_s": 30.0, "candidate_samples_per_s": 26.0},
+        {"order": "current-first", "current_samples_per_s": 31.0, "candidate_samples_per_s": 27.5},
+        {"order": "candidate-first", "current_samples_per_s": 29.0, "candidate_samples_per_s": 25.0}]}
+    (proved,) = _report(section).by_rule("DL009")
+    assert proved.evidence["recommendation"]["trust"] == "loss"
+    assert proved.fix.startswith("keep your settings") and "not predicted (the machine was busy)" in proved.fix
+
+
+def test_a_command_that_ends_before_the_window_is_judged_from_the_steps_it_measured() -> None:
+    """Issue 32: 70 measured steps of a loop that waits 45% of each got no verdict ("too-short")."""
+    section = _section(wait_s=0.018, step_s=0.022, steps=70)
+    section["outcome"], section["cpu"] = "too-short", None
+    section["plan"]["steps"] = 200
+    section["loaders"][0]["complete"] = False
+    report = _report(section)
+    (hit,) = report.by_rule("DL009")
+    assert hit.evidence["steps"] == 70 and hit.evidence["window_complete"] is False
+    assert hit.evidence["data_wait_share"] == pytest.approx(0.45)
+    assert "45% of each step" in hit.message
+    assert "from the 70 steps measured before the command ended, of the 200-step window" in hit.message
+    loop = report.to_dict()["loop"]
+    assert loop["waits_for_data"] is True and loop["window_complete"] is False and loop["steps"] == 70
+    validate_report(report.to_dict())
+    # Too few steps to tell a share from a slow batch or two: no judgement, as before.
+    for row in section["loaders"]:
+        row.update(steps=5, wait_total_s=0.09, step_total_s=0.11)
+    short = _report(section)
+    assert not short.by_rule("DL009") and short.to_dict()["loop"]["waits_for_data"] is None
 
 
 def test_tune_imports_only_a_script_that_guards_its_training(tmp_path: Path) -> None:
@@ -157,6 +219,76 @@ def test_tune_imports_only_a_script_that_guards_its_training(tmp_path: Path) -> 
     unguarded = tmp_path / "train.py"
     unguarded.write_text("import torch\nSTEPS = 3\nfor step in range(STEPS):\n    pass\n")
     assert "train.py:3 runs code at import (For)" in (script_runs_at_import(str(unguarded)) or "")
+
+
+_PICKLER = """
+import collections, functools, pickle, sys
+class LocalDataset:  # defined in the training script: unpickles only with the script imported
+    pass
+def collate(batch):
+    return batch
+local = sys.argv[2] == "local"
+payload = {"dataset": LocalDataset() if local else collections.OrderedDict(a=1),
+           "kwargs": {"collate_fn": collate if local else functools.partial(sorted),
+                      "sampler": collections.Counter("aab")}, "description": "x"}
+with open(sys.argv[1], "wb") as handle:
+    pickle.dump(payload, handle, protocol=int(sys.argv[3]))
+"""
+
+
+def _pickled(tmp_path: Path, kind: str, protocol: int) -> Path:
+    import subprocess
+
+    path = tmp_path / f"{kind}-{protocol}.pkl"
+    subprocess.run([sys.executable, "-c", _PICKLER, str(path), kind, str(protocol)], check=True, timeout=60)
+    return path
+
+
+@pytest.mark.parametrize("protocol", [2, 5])
+def test_tune_reads_what_the_pickled_loader_needs_of_main(tmp_path: Path, protocol: int) -> None:
+    from envdoctor.loop.command import main_names
+
+    assert main_names(str(_pickled(tmp_path, "library", protocol))) == []
+    assert main_names(str(_pickled(tmp_path, "local", protocol))) == ["LocalDataset", "collate"]
+    broken = tmp_path / "broken.pkl"
+    broken.write_bytes(b"\x80\x05garbage")
+    assert main_names(str(broken))[0].startswith("<unreadable")
+
+
+def _tuned(tmp_path: Path, pickled: Path, script_text: str) -> tuple[Any, dict[str, Any]]:
+    from envdoctor.config import Config
+    from envdoctor.loop.command import tuning_config
+
+    script = tmp_path / "train.py"
+    script.write_text(script_text)
+    section = _section(wait_s=0.008, step_s=0.020)
+    tune = {"path": str(pickled), "main_path": str(script), "executable": sys.executable, "sys_path": [],
+            "prefix": sys.prefix}
+    config = tuning_config(Config(select=("DL009",), no_loader=True), section, tune)
+    return config, section["tune"]
+
+
+_ARGPARSE_SCRIPT = ("import argparse\nparser = argparse.ArgumentParser()\nparser.add_argument('--lr')\n"
+                    "def main():\n    pass\nif __name__ == '__main__':\n    main()\n")
+
+
+def test_tune_runs_a_library_loader_whatever_the_script_does_at_import(tmp_path: Path) -> None:
+    """A module-level `parser.add_argument(...)` (the Hugging Face examples, LightningCLI scripts) is no reason to
+    refuse when the pickled loader holds nothing of `__main__`: the script is then never imported."""
+    config, tune = _tuned(tmp_path, _pickled(tmp_path, "library", 5), _ARGPARSE_SCRIPT)
+    assert "skipped" not in tune and tune["main_path"] is None
+    assert config.no_loader is False and config.loader_source["main_path"] is None
+
+
+def test_tune_refuses_only_when_unpickling_needs_a_script_that_runs_code(tmp_path: Path) -> None:
+    pickled = _pickled(tmp_path, "local", 5)
+    config, tune = _tuned(tmp_path, pickled, _ARGPARSE_SCRIPT)
+    assert config.no_loader is True and not pickled.exists()
+    assert "needs LocalDataset, collate from the training script" in tune["skipped"]
+    assert "calls code at import" in tune["skipped"]
+    guarded = _pickled(tmp_path, "local", 5)
+    config, tune = _tuned(tmp_path, guarded, "import argparse\nclass LocalDataset:\n    pass\n")
+    assert "skipped" not in tune and config.loader_source["main_path"] == str(tmp_path / "train.py")
 
 
 def test_the_command_line_shown_is_redacted() -> None:
@@ -274,6 +406,21 @@ def test_tune_runs_the_smoke_test_on_the_very_same_loader(tmp_path: Path) -> Non
 
 
 @pytest.mark.slow
+def test_a_real_loop_that_ends_before_the_window_is_judged_from_its_steps(tmp_path: Path) -> None:
+    # The script runs 30 steps after warm-up and exits; the window wanted WINDOW (40).
+    proc, report = _run(tmp_path, "--", sys.executable, str(LOOP_FIXTURES / "train_loop.py"),
+                        env={"WARMUP": str(WARMUP), "WINDOW": str(WINDOW), "STEPS": str(WARMUP + 30)})
+    assert proc.returncode == 0, proc.stderr
+    assert report is not None and report["loop"]["outcome"] == "too-short", report and report["loop"]
+    assert report["loop"]["window_complete"] is False and 20 <= report["loop"]["steps"] < WINDOW
+    (hit,) = findings(report, "DL009")
+    assert hit["evidence"]["steps"] == report["loop"]["steps"] and hit["evidence"]["window_complete"] is False
+    assert "before the command ended" in hit["message"]
+    assert "judged from those" in proc.stderr
+    assert not leftover_children()
+
+
+@pytest.mark.slow
 def test_plain_loop_that_keeps_up_stays_quiet(tmp_path: Path) -> None:
     proc, report = _run(tmp_path, "--", sys.executable, str(LOOP_FIXTURES / "train_loop.py"),
                         env={"SAMPLE_S": "0", "STEP_S": "0.05", "WARMUP": str(WARMUP), "WINDOW": str(WINDOW)})
@@ -385,6 +532,8 @@ def test_hf_trainer_loop_that_keeps_up_stays_quiet(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     assert report is not None and report["loop"]["outcome"] == "measured", report and report["loop"]
     assert not findings(report, "DL009") and report["loop"]["framework"] == "transformers"
+    # The Trainer's loader carries a batch sampler (batch_size None on the loader): its size is read from there.
+    assert report["loop"]["settings"]["batch_size"] == 8, report["loop"]["settings"]
 
 
 def test_the_verdict_judges_the_loop_in_the_loader_area() -> None:

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from envdoctor import __version__
-from envdoctor.config import FORMATS
+from envdoctor.config import FORMATS, help_formatter
 from envdoctor.errors import UsageError
 from envdoctor.model import FAIL_ON_CHOICES
 
@@ -33,6 +33,55 @@ if TYPE_CHECKING:  # pragma: no cover
 EXIT_OK, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 #: The commands, in the order `--help` lists them (tests/test_cli.py checks build_parser makes exactly these).
 COMMANDS = ("check", "report", "loader", "rules", "explain", "render", "compare", "fix", "run", "mcp", "health")
+
+
+#: What each command does, its `--help` description (fix and run declare theirs beside their code).
+DESCRIPTIONS = {
+    "check": "Inspect the environment (the one envdoctor runs in, or --prefix / -n): packages and channels, "
+             "limits, the spawn guard on the SCRIPTs given, storage, the GPU and the torch build, then run the "
+             "DataLoader smoke test. Each finding comes with its evidence (-v) and its fix.",
+    "report": "The same checks as `check`, printed as the JSON report (schema version 1) for CI and scripts; "
+              "--format picks another format.",
+    "loader": "Run only the DataLoader smoke test: num_workers=0 against N on the built-in synthetic dataset, "
+              "your --dataset or the files under --data; it names the bottleneck and the settings to use.",
+    "rules": "List every rule of the catalog: id, name, default severity and what it checks, one line each.",
+    "explain": "Print one rule's docs: what it checks, why it matters, an example and the fix (the text of "
+               "docs/rules/RULE.md).",
+    "render": "Show a report saved by `envdoctor report` in another format, without running the checks again.",
+    "compare": "Line up reports from several machines (files or folders of them): version drift, stragglers "
+               "and missing nodes.",
+    "health": "A node's fast check for a scheduler's health check, Prolog or pre-flight step: the static checks "
+              "only (no smoke test, no threshold taken from a measurement), one short line per problem fit for a "
+              "drain reason; --expect checks this node against the fleet's agreed values.",
+    "mcp": "Serve the checks to AI coding agents over the Model Context Protocol on standard input and output; "
+           "paths resolve inside the client's roots (or --root).",
+}
+_EXIT = "exit codes:\n"
+CHECK_EXIT_CODES = (_EXIT + "  0  nothing at or above --fail-on (default error)\n"
+                    "  1  findings at or above --fail-on, or a check that could not run (the verdict says "
+                    "\"not checked\")\n"
+                    "  2  a usage error, or envdoctor itself could not run")
+LIST_EXIT_CODES = _EXIT + "  0  printed\n  2  a usage error (an unknown rule)"
+RENDER_EXIT_CODES = (_EXIT + "  0  nothing in the saved report at or above --fail-on\n"
+                     "  1  saved findings at or above --fail-on, or a check that could not run\n"
+                     "  2  a usage error, or REPORT is not a readable report")
+COMPARE_EXIT_CODES = (_EXIT + "  0  nothing at or above --fail-on (default error)\n"
+                      "  1  findings (drift, stragglers, a missing node, a node's own) at or above it\n"
+                      "  2  no file given is a readable report, or a path does not exist")
+HEALTH_EXIT_CODES = (_EXIT + "  0  healthy: nothing at or above --fail-on (default error)\n"
+                     "  1  a problem at or above --fail-on, or a check that could not run\n"
+                     "  2  a usage error (an unreadable --expect file)")
+MCP_EXIT_CODES = (_EXIT + "  0  the client closed its input\n  2  a usage error\n"
+                  "  143  ended by SIGTERM (its children first)")
+#: The checking settings `envdoctor loader` does not take: it runs the smoke test on this machine, alone.
+LOADER_LEAVES_OUT = ("no_loader", "deep", "distributed", "distributed_timeout", "against")
+
+
+def _add(sub: Any, name: str, help_text: str, description: str, epilog: str) -> argparse.ArgumentParser:
+    """A command's sub-parser: its one-line help, its description and its exit codes."""
+    parser: argparse.ArgumentParser = sub.add_parser(name, help=help_text, description=description, epilog=epilog,
+                                                     formatter_class=help_formatter())
+    return parser
 
 
 class _Parser(argparse.ArgumentParser):
@@ -53,7 +102,9 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     def wanted(name: str) -> bool:
         return command not in COMMANDS or name == command
 
-    parser = _Parser(prog="envdoctor", description="A doctor for PyTorch training environments.")
+    parser = _Parser(prog="envdoctor", description="A doctor for PyTorch training environments.",
+                     epilog=CHECK_EXIT_CODES + "\n\n`envdoctor COMMAND --help` gives each command's options and "
+                            "exit codes.", formatter_class=help_formatter())
     parser.add_argument("--version", action="version", version=f"envdoctor {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
@@ -61,36 +112,43 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     for name, help_text, default_format in (("check", "run all checks and print a human report", "text"),
                                             ("report", "run all checks and print the JSON report (for CI)", "json")):
         if wanted(name):
-            checking = sub.add_parser(name, help=help_text)
+            checking = _add(sub, name, help_text, DESCRIPTIONS[name], CHECK_EXIT_CODES)
             checking.add_argument("scripts", nargs="*", metavar="SCRIPT",
                                   help="training scripts or folders to check for the spawn guard")
             add_arguments(checking, defaults={"format": default_format})
             checking.set_defaults(handler=_cmd_check, default_format=default_format)
     if wanted("loader"):
-        loader = sub.add_parser("loader", help="run only the DataLoader smoke test")
-        add_arguments(loader)
+        loader = _add(sub, "loader", "run only the DataLoader smoke test", DESCRIPTIONS["loader"], CHECK_EXIT_CODES)
+        add_arguments(loader, leave_out=LOADER_LEAVES_OUT)
         loader.set_defaults(handler=_cmd_check, default_format="text")
 
     if wanted("rules"):
-        sub.add_parser("rules", help="list the rule catalog, one line each").set_defaults(handler=_cmd_rules)
+        _add(sub, "rules", "list the rule catalog, one line each", DESCRIPTIONS["rules"],
+             LIST_EXIT_CODES).set_defaults(handler=_cmd_rules)
     if wanted("explain"):
-        explain = sub.add_parser("explain", help="show one rule's docs: what, why, example, fix")
+        explain = _add(sub, "explain", "show one rule's docs: what, why, example, fix", DESCRIPTIONS["explain"],
+                       LIST_EXIT_CODES)
         explain.add_argument("rule", metavar="RULE", help="a rule id (SYS002) or name (shm-too-small)")
         explain.set_defaults(handler=_cmd_explain)
 
     if wanted("render"):
-        rendered = sub.add_parser("render", help="show a saved JSON report in another format (one run, many outputs)")
+        rendered = _add(sub, "render", "show a saved JSON report in another format (one run, many outputs)",
+                        DESCRIPTIONS["render"], RENDER_EXIT_CODES)
         rendered.add_argument("report", metavar="REPORT", help="a JSON report written by `envdoctor report`")
-        rendered.add_argument("--format", choices=FORMATS, default="text")
-        rendered.add_argument("--output", "-o", metavar="FILE")
+        rendered.add_argument("--format", choices=FORMATS, default="text", help="output format (default: text)")
+        rendered.add_argument("--output", "-o", metavar="FILE",
+                              help="write the rendered report to FILE instead of standard output")
         rendered.add_argument("--against", metavar="FILE",
                               help="the file environment findings are shown on (github, sarif)")
         rendered.add_argument("-v", "--verbose", action="store_true", help="show each finding's evidence")
-        rendered.add_argument("--fail-on", choices=FAIL_ON_CHOICES, default="error")
+        rendered.add_argument("--fail-on", choices=FAIL_ON_CHOICES, default="error",
+                              help="lowest severity of the saved findings that makes the exit code 1 "
+                                   "(default: error)")
         rendered.set_defaults(handler=_cmd_render)
 
     if wanted("compare"):
-        compare = sub.add_parser("compare", help="reports from several machines side by side: drift and stragglers")
+        compare = _add(sub, "compare", "reports from several machines side by side: drift and stragglers",
+                       DESCRIPTIONS["compare"], COMPARE_EXIT_CODES)
         compare.add_argument("reports", nargs="+", metavar="REPORT", help="JSON reports, or folders holding them")
         add_arguments(compare, names=("format", "output", "fail_on"))
         compare.add_argument("--expect", type=int, metavar="N",
@@ -111,16 +169,19 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         add_run_parser(sub, _cmd_run)
 
     if wanted("mcp"):
-        served = sub.add_parser("mcp",
-                                help="serve the checks as tools for AI coding agents (Model Context Protocol, stdio)")
+        served = _add(sub, "mcp", "serve the checks as tools for AI coding agents (Model Context Protocol, stdio)",
+                      DESCRIPTIONS["mcp"], MCP_EXIT_CODES)
         served.add_argument("--root", action="append", default=[], metavar="DIR",
                             help="a folder the tools may read when the client declares no roots (repeatable; "
                                  "default: the working directory)")
         served.set_defaults(handler=_cmd_mcp)
     if wanted("health"):
-        from envdoctor.fleet.health import add_parser as add_health_parser
+        from envdoctor.fleet.health import add_arguments as add_health_arguments
 
-        add_health_parser(sub, _cmd_health)
+        health = _add(sub, "health", "a node's fast, loader-free check for a scheduler's health check, prolog or "
+                      "pre-flight", DESCRIPTIONS["health"], HEALTH_EXIT_CODES)
+        add_health_arguments(health)
+        health.set_defaults(handler=_cmd_health)
     return parser
 
 
@@ -253,22 +314,40 @@ def emit(report: Any, fmt: str, output: str | None, svg: str | None = None, opti
 
 
 def _cmd_rules(args: argparse.Namespace) -> int:
+    import textwrap
+
     from envdoctor.catalog import load_catalog
 
     catalog = load_catalog()
     width = max(len(m.name) for m in catalog.rules)
+    columns = terminal_width()
     for meta in catalog.rules:
         summary = " ".join(meta.summary.split())
-        print(f"{meta.id}  {meta.name:<{width}}  {meta.severity.value:<7}  {summary}")
+        head = f"{meta.id}  {meta.name:<{width}}  {meta.severity.value:<7}  "
+        # The summary in a column of its own where the terminal is wide enough, else below the rule, indented.
+        if columns - len(head) < 40:
+            print(head.rstrip())
+            head = "    "
+        print(textwrap.fill(summary, columns, initial_indent=head, subsequent_indent=" " * len(head),
+                            break_on_hyphens=False, break_long_words=False))
     return EXIT_OK
+
+
+def terminal_width() -> int:
+    """The columns `rules` and `explain` fill: the terminal's (or $COLUMNS) on a terminal, else 80."""
+    import shutil
+
+    if not sys.stdout.isatty():
+        return 80
+    return max(40, shutil.get_terminal_size((80, 24)).columns)
 
 
 def _cmd_explain(args: argparse.Namespace) -> int:
-    print(explain_text(args.rule))
+    print(explain_text(args.rule, terminal_width()))
     return EXIT_OK
 
 
-def explain_text(rule: str) -> str:
+def explain_text(rule: str, width: int | None = None) -> str:
     """One rule's docs as `envdoctor explain` prints them (docs/rules/<ID>.md shows the same text)."""
     from envdoctor.catalog import load_catalog
     from envdoctor.report.rule_docs import render_rule_docs
@@ -277,7 +356,7 @@ def explain_text(rule: str) -> str:
     matched = [m for m in catalog.rules if m.id == rule.upper() or m.name == rule.lower()]
     if not matched:
         raise UsageError(f"unknown rule {rule!r} (see `envdoctor rules`)")
-    return render_rule_docs(matched[0], "text")
+    return render_rule_docs(matched[0], "text", **({"width": width} if width else {}))
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
@@ -286,7 +365,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
 
     config = _config_from_args(args)
     if args.command == "loader":
-        config = config.with_overrides(select=config.select or ("DL", "SPW003", "SYS005"), no_loader=False)
+        config = config.with_overrides(select=config.select or ("DL", "SPW003", "SYS005", "SYS007"), no_loader=False)
     check_inputs(config)
     claim = None
     if config.output:
@@ -384,6 +463,8 @@ def _looks_like_path(token: str) -> bool:
     return "/" in token or "." in token or os.sep in token
 
 
+# complexity: 22 — argv is walked once, by hand, to split rule lists and take trailing file names; argparse cannot
+#   express both.
 def _take_scripts(parser: argparse.ArgumentParser, args: argparse.Namespace, extra: list[str]) -> None:
     """Rule lists split at commas; file names after the options become scripts.
 

@@ -131,15 +131,17 @@ def assemble_report(facts: Facts, findings: list[Finding], errors: list[dict[str
     loader = gathered.pop("loader", None)
     loop = gathered.pop("loop", None)
     if loop:
-        # What `envdoctor run` measured, with the rule layer's verdict (the speaking process, the recommendation).
-        from envdoctor.rules.loader.loop import loop_verdict
+        # What `envdoctor run` measured, with its judgement (the speaking process, the recommendation): the
+        # one the rules read, decided once for the check.
+        from envdoctor.judge.loop import loop_judgement
 
-        loop = loop_verdict(loop, loader if facts.config.loader_source is not None else None)
+        loop = dict(loop_judgement(facts) or {})
     if loader:
-        # The facts with the rule layer's verdict (bottleneck, recommendation), less the torch probe.
-        from envdoctor.rules.loader.verdict import report_section
+        # The facts with their judgement (bottleneck, recommendation), less the torch probe.
+        from envdoctor.judge.loader import loader_judgement, loader_report
 
-        loader = dict(report_section(loader, facts.config.step_time))
+        judged = loader_judgement(facts)
+        loader = dict(loader_report(judged)) if judged else None
     report = Report(
         tool={"name": "envdoctor", "version": __version__},
         generated_at=utc_now(),

@@ -99,6 +99,9 @@ class Facts:
         #: The sections whose probes are running now, outermost first.
         self._gathering: list[str] = []
         self.errors: list[dict[str, Any]] = []
+        #: What the judge layer decided of these facts (`envdoctor.judge`), by name: each decision is taken once
+        #: per check and read by every rule, the engine and the views' objects.
+        self.judgements: dict[str, Any] = {}
 
     @classmethod
     def from_dict(cls, sections: dict[str, Any], config: Config | None = None) -> Facts:

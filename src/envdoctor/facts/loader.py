@@ -1,11 +1,11 @@
 """The types of the `loader` facts section: what the smoke test observed, nothing it concluded.
 
 The runner (inside/loader_runner.py) writes these shapes as JSON events;
-`envdoctor.loader.assemble` files them into a `LoaderFacts`. The verdicts —
-the bottleneck class, the knee, the recommendation and how far the machine's
-noise lets us trust it — are `LoaderVerdict`, computed from these facts by
-the rule layer (`envdoctor.rules.loader.verdict`) and added to the report's
-`loader` object as `LoaderReport`.
+`envdoctor.loader.assemble` files them into a `LoaderFacts`. What is decided
+of them — the bottleneck class, the knee, the recommendation and how far the
+machine's noise lets us trust it — is `LoaderJudgement`, computed once from
+these facts by the judge layer (`envdoctor.judge.loader`) and added to the
+report's `loader` object as `LoaderReport`.
 """
 from __future__ import annotations
 
@@ -48,7 +48,7 @@ class RunFacts(_RunBase, total=False):
     #: num_workers=0 rated by its first batch alone (one that took twice the slice: nothing starts without
     #: workers, so it is a steady batch).
     from_first_batch: bool
-    #: Only on the verdict's own copy of the user's setting, re-rated by the paired windows: its sweep figure.
+    #: Only on the judgement's own copy of the user's setting, re-rated by the paired windows: its sweep figure.
     sweep_samples_per_s: float
     pin_memory: bool
     persistent_workers: bool
@@ -148,15 +148,30 @@ class PairedWindow(TypedDict):
     candidate_samples_per_s: float
 
 
-class PairedFacts(TypedDict, total=False):
-    """The candidate setting re-measured against the current one in interleaved, paired windows."""
+class LoopWindow(TypedDict):
+    """One pair of bounded runs of the user's own loop (`envdoctor run --prove`): steps, a batch each, per second."""
+
+    order: Literal["current-first", "candidate-first"]
+    current_batches_per_s: float
+    candidate_batches_per_s: float
+
+
+class PairedWindows(TypedDict, total=False):
+    """A candidate setting measured against the current one in paired windows: the loader's (`PairedFacts`, in
+    samples per second) or the loop's (`envdoctor run --prove`, `facts.loop.LoopProof`, in batches per second);
+    judged alike by their ratios (`envdoctor.judge.pairing`)."""
 
     current: int
     candidate: int
-    window_s: float
-    windows: list[PairedWindow]
+    windows: list[PairedWindow] | list[LoopWindow]
     #: Why fewer pairs than planned were measured (the budget), if so.
     cut: str | None
+
+
+class PairedFacts(PairedWindows, total=False):
+    """The candidate setting re-measured against the current one in interleaved, paired windows."""
+
+    window_s: float
 
 
 class DuplicatesFacts(TypedDict, total=False):
@@ -180,6 +195,88 @@ class RngFacts(TypedDict, total=False):
     workers_identical: bool | None
     num_workers: int
     worker_init_fn: str | None
+
+
+class HandleFacts(TypedDict):
+    """DL011: an open native handle reachable from the dataset, sampler, collate_fn or worker_init_fn."""
+
+    #: The attribute path from the root, e.g. `dataset.db` or `dataset.files[0]`.
+    path: str
+    #: What it is: `h5py.File`, `lmdb.Environment`, `sqlite3.Connection`, `zipfile.ZipFile`, `file`, …
+    kind: str
+    file: str | None
+
+
+class ContainerFacts(TypedDict):
+    """A large container of Python objects the dataset holds (DL010's evidence)."""
+
+    path: str
+    type: str
+    length: int
+    #: Approximate bytes of the container and its elements (one level down), from a sample of elements.
+    approx_bytes: int
+    objects: int
+
+
+class HazardsFacts(TypedDict, total=False):
+    """The bounded walk of the loader's objects before any worker starts (inside/loader_hazards.py)."""
+
+    handles: list[HandleFacts]
+    containers: list[ContainerFacts]
+    #: Approximate bytes of the outermost containers reported: what a forked worker can come to copy.
+    python_bytes: int
+    objects_visited: int
+    #: The walk stopped at its bound on objects visited.
+    cut: bool
+    start_method: str | None
+
+
+class WorkerMemory(TypedDict, total=False):
+    """One worker's private memory (USS) read against the samples it delivered."""
+
+    samples: int
+    uss_start_bytes: int
+    uss_end_bytes: int
+    readings: int
+    fitted_readings: int
+    #: Least-squares slope after the warm-up, and its standard error; None with too few readings.
+    bytes_per_sample: float | None
+    stderr_bytes_per_sample: float | None
+
+
+class MemoryGrowthFacts(TypedDict, total=False):
+    """DL010: workers' private memory against the samples each produced (inside/loader_memory.py)."""
+
+    num_workers: int
+    seconds: float
+    #: The whole epoch ran within the measurement.
+    epoch_done: bool
+    #: The sampler draws indices at random (shuffle=True or a RandomSampler).
+    shuffled: bool
+    start_method: str | None
+    workers: list[WorkerMemory]
+    #: Where USS came from: /proc/PID/smaps_rollup, or /proc/PID/smaps on kernels before 4.14.
+    source: str
+
+
+class SetNumThreadsCall(TypedDict):
+    """A `cv2.setNumThreads(...)` call in the source of the loader's modules."""
+
+    where: str
+    file: str
+    line: int
+    value: int | str | float | None
+
+
+class OpenCvFacts(TypedDict, total=False):
+    """SYS007: OpenCV as the loader's code has it (imported by the dataset's module, or in the workers)."""
+
+    version: str | None
+    #: cv2.getNumThreads() in the runner once the dataset was built, and in the workers (the largest).
+    main_threads: int | None
+    worker_threads: int | None
+    worker_threads_num_workers: int
+    set_num_threads_calls: list[SetNumThreadsCall]
 
 
 class RunnerFacts(TypedDict, total=False):
@@ -236,6 +333,9 @@ class LoaderFacts(_LoaderBase, total=False):
     paired: PairedFacts
     duplicates: DuplicatesFacts
     rng: RngFacts
+    hazards: HazardsFacts
+    memory: MemoryGrowthFacts
+    opencv: OpenCvFacts
     torch: TorchInfo
     torch_probe: dict[str, object]
     runner: RunnerFacts
@@ -284,7 +384,10 @@ class Recommendation(TypedDict):
     current_sweep_samples_per_s: float | None
 
 
-class LoaderVerdict(TypedDict):
+class LoaderJudgement(TypedDict):
+    """What the judge layer decides of a loader section (`envdoctor.judge.loader`), added to the report's
+    `loader` object."""
+
     bottleneck: Bottleneck | None
     bottleneck_reason: str
     knee: int | None
@@ -293,7 +396,7 @@ class LoaderVerdict(TypedDict):
 
 
 class LoaderReport(LoaderFacts, total=False):
-    """The report's top-level `loader` object: the facts with the rule layer's verdict."""
+    """The report's top-level `loader` object: the facts with their judgement (`LoaderJudgement`)."""
 
     bottleneck: Bottleneck | None
     bottleneck_reason: str

@@ -5,8 +5,8 @@ samples (`envdoctor.loop.supervisor.CommandRun`): per process and per
 DataLoader, the seconds each step waited in `next()` and the seconds between
 batches (the step), over the window after warm-up; the process tree's CPU
 time and the GPUs' utilisation inside that window. Which loader speaks for the
-run, whether it waits too long and what to set is the rule layer's
-(`envdoctor.rules.loader.loop`).
+run, whether it waits too long and what to set is the judge layer's
+(`envdoctor.judge.loop`), said as DL009 by `envdoctor.rules.loader.loop`.
 
 A check (`envdoctor check`) never measures a loop: there the section is None.
 """
@@ -16,7 +16,8 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any, TypedDict
 
-from envdoctor.redact import redact_environ, redact_text
+from envdoctor.facts.loader import PairedWindows
+from envdoctor.redact import redact_command, redact_environ
 
 
 class LoopSettings(TypedDict, total=False):
@@ -80,6 +81,16 @@ class LoopGpu(TypedDict, total=False):
     samples: int
 
 
+class LoopProof(PairedWindows, total=False):
+    """`--prove`'s paired bounded runs: a window's rates are the loop's batches/s (in `*_samples_per_s`, the
+    loader's paired windows' keys, so both are judged alike)."""
+
+    #: Each bounded run's window, in steps.
+    steps: int
+    #: Why nothing was proved (no setting was predicted to remove the wait).
+    skipped: str
+
+
 class LoopFacts(TypedDict):
     command: list[str]
     returncode: int | None
@@ -95,7 +106,7 @@ class LoopFacts(TypedDict):
     environment: dict[str, str]
     wall_s: float
     #: `--prove`: the paired bounded runs (candidate injected against the user's settings), or None.
-    proof: dict[str, Any] | None
+    proof: LoopProof | None
     #: `--tune`: what the smoke test of the same loader was given, or why it did not run; None without --tune.
     tune: dict[str, Any] | None
 
@@ -106,27 +117,8 @@ def gather_loop(facts: Any) -> LoopFacts | None:
 
 
 def redacted_command(argv: Sequence[str]) -> list[str]:
-    """The command line as a report shows it: `--hf-token X` and `--password=X` lose their values too."""
-    from envdoctor.redact import REDACTED, looks_secret
-
-    shown: list[str] = []
-    hide_next = False
-    for arg in argv:
-        if hide_next:
-            shown.append(REDACTED)
-            hide_next = False
-            continue
-        if arg.startswith("-") and len(arg) > 1:
-            name, eq, _value = arg.lstrip("-").partition("=")
-            if looks_secret(name.replace("-", "_").upper()):
-                if eq:
-                    shown.append(f"{arg[: len(arg) - len(_value)]}{REDACTED}")
-                else:
-                    shown.append(arg)
-                    hide_next = True
-                continue
-        shown.append(redact_text(arg))
-    return shown
+    """The command line as a report shows it: secrets redacted by option name and by shape (envdoctor.redact)."""
+    return redact_command(argv)
 
 
 def _loader_row(event: Mapping[str, Any]) -> LoopLoader:
@@ -139,7 +131,7 @@ def _loader_row(event: Mapping[str, Any]) -> LoopLoader:
         "rank": event.get("rank"),
         "local_rank": event.get("local_rank"),
         "framework": event.get("framework"),
-        "settings": dict(event.get("settings") or {}),  # type: ignore[typeddict-item]
+        "settings": dict(event.get("settings") or {}),  # type: ignore[typeddict-item]  # the observer writes LoopSettings' keys
         "steps": len(steps),
         "complete": event.get("event") == "window",
         "wait_total_s": round(wait, 6),
@@ -208,6 +200,8 @@ def gpu_summary(samples: Sequence[tuple[float, Sequence[Mapping[str, Any]]]], st
     return {"devices": out}
 
 
+# complexity: 25 — a run's outcome (start failed, no bootstrap, no loader, too short, measured) and its optional CPU and
+#   CUDA windows are filed in one pass over its events.
 def loop_facts(run: Any, plan: Mapping[str, Any], environ: Mapping[str, str] | None = None) -> LoopFacts:
     """File one observed run (`CommandRun`) into the section."""
     by_loader: dict[tuple[int, Any], Mapping[str, Any]] = {}

@@ -36,9 +36,8 @@ MAX_LINE = 160
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]i?B?|B)?\s*$", re.IGNORECASE)
 
 
-def add_parser(sub: Any, handler: Callable[[argparse.Namespace], int]) -> None:
-    parser = sub.add_parser(
-        "health", help="a node's fast, loader-free check for a scheduler's health check, prolog or pre-flight")
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of `envdoctor health` (cli.py makes its sub-parser, description and exit codes)."""
     parser.add_argument("--expect", metavar="FILE",
                         help="a TOML file of the values every node should have (torch, driver, nofile, shm, "
                              "environ …); see docs/clusters.md")
@@ -49,7 +48,6 @@ def add_parser(sub: Any, handler: Callable[[argparse.Namespace], int]) -> None:
     parser.add_argument("--format", choices=("text", "json"), default="text",
                         help="text: one line per problem (default); json: the whole report")
     parser.add_argument("--output", "-o", metavar="FILE", help="write the report there (placeholders as for report)")
-    parser.set_defaults(handler=handler)
 
 
 def _size(value: Any, key: str, source: str) -> int:
@@ -165,7 +163,7 @@ def short_line(finding: Finding) -> str:
 
 def handle(args: argparse.Namespace, check_writable: Callable[[str], None],
            write_report: Callable[[str, str], None]) -> int:
-    """`envdoctor health`: 0 healthy, 1 findings at or above --fail-on (the cli maps errors to 2)."""
+    """Run the node check; the command line hands in how it checks and writes an --output file."""
     from envdoctor.model import Severity
 
     started = time.monotonic()
@@ -196,7 +194,7 @@ def handle(args: argparse.Namespace, check_writable: Callable[[str], None],
         for error in report.errors:
             print(" ".join(f"not checked: {error.get('rule') or error.get('probe')}: {error.get('message')}".split())
                   [:MAX_LINE])
-        if code == EXIT_OK:
+        if not code:
             print(f"healthy: {node} ({len(report.checked or [])} checks in "
                   f"{time.monotonic() - started:.2f} s on {socket.gethostname()})")
-    return EXIT_FINDINGS if code else EXIT_OK
+    return 1 if code else 0

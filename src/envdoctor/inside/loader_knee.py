@@ -1,13 +1,16 @@
-"""The knee rule: which worker count the sweep points to. One module, read by both sides.
+"""The knee rule: which worker count the sweep points to. One module, read by every path that picks one.
 
-The rule layer (`envdoctor.rules.loader.verdict`) recommends the knee, and the
-runner (`loader_paired.py`, inside the target's interpreter) re-measures the
-same setting against the user's own in paired windows before envdoctor
-judges. Both import this file — the host as `envdoctor.inside.loader_knee`, the
-runner as the top-level module `loader_knee` from its own folder — so the setting
-re-measured is the one recommended, by construction. Hence the standard
-library only, and plain dicts: a run is what the runner's `run` results hold
-(`num_workers`, `samples_per_s`, `worker_cpu`, `worker_blocked`, …).
+Four paths pick a num_workers, all with `recommended`: the runner
+(`loader_paired.py`, inside the target's interpreter) re-measures the pick
+against the user's own setting in paired windows; the host's loader judgement
+recommends it (`envdoctor.judge.loader`); `envdoctor run --tune` puts the
+smoke test of the loop's own loader into the loop, and `envdoctor run`'s loop
+model picks from the sweep it predicts (`envdoctor.judge.loop`). The
+runner imports this file as the top-level module `loader_knee` from its own
+folder, the host as `envdoctor.inside.loader_knee`, so the setting re-measured is
+the one recommended, by construction. Hence the standard library only, and plain
+dicts: a run is what the runner's `run` results hold (`num_workers`,
+`samples_per_s`, `worker_cpu`, `worker_blocked`, …).
 """
 from __future__ import annotations
 
@@ -69,20 +72,34 @@ def eligible_runs(runs: Sequence[Run], usable_cpus: int | None) -> list[Run]:
     return [r for r in runs if not computes_past_cpus(r, usable_cpus)]
 
 
-def knee(runs: Sequence[Run], usable_cpus: int | None = None) -> Run | None:
+def knee(runs: Sequence[Run], usable_cpus: int | None = None, consumer: float | None = None) -> Run | None:
     """The measured run with the fewest workers that reaches ~95% of the best throughput.
 
     Workers that do not beat num_workers=0 by 10% are not worth their processes,
-    whatever the noise put first: then the knee is num_workers=0.
+    whatever the noise put first: then the knee is num_workers=0. With a
+    `consumer` (the samples/s a training step takes), num_workers=0 is rated as it
+    delivers in the loop (`in_loop_rate`): it loads only between steps.
     """
     eligible = eligible_runs(measured(runs), usable_cpus)
     if not eligible:
         return None
+
+    def delivered(run: Mapping[str, Any]) -> float:
+        return in_loop_rate(rate(run), consumer) if run["num_workers"] == 0 else rate(run)
+
     zero = next((r for r in eligible if r["num_workers"] == 0), None)
-    best = max(rate(r) for r in eligible)
-    if zero is not None and best < WORKER_GAIN * rate(zero):
+    best = max(delivered(r) for r in eligible)
+    if zero is not None and best < WORKER_GAIN * delivered(zero):
         return zero
-    return min((r for r in eligible if rate(r) >= KNEE_FRACTION * best), key=lambda r: r["num_workers"])
+    return min((r for r in eligible if delivered(r) >= KNEE_FRACTION * best), key=lambda r: r["num_workers"])
+
+
+def in_loop_rate(alone: float, consumer: float | None) -> float:
+    """Samples/s num_workers=0 delivers to a training loop whose step takes `consumer` samples/s: the main process
+    loads a batch, then runs the step, in turn (1 / (1/alone + 1/consumer)); `alone` without a consumer."""
+    if not consumer or alone <= 0:
+        return alone
+    return 1.0 / (1.0 / alone + 1.0 / consumer)
 
 
 def enough_for_step(runs: Sequence[Run], chosen: Mapping[str, Any], consumer: float) -> Run | None:
@@ -97,13 +114,19 @@ def enough_for_step(runs: Sequence[Run], chosen: Mapping[str, Any], consumer: fl
 def recommended(runs: Sequence[Run], usable_cpus: int | None, batch_size: int | None = None,
                 step_time_s: float | None = None) -> tuple[Run | None, str]:
     """The run the sweep recommends and why: ("knee") or, with a step time, the fewest workers that outrun
-    the step ("step"). (None, "knee") when nothing was measured."""
-    chosen = knee(runs, usable_cpus)
+    the step ("step"). (None, "knee") when nothing was measured.
+
+    The one knee: the runner's candidate (`loader_paired.candidate`), the host's recommendation
+    (`envdoctor.judge.loader`), `envdoctor run --tune`'s and the loop model's picks (`envdoctor.judge.loop`) all
+    come from this call.
+    """
+    consumer = batch_size / step_time_s if step_time_s and batch_size else None
+    chosen = knee(runs, usable_cpus, consumer)
     if chosen is None:
         return None, "knee"
-    if step_time_s and batch_size:
+    if consumer:
         eligible = eligible_runs(measured(runs), usable_cpus)
-        fewer = enough_for_step(eligible, chosen, batch_size / step_time_s)
+        fewer = enough_for_step(eligible, chosen, consumer)
         if fewer is not None:
             return fewer, "step"
     return chosen, "knee"

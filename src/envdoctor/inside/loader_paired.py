@@ -7,7 +7,7 @@ not another makes a gain out of nothing. So the setting the sweep points to
 own setting are both kept running, and timed in alternating windows — current
 then candidate, candidate then current, … — so a neighbour slows both sides of
 a pair alike. The runner reports the windows; envdoctor computes the gain's
-interval and decides (rules/loader/verdict.py).
+interval and decides (envdoctor/judge/loader.py).
 """
 from __future__ import annotations
 
@@ -26,8 +26,8 @@ MAX_WINDOW_S = 0.8
 
 
 def candidate(s: Session) -> int | None:
-    """The worker count envdoctor will recommend from the sweep: the same `knee.recommended` the rule layer
-    calls (envdoctor.rules.loader.verdict), imported from this folder."""
+    """The worker count envdoctor will recommend from the sweep: the same `loader_knee.recommended` the judge layer
+    calls (envdoctor.judge.loader), imported from this folder."""
     chosen, _ = recommended(s.runs, s.usable, s.batch_size, s.plan.get("step_time_s"))
     return None if chosen is None else int(chosen["num_workers"])
 

@@ -6,8 +6,8 @@ an image folder (`--data PATH`) or the built-in synthetic dataset — runs the
 measurements in the target interpreter under a hard time budget
 (`supervisor`), and files what the runner observed into a `LoaderFacts`
 (types in `envdoctor.facts.loader`). It judges nothing: the bottleneck
-class, the knee and the recommendation are the rule layer's
-(`envdoctor.rules.loader.verdict`, with the knee itself in
+class, the knee and the recommendation are the judge layer's
+(`envdoctor.judge.loader`, with the knee itself in
 `envdoctor.inside.loader_knee`, which the runner imports too), which the DL rules
 read and the engine adds to the report's `loader` object.
 """
@@ -201,8 +201,15 @@ def _take_result(section: dict[str, Any], key: str | None, value: Any) -> None:
         section["skipped"].append(value)
     elif key == "pin":
         section["pin_memory"] = value
-    elif key in ("torch", "torch_probe", "getitem", "pickle", "persistent", "paired", "duplicates", "rng"):
+    elif key in ("torch", "torch_probe", "getitem", "pickle", "persistent", "paired", "duplicates", "rng",
+                 "hazards", "memory"):
         section[key] = value
+    elif key == "opencv":
+        section["opencv"] = {**section.get("opencv", {}), **value}
+    elif key == "opencv_workers":
+        # OpenCV imported only in __getitem__ shows in the workers alone.
+        section["opencv"] = {**section.get("opencv", {}), "worker_threads": value.get("threads"),
+                             "worker_threads_num_workers": value.get("num_workers")}
 
 
 def _failure_from_outcome(outcome: StageRun, section: dict[str, Any]) -> FailureFacts | None:

@@ -16,6 +16,22 @@ the observer's window events say when each process's window started and
 ended, so the samples inside it are the window's. Signals that are not the
 terminal's (SIGTERM from CI, SIGHUP, SIGUSR1/2, a SIGINT sent by `kill`) are
 forwarded to the command.
+
+Nothing of the command is left behind when envdoctor ends it (`--stop`) or
+is itself stopped (SIGTERM, SIGHUP, SIGINT, SIGQUIT): not its children, and
+not a daemon that double-forked and left the tree. Every process of the
+command carries a mark in its environment (`MARK_ENV`, set for the command,
+inherited by every descendant, and put back by the bootstrap in any Python
+process that lost it), and `_Tracker` finds the command's processes by it,
+by the process tree seen while sampling, by the Python processes that loaded
+the bootstrap, and by the sessions and process groups they started; the
+stop ends them all, SIGTERM then SIGKILL, and looks again until none is
+left. On Linux envdoctor is also the command's subreaper (`prctl
+PR_SET_CHILD_SUBREAPER`), so a daemon that double-forks is re-parented to
+envdoctor, not to init, and stays in its tree whatever its environment. A
+process that escapes all of these (a subreaper of its own, on another
+platform a cleared environment) is beyond this; a cgroup is not used.
+When the command ends by itself, what it chose to leave running is its own.
 """
 from __future__ import annotations
 
@@ -39,6 +55,10 @@ from envdoctor.process import end_processes
 BOOTSTRAP_DIR = Path(__file__).resolve().parent.parent / "inside" / "loop_bootstrap"
 EVENTS_ENV = "ENVDOCTOR_LOOP_EVENTS"
 PLAN_ENV = "ENVDOCTOR_LOOP_PLAN"
+#: The mark every process of the command carries in its environment (the events folder: unique to the run).
+MARK_ENV = "ENVDOCTOR_RUN_MARK"
+#: Rounds of looking for the command's processes and ending them (a daemon may fork while it is ended).
+END_ROUNDS = 4
 #: Seconds between samples of the process tree's CPU time and the GPUs.
 SAMPLE_EVERY_S = 0.5
 #: Seconds the command gets to end after SIGTERM (--stop, or leftovers) before SIGKILL.
@@ -65,6 +85,10 @@ class CommandRun:
     machine_samples: list[tuple[float, float, float]] = field(default_factory=list)
     gpu_error: str | None = None
     usable_cpus: int = 1
+    #: The signal that stopped envdoctor itself (forwarded to the command), if one did.
+    stopped_by: int | None = None
+    #: Processes of the command still running when it was ended, ended with it (daemons included).
+    ended_leftovers: int = 0
     #: --tune: the observer's hand-over (the pickled loader, moved out of the events folder; the caller
     #: removes it), or None.
     tune: dict[str, Any] | None = None
@@ -77,6 +101,7 @@ def child_environment(environ: Mapping[str, str], events_dir: str, plan: Mapping
     env["PYTHONPATH"] = str(BOOTSTRAP_DIR) + (os.pathsep + existing if existing else "")
     env[EVENTS_ENV] = events_dir
     env[PLAN_ENV] = json.dumps(dict(plan))
+    env[MARK_ENV] = events_dir
     return env
 
 
@@ -145,6 +170,7 @@ class _Sampler(threading.Thread):
 
         now = time.time()
         cpu: dict[tuple[int, float], float] = {}
+        _reap_orphans(self.root_pid)
         for proc in self.tree():
             with contextlib.suppress(psutil.Error):
                 with proc.oneshot():
@@ -200,19 +226,46 @@ def _gpu_sample(pynvml: Any) -> list[dict[str, Any]]:
     return rows
 
 
+#: Signals that stop envdoctor, and so the whole command with it (SIGUSR1/2 are only passed on).
+STOPPING = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP", "SIGINT", "SIGQUIT") if hasattr(signal, name))
+
+
 @contextlib.contextmanager
-def _forwarding(proc: subprocess.Popen[bytes]) -> Iterator[None]:
-    """Hand signals on to the command while it runs; put the old handlers back after."""
+def _forwarding(run: CommandRun | None = None) -> Iterator[Callable[[subprocess.Popen[bytes]], None]]:
+    """Hand signals on to the command while it runs; put the old handlers back after.
+
+    Entered before the command starts, so that a signal in between is not lost (it would end envdoctor
+    and leave the command running): it waits, and reaches the command once the yielded `started(proc)`
+    is called. A signal that stops envdoctor is noted in `run.stopped_by`: once the command has ended,
+    whatever it left running is ended too.
+    """
+    target: list[subprocess.Popen[bytes]] = []
+    pending: list[int] = []
+
+    def send(signum: int) -> None:
+        if not target:
+            pending.append(signum)
+            return
+        with contextlib.suppress(ProcessLookupError, OSError):
+            target[0].send_signal(signum)
 
     def forward(signum: int, frame: Any) -> None:
-        with contextlib.suppress(ProcessLookupError, OSError):
-            proc.send_signal(signum)
+        if run is not None and signum in STOPPING:
+            run.stopped_by = signum
+        send(signum)
 
     def interrupt(signum: int, frame: Any) -> None:
         # From a terminal, Ctrl-C already reached the command (it shares our process group);
         # a SIGINT sent to envdoctor alone (kill -INT) is passed on.
+        if run is not None:
+            run.stopped_by = signum
         if not _terminal_foreground():
             forward(signum, frame)
+
+    def started(proc: subprocess.Popen[bytes]) -> None:
+        target.append(proc)
+        while pending:
+            send(pending.pop(0))
 
     previous: dict[int, Any] = {}
     if threading.current_thread() is threading.main_thread():
@@ -220,7 +273,7 @@ def _forwarding(proc: subprocess.Popen[bytes]) -> Iterator[None]:
             previous[signum] = signal.signal(signum, forward)
         previous[signal.SIGINT] = signal.signal(signal.SIGINT, interrupt)
     try:
-        yield
+        yield started
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
@@ -241,18 +294,112 @@ def _end_tree(proc: subprocess.Popen[bytes], sampler: _Sampler, grace_s: float =
     end_processes([p for p in sampler.tree() if p.pid != os.getpid()], grace_s)
 
 
-def _reap_leftovers(sampler: _Sampler) -> None:
-    """Descendants that outlived the command only because envdoctor stopped it are ended too."""
+class _Tracker:
+    """Finds every process of the command: the tree seen while sampling, the processes carrying the run's
+    mark in their environment (re-parented daemons too), the Python processes that loaded the bootstrap,
+    and every process in a session or process group one of those started."""
+
+    def __init__(self, sampler: _Sampler, events_dir: str) -> None:
+        self.sampler = sampler
+        self.events_dir = events_dir
+
+    def find(self) -> list[Any]:
+        import psutil
+
+        me = os.getpid()
+        found: dict[int, Any] = {}
+        with contextlib.suppress(psutil.Error):  # the daemons re-parented to envdoctor, its subreaper
+            found.update((p.pid, p) for p in psutil.Process(me).children(recursive=True))
+        for pid, proc in list(self.sampler.seen.items()):
+            with contextlib.suppress(psutil.Error):
+                if proc.is_running():
+                    found[pid] = proc
+        for proc in psutil.process_iter():
+            with contextlib.suppress(psutil.Error):
+                if proc.pid not in found and proc.environ().get(MARK_ENV) == self.events_dir:
+                    found[proc.pid] = proc
+        for row in _read_loaded(self.events_dir):
+            with contextlib.suppress(psutil.Error, TypeError, ValueError):
+                proc = psutil.Process(int(row["pid"]))
+                if proc.create_time() <= float(row["time"]) + 1.0:  # the same process, not a reused pid
+                    found.setdefault(proc.pid, proc)
+        found.update(_in_their_sessions(found))
+        found.pop(me, None)
+        for ancestor in _ancestors():
+            found.pop(ancestor, None)
+        return list(found.values())
+
+
+def become_subreaper() -> bool:
+    """Linux: orphans of the command are re-parented to envdoctor rather than init (so they stay findable)."""
+    if not sys.platform.startswith("linux"):
+        return False
+    import ctypes
+
+    pr_set_child_subreaper = 36
+    try:
+        return int(ctypes.CDLL(None, use_errno=True).prctl(pr_set_child_subreaper, 1, 0, 0, 0)) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def _reap_orphans(command_pid: int) -> None:
+    """Reap the orphans of the command that died after being re-parented to envdoctor (its subreaper), so
+    that none stays a zombie while the run goes on; never the command itself (its status is Popen's)."""
+    if not sys.platform.startswith("linux"):
+        return
     import psutil
 
-    left = []
-    for pid, proc in sampler.seen.items():
-        if pid == os.getpid():
-            continue
-        with contextlib.suppress(psutil.Error):
-            if proc.is_running():
-                left.append(proc)
-    end_processes(left, STOP_GRACE_S)
+    with contextlib.suppress(psutil.Error):
+        for child in psutil.Process().children():
+            with contextlib.suppress(psutil.Error, ChildProcessError, OSError):
+                if child.pid != command_pid and child.status() == psutil.STATUS_ZOMBIE:
+                    os.waitpid(child.pid, os.WNOHANG)
+
+
+def _ancestors() -> set[int]:
+    import psutil
+
+    with contextlib.suppress(psutil.Error):
+        return {p.pid for p in psutil.Process().parents()}
+    return set()
+
+
+def _in_their_sessions(found: Mapping[int, Any]) -> dict[int, Any]:
+    """The processes in the sessions and process groups the command's processes started (not envdoctor's
+    own: a pipeline's other commands share that one)."""
+    if sys.platform == "win32" or not found:
+        return {}
+    import psutil
+
+    own = {os.getsid(0)}, {os.getpgrp()}
+    sessions, groups = set(), set()
+    for pid in found:
+        with contextlib.suppress(OSError):
+            sessions.add(os.getsid(pid))
+            groups.add(os.getpgid(pid))
+    sessions -= own[0]
+    groups -= own[1]
+    if not sessions and not groups:
+        return {}
+    more: dict[int, Any] = {}
+    for proc in psutil.process_iter():
+        with contextlib.suppress(OSError, psutil.Error):
+            if proc.pid not in found and (os.getsid(proc.pid) in sessions or os.getpgid(proc.pid) in groups):
+                more[proc.pid] = proc
+    return more
+
+
+def end_everything(tracker: _Tracker, grace_s: float = STOP_GRACE_S) -> int:
+    """End every process of the command, SIGTERM then SIGKILL, looking again until none is left; how many."""
+    ended: set[int] = set()
+    for _ in range(END_ROUNDS):
+        procs = tracker.find()
+        if not procs:
+            break
+        ended.update(p.pid for p in procs)
+        end_processes(procs, grace_s)
+    return len(ended)
 
 
 def _take_tune(events: Sequence[Mapping[str, Any]], events_dir: str) -> dict[str, Any] | None:
@@ -278,6 +425,29 @@ def window_closed(events: Sequence[Mapping[str, Any]]) -> bool:
     return bool(iterating) and iterating <= closed
 
 
+def _observe(proc: subprocess.Popen[bytes], run: CommandRun, sampler: _Sampler, events_dir: str,
+             offsets: dict[str, int], stop: bool, on_window: Callable[[CommandRun], None] | None) -> None:
+    """Read the events until the command ends (with `stop`: end it once its window closed)."""
+    announced = False
+    while True:
+        try:
+            proc.wait(timeout=0.25)
+            break
+        except subprocess.TimeoutExpired:
+            pass
+        run.events += read_events(events_dir, offsets)
+        if not announced and window_closed(run.events):
+            announced = True
+            run.loaded = _read_loaded(events_dir)
+            if stop:
+                run.stopped = True
+                _end_tree(proc, sampler)
+                break
+            if on_window is not None:
+                on_window(run)
+    run.returncode = proc.wait()
+
+
 def run_command(argv: Sequence[str], plan: Mapping[str, Any], *, stop: bool = False,
                 environ: Mapping[str, str] | None = None, usable_cpus: int = 1,
                 on_window: Callable[[CommandRun], None] | None = None) -> CommandRun:
@@ -287,38 +457,23 @@ def run_command(argv: Sequence[str], plan: Mapping[str, Any], *, stop: bool = Fa
     started = time.monotonic()
     try:
         env = child_environment(os.environ if environ is None else environ, events_dir, plan)
-        try:
-            proc = subprocess.Popen(list(argv), env=env)
-        except OSError as exc:
-            run.start_error = f"{argv[0]}: {exc.strerror or exc}"
-            run.returncode = 127 if isinstance(exc, FileNotFoundError) else 126
-            return run
-        sampler = _Sampler(proc.pid, run)
-        sampler.start()
-        offsets: dict[str, int] = {}
-        announced = False
-        with _forwarding(proc):
-            while True:
-                try:
-                    proc.wait(timeout=0.25)
-                    break
-                except subprocess.TimeoutExpired:
-                    pass
-                run.events += read_events(events_dir, offsets)
-                if not announced and window_closed(run.events):
-                    announced = True
-                    run.loaded = _read_loaded(events_dir)
-                    if stop:
-                        run.stopped = True
-                        _end_tree(proc, sampler)
-                        break
-                    if on_window is not None:
-                        on_window(run)
-            run.returncode = proc.wait()
+        become_subreaper()
+        with _forwarding(run) as forward_to:
+            try:
+                proc = subprocess.Popen(list(argv), env=env)
+            except OSError as exc:
+                run.start_error = f"{argv[0]}: {exc.strerror or exc}"
+                run.returncode = 127 if isinstance(exc, FileNotFoundError) else 126
+                return run
+            forward_to(proc)
+            sampler = _Sampler(proc.pid, run)
+            sampler.start()
+            offsets: dict[str, int] = {}
+            _observe(proc, run, sampler, events_dir, offsets, stop, on_window)
+            if run.stopped or run.stopped_by is not None:  # still forwarding: a second signal is not lost
+                run.ended_leftovers = end_everything(_Tracker(sampler, events_dir))
         sampler.halt.set()
         sampler.join(timeout=5)
-        if run.stopped:
-            _reap_leftovers(sampler)
         run.events += read_events(events_dir, offsets)
         run.loaded = _read_loaded(events_dir)
         run.tune = _take_tune(run.events, events_dir)

@@ -10,18 +10,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from envdoctor.model import FORMATS
+
 if TYPE_CHECKING:  # pragma: no cover
     from envdoctor.model import Report
 
-FORMAT_MODULES = {
-    "text": "envdoctor.report.text",
-    "json": "envdoctor.report.json",
-    "markdown": "envdoctor.report.markdown",
-    "sarif": "envdoctor.report.sarif",
-    "github": "envdoctor.report.github",
-}
-#: The values `--format` accepts.
-FORMATS = tuple(FORMAT_MODULES)
+#: The formatter module of each value `--format` accepts (`envdoctor.model.FORMATS`, declared once there).
+FORMAT_MODULES = {name: f"envdoctor.report.{name}" for name in FORMATS}
 
 
 @dataclass(frozen=True)

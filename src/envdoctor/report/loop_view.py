@@ -1,7 +1,7 @@
 """The text view of `envdoctor run`: one screen — the share of each step that waits for data as a bar,
 the numbers behind it, the loader's settings, the CPU and GPU inside the window, a line per rank.
 
-It renders the report's `loop` object (decided by `envdoctor.rules.loader.loop`); the verdict and the
+It renders the report's `loop` object (decided by `envdoctor.judge.loop`); the verdict and the
 fix are DL009's finding, drawn below by the text report like every other finding.
 """
 from __future__ import annotations
@@ -37,6 +37,7 @@ def settings_text(settings: Mapping[str, Any] | None) -> str:
     return f"{dataset}: {shown}" if dataset else shown
 
 
+# complexity: 23 — one line per optional part of the loop's summary, each printed only when measured.
 def loop_lines(loop: Mapping[str, Any]) -> list[tuple[int, str]]:
     """(indent, text) lines of the loop summary."""
     command = " ".join(printable(arg, 200) for arg in loop.get("command") or [])

@@ -18,11 +18,16 @@ from __future__ import annotations
 
 import io
 import os
+import re
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import IO, TYPE_CHECKING, Any
 
 from envdoctor.model import NO_VERDICT, Finding, Report, Severity, Verdict
 from envdoctor.report.safe import MAX_ITEMS, clean_report, clean_tree, printable, printable_block
+
+if TYPE_CHECKING:  # rich is imported where a report is drawn, not with this module
+    from rich.console import Console, RenderableType
+    from rich.text import Text
 
 _STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
 _MARK = {"error": "✗", "warning": "!", "info": "i"}
@@ -219,74 +224,119 @@ def _is_scalar(value: Any) -> bool:
 class _Writer:
     """Prints Text at a left indent; wrapped lines hang `hang` columns further in."""
 
-    def __init__(self, console: Any) -> None:
+    def __init__(self, console: Console) -> None:
         from rich.text import Text
 
         self.console, self._text = console, Text
 
-    def line(self, text: Any = "", indent: int = 0, style: str = "", hang: int = 2) -> None:
+    def line(self, text: str | Text = "", indent: int = 0, style: str = "", hang: int = 2) -> None:
         body = text if not isinstance(text, str) else self._text(text, style=style)
         width = max(20, self.console.width - indent)
-        lines = body.wrap(self.console, width)
-        if len(lines) > 1:  # the rest again, narrower: it hangs `hang` columns further in
-            rest = body[len(lines[0].plain):]
-            rest = rest[len(rest.plain) - len(rest.plain.lstrip()):]
-            lines = [lines[0], *rest.wrap(self.console, max(20, width - hang))]
+        lines: list[Any] = []
+        for paragraph in body.split("\n") if "\n" in body.plain else [body]:  # a line break stays one
+            room = width if not lines else width - hang
+            lines += [paragraph[start:end] for start, end in word_spans(paragraph.plain, room, width - hang)] or \
+                [paragraph]
         for number, part in enumerate(lines):
             part.rstrip()
             pad = indent + (hang if number else 0)
             self.console.print(self._text(" " * pad) + part, soft_wrap=True)
 
-    def text(self) -> Any:
+    def code(self, text: str, indent: int) -> None:
+        """A command or a path on a line of its own, whole: never wrapped, so it pastes as it is."""
+        self.console.print(self._text(" " * indent + text), soft_wrap=True)
+
+    def text(self) -> Text:
         return self._text()
 
 
+def word_spans(plain: str, width: int, rest_width: int) -> list[tuple[int, int]]:
+    """Where `plain` breaks into lines of at most `width` cells (the first) and `rest_width` (the others),
+    at spaces only: a word wider than its line (a long path) is kept whole and overflows, never cut."""
+    from rich.cells import cell_len
+
+    spans: list[tuple[int, int]] = []
+    start: int | None = None
+    end = used = 0
+    for word in re.finditer(r"[^ \t\n]+", plain):  # a no-break space (a figure and its unit) holds a word together
+        room = max(20, width if not spans else rest_width)
+        if start is None:
+            start = 0  # the first line keeps its leading spaces
+            used = cell_len(plain[:word.end()])
+        elif used + cell_len(plain[end:word.end()]) > room:
+            spans.append((start, end))
+            start, used = word.start(), cell_len(word.group())
+        else:
+            used += cell_len(plain[end:word.end()])
+        end = word.end()
+    if start is not None:
+        spans.append((start, end))
+    return spans
+
+
 def _write_group(out: _Writer, group: list[Finding], verbose: bool) -> None:
+    script = _script_of(group) if len(group) > 1 else None
+    _write_group_head(out, group, script)
+    # One script's findings are listed in full (each is a line to move under the guard).
+    limit = min(len(group), MAX_ITEMS) if script is not None else GROUP_LIMIT
+    shown = group[:limit]
+    messages, tail, shared = _group_messages(shown)
+    fixes = list(dict.fromkeys(_generic(f, f.fix) for f in shown if f.fix))
+    mixed = len({f.severity for f in group}) > 1
+    runs_steps = all(f.fix_steps for f in shown if f.fix)
+    for finding, message in zip(shown, messages):
+        _write_finding(out, finding, message, mixed)
+        if verbose and finding.evidence:
+            for indent, text in _evidence_lines(dict(finding.evidence), 6):
+                out.line(text, indent=indent, style="dim")
+        if len(fixes) > 1 and finding.fix:
+            _write_fix(out, finding.fix, indent=4, runs_steps=bool(finding.fix_steps))
+    if len(group) > limit:
+        out.line(f"… and {len(group) - limit} more {group[0].rule} findings (see --format json)", indent=2)
+    if tail and (verbose or shared):  # the shared explanation, once; concise output leaves it to -v
+        out.line(printable_block(tail), indent=2)
+    if len(fixes) == 1:
+        _write_fix(out, fixes[0], indent=2, runs_steps=runs_steps)
+
+
+def _group_messages(shown: list[Finding]) -> tuple[list[str], str, bool]:
+    """(each finding's message less what they share, what they share, whether they share it all)."""
+    messages = [own_message(f) for f in shown]
+    shared = len(set(messages)) == 1 and len(shown) > 1 and all(f.location for f in shown)
+    tail = messages[0] if shared else _common_tail(messages)
+    if shared:
+        return ["" for _ in messages], tail, shared
+    if tail:
+        return [m[: len(m) - len(tail)].rstrip(". ") + "." for m in messages], tail, shared
+    return messages, tail, shared
+
+
+def _write_group_head(out: _Writer, group: list[Finding], script: str | None) -> None:
+    """`✗ PKG001 name`, and where the group's findings are: one script, N files, or ×N."""
     first = group[0]
     level = first.severity.value
     head = out.text()
     head.append(f"{_MARK[level]} {first.rule} ", style=_STYLE[level])
     head.append(printable(first.name, 80), style="bold")
     files = list(dict.fromkeys(f.location.path for f in group if f.location))
-    script = _script_of(group) if len(group) > 1 else None
     if script is not None:
         head.append(f" in {printable(script, 300)} ×{len(group)}")
     elif len(group) > 1:
         head.append(f" in {len(files)} files" if len(files) == len(group) and files else f" ×{len(group)}")
     out.line(head)
-    # One script's findings are listed in full (each is a line to move under the guard).
-    limit = min(len(group), MAX_ITEMS) if script is not None else GROUP_LIMIT
-    mixed = len({f.severity for f in group}) > 1
-    shown = group[:limit]
-    messages = [own_message(f) for f in shown]
-    shared = len(set(messages)) == 1 and len(shown) > 1 and all(f.location for f in shown)
-    tail = messages[0] if shared else _common_tail(messages)
-    fixes = list(dict.fromkeys(_generic(f, f.fix) for f in shown if f.fix))
-    for finding, message in zip(shown, messages):
-        if shared:
-            message = ""
-        elif tail:
-            message = message[: len(message) - len(tail)].rstrip(". ") + "."
-        where = _where(finding)
-        line = out.text()
-        if mixed:
-            line.append(f"{_MARK[finding.severity.value]} ", style=_STYLE[finding.severity.value])
-        if where:
-            line.append(where, style="dim")
-            line.append("  " if message else "")
-        line.append(printable_block(message))
-        out.line(line, indent=2)
-        if verbose and finding.evidence:
-            for indent, text in _evidence_lines(dict(finding.evidence), 6):
-                out.line(text, indent=indent, style="dim")
-        if len(fixes) > 1 and finding.fix:
-            _write_fix(out, finding.fix, indent=4)
-    if len(group) > limit:
-        out.line(f"… and {len(group) - limit} more {first.rule} findings (see --format json)", indent=2)
-    if tail and (verbose or shared):  # the shared explanation, once; concise output leaves it to -v
-        out.line(printable_block(tail), indent=2)
-    if len(fixes) == 1:
-        _write_fix(out, fixes[0], indent=2)
+
+
+def _write_finding(out: _Writer, finding: Finding, message: str, mixed: bool) -> None:
+    """One finding's line: its own mark when the group mixes severities, where it is, its message."""
+    where = _where(finding)
+    line = out.text()
+    if mixed:
+        line.append(f"{_MARK[finding.severity.value]} ", style=_STYLE[finding.severity.value])
+    if where:
+        line.append(where, style="dim")
+        line.append("  " if message else "")
+    line.append(printable_block(message))
+    out.line(line, indent=2)
 
 
 def own_message(finding: Finding) -> str:
@@ -305,14 +355,79 @@ def _generic(finding: Finding, text: str) -> str:
     return text.replace(loc.path, "each file") if loc is not None and loc.path in text else text
 
 
-def _write_fix(out: _Writer, fix: str, indent: int) -> None:
-    lines = printable_block(fix).splitlines() or [""]
+#: A fix's trailing shell comment (`fix_of`'s note): `cmd   # why`.
+_NOTE = re.compile(r"^(?P<command>\S.*?) {3}# (?P<note>.*)$")
+#: A span in backticks: a command to paste (a line of its own) when it starts as a shell command does.
+_CODE_SPAN = re.compile(r"`([^`]+)`")
+#: The programs a fix's commands start with (a first word holding a `/` or `VAR=` is a command too).
+_SHELL_WORDS = frozenset({
+    "envdoctor", "pip", "pip3", "python", "python3", "conda", "mamba", "micromamba", "uv", "uvx", "pixi", "apt",
+    "apt-get", "dnf", "yum", "sudo", "mv", "cp", "rm", "ln", "chmod", "mkdir", "cd", "ulimit", "export", "unset",
+    "torchrun", "docker", "sysctl", "systemctl", "loginctl", "mount", "nvidia-smi", "ldd", "ldconfig", "pipx"})
+
+
+def _is_command(span: str) -> bool:
+    first = span.split(" ", 1)[0]
+    return " " in span.strip() and (first in _SHELL_WORDS or "/" in first or bool(re.match(r"[A-Z_]+=", first)))
+#: A fix that is one call or assignment to type in (`DataLoader(dataset, num_workers=2)`).
+_CALL = re.compile(r"^[A-Za-z_][\w.]*\(.*\)$")
+
+
+def fix_blocks(fix: str, runs_steps: bool = False) -> list[tuple[str, str]]:
+    """A fix as ("code", line) and ("prose", text) blocks, in order: what to paste, and the words around it.
+
+    Code is a fix's steps (`runs_steps`: its first line is the `&&` chain `fix_steps` holds, one step a line,
+    each but the last ending in `&&`, as a shell reads them), a command before a `   # note`, a call, a line
+    indented by four spaces (SPW001's guard), and a shell command in backticks. Prose is
+    everything else, re-flowed by the writer."""
+    blocks: list[tuple[str, str]] = []
+    for number, line in enumerate(fix.splitlines() or [""]):
+        if line.startswith("    ") and number:
+            blocks.append(("code", line))  # its own indent kept, under the fix
+            continue
+        note = _NOTE.match(line)
+        command = note.group("command") if note else line if (runs_steps and number == 0) or _CALL.match(line) \
+            else None
+        if command is not None:
+            steps = command.split(" && ")
+            blocks += [("code", step + (" &&" if i < len(steps) - 1 else "")) for i, step in enumerate(steps)]
+            if note:
+                blocks.append(("prose", note.group("note")))
+            continue
+        last = 0
+        for span in _CODE_SPAN.finditer(line):
+            if not _is_command(span.group(1)):
+                continue
+            before, after = line[last:span.start()].rstrip(), line[span.end():]
+            if before.endswith("(") and after.startswith(")"):  # "a venv (`cmd`) and": "a venv: / cmd / and"
+                before, last = before[:-1].rstrip() + ":", span.end() + 1
+            else:
+                last = span.end()
+            blocks.append(("prose", before.strip()))
+            blocks.append(("code", span.group(1)))
+        blocks.append(("prose", line[last:].strip()))
+    return [(kind, text) for kind, text in blocks if text]
+
+
+def _write_fix(out: _Writer, fix: str, indent: int, runs_steps: bool = False) -> None:
+    """`fix: ` and the fix: prose wrapped at the width, each command or path whole on its own line, four
+    columns in, so a paste never carries a line break into the shell."""
+    blocks = fix_blocks(printable_block(fix), runs_steps) or [("prose", "")]
     first = out.text()
     first.append("fix: ", style="green")
-    first.append(lines[0])
-    out.line(first, indent=indent)
-    for rest in lines[1:]:
-        out.line(rest, indent=indent + 5)
+    kind, text = blocks.pop(0)
+    first.append(text)
+    if kind == "code":  # the label, then the command whole on the rest of its line; the rest under it
+        out.console.print(out.text().append(" " * indent) + first, soft_wrap=True)
+        prose = code = indent + 5
+    else:  # prose wraps two columns in; a command stands two further in
+        out.line(first, indent=indent)
+        prose, code = indent + 2, indent + 4
+    for kind, text in blocks:
+        if kind == "code":
+            out.code(text, code if not text.startswith("    ") else indent + 5)
+        else:
+            out.line(text, indent=prose, hang=0)
 
 
 # -- the whole report ------------------------------------------------------------------------------
@@ -337,49 +452,79 @@ def verdict_line(report: Report, counts: dict[str, int] | None = None) -> tuple[
     return verdict["worst"], text
 
 
-def write(report: Report, console: Any, verbose: bool = False) -> None:
+def write(report: Report, console: Console, verbose: bool = False) -> None:
     """Draw the report on a rich Console."""
     out = _Writer(console)
-    fleet = report.facts.get("fleet")
-    if fleet:  # compare / --distributed: many nodes, no single environment to name
-        from envdoctor.report.fleet_view import fleet_heading, fleet_renderables
-
-        shown = clean_report(report)
-        out.line(printable(fleet_heading(shown, shown.facts["fleet"]), 400), style="bold")
-        level, text = verdict_line(report)
-        out.line(f"{_MARK.get(level or '', '✓')} {text}", style=_STYLE.get(level or "", "bold green"))
-        out.line()
-        for item in fleet_renderables(shown):
-            if isinstance(item, out.text().__class__):  # a line of text: wrapped lines indented
-                out.line(item)
-            else:
-                console.print(item)
+    if report.facts.get("fleet"):  # compare / --distributed: many nodes, no single environment to name
+        _write_fleet(out, report)
     elif report.loop is not None:  # envdoctor run: the user's own loop, not an environment's checklist
         from envdoctor.report.loop_view import loop_lines
 
         for indent, line in loop_lines(clean_tree(report.loop)):
             out.line(line, indent=indent, hang=11 if indent == 2 else 2)  # wrapped lines under the values
     else:
-        out.line(_heading(report), style="bold")
-        level, text = verdict_line(report)
-        out.line(f"{_MARK.get(level or '', '✓')} {text}", style=_STYLE.get(level or "", "bold green"))
+        _write_checklist(out, report)
+    _write_findings(out, report, verbose)
+    if report.loader:
+        from envdoctor.report.loader_view import loader_renderables
+
         out.line()
-        verdict = verdict_of(report)
-        names = first_names(report.findings)
-        unselected = []
-        for area in verdict["areas"]:
-            if verdict["details"][area]["cause"] == "not-selected":
-                unselected.append(area_label(area))
-                continue
-            level, status = area_line(report, area, names)
-            line = out.text()
-            line.append(f"{area_label(area):<9} ", style="bold")
-            style = _STYLE.get(level or "", "green" if level is None else "magenta" if level == "unchecked" else "dim")
-            mark = _MARK.get(level or "", "")
-            line.append(f"{mark} {status}" if mark else status, style=style)
-            out.line(line, indent=2)
-        if unselected:
-            out.line(f"not checked (not selected): {', '.join(unselected)}", indent=2, style="dim")
+        said: dict[str, str] = {}  # what the findings already said, so the loader's view says it once
+        for finding in report.findings[:GROUP_LIMIT * BLOCK_LIMIT]:
+            said[finding.rule] = said.get(finding.rule, "") + " " + finding.message
+        _write_renderables(out, loader_renderables(clean_tree(report.loader), said))
+    _write_errors(out, report)
+    if report.findings and not verbose and any(f.evidence for f in report.findings):
+        out.line("-v: the evidence; `envdoctor explain RULE`: why it matters.", style="dim")
+
+
+def _write_renderables(out: _Writer, items: Iterable[RenderableType]) -> None:
+    """Lines of text through the writer (their wrapped lines indented), tables and the like as they are."""
+    for item in items:
+        if isinstance(item, out.text().__class__):
+            out.line(item)
+        else:
+            out.console.print(item)
+
+
+def _write_verdict(out: _Writer, report: Report) -> None:
+    level, text = verdict_line(report)
+    out.line(f"{_MARK.get(level or '', '✓')} {text}", style=_STYLE.get(level or "", "bold green"))
+    out.line()
+
+
+def _write_fleet(out: _Writer, report: Report) -> None:
+    from envdoctor.report.fleet_view import fleet_heading, fleet_renderables
+
+    shown = clean_report(report)
+    out.line(printable(fleet_heading(shown, shown.facts["fleet"]), 400), style="bold")
+    _write_verdict(out, report)
+    _write_renderables(out, fleet_renderables(shown))
+
+
+def _write_checklist(out: _Writer, report: Report) -> None:
+    """The heading, the verdict and a line per area (those not selected named together)."""
+    out.line(_heading(report), style="bold")
+    _write_verdict(out, report)
+    verdict = verdict_of(report)
+    names = first_names(report.findings)
+    unselected = []
+    for area in verdict["areas"]:
+        if verdict["details"][area]["cause"] == "not-selected":
+            unselected.append(area_label(area))
+            continue
+        level, status = area_line(report, area, names)
+        line = out.text()
+        line.append(f"{area_label(area):<9} ", style="bold")
+        style = _STYLE.get(level or "", "green" if level is None else "magenta" if level == "unchecked" else "dim")
+        mark = _MARK.get(level or "", "")
+        line.append(f"{mark} {status}" if mark else status, style=style)
+        out.line(line, indent=2)
+    if unselected:
+        out.line(f"not checked (not selected): {', '.join(unselected)}", indent=2, style="dim")
+
+
+def _write_findings(out: _Writer, report: Report, verbose: bool) -> None:
     groups = group_findings(report.findings)
     for group in groups[:BLOCK_LIMIT]:
         out.line()
@@ -388,29 +533,22 @@ def write(report: Report, console: Any, verbose: bool = False) -> None:
         rest = sum(len(g) for g in groups[BLOCK_LIMIT:])
         out.line()
         out.line(f"… {rest} more findings of {len(groups) - BLOCK_LIMIT} more rules (see --format json)")
-    if report.loader:
-        from envdoctor.report.loader_view import loader_renderables
-
-        out.line()
-        for item in loader_renderables(clean_tree(report.loader)):
-            if isinstance(item, out.text().__class__):  # a summary line: wrapped lines indented
-                out.line(item)
-            else:
-                console.print(item)
-    if report.errors:
-        out.line()
-        out.line("Could not check", style="magenta underline")
-        for error in report.errors[:MAX_ITEMS]:
-            who = printable(error.get("rule") or f"probe {error.get('probe')}", 80)
-            out.line(f"{who}: {printable(error.get('message', ''), 500)}", indent=2)
-        if len(report.errors) > MAX_ITEMS:
-            out.line(f"… {len(report.errors) - MAX_ITEMS} more", indent=2)
-    if report.findings and not verbose and any(f.evidence for f in report.findings):
-        out.line("-v: the evidence; `envdoctor explain RULE`: why it matters.", style="dim")
 
 
-def make_console(file: Any = None, width: int | None = None, record: bool = False,
-                 color: bool | None = None) -> Any:
+def _write_errors(out: _Writer, report: Report) -> None:
+    if not report.errors:
+        return
+    out.line()
+    out.line("Could not check", style="magenta underline")
+    for error in report.errors[:MAX_ITEMS]:
+        who = printable(error.get("rule") or f"probe {error.get('probe')}", 80)
+        out.line(f"{who}: {printable(error.get('message', ''), 500)}", indent=2)
+    if len(report.errors) > MAX_ITEMS:
+        out.line(f"… {len(report.errors) - MAX_ITEMS} more", indent=2)
+
+
+def make_console(file: IO[str] | None = None, width: int | None = None, record: bool = False,
+                 color: bool | None = None) -> Console:
     """A rich Console that never reads markup or emoji codes in what it prints."""
     from rich.console import Console
 

@@ -1,27 +1,22 @@
 """DL rules: what the live DataLoader smoke test found.
 
 The measuring happens in `envdoctor.loader` (facts, observations only); the
-verdict — bottleneck class, knee, recommendation and its trust — is decided
-once, in `envdoctor.rules.loader.verdict`; these rules say it as findings,
+judgement — bottleneck class, knee, recommendation and its trust — is decided
+once per check, in `envdoctor.judge.loader`; these rules say it as findings,
 with the numbers that back them and the settings to use.
 """
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass
+from typing import Any
 
 from envdoctor.facts import Facts
-from envdoctor.facts.loader import CurrentSettings, LoaderFacts, LoaderVerdict, Recommendation, RunFacts
-from envdoctor.inside.loader_knee import STEP_HEADROOM, knee
+from envdoctor.facts.loader import CurrentSettings, LoaderFacts, Recommendation
+from envdoctor.inside.loader_knee import STEP_HEADROOM
+from envdoctor.judge.bottleneck import measured_runs, startup_cost
+from envdoctor.judge.loader import JudgedLoader, loader_judgement
 from envdoctor.model import Severity
 from envdoctor.rules import Hit
-from envdoctor.rules.loader.verdict import (
-    differs_from_current,
-    measured_runs,
-    others_cpus,
-    startup_cost,
-    verdict,
-)
 
 #: DL004 fires when start-up is at least this share of one epoch's loading time.
 STARTUP_NOTICE_SHARE = 0.25
@@ -29,36 +24,13 @@ STARTUP_NOTICE_SHARE = 0.25
 DUPLICATE_SHARE = 0.2
 
 
-@dataclass(frozen=True)
-class Judged:
-    """A loader section with its verdict."""
-
-    section: LoaderFacts
-    verdict: LoaderVerdict
-
-    @property
-    def bottleneck(self) -> str | None:
-        return self.verdict["bottleneck"]
-
-    @property
-    def rec(self) -> Recommendation | None:
-        return self.verdict["recommendation"]
-
-
-def _judged(facts: Facts) -> Judged | None:
-    section = facts["loader"]
-    if not section:
-        return None
-    return Judged(section, verdict(section, facts.config.step_time))
-
-
-def _users_data(facts: Facts) -> Judged | None:
+def _users_data(facts: Facts) -> JudgedLoader | None:
     """The judged section when it measured the user's own data, else None.
 
     The built-in synthetic dataset measures the machine (workers, start-up, IPC),
     not the user's data code: judging its __getitem__ would be a wrong diagnosis.
     """
-    judged = _judged(facts)
+    judged = loader_judgement(facts)
     if judged is None or judged.section.get("source", {"kind": ""})["kind"] == "synthetic":
         return None
     return judged
@@ -78,7 +50,7 @@ def _undecoded_note(section: LoaderFacts) -> str:
             if undecoded else "")
 
 
-def _users_sample_code(facts: Facts) -> Judged | None:
+def _users_sample_code(facts: Facts) -> JudgedLoader | None:
     """The section when its per-sample work is the user's: not when images went undecoded, since
     reading alone says nothing of what decoding costs or how workers share it."""
     judged = _users_data(facts)
@@ -99,6 +71,19 @@ def _settings_text(rec: Recommendation, batch_size: int | None = None) -> str:
     if batch_size:
         parts.insert(0, f"batch_size={batch_size}")
     return "DataLoader(dataset, " + ", ".join(parts) + ")"
+
+
+def differs_from_current(recommendation: Recommendation, current: CurrentSettings) -> list[str]:
+    """The settings the user would change, as `name=value` strings."""
+    changes = []
+    want: dict[str, Any] = dict(recommendation)
+    have: dict[str, Any] = dict(current)
+    for key in ("num_workers", "prefetch_factor", "persistent_workers", "pin_memory"):
+        if key == "prefetch_factor" and not recommendation["num_workers"]:
+            continue
+        if want.get(key) != have.get(key):
+            changes.append(f"{key}={want.get(key)}")
+    return changes
 
 
 def _rate(value: float | None) -> str:
@@ -172,7 +157,7 @@ def find_workers_no_gain(facts: Facts) -> Iterator[Hit]:
                 f"setting (num_workers={best['num_workers']}) {_rate(best['samples_per_s'])}; moving each "
                 f"batch{size_text} between processes costs more than making it" if lose else
                 f"the loader's time goes into building and moving batches{size_text}, not into __getitem__ "
-                f"({judged.verdict['bottleneck_reason']}); workers only spread that cost over more processes "
+                f"({judged.judgement['bottleneck_reason']}); workers only spread that cost over more processes "
                 f"(num_workers={best['num_workers']}: {_rate(best['samples_per_s'])} against "
                 f"{_rate(zero['samples_per_s'])} with none)")
     yield Hit(
@@ -181,7 +166,7 @@ def find_workers_no_gain(facts: Facts) -> Iterator[Hit]:
                   "best_worker_setting": best["num_workers"], "best_worker_samples_per_s": best["samples_per_s"],
                   "getitem_s": getitem.get("per_sample_s"), "batch_size": section.get("batch_size"),
                   "batch_bytes": batch_bytes, "curve": _curve(section),
-                  "reason": judged.verdict["bottleneck_reason"]},
+                  "reason": judged.judgement["bottleneck_reason"]},
         fix=((("keep num_workers=0" if already else "use num_workers=0") + ", or " if lose else "")
              + (f"{smaller}; or {batched}" if large else f"{batched}; or {smaller}")),
         severity=Severity.INFO if already and lose else None,
@@ -199,7 +184,7 @@ def find_slow_getitem(facts: Facts) -> Iterator[Hit]:
     runs = measured_runs(section)
     zero = next((r for r in runs if r["num_workers"] == 0), None)
     kind = judged.bottleneck
-    reason = judged.verdict["bottleneck_reason"]
+    reason = judged.judgement["bottleneck_reason"]
     per_sample = getitem.get("per_sample_s")
     cost = f"{per_sample * 1e3:.2f} ms" if per_sample else "unknown"
     if kind == "storage":
@@ -231,7 +216,7 @@ def find_slow_getitem(facts: Facts) -> Iterator[Hit]:
         "recommended_num_workers": rec["num_workers"]}
     if "read_s" in getitem and "decode_s" in getitem:
         evidence.update(read_s=getitem["read_s"], decode_s=getitem["decode_s"])
-    others = others_cpus(section)
+    others = judged.others_cpus
     if others is not None:
         evidence.update(others_cpu=others, usable_cpus=section.get("usable_cpus"))
     yield Hit(message=message, evidence=evidence, fix=fix)
@@ -248,7 +233,7 @@ def find_slow_worker_startup(facts: Facts) -> Iterator[Hit]:
     if not length or current.get("persistent_workers"):
         return
     runs = measured_runs(section)
-    chosen: RunFacts | None = knee(runs, section.get("usable_cpus"))
+    chosen = next((r for r in runs if r["num_workers"] == judged.judgement["knee"]), None)
     if chosen is None or chosen["num_workers"] == 0:
         workers = [r for r in runs if r["num_workers"] > 0]
         if judged.bottleneck != "startup" or not workers:
@@ -288,7 +273,7 @@ def _trust_text(rec: Recommendation) -> str:
 def find_loader_settings(facts: Facts) -> Iterator[Hit]:
     """DL005: the recommended settings, when they differ from the current ones (or the machine was too
     noisy to tell whether they would)."""
-    judged = _judged(facts)
+    judged = loader_judgement(facts)
     if not judged or not judged.rec:
         return
     section, rec = judged.section, judged.rec
@@ -310,15 +295,15 @@ def find_loader_settings(facts: Facts) -> Iterator[Hit]:
         return
     if rec["trust"] in ("too-noisy", "loss"):
         candidate = rec["candidate_num_workers"]
-        verdict_text = ("the machine was too noisy to tell" if rec["trust"] == "too-noisy"
+        said_text = ("the machine was too noisy to tell" if rec["trust"] == "too-noisy"
                         else "it lost to your setting")
-        others = others_cpus(section)
+        others = judged.others_cpus
         if judged.bottleneck == "cpu-contended":
             message = (f"whether num_workers={candidate} beats your num_workers={current.get('num_workers', 0)} "
-                       f"cannot be told from this run: {judged.verdict['bottleneck_reason']}; keep your settings")
+                       f"cannot be told from this run: {judged.judgement['bottleneck_reason']}; keep your settings")
         else:
             message = (f"num_workers={candidate} measured best in the sweep, but re-measured in interleaved paired "
-                       f"windows against your num_workers={current.get('num_workers', 0)} {verdict_text}"
+                       f"windows against your num_workers={current.get('num_workers', 0)} {said_text}"
                        + _trust_text(rec) + "; keep your settings")
         message += _undecoded_note(section)
         yield Hit(
@@ -364,7 +349,7 @@ def find_loader_settings(facts: Facts) -> Iterator[Hit]:
         "trust": rec["trust"], "bottleneck": judged.bottleneck, "curve": curve, "basis": rec["basis"]}
     if left_out:
         evidence.update(left_out=left_out, usable_cpus=usable)
-    others = others_cpus(section)
+    others = judged.others_cpus
     evidence.update(others_cpu=others, current_basis=rec["current_basis"],
                     current_sweep_samples_per_s=rec["current_sweep_samples_per_s"])
     if rec["trust"] == "incomplete":

@@ -1,250 +1,51 @@
-"""DL009 and the `loop` verdict: does the user's own training loop wait for data, and what removes the wait.
+"""DL009: the user's own training loop waits for data (`envdoctor run`), with the settings that remove the wait.
 
-The facts (`envdoctor.facts.loop`) hold, per process and DataLoader, the
-seconds each step of the window waited in `next()` and the seconds between
-batches. Judged here, once, for every view:
-
-- which loader speaks for a process (the one whose window filled, with the
-  most steps: the training loader, not a short validation pass) and which
-  process speaks for the run (rank 0, else the first);
-- the share of each step spent waiting, against `DATA_WAIT_SHARE`;
-- what num_workers would remove the wait (the fewest whose loading reaches
-  STEP_HEADROOM, 1.25×, what the step consumes, as the smoke test's own
-  consumer check asks), from a model of the loop that the
-  measurement fixes: with `num_workers=0` the main process loads a batch and
-  then runs the step, in turn, so a step costs wait + step; with N workers
-  loading overlaps the step and a step costs max(step, load / N), where the
-  load of one batch is what the main process waited for at 0 workers, or
-  N × (step + wait) when N workers could not keep up. Workers beyond the
-  CPUs left after the main process's step add nothing (at num_workers=0 the
-  step's own CPU share is told from the process's CPU time in the window: a
-  step that is mostly accelerator time leaves most of its CPU to workers).
+The loop judgement (`envdoctor.judge.loop`: which process speaks, its wait share, the recommendation and what
+`--prove` measured of it) is decided once per check; this rule says it as a finding.
 """
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
-from typing import Any, TypedDict
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 from envdoctor.facts import Facts
-from envdoctor.facts.loop import LoopFacts, LoopLoader, LoopSettings
-from envdoctor.inside.loader_knee import STEP_HEADROOM
+from envdoctor.judge.loop import DATA_WAIT_SHARE, LoopJudgement, LoopRecommendation, loop_judgement
 from envdoctor.rules import Hit
 
-#: DL009 fires when the loop waits for data this share of each step or more. TensorBoard's profiler
-#: calls a step "not input-bound" below 5% and "highly input-bound" from 20%; 10% sits between, and
-#: is twice the per-batch handover a worker queue costs even when workers keep up (unpickling,
-#: pinning: about 0.5 ms on a 20 ms step), so a loop whose workers do keep up stays quiet. Below 10%
-#: removing the wait gives back at most 1.11× the steps per second.
-DATA_WAIT_SHARE = 0.10
-#: The recommendation is the smallest num_workers whose predicted steps/s reach this share of the best.
-KNEE_SHARE = 0.95
-#: Worker counts the model considers beyond the user's own.
-MAX_WORKERS = 8
+
+def _window_text(plan: Mapping[str, Any]) -> str:
+    return f"{plan['steps']}-step" if plan.get("steps") else f"{plan.get('seconds')} s"
 
 
-class LoopRecommendation(TypedDict):
-    #: "loop-model" (from the loop's own wait and step) or "smoke-test" (--tune: the same loader measured alone).
-    basis: str
-    num_workers: int
-    prefetch_factor: int | None
-    persistent_workers: bool
-    pin_memory: bool
-    gain: float | None
-    gain_interval: list[float] | None
-    paired_windows: int
-    #: "unpaired" (predicted by the loop model, not yet measured), or the paired check's verdict.
-    trust: str
-    predicted_gain: float | None
+def _predicted(rec: LoopRecommendation) -> str:
+    return ("not predicted (the machine was busy)" if rec["predicted_gain"] is None
+            else f"predicted {rec['predicted_gain']:.2f}×")
 
 
-class LoopProcessRow(TypedDict):
-    pid: int
-    rank: int | None
-    local_rank: int | None
-    framework: str | None
-    intra_op_threads: int | None
-    steps: int
-    complete: bool
-    wait_s: float | None
-    step_s: float | None
-    data_wait_share: float | None
-    batches_per_s: float | None
-    settings: LoopSettings
-
-
-def speaking_loader(loaders: Sequence[LoopLoader]) -> list[LoopLoader]:
-    """One loader per process: the one whose window filled with the most steps (else the most steps)."""
-    best: dict[int, LoopLoader] = {}
-    for row in loaders:
-        held = best.get(row["pid"])
-        if held is None or (row["complete"], row["steps"]) > (held["complete"], held["steps"]):
-            best[row["pid"]] = row
-    return sorted(best.values(), key=lambda r: (r["rank"] if r["rank"] is not None else 1 << 30, r["pid"]))
-
-
-def per_step(row: LoopLoader) -> tuple[float | None, float | None]:
-    if not row["steps"]:
-        return None, None
-    return row["wait_total_s"] / row["steps"], row["step_total_s"] / row["steps"]
-
-
-def batch_load_s(workers: int, wait_s: float, step_s: float) -> float:
-    """Seconds of loading one batch costs, from what the loop waited with `workers` workers."""
-    if workers <= 0:
-        return wait_s
-    return workers * (step_s + wait_s)
-
-
-def predicted_step_s(workers: int, load_s: float, step_s: float, worker_cpus: float) -> float:
-    """Seconds a step takes with `workers` workers, in the model of the module's docstring."""
-    if workers <= 0:
-        return step_s + load_s
-    return max(step_s, load_s / max(1.0, min(float(workers), worker_cpus)))
-
-
-def step_cpu_share(wait_s: float, step_s: float, cpus_busy: float | None) -> float:
-    """The share of a CPU the main process's step itself takes (1.0 when it cannot be told).
-
-    Known at num_workers=0 only: the process then makes every batch itself, so of the CPU it
-    uses per step (`cpus_busy` × (wait + step)) the wait is the loading and the rest the step's.
-    A step that is mostly accelerator time (or sleep) leaves most of its CPU to workers.
-    """
-    if cpus_busy is None or step_s <= 0:
-        return 1.0
-    return min(1.0, max(0.0, cpus_busy * (wait_s + step_s) - wait_s) / step_s)
-
-
-def recommend(settings: Mapping[str, Any], wait_s: float, step_s: float, usable_cpus: int,
-              cuda: bool, cpus_busy: float | None = None) -> LoopRecommendation | None:
-    """The settings the loop model says remove the wait; None when no worker count would help.
-
-    `cpus_busy` is the CPUs one training process kept busy in the window (its share of the tree's).
-    """
-    current = int(settings.get("num_workers") or 0)
-    load = batch_load_s(current, wait_s, step_s)
-    main = step_cpu_share(wait_s, step_s, cpus_busy if current == 0 else None)
-    worker_cpus = max(1.0, usable_cpus - main)
-    candidates = range(0, max(current, min(MAX_WORKERS, int(round(worker_cpus + 0.49)))) + 1)
-    speed = {n: 1.0 / predicted_step_s(n, load, step_s, worker_cpus) for n in candidates}
-    # With headroom: the fewest workers that load STEP_HEADROOM × what the step consumes (a busier moment
-    # makes each sample dearer), else the knee of the prediction.
-    loading = {n: min(float(n), worker_cpus) / load if load > 0 else float("inf") for n in candidates if n}
-    pick = _pick(speed, loading, step_s)
-    now = 1.0 / (step_s + wait_s) if step_s + wait_s > 0 else speed[current]
-    gain = speed[pick] / now if now > 0 else None
-    if pick == current or gain is None or gain < 1.0 + DATA_WAIT_SHARE / 2:
-        return None
-    return {"basis": "loop-model", "num_workers": pick, "prefetch_factor": 2 if pick else None,
-            "persistent_workers": pick > 0,
-            "pin_memory": bool(cuda) or bool(settings.get("pin_memory")), "gain": round(gain, 2),
-            "gain_interval": None, "paired_windows": 0, "trust": "unpaired", "predicted_gain": round(gain, 2)}
-
-
-def tuned(settings: Mapping[str, Any], wait_s: float, step_s: float, loader: Mapping[str, Any] | None,
-          cuda: bool) -> LoopRecommendation | None:
-    """--tune: the recommendation from the smoke test of the very same loader, with the measured step as consumer.
-
-    Each measured worker count's batches/s, put in the loop: at num_workers=0 loading and the step take
-    turns (step + 1/rate), with workers they overlap (max(step, 1/rate)). None without measured runs.
-    """
-    if not loader:
-        return None
-    size = loader.get("batch_size") or settings.get("batch_size") or 1
-    rates = {int(run["num_workers"]): float(run["samples_per_s"]) / size for run in loader.get("runs") or []
-             if run.get("samples_per_s")}
-    if not rates:
-        return None
-    in_loop = {n: 1.0 / (step_s + 1.0 / rate if n == 0 else max(step_s, 1.0 / rate)) for n, rate in rates.items()}
-    pick = _pick(in_loop, {n: rate for n, rate in rates.items() if n}, step_s)
-    gain = in_loop[pick] * (wait_s + step_s)
-    if pick == int(settings.get("num_workers") or 0):
-        return None
-    return {"basis": "smoke-test", "num_workers": pick, "prefetch_factor": 2 if pick else None,
-            "persistent_workers": pick > 0, "pin_memory": bool(cuda) or bool(settings.get("pin_memory")),
-            "gain": round(gain, 2), "gain_interval": None, "paired_windows": 0, "trust": "unpaired",
-            "predicted_gain": round(gain, 2)}
-
-
-def _pick(speed: Mapping[int, float], loading: Mapping[int, float], step_s: float) -> int:
-    """The fewest workers whose batches/s reach STEP_HEADROOM × the step's, else the smallest within
-    KNEE_SHARE of the best predicted steps/s."""
-    enough = [n for n, rate in loading.items() if rate * step_s >= STEP_HEADROOM]
-    if enough:
-        return min(enough)
-    best = max(speed.values())
-    return min(n for n, value in speed.items() if value >= KNEE_SHARE * best)
-
-
-def process_rows(section: LoopFacts) -> list[LoopProcessRow]:
-    rows: list[LoopProcessRow] = []
-    for row in speaking_loader(section["loaders"]):
-        wait, step = per_step(row)
-        rows.append({"pid": row["pid"], "rank": row["rank"], "local_rank": row["local_rank"],
-                     "framework": row.get("framework"), "intra_op_threads": row.get("intra_op_threads"),
-                     "steps": row["steps"],
-                     "complete": row["complete"], "wait_s": _round(wait), "step_s": _round(step),
-                     "data_wait_share": row["data_wait_share"], "batches_per_s": row["batches_per_s"],
-                     "settings": row["settings"]})
-    return rows
-
-
-def _round(value: float | None) -> float | None:
-    return None if value is None else round(value, 5)
-
-
-def loop_verdict(section: LoopFacts, loader: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """The report's `loop` object: the speaking process's numbers, its recommendation, a row per process.
-
-    `loader` is the smoke test's section when `--tune` ran one on the same loader.
-    """
-    rows = process_rows(section)
-    lead = next((r for r in rows if r["complete"]), rows[0] if rows else None)
-    cuda = section.get("cuda")
-    out: dict[str, Any] = {
-        "outcome": section["outcome"], "command": section["command"], "returncode": section["returncode"],
-        "stopped": section["stopped"], "plan": section["plan"],
-        "steps": 0, "wait_s": None, "step_s": None, "data_wait_share": None, "batches_per_s": None,
-        "settings": None, "recommendation": None, "cuda": cuda, "cpu": section.get("cpu"),
-        "processes": rows, "threshold": DATA_WAIT_SHARE, "waits_for_data": None,
-    }
-    if lead is None:
-        return out
-    out.update({"steps": lead["steps"], "wait_s": lead["wait_s"], "step_s": lead["step_s"],
-                "data_wait_share": lead["data_wait_share"], "batches_per_s": lead["batches_per_s"],
-                "settings": lead["settings"], "rank": lead["rank"], "framework": lead["framework"],
-                "intra_op_threads": lead["intra_op_threads"]})
-    if lead["complete"] and lead["wait_s"] is not None and lead["step_s"] is not None:
-        share = lead["data_wait_share"] or 0.0
-        out["waits_for_data"] = share >= DATA_WAIT_SHARE
-        if out["waits_for_data"]:
-            cpu = section.get("cpu")
-            cpus = cpu["usable_cpus"] if cpu else 1
-            procs = max(1, len(rows))
-            busy = cpu["cpu_s"] / cpu["window_s"] / procs if cpu and cpu["window_s"] > 0 else None
-            rec = tuned(lead["settings"], lead["wait_s"], lead["step_s"], loader, bool(cuda)) or recommend(
-                lead["settings"], lead["wait_s"], lead["step_s"], max(1, int(cpus) // procs), bool(cuda),
-                cpus_busy=busy)
-            proof = section.get("proof")
-            if rec is not None and proof and proof.get("windows"):
-                _judge_proof(rec, proof, int(lead["settings"].get("num_workers") or 0))
-            out["recommendation"] = rec
-            out["proof"] = proof
-    out["tune"] = section.get("tune")
-    return out
-
-
-def _judge_proof(rec: LoopRecommendation, proof: Mapping[str, Any], current: int) -> None:
-    """The paired bounded runs' verdict on the candidate: measured gain and interval, or too noisy to tell."""
-    from envdoctor.rules.loader.verdict import judge_pairing
-
-    trust, interval = judge_pairing(proof, rec["num_workers"], current)  # type: ignore[arg-type]
-    rec["trust"] = trust
-    rec["paired_windows"] = len(proof.get("windows") or [])
-    if interval is not None:
-        rec["gain"] = round(interval[1], 3)
-        rec["gain_interval"] = [round(interval[0], 3), round(interval[2], 3)]
-    else:
-        rec["gain"] = None
+def _recommendation_text(rec: LoopRecommendation, loop: LoopJudgement) -> str:
+    """The settings to use, with what backs them: measured by --prove, predicted, or not predicted (busy)."""
+    settings = _settings_text(rec, loop.get("framework"))
+    if rec["trust"] == "gain" and rec["gain_interval"]:
+        low, high = rec["gain_interval"]
+        return (settings + f" — measured in your loop: {rec['gain']:.2f}× the steps per second "
+                f"(95% interval {low:.2f}–{high:.2f}×, {rec['paired_windows']} paired runs)")
+    if rec["trust"] == "machine-busy":
+        cpu = loop["cpu"]
+        held = (f"other processes kept {loop.get('others_cpus')} of the {cpu['usable_cpus']} usable CPUs busy in "
+                "the window, " if cpu else "")
+        return (settings + f" — not predicted: the machine is busy ({held}leaving no CPU for a worker beside your "
+                "step), so what workers would gain depends on the other load; `envdoctor run --prove -- CMD` "
+                "measures it in your loop")
+    if rec["trust"] in ("too-noisy", "incomplete") or (rec["trust"] != "unpaired" and rec["gain"] is None):
+        return (settings + f" — {_predicted(rec)}; measured in your loop it was too noisy to tell "
+                f"({rec['paired_windows']} paired runs)")
+    if rec["trust"] == "loss":
+        return (f"keep your settings: {settings} was {_predicted(rec)} but measured slower in your loop; make each "
+                "sample cheaper instead")
+    basis = ("from the smoke test of this loader (--tune)" if rec["basis"] == "smoke-test"
+             else "from the loop's own wait and step")
+    return settings + (f" — {_predicted(rec)} the steps per second {basis}; "
+                       "`envdoctor run --prove -- CMD` measures it in your loop")
 
 
 def _ms(seconds: float) -> str:
@@ -267,28 +68,36 @@ def _settings_text(rec: LoopRecommendation, framework: str | None = None) -> str
 def training_waits_for_data(facts: Facts) -> Iterator[Hit]:
     """DL009: the loop waits for the next batch DATA_WAIT_SHARE of each step or more."""
     section = facts["loop"]
-    if not section or section["outcome"] != "measured":
+    if not section or section["outcome"] not in ("measured", "too-short"):
         return
-    # Only --tune's smoke test measured the loop's own loader; any other loader section is not its.
-    loop = loop_verdict(section, facts.get("loader") if facts.config.loader_source is not None else None)
-    if not loop["waits_for_data"]:
+    # A command that ended before its window closed is judged from the steps it measured (if enough).
+    loop = loop_judgement(facts)
+    if loop is None or not loop["waits_for_data"]:
         return
     share, wait, step = loop["data_wait_share"], loop["wait_s"], loop["step_s"]
+    if share is None or wait is None or step is None:
+        return  # waits_for_data is decided only from measured steps, which have all three
     rec: LoopRecommendation | None = loop["recommendation"]
     who = f"rank {loop['rank']}: " if loop.get("rank") is not None and len(loop["processes"]) > 1 else ""
-    message = (f"{who}training waits for data {share:.0%} of each step ({_ms(wait)} of {_ms(wait + step)}): "
-               f"removing the wait gives the accelerator back up to {share:.0%} of its time, "
+    early = "" if loop.get("window_complete", True) else (
+        f" (from the {loop['steps']} steps measured before the command ended, of the "
+        f"{_window_text(loop['plan'])} window)")
+    message = (f"{who}training waits for data {share:.0%} of each step ({_ms(wait)} of {_ms(wait + step)})"
+               f"{early}: removing the wait gives the accelerator back up to {share:.0%} of its time, "
                f"{(wait + step) / step:.2f}× the steps per second")
     evidence: dict[str, Any] = {
         "data_wait_share": share, "wait_s_per_step": wait, "step_s_per_step": step,
         "batches_per_s": loop["batches_per_s"], "steps": loop["steps"], "threshold": DATA_WAIT_SHARE,
         "settings": loop["settings"], "processes": len(loop["processes"]),
+        "window_complete": loop.get("window_complete", True),
     }
     contention = ""
-    if loop.get("cpu"):
-        evidence["cpu_busy_share"] = loop["cpu"]["busy_share"]
-        evidence["usable_cpus"] = loop["cpu"]["usable_cpus"]
-        evidence["machine_busy_share"] = loop["cpu"].get("machine_busy_share")
+    cpu = loop["cpu"]
+    if cpu:
+        evidence["cpu_busy_share"] = cpu["busy_share"]
+        evidence["usable_cpus"] = cpu["usable_cpus"]
+        evidence["machine_busy_share"] = cpu.get("machine_busy_share")
+        evidence["others_cpus"] = loop.get("others_cpus")
         evidence["intra_op_threads"] = loop.get("intra_op_threads")
         contention = thread_contention(loop)
     if rec is None:
@@ -297,23 +106,7 @@ def training_waits_for_data(facts: Facts) -> Iterator[Hit]:
                "GPU) or give the job more CPUs")
     else:
         evidence["recommendation"] = dict(rec)
-        fix = _settings_text(rec, loop.get("framework"))
-        if rec["trust"] == "gain" and rec["gain_interval"]:
-            low, high = rec["gain_interval"]
-            fix += (f" — measured in your loop: {rec['gain']:.2f}× the steps per second "
-                    f"(95% interval {low:.2f}–{high:.2f}×, {rec['paired_windows']} paired runs)")
-        elif rec["trust"] in ("too-noisy", "incomplete") or (rec["trust"] != "unpaired" and rec["gain"] is None):
-            fix += (f" — predicted {rec['predicted_gain']:.2f}×; measured in your loop it was too noisy to tell "
-                    f"({rec['paired_windows']} paired runs)")
-        elif rec["trust"] == "loss":
-            fix = (f"keep your settings: {_settings_text(rec, loop.get('framework'))} was predicted "
-                   f"{rec['predicted_gain']:.2f}× but measured "
-                   "slower in your loop; make each sample cheaper instead")
-        else:
-            basis = ("from the smoke test of this loader (--tune)" if rec["basis"] == "smoke-test"
-                     else "from the loop's own wait and step")
-            fix += (f" — predicted {rec['predicted_gain']:.2f}× the steps per second {basis}; "
-                    "`envdoctor run --prove -- CMD` measures it in your loop")
+        fix = _recommendation_text(rec, loop)
     if contention:
         fix += ". " + contention
     yield Hit(message=message, evidence=evidence, fix=fix)

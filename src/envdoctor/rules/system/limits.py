@@ -44,13 +44,13 @@ def loader_plan(facts: Facts) -> dict[str, Any]:
     "usable-cpus" when num_workers is assumed from the usable CPUs).
     """
     from envdoctor.facts.node_share import cpus_per_process, processes_per_node
-    from envdoctor.rules.loader.verdict import verdict
+    from envdoctor.judge.loader import loader_judgement
 
     system = facts["system"]
     section = facts.get("loader")
-    # The loader's recommendation is the rule layer's verdict on its facts, not a fact itself.
-    recommendation: dict[str, Any] = dict(verdict(section, facts.config.step_time)["recommendation"] or {}) \
-        if section else {}
+    # The loader's recommendation is the judge layer's, decided once for the check, not a fact itself.
+    judged = loader_judgement(facts) if section else None  # gathered already: facts.get gave it
+    recommendation: dict[str, Any] = dict(judged.rec or {}) if judged else {}
     loader: dict[str, Any] = dict(section or {})
     current = loader.get("current") or {}
     # One training process's share of the node's CPUs (--procs-per-node, LOCAL_WORLD_SIZE).

@@ -84,23 +84,24 @@ def main_process_contention(facts: Facts) -> Hit | None:
     """At num_workers=0 the samples are made in the training process, with torch's intra-op pool (as many
     threads as CPUs); on CPUs other load holds a parallel region waits for its slowest thread. The smoke
     test re-fetches samples alternately with that pool and with one thread (workers run one each)."""
-    from envdoctor.rules.loader.verdict import others_cpus, pool_contention, verdict
+    from envdoctor.judge.loader import loader_judgement
 
     section = facts.get("loader")
     if not section or section.get("failure"):
         return None
-    contention = pool_contention(section)
-    if contention is None:
+    judged = loader_judgement(facts)
+    contention = judged.pool_contention if judged else None
+    if judged is None or contention is None:
         return None
     threads, pooled, single = contention
     getitem = section.get("getitem", {})
     current = (section["current"] or {}).get("num_workers", 0)
-    recommendation = verdict(section, facts.config.step_time)["recommendation"]
+    recommendation = judged.rec
     recommended = recommendation["num_workers"] if recommendation else None
     at_zero = current == 0 or recommended == 0
     usable = section.get("usable_cpus") or facts["system"]["cpu"]["usable"]
     cpu, wall = getitem.get("process_cpu_per_sample_s"), getitem.get("wall_per_sample_s")
-    others = others_cpus(section)
+    others = judged.others_cpus
     spin = (f"; the main process burned {cpu / wall:.1f} CPU-seconds per second while fetching"
             if cpu and wall and cpu > 1.2 * wall else "")
     return Hit(
@@ -121,6 +122,8 @@ def main_process_contention(facts: Facts) -> Hit | None:
     )
 
 
+# complexity: 30 — three findings from one thread-pool probe (a busy main process, two OpenMP runtimes, workers ×
+#   inherited threads over the usable CPUs) share its pools; split, each would re-read them.
 def find_thread_oversubscription(facts: Facts) -> Iterator[Hit]:
     contention = main_process_contention(facts)
     if contention is not None:

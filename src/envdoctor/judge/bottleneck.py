@@ -1,10 +1,9 @@
-"""The loader verdict: which bottleneck, which settings, and how far the machine's noise lets us trust them.
+"""The loader's bottleneck: which class of cause limits it, and one sentence saying why.
 
 Pure functions of the `loader` facts (no processes, no clocks), so the
-verdict can be tested on recorded numbers as well as on live runs. The DL
-rules read it through `loader_verdict(facts)`, and the engine puts the same
-verdict into the report's `loader` object (`report_section`), so it is
-decided in this one place.
+classification can be tested on recorded numbers as well as on live runs. It
+is part of the loader judgement (`envdoctor.judge.loader`), decided once per
+check and read by the DL rules, SYS005 and the report's `loader` object.
 
 The bottleneck classes are one predicate each, tried in this order (the
 first that holds names the class):
@@ -31,52 +30,21 @@ first that holds names the class):
 - getitem: workers help, samples cost CPU and the CPUs are not all busy.
 
 None when nothing measured tells the causes apart.
-
-The recommendation is the knee (the fewest workers within 95% of the best),
-or with a step time the fewest workers that outrun the step: that rule lives
-in `envdoctor.inside.loader_knee`, the one module the runner imports too, so the
-setting it re-measures in paired windows is the one recommended here. When the runner
-re-measured it against the user's own setting in interleaved, paired windows
-(`paired`), the gain carries a 95% interval, and a change is recommended only
-when that interval says it wins: a loss, or an interval that does not exclude
-"no gain", keeps the user's setting (trust "loss" / "too-noisy").
-
-The user's own setting is the baseline every gain is measured against; one
-sweep point is one stretch of time, which a busy neighbour may have slowed.
-When the paired windows re-measured it, the verdict takes the median of those
-windows as its rate (`with_paired_baseline`; `current_basis` "paired").
 """
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
-from typing import Any, Literal, cast
 
-from envdoctor.facts.loader import (
-    Bottleneck,
-    CurrentSettings,
-    GetitemFacts,
-    LeftOut,
-    LoaderFacts,
-    LoaderReport,
-    LoaderVerdict,
-    PairedFacts,
-    Recommendation,
-    RunFacts,
-    Trust,
-)
+from envdoctor.facts.loader import Bottleneck, GetitemFacts, LoaderFacts, RunFacts
 from envdoctor.inside.loader_knee import (
     BLOCKED_SHARE,
-    KNEE_FRACTION,
-    MIN_PAIRS,
     WORKER_GAIN,
-    computes_past_cpus,
     computing_share,
     eligible_runs,
     knee,
     measured,
-    recommended,
 )
+from envdoctor.judge.pairing import gain_interval
 
 #: Workers below this share of num_workers=0 lose to it outright.
 WORKER_LOSS = 0.9
@@ -94,19 +62,12 @@ CPU_WAIT_SHARE = 0.25
 HANDOVER_FACTOR = 2.0
 #: `__getitem__` below this share of a sample's cost at num_workers=0: batches, not samples, cost the time.
 GETITEM_MINOR_SHARE = 0.25
-#: A candidate with fewer workers than the current setting may lose this much (fewer processes for it).
-FEWER_WORKERS_TOLERANCE = KNEE_FRACTION
 #: Other processes keeping this many of the usable CPUs busy make them contended (not the loader's own).
 CONTENDED_CPUS = 0.5
 #: The main process's intra-op pool contends when one thread makes a sample this much faster (SYS005) ...
 POOL_SLOWDOWN = 1.5
 #: ... and saves at least this much a sample (below it, timer noise).
 POOL_SLOWDOWN_FLOOR_S = 0.0002
-#: Where the budget cut the curve, a measured setting this many times the user's own is still recommended.
-CLEAR_GAIN = 2.0
-#: Two-sided 95% quantiles of Student's t by degrees of freedom (the paired windows are few).
-T95 = {1: 12.71, 2: 4.30, 3: 3.18, 4: 2.78, 5: 2.57, 6: 2.45, 7: 2.36, 8: 2.31, 9: 2.26, 10: 2.23}
-
 
 def measured_runs(section: LoaderFacts) -> list[RunFacts]:
     return measured(section["runs"])
@@ -222,8 +183,8 @@ def is_no_bottleneck(ev: Evidence) -> str | None:
     rate = _rate(ev.chosen)
     if rate < consumer:
         return None
-    return (f"the loader delivers {rate:.0f} samples/s with num_workers={ev.chosen['num_workers']}, "
-            f"more than the {consumer:.0f} samples/s a {ev.step_time_s:g} s step consumes")
+    return (f"the loader delivers {rate:,.0f} samples/s with num_workers={ev.chosen['num_workers']}, "
+            f"more than the {consumer:,.0f} samples/s a {ev.step_time_s:g} s step consumes")
 
 
 def is_startup_bound(ev: Evidence) -> str | None:
@@ -297,8 +258,8 @@ def is_ipc_bound(ev: Evidence) -> str | None:
     batch_bytes = ev.section.get("batch_bytes")
     if batch_bytes:
         bytes_text = f" ({batch_bytes / 2**20:.1f} MiB a batch)"
-    return (f"the best worker setting (num_workers={best['num_workers']}, {_rate(best):.0f} samples/s) does not "
-            f"beat num_workers=0 ({_rate(zero):.0f} samples/s): handing batches{bytes_text} between processes "
+    return (f"the best worker setting (num_workers={best['num_workers']}, {_rate(best):,.0f} samples/s) does not "
+            f"beat num_workers=0 ({_rate(zero):,.0f} samples/s): handing batches{bytes_text} between processes "
             f"costs more than making them" + detail)
 
 
@@ -329,13 +290,13 @@ def is_cpu_contended(ev: Evidence) -> str | None:
                f"CPUs: a sample costs {pool[1] * 1e3:.2f} ms, {pool[2] * 1e3:.2f} ms with one thread (SYS005), "
                "and workers run one thread each" if pool else "")
     if gain >= WORKER_GAIN:
-        return (busy + f"; workers raise throughput from {_rate(zero):.0f} samples/s with num_workers=0 to "
-                f"{_rate(best):.0f} with num_workers={best['num_workers']} (×{gain:.2f}) by taking CPU share "
+        return (busy + f"; workers raise throughput from {_rate(zero):,.0f} samples/s with num_workers=0 to "
+                f"{_rate(best):,.0f} with num_workers={best['num_workers']} (×{gain:.2f}) by taking CPU share "
                 f"from them" + (" and escaping that contention" if pool else "")
                 + f", so the knee, num_workers={ev.chosen['num_workers']}, holds only while they run"
                 + threads + _paired_text(ev))
-    return (busy + f", so the sweep cannot tell whether workers help: num_workers=0 measured {_rate(zero):.0f} "
-            f"samples/s and the best worker setting (num_workers={best['num_workers']}) {_rate(best):.0f}, "
+    return (busy + f", so the sweep cannot tell whether workers help: num_workers=0 measured {_rate(zero):,.0f} "
+            f"samples/s and the best worker setting (num_workers={best['num_workers']}) {_rate(best):,.0f}, "
             "each in one stretch of time the other load may have slowed" + threads + _paired_text(ev))
 
 
@@ -447,241 +408,6 @@ def classify(section: LoaderFacts, usable_cpus: int, step_time_s: float | None) 
         if reason:
             return name, reason
     assert ev.zero is not None and ev.best_worker is not None  # only _no_gain leaves every predicate quiet
-    return None, (f"num_workers={ev.best_worker['num_workers']} ({_rate(ev.best_worker):.0f} samples/s) does not "
-                  f"beat num_workers=0 ({_rate(ev.zero):.0f} samples/s), and no more workers were measured: "
+    return None, (f"num_workers={ev.best_worker['num_workers']} ({_rate(ev.best_worker):,.0f} samples/s) does not "
+                  f"beat num_workers=0 ({_rate(ev.zero):,.0f} samples/s), and no more workers were measured: "
                   "nothing tells the causes apart")
-
-
-# ---------------------------------------------------------------------------
-# The recommendation and its trust.
-
-
-def pair_ratios(paired: PairedFacts) -> list[float]:
-    """Each paired window's candidate throughput over the current one's (windows that measured both)."""
-    return [w["candidate_samples_per_s"] / w["current_samples_per_s"] for w in paired.get("windows", [])
-            if w["current_samples_per_s"] > 0 and w["candidate_samples_per_s"] > 0]
-
-
-def gain_interval(paired: PairedFacts) -> tuple[float, float, float] | None:
-    """(low, gain, high): the candidate's throughput over the current one's, geometric mean of the
-    paired windows' ratios with its 95% interval; None with fewer than two pairs."""
-    ratios = pair_ratios(paired)
-    if len(ratios) < 2:
-        return None
-    logs = [math.log(r) for r in ratios]
-    n = len(logs)
-    mean = sum(logs) / n
-    sd = math.sqrt(sum((x - mean) ** 2 for x in logs) / (n - 1))
-    half = T95.get(n - 1, 2.0) * sd / math.sqrt(n)
-    return math.exp(mean - half), math.exp(mean), math.exp(mean + half)
-
-
-def judge_pairing(paired: PairedFacts | None, candidate: int, current: int) -> tuple[Trust, tuple[float, ...] | None]:
-    """What the paired re-measurement says of moving from `current` to `candidate` workers."""
-    if candidate == current:
-        return "same", None
-    if not paired or paired.get("candidate") != candidate or paired.get("current") != current \
-            or not paired.get("windows"):
-        return "unpaired", None
-    interval = gain_interval(paired)
-    # More workers must win outright; fewer workers may cost a little (fewer processes, less memory).
-    needed = 1.0 if candidate > current else FEWER_WORKERS_TOLERANCE
-    if interval is not None:
-        low, _, high = interval
-        if low > needed:
-            return "gain", interval
-        if high < needed:
-            return "loss", interval
-    ratios = pair_ratios(paired)
-    if len(ratios) < MIN_PAIRS:
-        # The budget cut the pairs short: one has no interval, and two have one degree of freedom (t = 12.7
-        # made ×5.8 and ×7.8 an interval from 0.8 to 50). Such an interval that decides nothing is no word
-        # against the sweep: every pair agreeing with it leaves it standing; one against it makes it too noisy.
-        return ("unpaired" if ratios and all(r > needed for r in ratios) else "too-noisy"), None
-    return "too-noisy", interval
-
-
-def unmeasured_for_budget(section: LoaderFacts, usable_cpus: int | None) -> list[int]:
-    """Worker counts the sweep meant to time (up to the usable CPUs, or past them while waiting workers
-    still gained) and skipped because the budget ran out."""
-    counts = []
-    for skipped in section["skipped"]:
-        what, reason = skipped["what"], skipped["reason"]
-        if what.startswith("num_workers=") and ("budget" in reason):
-            try:
-                nw = int(what.split("=", 1)[1])
-            except ValueError:
-                continue
-            counts.append(nw)
-    return sorted(counts)
-
-
-def recommend(section: LoaderFacts, bottleneck: Bottleneck | None, cuda: bool,
-              usable_cpus: int | None = None, step_time_s: float | None = None) -> Recommendation | None:
-    """Settings for the knee (or, with a step time, the fewest workers that outrun the step), checked
-    against the user's setting in the paired windows when the runner measured them."""
-    runs = measured_runs(section)
-    # The same call the runner makes to choose what it re-measures in paired windows (loader_paired.py).
-    found, knee_basis = recommended(runs, usable_cpus, section.get("batch_size"), step_time_s)
-    if found is None or section.get("failure"):
-        return None
-    chosen: RunFacts = found
-    basis: Any = knee_basis
-    if not any(r["num_workers"] > 0 for r in runs):
-        return None  # no worker count was measured, so none can be recommended
-    eligible = eligible_runs(runs, usable_cpus)
-    consumer = int(section.get("batch_size") or 1) / step_time_s if step_time_s and section.get("batch_size") else None
-    current: CurrentSettings = section["current"] or {}
-    current_nw = current.get("num_workers", 0)
-    current_run = next((r for r in runs if r["num_workers"] == current_nw), None)
-    paired = section.get("paired")
-    trust, interval = judge_pairing(paired, chosen["num_workers"], current_nw)
-    if trust == "same" and paired and paired.get("current") == current_nw and paired.get("windows"):
-        # The sweep kept the user's setting; the runner-up was re-measured against it in paired windows.
-        other = next((r for r in eligible if r["num_workers"] == paired.get("candidate")), None)
-        if other is not None and other["num_workers"] != current_nw:
-            verdict_on_other, other_interval = judge_pairing(paired, other["num_workers"], current_nw)
-            if verdict_on_other == "gain":
-                chosen, basis, trust, interval = other, "paired", "gain", other_interval
-    runner_up: int | None = None
-    if bottleneck == "cpu-contended" and trust == "same":
-        # The sweep keeps the user's setting on CPUs other processes hold: one stretch of time each cannot
-        # say workers do not help. Only paired windows that show a loss can; else it is too noisy to tell.
-        others = [r for r in eligible if r["num_workers"] != current_nw]
-        if paired and paired.get("current") == current_nw and paired.get("windows"):
-            runner_up = paired.get("candidate")
-            said, said_interval = judge_pairing(paired, runner_up, current_nw) if runner_up is not None \
-                else ("unpaired", None)
-            settled = said == "loss"
-            interval = interval if settled else said_interval
-        else:
-            runner_up = max(others, key=_rate)["num_workers"] if others else None
-            settled = False
-        if runner_up is not None and not settled:
-            trust = "too-noisy"
-    unmeasured = unmeasured_for_budget(section, usable_cpus)
-    clear = False
-    if trust not in ("gain", "loss") and unmeasured and chosen["num_workers"] < max(unmeasured):
-        # The curve was cut before the CPUs: a knee below the cut is no knee, only where the budget ended.
-        trust = "incomplete"
-        # Unless a measured setting already beats the user's by far more than one stretch of noise does:
-        # that much is gained at least, whatever the unmeasured counts would add.
-        clear = (current_run is not None and chosen["num_workers"] != current_nw
-                 and _rate(chosen) >= CLEAR_GAIN * _rate(current_run))
-    candidate_nw: int | None = None
-    if (trust in ("loss", "too-noisy") or (trust == "incomplete" and not clear)) and current_run is not None:
-        candidate_nw = chosen["num_workers"] if chosen["num_workers"] != current_nw else runner_up
-        chosen, basis = current_run, "current"
-    nw = chosen["num_workers"]
-    pin = section.get("pin_memory", {})
-    pinned, unpinned = pin.get("pinned_samples_per_s"), pin.get("unpinned_samples_per_s")
-    pin_memory = bool(cuda) and not (pinned and unpinned and pinned < 0.95 * unpinned)
-    if basis == "current":
-        # Kept: the user's own setting, as it is.
-        prefetch = current.get("prefetch_factor")
-        persistent = current.get("persistent_workers", False)
-    else:
-        prefetch = None if nw == 0 else (4 if bottleneck == "storage" else 2)
-        persistent = nw > 0
-    left_out: list[LeftOut] = [{"num_workers": r["num_workers"], "samples_per_s": _rate(r),
-                                "worker_runqueue": r.get("worker_runqueue")}
-                               for r in runs if computes_past_cpus(r, usable_cpus)]
-    gain = None
-    rate = _rate(chosen)
-    if interval is not None:
-        gain = round(interval[1], 3)
-        if basis != "current" and paired and paired.get("candidate") == nw:
-            # The gain is the pairs' word, and so is the rate beside it: the sweep's one point for this
-            # count may be one a neighbour sank (280 samples/s shown as "1.57× the 365 of your settings").
-            rate = paired_median(paired, "candidate_samples_per_s") or rate
-    elif current_run is not None:
-        gain = round(_rate(chosen) / _rate(current_run), 3)
-    return {
-        "num_workers": nw,
-        "prefetch_factor": prefetch,
-        "persistent_workers": persistent,
-        "pin_memory": pin_memory if basis != "current" else current.get("pin_memory", False),
-        "samples_per_s": rate,
-        "best_samples_per_s": max(_rate(r) for r in eligible),
-        "left_out": left_out,
-        "current_samples_per_s": current_run["samples_per_s"] if current_run else None,
-        "gain": gain,
-        "gain_interval": [round(interval[0], 3), round(interval[2], 3)] if interval is not None else None,
-        "paired_windows": len(paired.get("windows", [])) if paired and trust != "unpaired" else 0,
-        "basis": basis,
-        "consumer_samples_per_s": round(consumer, 2) if consumer else None,
-        "trust": trust,
-        "candidate_num_workers": candidate_nw,
-        "unmeasured": unmeasured if trust == "incomplete" else [],
-        "current_basis": "paired" if current_run is not None and "sweep_samples_per_s" in current_run else "sweep",
-        "current_sweep_samples_per_s": (current_run.get("sweep_samples_per_s", current_run["samples_per_s"])
-                                        if current_run else None),
-    }
-
-
-def differs_from_current(recommendation: Recommendation, current: CurrentSettings) -> list[str]:
-    """The settings the user would change, as `name=value` strings."""
-    changes = []
-    want: dict[str, Any] = dict(recommendation)
-    have: dict[str, Any] = dict(current)
-    for key in ("num_workers", "prefetch_factor", "persistent_workers", "pin_memory"):
-        if key == "prefetch_factor" and not recommendation["num_workers"]:
-            continue
-        if want.get(key) != have.get(key):
-            changes.append(f"{key}={want.get(key)}")
-    return changes
-
-
-def paired_median(paired: PairedFacts, side: Literal["current_samples_per_s", "candidate_samples_per_s"]
-                   ) -> float | None:
-    """The median rate of one side of the paired windows (rounded as the runner's), or None with fewer than two."""
-    rates = sorted(w[side] for w in paired.get("windows") or [] if w[side] > 0)
-    if len(rates) < 2:
-        return None
-    middle = len(rates) // 2
-    return round(rates[middle] if len(rates) % 2 else (rates[middle - 1] + rates[middle]) / 2, 2)
-
-
-def with_paired_baseline(section: LoaderFacts) -> LoaderFacts:
-    """The section with the user's setting rated by the paired windows that re-measured it (their median),
-    so one transient slow (or fast) sweep window does not decide the baseline. The sweep's own figure is
-    kept as the run's `sweep_samples_per_s`. Unchanged without at least two paired windows."""
-    paired = section.get("paired") or {}
-    current = paired.get("current")
-    rates = sorted(w["current_samples_per_s"] for w in paired.get("windows") or [] if w["current_samples_per_s"] > 0)
-    median = paired_median(paired, "current_samples_per_s")
-    if current is None or median is None:
-        return section
-    runs: list[RunFacts] = []
-    for r in section["runs"]:
-        if r["num_workers"] == current and r.get("samples_per_s") and "pin_memory" not in r:
-            rerated = cast(RunFacts, {**r, "samples_per_s": median, "sweep_samples_per_s": r["samples_per_s"],
-                                      "samples_per_s_min": rates[0], "samples_per_s_max": rates[-1]})
-            runs.append(rerated)
-        else:
-            runs.append(r)
-    return cast(LoaderFacts, {**section, "runs": runs})
-
-
-def verdict(section: LoaderFacts, step_time_s: float | None) -> LoaderVerdict:
-    """The whole verdict on one loader section (the baseline rated by the paired windows, when measured)."""
-    section = with_paired_baseline(section)
-    usable = section.get("usable_cpus") or 1
-    bottleneck, reason = classify(section, usable, step_time_s)
-    cuda = section.get("torch", {}).get("cuda_available", False)
-    chosen = knee(measured_runs(section), usable)
-    batch_size = section.get("batch_size")
-    return {
-        "bottleneck": bottleneck,
-        "bottleneck_reason": reason,
-        "knee": chosen["num_workers"] if chosen else None,
-        "recommendation": recommend(section, bottleneck, cuda, usable, step_time_s),
-        "consumer_samples_per_s": round(batch_size / step_time_s, 2) if step_time_s and batch_size else None,
-    }
-
-
-def report_section(section: LoaderFacts, step_time_s: float | None) -> LoaderReport:
-    """The report's `loader` object: the facts (less the torch probe, which belongs under torch) and the
-    verdict."""
-    facts = cast(dict[str, Any], {k: v for k, v in section.items() if k != "torch_probe"})
-    return cast(LoaderReport, {**facts, **verdict(section, step_time_s)})

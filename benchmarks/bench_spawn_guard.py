@@ -44,7 +44,12 @@ sgrvinod/a-PyTorch-Tutorial-to-Object-Detection 5d5b7596,
 utkuozbulak/pytorch-cnn-visualizations ba22fa07, yunjey/pytorch-tutorial 0500d3df,
 znxlwm/pytorch-MNIST-CelebA-GAN-DCGAN c88438c7 (facebookresearch/moco's tree was empty).
 
+`--tree DIR` (repeatable) measures each tree as one check, CPU time and peak memory against
+ast.parse on the same files in the same run; `--source CHECKOUT` measures another envdoctor
+checkout's `src/` (before/after a change).
+
 Run: python benchmarks/bench_spawn_guard.py [--repeat 3] [--corpus /tmp/corpus [--whole]]
+     python benchmarks/bench_spawn_guard.py --tree LIB --tree EXAMPLES --tree FRAMEWORK [--source OLD]
 """
 from __future__ import annotations
 
@@ -93,7 +98,7 @@ import ast, json, resource, sys, time
 from pathlib import Path
 side, listing = sys.argv[1], sys.argv[2]
 files = Path(listing).read_text(encoding="utf-8").splitlines()
-start = time.perf_counter()
+start, cpu_start = time.perf_counter(), time.process_time()
 if side == "ast.parse":
     for name in files:
         try:
@@ -109,36 +114,46 @@ else:
 
     section = gather_scripts(Facts())
     assert section is not None and len(section["files"]) == len(files)
-seconds = time.perf_counter() - start
-print(json.dumps({"seconds": seconds, "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
+seconds, cpu = time.perf_counter() - start, time.process_time() - cpu_start
+print(json.dumps({"seconds": seconds, "cpu": cpu,
+                  "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
 """
 
+#: `--source DIR`: measure the envdoctor whose `src/` is under DIR (another checkout: before/after).
+SOURCE: Path | None = None
 
-def measure(side: str, files: list[Path], repeat: int) -> tuple[float, float]:
-    """(best seconds, peak MB of that run) for `side` on `files`, each run a fresh interpreter."""
+
+def measure(side: str, files: list[Path], repeat: int) -> dict[str, float]:
+    """The best of `repeat` runs of `side` on `files` by CPU time ({"seconds", "cpu", "peak_mb"}),
+    each run a fresh interpreter (so its peak memory is its own)."""
     import json
 
+    env = dict(os.environ)
+    if SOURCE is not None:
+        env["PYTHONPATH"] = os.pathsep.join([str(SOURCE / "src"), env.get("PYTHONPATH", "")])
     with tempfile.TemporaryDirectory() as tmp:
         listing = Path(tmp) / "files.txt"
         listing.write_text("\n".join(map(str, files)), encoding="utf-8")
         runs = []
         for _ in range(repeat):
             proc = subprocess.run([sys.executable, "-c", _CHILD, side, str(listing)], capture_output=True,
-                                  text=True, check=True, timeout=3600, cwd=tmp)
+                                  text=True, check=True, timeout=3600, cwd=tmp, env=env)
             runs.append(json.loads(proc.stdout.strip().splitlines()[-1]))
-    best_run = min(runs, key=lambda r: r["seconds"])
-    return best_run["seconds"], best_run["peak_mb"]
+    return min(runs, key=lambda r: r["cpu"])
 
 
 def bench_tree(name: str, files: list[Path], repeat: int) -> None:
     """Lines/s and peak memory of the analysis against ast.parse on the same files, in the same run."""
     lines = count_lines(files)
-    parse_s, parse_mb = measure("ast.parse", files, repeat)
-    analysis_s, analysis_mb = measure("envdoctor", files, repeat)
-    print(f"{name}: {len(files):,} Python files, {lines:,} lines, best of {repeat}")
-    print(f"  ast.parse            {parse_s:8.2f} s  {lines / parse_s:10,.0f} lines/s  peak {parse_mb:6.0f} MB")
-    print(f"  envdoctor (SPW all)  {analysis_s:8.2f} s  {lines / analysis_s:10,.0f} lines/s  peak {analysis_mb:6.0f} MB")
-    print(f"  ratio analysis / ast.parse: {analysis_s / parse_s:.2f}x")
+    parse = measure("ast.parse", files, repeat)
+    analysis = measure("envdoctor", files, repeat)
+    print(f"{name}: {len(files):,} Python files, {lines:,} lines, best of {repeat} by CPU time"
+          + (f" (envdoctor from {SOURCE})" if SOURCE else ""))
+    for side, run in (("ast.parse", parse), ("envdoctor (SPW all)", analysis)):
+        print(f"  {side:20} CPU {run['cpu']:8.2f} s  {lines / run['cpu']:10,.0f} lines/CPU-s  "
+              f"wall {run['seconds']:8.2f} s  peak {run['peak_mb']:6.0f} MB")
+    print(f"  ratio analysis / ast.parse: CPU {analysis['cpu'] / parse['cpu']:.2f}x, "
+          f"wall {analysis['seconds'] / parse['seconds']:.2f}x")
 
 
 def bench_corpus(corpus: Path, repeat: int, whole: bool) -> int:
@@ -158,7 +173,17 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--corpus", type=Path, help="a folder of repositories: measure the largest one")
     parser.add_argument("--whole", action="store_true", help="with --corpus: the whole folder as one tree")
+    parser.add_argument("--tree", type=Path, action="append", default=[],
+                        help="a source tree to measure as one check (repeat for several: a library, an "
+                             "examples folder, a large framework)")
+    parser.add_argument("--source", type=Path, help="measure the envdoctor checkout at this path instead")
     args = parser.parse_args()
+    global SOURCE
+    SOURCE = args.source
+    if args.tree:
+        for tree in args.tree:
+            bench_tree(str(tree), python_files(tree), args.repeat)
+        return 0
     if args.corpus is not None:
         return bench_corpus(args.corpus, args.repeat, args.whole)
 

@@ -344,3 +344,37 @@ def test_a_requirements_file_that_includes_itself_is_read_once(tmp_path: Path) -
     assert [p["name"] for p in spec["pip"]] == ["rich", "numpy"]
     reasons = [s["reason"] for s in spec["skipped"]]
     assert reasons and set(reasons) == {"already read"}
+
+
+def test_every_command_help_has_a_description_its_own_options_and_the_exit_codes() -> None:
+    from envdoctor.cli import COMMANDS, build_parser
+
+    for name in COMMANDS:
+        command = build_parser(name)._subparsers._group_actions[0].choices[name]
+        assert command.description and len(command.description) > 40, name
+        assert command.epilog and "exit codes:" in command.epilog, name
+        undocumented = [a.option_strings or a.dest for a in command._actions if not a.help]
+        assert undocumented == [], (name, undocumented)
+    loader = build_parser("loader")._subparsers._group_actions[0].choices["loader"]
+    offered = {flag for action in loader._actions for flag in action.option_strings}
+    assert not offered & {"--no-loader", "--deep", "--distributed", "--distributed-timeout", "--against"}, offered
+    assert {"--dataset", "--data", "--budget", "--step-time", "--prefix"} <= offered
+    shown = run_cli("loader", "--help", env={**os.environ, "COLUMNS": "80"}).stdout
+    assert "--no-loader" not in shown and "exit codes:" in shown and "not checked" in shown
+    assert max(map(len, shown.splitlines())) <= 80
+    top = run_cli("--help", env={**os.environ, "COLUMNS": "80"}).stdout
+    assert "exit codes:" in top and "--fail-\n" not in top
+
+
+def test_a_check_left_not_checked_exits_1_as_the_docs_say(tmp_path: Path) -> None:
+    """docs/reference.md#exit-codes: a verdict that says "not checked: …" is no all-clear, exit 1 (unless
+    --fail-on never). A venv without torch: the smoke test is skipped as a whole, nothing is found."""
+    venv = tmp_path / "bare"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
+    proc = run_cli("check", "--prefix", str(venv), "--select", "DL", "--budget", "5")
+    assert "not checked: loader" in proc.stdout and "0 errors, 0 warnings" in proc.stdout, proc.stdout
+    assert proc.returncode == 1, proc.stdout
+    report = json.loads(run_cli("report", "--prefix", str(venv), "--select", "DL", "--budget", "5").stdout)
+    assert report["verdict"]["result"] == "unchecked" and report["findings"] == []
+    assert run_cli("check", "--prefix", str(venv), "--select", "DL", "--budget", "5", "--fail-on",
+                   "never").returncode == 0

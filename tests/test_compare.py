@@ -86,7 +86,15 @@ def test_compare_names_exactly_the_limit_differences(real_reports: dict[str, Pat
 def test_compare_fails_on_warning_when_asked(real_reports: dict[str, Path]) -> None:
     proc = _compare(real_reports["node-a"], real_reports["node-lownofile"], fail_on="warning")
     assert proc.returncode == 1
-    assert [f["evidence"]["what"] for f in json_report(proc)["findings"]] == ["nofile"]
+    report = json_report(proc)
+    assert [f["evidence"]["what"] for f in findings(report, "FLT005")] == ["nofile"]
+    # The node's own finding at or above --fail-on is in the fleet view too, once, with its node.
+    (own,) = findings(report, "SYS001")
+    assert own["evidence"]["nodes"] == ["node-lownofile"] and own["evidence"]["soft_limit"] == 1024
+    assert own["message"].endswith(" (on node-lownofile)")
+    assert {f["severity"] for f in report["findings"]} == {"warning"}  # nothing below --fail-on
+    # At the default --fail-on error, the warning stays in its node's report only.
+    assert findings(json_report(_compare(real_reports["node-a"], real_reports["node-lownofile"])), "SYS001") == []
 
 
 def test_compare_is_quiet_for_nodes_that_agree(real_reports: dict[str, Path]) -> None:
@@ -221,8 +229,14 @@ def test_fifos_devices_and_huge_files_are_skipped_without_hanging(real_reports: 
 
 
 def test_a_single_report_says_there_is_nothing_to_compare(real_reports: dict[str, Path]) -> None:
-    report = json_report(_compare(real_reports["node-a"]))
-    assert report["findings"] == []
+    proc = _compare(real_reports["node-a"])
+    report = json_report(proc)
+    # Never a silent pass: one report is FLT010, an error, exit 1.
+    (alone,) = report["findings"]
+    assert alone["rule"] == "FLT010" and alone["severity"] == "error"
+    assert alone["message"] == "1 readable report: comparing needs at least two, so nothing was compared"
+    assert alone["evidence"] == {"expected": 2, "reported": 1}
+    assert proc.returncode == 1
     assert report["facts"]["fleet"]["not_compared"][0]["reason"] == "1 usable report: comparing needs at least two"
 
 

@@ -46,7 +46,7 @@ def test_every_flt_rule_is_in_the_catalog_with_its_severity() -> None:
     severities = {m.id: m.severity.value for m in catalog.rules if m.family == "FLT"}
     assert severities == {"FLT001": "error", "FLT002": "warning", "FLT003": "warning", "FLT004": "warning",
                           "FLT005": "warning", "FLT006": "warning", "FLT007": "error", "FLT008": "warning",
-                          "FLT009": "error"}
+                          "FLT009": "error", "FLT010": "error"}
 
 
 def test_a_single_machine_check_never_runs_the_flt_rules() -> None:
@@ -54,7 +54,7 @@ def test_a_single_machine_check_never_runs_the_flt_rules() -> None:
     from envdoctor.engine import run_check
 
     catalog = load_catalog()
-    assert {m.id for m in catalog.rules if m.scope == "fleet"} == {f"FLT00{i}" for i in range(1, 10)}
+    assert {m.id for m in catalog.rules if m.scope == "fleet"} == {f"FLT{i:03d}" for i in range(1, 11)}
     report = run_check(Config(no_loader=True, select=("SYS", "FLT")))
     ran = {f.rule for f in report.findings} | {e.get("rule") for e in report.errors}
     assert not {r for r in ran if r and r.startswith("FLT")}

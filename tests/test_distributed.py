@@ -212,3 +212,31 @@ def test_rank_0_alone_reports_the_ranks_that_never_connected(tmp_path: Path) -> 
     assert "1/3 clients joined" in missing[0]["evidence"]["reason"]
     assert proc.returncode == 1
     assert time.monotonic() - started < 45
+
+
+def test_every_rank_exits_with_rank_0s_exit_code(tmp_path: Path) -> None:
+    """An ordinary finding (SYS001 at --fail-on warning, a real 1024 open-file limit) makes every rank exit 1.
+
+    Ranks that exited 0 beside a rank 0 that exited 1 kept torchrun's other agents in their exit barrier
+    for up to 300 s; with one code for all, every agent ends at once.
+    """
+    import resource
+
+    def low_limit() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (1024, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+
+    port = _free_port()
+    argv = [sys.executable, "-m", "envdoctor", "report", "--json", "--no-loader", "--distributed",
+            "--distributed-timeout", "30", "--fail-on", "warning"]
+    ranks = [subprocess.Popen(argv, env=_rank_env(rank, 2, port), cwd=tmp_path, text=True, preexec_fn=low_limit,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE) for rank in (0, 1)]
+    try:
+        (out0, err0), (out1, err1) = (rank.communicate(timeout=90) for rank in ranks)
+    finally:
+        for rank in ranks:
+            rank.kill()
+    report = json.loads(out0)
+    (low,) = [f for f in findings(report, "SYS001")]
+    assert low["evidence"]["soft_limit"] == 1024 and low["evidence"]["ranks"] == [0, 1]
+    assert (ranks[0].returncode, ranks[1].returncode) == (1, 1), (err0[-2000:], err1[-2000:])
+    assert out1 == "" and "Traceback" not in err0 + err1

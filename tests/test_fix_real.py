@@ -77,7 +77,7 @@ def test_ignore_installed_fix_leaves_no_file_of_the_old_version_and_undo_is_exac
     journal = Path(result["journal"])
     assert list((journal / "leftovers").iterdir())
 
-    undone = envdoctor(offline, "fix", "--undo", "--format", "json")
+    undone = envdoctor(offline, "fix", "--undo", "--prefix", str(venv), "--format", "json")
     said = json.loads(undone.stdout)
     assert undone.returncode == 0 and said["before_hash"] == said["after_hash"], undone.stdout
     assert tree_digest(venv) == pristine
@@ -95,6 +95,12 @@ def test_a_fix_that_fails_verification_is_rolled_back(ignore_installed_venv: Pat
     broken = write_wheel(Path(offline["PIP_FIND_LINKS"]), "numpy", "2.2.7",
                          {"numpy/__init__.py": b"raise ImportError('this numpy build is broken')\n"})
     python = str(venv / "bin" / "python")
+    # A link planted where the old rollback wrote `numpy/__init__.py` before renaming it: never written through.
+    outside = tmp_path / "outside-secret"
+    outside.write_bytes(b"not the environment's\n")
+    outside.chmod(0o600)
+    [init] = venv.glob("lib/python*/site-packages/numpy/__init__.py")
+    Path(str(init) + ".envdoctor-restoring").symlink_to(outside)
     pristine = tree_digest(venv)
     steps = (FixStep.command("pip", python, "-m", "pip", "install", "--no-deps", str(broken)),)
     code = command.run(fix_args(venv, "PKG002", yes=True, format="text"), replacing_steps("PKG002", lambda f: steps))
@@ -103,9 +109,10 @@ def test_a_fix_that_fails_verification_is_rolled_back(ignore_installed_venv: Pat
     assert "verification failed: `import numpy` fails" in said and "this numpy build is broken" in said, said
     assert "the fix failed its verification, so it was undone" in said and "rolled back: restored:" in said
     assert tree_digest(venv) == pristine
-    from envdoctor.fix.journal import Journal
+    assert outside.read_bytes() == b"not the environment's\n" and outside.stat().st_mode & 0o777 == 0o600
+    from envdoctor.fix.undo import latest
 
-    assert Journal.latest() is None  # the rollback settled the journal: nothing left to undo
+    assert latest(venv) is None  # the rollback settled the journal: nothing left to undo
 
 
 @needs_debian
@@ -134,31 +141,27 @@ def test_undo_of_a_user_site_uninstall_puts_the_user_site_back(tmp_path: Path, o
     manifest = json.loads((Path(result["journal"]) / "manifest.json").read_text())
     assert str(user_site) in manifest["before"]["roots"]
 
-    undone = envdoctor(env, "fix", "--undo", "--format", "json")
+    undone = envdoctor(env, "fix", "--undo", "--prefix", str(root.usr), "--format", "json")
     said = json.loads(undone.stdout)
     assert undone.returncode == 0 and said["problems"] == [], undone.stdout
     assert (tree_digest(root.root), tree_digest(userbase)) == pristine
 
 
-# A real `envdoctor fix`, made to stop at its N-th boundary between steps: each time the manifest is
-# saved with a before-state and no step running, the count goes up. "kill": SIGKILL itself there;
-# "pause": say so and wait for stdin (a fix in progress, for the lock test).
+# A real `envdoctor fix`, made to stop at its N-th boundary between two changes (envdoctor.fix.journal.boundary:
+# the before-state kept, each step ended, the after-state recorded, each left-over file moved into the journal).
+# "kill": SIGKILL itself there; "pause": say so and wait for stdin (a fix in progress, for the lock test).
 _DRIVER = r"""
 import os, signal, sys
 from envdoctor.fix import journal
-real, seen = journal.Journal.save, [0]
-def save(self):
-    real(self)
-    steps = self.manifest.get("steps") or []
-    if "before" not in self.manifest or any(s.get("status") == "running" for s in steps):
-        return
+seen = [0]
+def stop(what):
     seen[0] += 1
     if seen[0] == int(os.environ["STOP_AT"]):
         if os.environ["STOP_HOW"] == "kill":
             os.kill(os.getpid(), signal.SIGKILL)
         print("paused", file=sys.stderr, flush=True)
         sys.stdin.readline()
-journal.Journal.save = save
+journal.BOUNDARY_HOOKS.append(stop)
 from envdoctor.cli import main
 sys.exit(main(sys.argv[1:]))
 """
@@ -184,11 +187,12 @@ def test_sigkill_at_every_step_boundary_then_undo_restores_the_tree(ignore_insta
             break
         killed_at.append(at)
         # The fix is killed for real (a child); the undo that follows is the command run in this process.
-        undone = run_cli("fix", "--undo")
+        undone = run_cli("fix", "--undo", "--prefix", str(venv))
         assert undone.returncode == 0 and "Traceback" not in undone.stderr, undone.stdout + undone.stderr
         assert tree_digest(venv) == pristine, f"killed at boundary {at}"
-    assert len(killed_at) >= 3  # before step 1, between the move and the pip step, after the steps
-    assert run_cli("fix", "--undo").returncode == 0 and tree_digest(venv) == pristine
+    # before step 1, between the move and the pip step, after the steps, after the left-over binary is moved
+    assert len(killed_at) >= 5, killed_at
+    assert run_cli("fix", "--undo", "--prefix", str(venv)).returncode == 0 and tree_digest(venv) == pristine
 
 
 def test_a_second_fix_while_one_runs_exits_2_naming_the_lock(ignore_installed_venv: Path, tmp_path: Path,
@@ -203,7 +207,7 @@ def test_a_second_fix_while_one_runs_exits_2_naming_the_lock(ignore_installed_ve
         lock = tmp_path / "cache" / "envdoctor" / "journal" / "fix.lock"
         assert second.returncode == 2 and str(lock) in second.stderr and f"pid {first.pid}" in second.stderr, \
             second.stderr
-        assert envdoctor(offline, "fix", "--undo").returncode == 2  # undo waits its turn too
+        assert envdoctor(offline, "fix", "--undo", "--prefix", str(venv)).returncode == 2  # undo waits its turn too
         assert tree_digest(venv) == during
     finally:
         out, err = first.communicate("\n", timeout=600)
@@ -259,7 +263,7 @@ def test_pkg002_names_the_copy_whose_files_import_runs(tmp_path: Path, offline: 
     result = json.loads(done.stdout)
     assert result["verification"]["ok"] and set(result["verification"]["imported"]) == {"yaml", "_yaml"}
     assert run_ok([str(venv / "bin" / "python"), "-c", "import yaml; print(yaml.__version__)"], offline).strip() == "6.0.2"
-    assert envdoctor(offline, "fix", "--undo").returncode == 0
+    assert envdoctor(offline, "fix", "--undo", "--prefix", str(venv)).returncode == 0
     assert tree_digest(venv) == pristine
 
 
@@ -286,6 +290,27 @@ def test_pips_numpy_in_usr_local_over_dpkgs_is_removed_verified_and_undone(tmp_p
     assert not (root.local_dist_packages / "numpy").exists()
     manifest = json.loads((Path(result["journal"]) / "manifest.json").read_text())
     assert str(root.local_dist_packages.parent) in manifest["before"]["roots"]  # /usr/local/lib/python3.X
-    undone = envdoctor(offline, "fix", "--undo")
+    undone = envdoctor(offline, "fix", "--undo", "--prefix", str(root.usr))
     assert undone.returncode == 0, undone.stdout
+    assert tree_digest(root.root) == pristine
+
+
+@needs_debian
+def test_a_root_fixed_from_outside_says_it_could_not_verify_inside_and_how(tmp_path: Path,
+                                                                          offline: dict[str, str]) -> None:
+    """dpkg's numpy needs a library of the root (here its import fails as a missing libblas makes it fail): the
+    import is tried inside the root first (chroot: this root cannot run its interpreter there), then from
+    outside, and the failure says that it was not checked inside the root, and how to do that."""
+    root = SystemRoot(tmp_path / "root")
+    root.apt_install("python3-numpy", "numpy", "1.24.2", {
+        "numpy/__init__.py": b"raise ImportError('libblas.so.3: cannot open shared object file: No such file')\n"},
+        egg_info=True)
+    wheel = write_wheel(tmp_path / "wheels", "numpy", "2.2.6", module("numpy", "2.2.6"))
+    root.pip("install", "--break-system-packages", "--ignore-installed", "--no-index", "--no-compile", str(wheel))
+    pristine = tree_digest(root.root)
+    done = envdoctor(offline, "fix", "--prefix", str(root.usr), "--select", "PKG002", "--yes")
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert f"run from outside {root.root} with this machine's libraries" in done.stdout, done.stdout
+    assert f"`chroot {root.root} envdoctor fix --prefix /usr`" in done.stdout
+    assert "rolled back: restored:" in done.stdout
     assert tree_digest(root.root) == pristine

@@ -27,7 +27,7 @@ from envdoctor.fix import command
 from envdoctor.fix.execute import Executor
 from envdoctor.fix.journal import Journal
 from envdoctor.fix.plan import make_plan
-from envdoctor.fix.undo import undo_last
+from envdoctor.fix.undo import latest, undo_last
 from envdoctor.model import Finding, FixStep, Report, Severity
 from fixenvs import copy_venv, doubled_pip_venv, make_pip_venv, make_uv_venv, run_ok, tiny_wheel, tree_digest, uv_executable
 
@@ -124,14 +124,14 @@ def test_pkg002_fix_then_undo_on_a_real_pip_venv(doubled_numpy: Path, tmp_path: 
     assert result["verification"]["ok"] and result["verification"]["imported"]["numpy"].startswith(str(venv))
     assert tree_digest(venv) != pristine
 
-    undone = envdoctor(offline, "fix", "--undo", "--format", "json")
+    undone = envdoctor(offline, "fix", "--undo", "--prefix", str(venv), "--format", "json")
     said = json.loads(undone.stdout)
     assert undone.returncode == 0 and said["problems"] == [], undone.stdout
     assert said["after_hash"] == said["before_hash"] == before["hash"]
     assert tree_digest(venv) == pristine
     assert len(check(venv, "PKG002").by_rule("PKG002")) == 1  # the doubled state is back, as it was
-    again = envdoctor(offline, "fix", "--undo")
-    assert again.returncode == 2 and "no fix to undo" in again.stdout  # an undone journal is not undone twice
+    again = envdoctor(offline, "fix", "--undo", "--prefix", str(venv))
+    assert again.returncode == 2 and f"no fix of {venv} to undo" in again.stdout  # an undone journal is not undone twice
 
 
 def test_undo_refuses_a_path_changed_since_and_changes_nothing(doubled_numpy: Path, tmp_path: Path,
@@ -141,7 +141,7 @@ def test_undo_refuses_a_path_changed_since_and_changes_nothing(doubled_numpy: Pa
     [init] = venv.glob("lib/python*/site-packages/numpy/__init__.py")
     init.write_text("__version__ = 'edited by the user'\n")
     after_edit = tree_digest(venv)
-    undone = undo_last()
+    undone = undo_last(venv)
     assert undone.exit_code == 2 and any(str(init) in r and "changed since" in r for r in undone.refused)
     assert tree_digest(venv) == after_edit
 
@@ -182,7 +182,7 @@ def test_pkg003_in_a_uv_venv_is_cleared_with_uv(tmp_path: Path, offline: dict[st
     urllib3 = next(venv.glob("lib/python*/site-packages/urllib3-2.2.3.dist-info"))
     assert (urllib3 / "INSTALLER").read_text().strip() == "uv"
 
-    assert envdoctor(offline, "fix", "--undo").returncode == 0
+    assert envdoctor(offline, "fix", "--undo", "--prefix", str(venv)).returncode == 0
     assert tree_digest(venv) == pristine
 
 
@@ -202,7 +202,7 @@ def test_undo_after_a_step_recreated_the_path_a_move_vacated(doubled_numpy: Path
     assert command.run(fix_args(venv, "PKG002", yes=True, format="text"), replacing_steps("PKG002", lambda f: steps)) == 0
     assert Path(old).is_dir() and Path(old + ".envdoctor-aside").is_dir()
     assert run_ok([python, "-c", "import numpy; print(numpy.__version__)"], offline).strip() == "1.26.4"
-    undone = undo_last()
+    undone = undo_last(venv)
     assert undone.exit_code == 0 and undone.refused == [], undone
     assert tree_digest(venv) == pristine
 
@@ -220,20 +220,20 @@ def test_an_interrupted_fix_is_undone_from_what_the_journal_saved(doubled_numpy:
 
     def run_and_remember(argv: Any, timeout: float, **kw: Any) -> Any:
         if list(argv[1:4]) == ["-m", "pip", "install"] and "--dry-run" not in argv:
-            journal = Journal.latest()
+            journal = latest(venv)
             assert journal is not None
             saved.append((journal.path / "manifest.json").read_bytes())
         return real_run(argv, timeout, **kw)
 
     monkeypatch.setattr(envdoctor.process, "run_bounded", run_and_remember)
     assert command.run(fix_args(venv, "PKG002", yes=True, format="text")) == 0
-    journal = Journal.latest()
+    journal = latest(venv)
     assert journal is not None and len(saved) == 1
     (journal.path / "manifest.json").write_bytes(saved[0])  # killed while pip ran
-    interrupted = Journal.latest()
+    interrupted = latest(venv)
     assert interrupted is not None and interrupted.manifest["status"] == "started"
     assert [s["status"] for s in interrupted.manifest["steps"]] == ["done", "running"]
-    undone = undo_last()
+    undone = undo_last(venv)
     assert undone.exit_code == 0, undone
     assert tree_digest(venv) == pristine
 
@@ -275,7 +275,7 @@ def test_a_dependency_the_step_upgrades_unnamed_comes_back_too(tmp_path: Path, o
         "removed": [str(site / "trainkit-1.0.dist-info"), str(site / "urllib3-1.26.0.dist-info")],
         "added": [str(site / "trainkit-2.0.dist-info"), str(site / "urllib3-2.2.3.dist-info")]}
 
-    undone = undo_last()
+    undone = undo_last(venv)
     assert undone.exit_code == 0, undone
     assert run_ok([python, "-c", "import urllib3, trainkit; print(urllib3.__version__, trainkit.__version__)"],
                   offline).strip() == "1.26.0 1.0"
@@ -335,4 +335,4 @@ def test_a_failing_step_stops_its_fix_and_says_so(tmp_path: Path, offline: dict[
     assert "exited with status" in result["results"][0]["detail"]
     assert result["message"].startswith("no step succeeded: a failed step may have changed something")
     assert tree_digest(venv) == pristine
-    assert undo_last().exit_code == 0 and tree_digest(venv) == pristine
+    assert undo_last(venv).exit_code == 0 and tree_digest(venv) == pristine

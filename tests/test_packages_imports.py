@@ -116,3 +116,40 @@ def test_pkg012_classifies_real_native_load_failures(tmp_path: Path, pip_venv_te
     assert (found["libext"].evidence["kind"], found["libext"].evidence["named"]) == \
         ("missing-shared-library", "libgone.so")
     assert "reinstall" in found["libext"].fix
+
+
+def test_pkg012_imports_a_manylinux_wheels_modules_not_its_libs_folder(tmp_path: Path,
+                                                                      pip_venv_template: Path) -> None:
+    """The real numpy manylinux wheel this suite runs on, as pip installed it (its package, its RECORD and the
+    `numpy.libs` folder of vendored shared libraries auditwheel puts beside it), copied into a fresh venv:
+    `--deep` imports `numpy` and stays quiet; `numpy.libs` is no module and is never imported."""
+    import importlib.metadata
+    import shutil
+
+    from fixenvs import make_pip_venv
+
+    dist = importlib.metadata.distribution("numpy")
+    site = Path(str(dist.locate_file("")))
+    libs = site / "numpy.libs"
+    if not libs.is_dir():
+        pytest.skip("numpy here is not installed from a manylinux wheel (no numpy.libs beside it)")
+    venv = make_pip_venv(pip_venv_template, tmp_path / "venv")
+    [target_site] = (venv / "lib").glob("python3.*/site-packages")
+    meta = Path(str(dist._path))  # type: ignore[attr-defined]
+    for folder in (site / "numpy", libs, meta):
+        shutil.copytree(folder, target_site / folder.name, symlinks=True,
+                        ignore=shutil.ignore_patterns("__pycache__"))
+    assert "numpy.libs/" in (meta / "RECORD").read_text()  # what made `import numpy.libs` happen
+    report = deep_check(venv, "PKG012")
+    assert report.by_rule("PKG012") == []
+    [trial] = [t for t in report.facts["imports"]["trials"] if t["distribution"] == "numpy"]
+    assert (trial["result"], trial["modules"]) == ("passed", ["numpy"])
+    assert "numpy.libs" in next(d for d in report.facts["packages"]["distributions"]
+                                if d["key"] == "numpy")["import_names"]  # listed, yet only `numpy` imported
+
+
+def test_importable_names_are_identifiers_only() -> None:
+    from envdoctor.facts.imports import importable_names
+
+    assert importable_names(["numpy", "numpy.libs", "scipy.libs", "_cffi_backend", "foo-data"]) == \
+        ["numpy", "_cffi_backend"]

@@ -116,13 +116,13 @@ def test_a_row_per_rank_and_rank_0_speaks() -> None:
 def test_a_proof_that_cannot_tell_says_so() -> None:
     section = _section(wait_s=0.008, step_s=0.020)
     section["proof"] = {"current": 0, "candidate": 1, "cut": None, "windows": [
-        {"order": "candidate-first", "current_samples_per_s": 30.0, "candidate_samples_per_s": 45.0},
-        {"order": "current-first", "current_samples_per_s": 40.0, "candidate_samples_per_s": 31.0}]}
+        {"order": "candidate-first", "current_batches_per_s": 30.0, "candidate_batches_per_s": 45.0},
+        {"order": "current-first", "current_batches_per_s": 40.0, "candidate_batches_per_s": 31.0}]}
     (hit,) = _report(section).by_rule("DL009")
     assert hit.evidence["recommendation"]["trust"] == "too-noisy"
     assert "too noisy to tell" in hit.fix
-    section["proof"]["windows"][1] = {"order": "current-first", "current_samples_per_s": 30.0,
-                                      "candidate_samples_per_s": 44.0}
+    section["proof"]["windows"][1] = {"order": "current-first", "current_batches_per_s": 30.0,
+                                      "candidate_batches_per_s": 44.0}
     (proved,) = _report(section).by_rule("DL009")
     rec = proved.evidence["recommendation"]
     assert rec["trust"] == "gain" and rec["gain_interval"][0] > 1.0 and "measured in your loop" in proved.fix
@@ -219,6 +219,76 @@ def test_tune_imports_only_a_script_that_guards_its_training(tmp_path: Path) -> 
     unguarded = tmp_path / "train.py"
     unguarded.write_text("import torch\nSTEPS = 3\nfor step in range(STEPS):\n    pass\n")
     assert "train.py:3 runs code at import (For)" in (script_runs_at_import(str(unguarded)) or "")
+
+
+_PICKLER = """
+import collections, functools, pickle, sys
+class LocalDataset:  # defined in the training script: unpickles only with the script imported
+    pass
+def collate(batch):
+    return batch
+local = sys.argv[2] == "local"
+payload = {"dataset": LocalDataset() if local else collections.OrderedDict(a=1),
+           "kwargs": {"collate_fn": collate if local else functools.partial(sorted),
+                      "sampler": collections.Counter("aab")}, "description": "x"}
+with open(sys.argv[1], "wb") as handle:
+    pickle.dump(payload, handle, protocol=int(sys.argv[3]))
+"""
+
+
+def _pickled(tmp_path: Path, kind: str, protocol: int) -> Path:
+    import subprocess
+
+    path = tmp_path / f"{kind}-{protocol}.pkl"
+    subprocess.run([sys.executable, "-c", _PICKLER, str(path), kind, str(protocol)], check=True, timeout=60)
+    return path
+
+
+@pytest.mark.parametrize("protocol", [2, 5])
+def test_tune_reads_what_the_pickled_loader_needs_of_main(tmp_path: Path, protocol: int) -> None:
+    from envdoctor.loop.command import main_names
+
+    assert main_names(str(_pickled(tmp_path, "library", protocol))) == []
+    assert main_names(str(_pickled(tmp_path, "local", protocol))) == ["LocalDataset", "collate"]
+    broken = tmp_path / "broken.pkl"
+    broken.write_bytes(b"\x80\x05garbage")
+    assert main_names(str(broken))[0].startswith("<unreadable")
+
+
+def _tuned(tmp_path: Path, pickled: Path, script_text: str) -> tuple[Any, dict[str, Any]]:
+    from envdoctor.config import Config
+    from envdoctor.loop.command import tuning_config
+
+    script = tmp_path / "train.py"
+    script.write_text(script_text)
+    section = _section(wait_s=0.008, step_s=0.020)
+    tune = {"path": str(pickled), "main_path": str(script), "executable": sys.executable, "sys_path": [],
+            "prefix": sys.prefix}
+    config = tuning_config(Config(select=("DL009",), no_loader=True), section, tune)
+    return config, section["tune"]
+
+
+_ARGPARSE_SCRIPT = ("import argparse\nparser = argparse.ArgumentParser()\nparser.add_argument('--lr')\n"
+                    "def main():\n    pass\nif __name__ == '__main__':\n    main()\n")
+
+
+def test_tune_runs_a_library_loader_whatever_the_script_does_at_import(tmp_path: Path) -> None:
+    """A module-level `parser.add_argument(...)` (the Hugging Face examples, LightningCLI scripts) is no reason to
+    refuse when the pickled loader holds nothing of `__main__`: the script is then never imported."""
+    config, tune = _tuned(tmp_path, _pickled(tmp_path, "library", 5), _ARGPARSE_SCRIPT)
+    assert "skipped" not in tune and tune["main_path"] is None
+    assert config.no_loader is False and config.loader_source["main_path"] is None
+
+
+def test_tune_refuses_only_when_unpickling_needs_a_script_that_runs_code(tmp_path: Path) -> None:
+    pickled = _pickled(tmp_path, "local", 5)
+    config, tune = _tuned(tmp_path, pickled, _ARGPARSE_SCRIPT)
+    assert config.no_loader is True and not pickled.exists()
+    assert "needs LocalDataset, collate from the training script" in tune["skipped"]
+    assert "calls code at import" in tune["skipped"]
+    guarded = _pickled(tmp_path, "local", 5)
+    config, tune = _tuned(tmp_path, guarded, "import argparse\nclass LocalDataset:\n    pass\n")
+    assert "skipped" not in tune and config.loader_source["main_path"] == str(tmp_path / "train.py")
 
 
 def test_the_command_line_shown_is_redacted() -> None:
@@ -462,6 +532,8 @@ def test_hf_trainer_loop_that_keeps_up_stays_quiet(tmp_path: Path) -> None:
     assert proc.returncode == 0, proc.stderr
     assert report is not None and report["loop"]["outcome"] == "measured", report and report["loop"]
     assert not findings(report, "DL009") and report["loop"]["framework"] == "transformers"
+    # The Trainer's loader carries a batch sampler (batch_size None on the loader): its size is read from there.
+    assert report["loop"]["settings"]["batch_size"] == 8, report["loop"]["settings"]
 
 
 def test_the_verdict_judges_the_loop_in_the_loader_area() -> None:

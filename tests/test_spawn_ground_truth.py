@@ -154,9 +154,12 @@ def assert_dies_where_the_first_finding_points(path: Path, output: str, found: l
 def test_spawn_really_fails_exactly_where_spw001_fires(path: Path, tmp_path: Path):
     outcome, output = run_with_start_method(path, "spawn", tmp_path)
     assert outcome == ground_truth(path), f"{path.name} {outcome} under spawn; output:\n{output[-3000:]}"
-    found = check_scripts(path, select=("SPW001",)).by_rule("SPW001")
-    # A start that needs an option the default run does not pass (`--workers > 0`) is no start of this run.
-    by_default = [f for f in found if not f.evidence.get("only_with")]
+    report = check_scripts(path, select=("SPW001",))
+    found = report.by_rule("SPW001")
+    # A start that needs an option the default run does not pass (`--workers > 0`) is no start of this
+    # run, and no finding: the facts keep it, with the option that makes it one.
+    assert not any(f.evidence.get("only_with") for f in found)
+    by_default = found
     assert bool(by_default) == (outcome == "fails"), f"{path.name}: SPW001 {'fired' if by_default else 'quiet'}, " \
                                                      f"but the script {outcome} under spawn"
     if outcome == "fails":
@@ -166,10 +169,12 @@ def test_spawn_really_fails_exactly_where_spw001_fires(path: Path, tmp_path: Pat
         argv, wanted = second
         outcome, output = run_with_start_method(path, "spawn", tmp_path, argv=argv)
         assert outcome == wanted, f"{path.name} {' '.join(argv)}: {outcome} under spawn; output:\n{output[-3000:]}"
-        conditional = [f for f in found if f.evidence.get("only_with")]
-        assert conditional and all(f.severity.value == "warning" for f in conditional)
+        conditional = [s for f in report.facts["scripts"]["files"] for s in f.get("worker_starts", [])
+                       if s.get("only_with") and not s["guarded"]]
+        assert conditional
         if outcome == "fails":
-            assert_dies_where_the_first_finding_points(path, output, conditional)
+            assert BOOTSTRAP in output
+            assert min(s["line"] for s in conditional) in script_lines_in_tracebacks(output, path)
 
 
 def test_forkserver_the_linux_default_from_python_3_14_fails_the_same_way(tmp_path: Path):

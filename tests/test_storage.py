@@ -396,7 +396,7 @@ def test_read_probe_keeps_its_byte_budget(tmp_path: Path) -> None:
 
 def test_read_probe_keeps_its_time_budget(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # A virtual clock that each read advances by 10 ms: a 100 MiB/s device, whatever this machine's load.
-    from envdoctor.facts import storage
+    from envdoctor.facts.storage import read_speed
 
     class Clock:
         now = 1000.0
@@ -405,14 +405,14 @@ def test_read_probe_keeps_its_time_budget(tmp_path: Path, monkeypatch: pytest.Mo
             return self.now
 
     clock = Clock()
-    real_read = storage._Reader.read
+    real_read = read_speed._Reader.read
 
-    def timed_read(self: storage._Reader, fd: int, direct: bool, offset: int, allowance: int) -> int:
+    def timed_read(self: read_speed._Reader, fd: int, direct: bool, offset: int, allowance: int) -> int:
         clock.now += 0.01
         return real_read(self, fd, direct, offset, allowance)
 
-    monkeypatch.setattr(storage, "time", clock)
-    monkeypatch.setattr(storage._Reader, "read", timed_read)
+    monkeypatch.setattr(read_speed, "time", clock)
+    monkeypatch.setattr(read_speed._Reader, "read", timed_read)
     # 64 sparse files of 64 MiB: far more than 0.3 s of such a device reads, in either pass (the random
     # pass reads one block a file), without writing anything.
     files = []

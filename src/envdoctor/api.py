@@ -84,7 +84,7 @@ def preflight(
     report = run_check(config)
     if not quiet:
         print(preflight_summary(report), file=sys.stderr)
-    if report.exit_code(fail_on):
+    if report.fails(fail_on):
         raise PreflightError(report, fail_on)
     return report
 

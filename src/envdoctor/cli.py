@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from envdoctor import __version__
-from envdoctor.config import FORMATS
+from envdoctor.config import FORMATS, help_formatter
 from envdoctor.errors import UsageError
 from envdoctor.model import FAIL_ON_CHOICES
 
@@ -32,7 +32,50 @@ if TYPE_CHECKING:  # pragma: no cover
 
 EXIT_OK, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 #: The commands, in the order `--help` lists them (tests/test_cli.py checks build_parser makes exactly these).
-COMMANDS = ("check", "report", "loader", "rules", "explain", "render", "compare", "fix", "run", "mcp")
+COMMANDS = ("check", "report", "loader", "rules", "explain", "render", "compare", "fix", "run", "mcp", "health")
+
+
+#: What each command does, its `--help` description (fix and run declare theirs beside their code).
+DESCRIPTIONS = {
+    "check": "Inspect the environment (the one envdoctor runs in, or --prefix / -n): packages and channels, "
+             "limits, the spawn guard on the SCRIPTs given, storage, the GPU and the torch build, then run the "
+             "DataLoader smoke test. Each finding comes with its evidence (-v) and its fix.",
+    "report": "The same checks as `check`, printed as the JSON report (schema version 1) for CI and scripts; "
+              "--format picks another format.",
+    "loader": "Run only the DataLoader smoke test: num_workers=0 against N on the built-in synthetic dataset, "
+              "your --dataset or the files under --data; it names the bottleneck and the settings to use.",
+    "rules": "List every rule of the catalog: id, name, default severity and what it checks, one line each.",
+    "explain": "Print one rule's docs: what it checks, why it matters, an example and the fix (the text of "
+               "docs/rules/RULE.md).",
+    "render": "Show a report saved by `envdoctor report` in another format, without running the checks again.",
+    "compare": "Line up reports from several machines (files or folders of them): version drift, stragglers "
+               "and missing nodes.",
+    "mcp": "Serve the checks to AI coding agents over the Model Context Protocol on standard input and output; "
+           "paths resolve inside the client's roots (or --root).",
+}
+_EXIT = "exit codes:\n"
+CHECK_EXIT_CODES = (_EXIT + "  0  nothing at or above --fail-on (default error)\n"
+                    "  1  findings at or above --fail-on, or a check that could not run (the verdict says "
+                    "\"not checked\")\n"
+                    "  2  a usage error, or envdoctor itself could not run")
+LIST_EXIT_CODES = _EXIT + "  0  printed\n  2  a usage error (an unknown rule)"
+RENDER_EXIT_CODES = (_EXIT + "  0  nothing in the saved report at or above --fail-on\n"
+                     "  1  saved findings at or above --fail-on, or a check that could not run\n"
+                     "  2  a usage error, or REPORT is not a readable report")
+COMPARE_EXIT_CODES = (_EXIT + "  0  nothing at or above --fail-on (default error)\n"
+                      "  1  findings (drift, stragglers, a missing node, a node's own) at or above it\n"
+                      "  2  no file given is a readable report, or a path does not exist")
+MCP_EXIT_CODES = (_EXIT + "  0  the client closed its input\n  2  a usage error\n"
+                  "  143  ended by SIGTERM (its children first)")
+#: The checking settings `envdoctor loader` does not take: it runs the smoke test on this machine, alone.
+LOADER_LEAVES_OUT = ("no_loader", "deep", "distributed", "distributed_timeout", "against")
+
+
+def _add(sub: Any, name: str, help_text: str, description: str, epilog: str) -> argparse.ArgumentParser:
+    """A command's sub-parser: its one-line help, its description and its exit codes."""
+    parser: argparse.ArgumentParser = sub.add_parser(name, help=help_text, description=description, epilog=epilog,
+                                                     formatter_class=help_formatter())
+    return parser
 
 
 class _Parser(argparse.ArgumentParser):
@@ -53,7 +96,9 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     def wanted(name: str) -> bool:
         return command not in COMMANDS or name == command
 
-    parser = _Parser(prog="envdoctor", description="A doctor for PyTorch training environments.")
+    parser = _Parser(prog="envdoctor", description="A doctor for PyTorch training environments.",
+                     epilog=CHECK_EXIT_CODES + "\n\n`envdoctor COMMAND --help` gives each command's options and "
+                            "exit codes.", formatter_class=help_formatter())
     parser.add_argument("--version", action="version", version=f"envdoctor {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
@@ -61,38 +106,50 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     for name, help_text, default_format in (("check", "run all checks and print a human report", "text"),
                                             ("report", "run all checks and print the JSON report (for CI)", "json")):
         if wanted(name):
-            checking = sub.add_parser(name, help=help_text)
+            checking = _add(sub, name, help_text, DESCRIPTIONS[name], CHECK_EXIT_CODES)
             checking.add_argument("scripts", nargs="*", metavar="SCRIPT",
                                   help="training scripts or folders to check for the spawn guard")
             add_arguments(checking, defaults={"format": default_format})
             checking.set_defaults(handler=_cmd_check, default_format=default_format)
     if wanted("loader"):
-        loader = sub.add_parser("loader", help="run only the DataLoader smoke test")
-        add_arguments(loader)
+        loader = _add(sub, "loader", "run only the DataLoader smoke test", DESCRIPTIONS["loader"], CHECK_EXIT_CODES)
+        add_arguments(loader, leave_out=LOADER_LEAVES_OUT)
         loader.set_defaults(handler=_cmd_check, default_format="text")
 
     if wanted("rules"):
-        sub.add_parser("rules", help="list the rule catalog, one line each").set_defaults(handler=_cmd_rules)
+        _add(sub, "rules", "list the rule catalog, one line each", DESCRIPTIONS["rules"],
+             LIST_EXIT_CODES).set_defaults(handler=_cmd_rules)
     if wanted("explain"):
-        explain = sub.add_parser("explain", help="show one rule's docs: what, why, example, fix")
+        explain = _add(sub, "explain", "show one rule's docs: what, why, example, fix", DESCRIPTIONS["explain"],
+                       LIST_EXIT_CODES)
         explain.add_argument("rule", metavar="RULE", help="a rule id (SYS002) or name (shm-too-small)")
         explain.set_defaults(handler=_cmd_explain)
 
     if wanted("render"):
-        rendered = sub.add_parser("render", help="show a saved JSON report in another format (one run, many outputs)")
+        rendered = _add(sub, "render", "show a saved JSON report in another format (one run, many outputs)",
+                        DESCRIPTIONS["render"], RENDER_EXIT_CODES)
         rendered.add_argument("report", metavar="REPORT", help="a JSON report written by `envdoctor report`")
-        rendered.add_argument("--format", choices=FORMATS, default="text")
-        rendered.add_argument("--output", "-o", metavar="FILE")
+        rendered.add_argument("--format", choices=FORMATS, default="text", help="output format (default: text)")
+        rendered.add_argument("--output", "-o", metavar="FILE",
+                              help="write the rendered report to FILE instead of standard output")
         rendered.add_argument("--against", metavar="FILE",
                               help="the file environment findings are shown on (github, sarif)")
         rendered.add_argument("-v", "--verbose", action="store_true", help="show each finding's evidence")
-        rendered.add_argument("--fail-on", choices=FAIL_ON_CHOICES, default="error")
+        rendered.add_argument("--fail-on", choices=FAIL_ON_CHOICES, default="error",
+                              help="lowest severity of the saved findings that makes the exit code 1 "
+                                   "(default: error)")
         rendered.set_defaults(handler=_cmd_render)
 
     if wanted("compare"):
-        compare = sub.add_parser("compare", help="reports from several machines side by side: drift and stragglers")
+        compare = _add(sub, "compare", "reports from several machines side by side: drift and stragglers",
+                       DESCRIPTIONS["compare"], COMPARE_EXIT_CODES)
         compare.add_argument("reports", nargs="+", metavar="REPORT", help="JSON reports, or folders holding them")
         add_arguments(compare, names=("format", "output", "fail_on"))
+        compare.add_argument("--expect", type=int, metavar="N",
+                             help="the number of nodes that should have reported (a missing one is FLT010)")
+        compare.add_argument("--nodes", metavar="HOSTLIST",
+                             help="the nodes that should have reported, in Slurm's host-list syntax "
+                                  "(node[01-03,07]); default inside a Slurm job: SLURM_JOB_NODELIST")
         compare.set_defaults(handler=_cmd_compare)
 
     if wanted("fix"):
@@ -106,12 +163,16 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         add_run_parser(sub, _cmd_run)
 
     if wanted("mcp"):
-        served = sub.add_parser("mcp",
-                                help="serve the checks as tools for AI coding agents (Model Context Protocol, stdio)")
+        served = _add(sub, "mcp", "serve the checks as tools for AI coding agents (Model Context Protocol, stdio)",
+                      DESCRIPTIONS["mcp"], MCP_EXIT_CODES)
         served.add_argument("--root", action="append", default=[], metavar="DIR",
                             help="a folder the tools may read when the client declares no roots (repeatable; "
                                  "default: the working directory)")
         served.set_defaults(handler=_cmd_mcp)
+    if wanted("health"):
+        from envdoctor.fleet.health import add_parser as add_health_parser
+
+        add_health_parser(sub)
     return parser
 
 
@@ -277,8 +338,14 @@ def _cmd_check(args: argparse.Namespace) -> int:
 
     config = _config_from_args(args)
     if args.command == "loader":
-        config = config.with_overrides(select=config.select or ("DL", "SPW003", "SYS005"), no_loader=False)
+        config = config.with_overrides(select=config.select or ("DL", "SPW003", "SYS005", "SYS007"), no_loader=False)
     check_inputs(config)
+    claim = None
+    if config.output:
+        from envdoctor.fleet.placement import output_for_task
+
+        output, claim = output_for_task(config.output, single_writer=config.distributed)
+        config = config.with_overrides(output=output)
     prefix = resolve_prefix(config.prefix, config.env_name).resolve()
     check_writable(config.output, prefix)
     check_writable(config.svg, prefix)
@@ -286,11 +353,20 @@ def _cmd_check(args: argparse.Namespace) -> int:
         from envdoctor.fleet.distributed import run_distributed
 
         report = run_distributed(config)
-        if report is None:  # not rank 0: the fleet view is rank 0's to print
-            return EXIT_OK
+        if isinstance(report, int):  # not rank 0: the fleet view is rank 0's to print, its exit code everyone's
+            return report
     else:
         report = _run_with_progress(config, run_check)
-    emit(report, config.format, config.output, config.svg, _render_options(args, config))
+    if claim is not None:  # one of several tasks: its file is created exclusively (fleet.placement)
+        from envdoctor.report import render
+
+        claim.write(render(report, config.format, _render_options(args, config)))
+        if config.svg:
+            from envdoctor.report.text import svg_text
+
+            write_report(config.svg, svg_text(report, verbose=config.verbose), "the SVG")
+    else:
+        emit(report, config.format, config.output, config.svg, _render_options(args, config))
     return report.exit_code(config.fail_on)
 
 
@@ -343,7 +419,8 @@ def _cmd_compare(args: argparse.Namespace) -> int:
 
     config = Config(**settings_from_args(args))
     check_writable(config.output)
-    report = compare_paths(args.reports, output=config.output)
+    report = compare_paths(args.reports, output=config.output, expect=args.expect, nodes=args.nodes,
+                           fail_on=config.fail_on)
     emit(report, config.format, config.output)
     return report.exit_code(config.fail_on)
 

@@ -19,6 +19,14 @@ Adding a setting is one entry: a new field here, e.g.
 
 and code that reads `config.procs_per_node`. A field made without a helper
 (`loader_object`, `config_file`, `scripts`) is not a setting: no flag, no key.
+
+A setting that leads to running code (`runs_code=True`: `prefix` and `--name`
+start that environment's interpreter, `dataset` imports the project's module,
+`deep` imports every compiled package) is taken from a repository's
+pyproject.toml only with the user's consent (`trusted_project`): a cloned
+repository must not choose the interpreter the pre-commit hook, the Action
+or `check` starts. Given on the command line it is always honoured; from an
+untrusted pyproject.toml it is ignored, and the run says so and why.
 """
 from __future__ import annotations
 
@@ -61,6 +69,8 @@ class Setting:
     shortcuts: Mapping[str, str] = field(default_factory=dict)
     #: May `[tool.envdoctor]` set it? (Where the report goes is the caller's business.)
     in_pyproject: bool = True
+    #: Does it lead to running code (an interpreter, a module)? Then pyproject.toml sets it only with consent.
+    runs_code: bool = False
     integer: bool = False
     name: str = ""
     default: Any = None
@@ -82,9 +92,11 @@ def _declare(default: Any, setting: Setting, factory: Any = None) -> Any:
     return field(default=default, metadata={"setting": setting})
 
 
-def text(*flags: str, help: str, group: str, metavar: str | None = None, in_pyproject: bool = True) -> Any:
+def text(*flags: str, help: str, group: str, metavar: str | None = None, in_pyproject: bool = True,
+         runs_code: bool = False) -> Any:
     """A string setting (a path, a name); never empty. Default None."""
-    return _declare(None, Setting("text", flags, help, group, metavar, in_pyproject=in_pyproject))
+    return _declare(None, Setting("text", flags, help, group, metavar, in_pyproject=in_pyproject,
+                                  runs_code=runs_code))
 
 
 def number(default: float | None, *flags: str, help: str, group: str, metavar: str = "SECONDS",
@@ -94,9 +106,9 @@ def number(default: float | None, *flags: str, help: str, group: str, metavar: s
                                      in_pyproject=in_pyproject))
 
 
-def switch(*flags: str, help: str, group: str, in_pyproject: bool = True) -> Any:
+def switch(*flags: str, help: str, group: str, in_pyproject: bool = True, runs_code: bool = False) -> Any:
     """An on/off setting, off by default; the flag turns it on."""
-    return _declare(False, Setting("switch", flags, help, group, in_pyproject=in_pyproject))
+    return _declare(False, Setting("switch", flags, help, group, in_pyproject=in_pyproject, runs_code=runs_code))
 
 
 def choice(default: str | None, choices: Iterable[str], *flags: str, help: str, group: str,
@@ -120,13 +132,13 @@ def severity_map(*flags: str, help: str, group: str) -> Any:
 class Config:
     """All the settings of one check, each declared once (see the module docstring)."""
 
-    prefix: str | None = text("--prefix", metavar="PATH", group=TARGET,
+    prefix: str | None = text("--prefix", metavar="PATH", group=TARGET, runs_code=True,
                               help="inspect the conda env, venv or pixi env at PATH")
-    env_name: str | None = text("-n", "--name", metavar="NAME", group=TARGET,
+    env_name: str | None = text("-n", "--name", metavar="NAME", group=TARGET, runs_code=True,
                                 help="inspect the conda env called NAME")
     data: str | None = text("--data", metavar="PATH", group=TARGET,
                             help="where the training data lives (storage checks, file-reading smoke test)")
-    dataset: str | None = text("--dataset", metavar="MODULE:CALLABLE", group=TARGET,
+    dataset: str | None = text("--dataset", metavar="MODULE:CALLABLE", group=TARGET, runs_code=True,
                                help="a factory returning your Dataset, or (Dataset, DataLoader kwargs)")
     against: str | None = text("--against", metavar="FILE", group=TARGET,
                                help="environment.yml or requirements file to compare with")
@@ -134,7 +146,7 @@ class Config:
     budget: float = number(15.0, "--budget", group=HOW, help="time budget of the loader stage")
     step_time: float | None = number(None, "--step-time", group=HOW,
                                      help="seconds your training step takes per batch")
-    deep: bool = switch("--deep", group=HOW, help="run the slow checks too (file hashes, the torch import probe, "
+    deep: bool = switch("--deep", group=HOW, runs_code=True, help="run the slow checks too (file hashes, the torch import probe, "
                                                   "an import of each compiled package: runs the environment's code)")
     distributed: bool = switch("--distributed", group=HOW, in_pyproject=False,
                                help="under torchrun: gather every rank's facts to rank 0 and print the fleet view")
@@ -172,6 +184,8 @@ class Config:
     loader_source: Any = None
     #: Where the settings file was read from, if any.
     config_file: str | None = None
+    #: The pyproject.toml settings that were ignored for want of consent, each with why (said on stderr).
+    ignored_settings: tuple[str, ...] = ()
 
     def with_overrides(self, **changes: Any) -> Config:
         return replace(self, **{k: v for k, v in changes.items() if v is not None})
@@ -296,8 +310,32 @@ def config_from_settings(settings: Mapping[str, Any], **extra: Any) -> Config:
 
 # --- the command line -------------------------------------------------------
 
-def add_arguments(parser: argparse.ArgumentParser, names: Iterable[str] | None = None, defaults: Mapping[str, Any] | None = None) -> None:
-    """Add the options of these settings (all by default) to an argparse parser.
+def help_formatter() -> type[argparse.HelpFormatter]:
+    """The `--help` formatter of every command: the description wrapped to the terminal as argparse wraps it,
+    and each line of an epilog (the exit codes, one a line) kept its own, wrapped under its indent."""
+    import argparse
+    import textwrap
+
+    class HelpFormatter(argparse.HelpFormatter):
+        def _fill_text(self, text: str, width: int, indent: str) -> str:
+            lines = []
+            for line in text.splitlines():
+                body = line.lstrip(" ")
+                hang = " " * (len(line) - len(body))
+                # "  1  findings ...": the continuation lines start under the text, past the code.
+                label = re.match(r"\S+ {2,}", body) if hang else None
+                under = hang + " " * (label.end() if label else 0)
+                lines.append(textwrap.fill(body, width, initial_indent=indent + hang,
+                                           subsequent_indent=indent + under, break_on_hyphens=False,
+                                           break_long_words=False) if body else "")
+            return "\n".join(lines)
+
+    return HelpFormatter
+
+
+def add_arguments(parser: argparse.ArgumentParser, names: Iterable[str] | None = None,
+                  defaults: Mapping[str, Any] | None = None, *, leave_out: Iterable[str] = ()) -> None:
+    """Add the options of these settings (all by default, less `leave_out`) to an argparse parser.
 
     Every option defaults to None, so `config_from_args` can tell a flag given
     from one left out (and the pyproject value stands).
@@ -305,9 +343,10 @@ def add_arguments(parser: argparse.ArgumentParser, names: Iterable[str] | None =
     import argparse
 
     wanted = set(names) if names is not None else None
+    left_out = set(leave_out)
     groups: dict[str, Any] = {}
     for setting in SETTINGS:
-        if wanted is not None and setting.name not in wanted:
+        if (wanted is not None and setting.name not in wanted) or setting.name in left_out:
             continue
         target = parser if wanted is not None else groups.setdefault(
             setting.group, parser.add_argument_group(setting.group))
@@ -404,18 +443,122 @@ def read_pyproject(path: Path) -> dict[str, Any]:
     return settings
 
 
+# --- consent: code a repository's settings may make envdoctor run -----------------------------------
+
+#: The user's consent, as folders (os.pathsep between them) whose pyproject.toml may name code to run.
+TRUST_ENV = "ENVDOCTOR_TRUST_PROJECT"
+#: The same as a file of the user's own: one folder a line (`#` starts a comment).
+TRUSTED_PROJECTS_FILE = "trusted-projects"
+
+
+def trusted_projects_file() -> Path:
+    """`$XDG_CONFIG_HOME/envdoctor/trusted-projects` (else ~/.config/…; %APPDATA%\\envdoctor\\… on Windows)."""
+    import os
+
+    if sys.platform == "win32" and os.environ.get("APPDATA"):
+        base = Path(os.environ["APPDATA"])
+    else:
+        base = Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config")
+    return base / "envdoctor" / TRUSTED_PROJECTS_FILE
+
+
+def _listed_in_file(path: Path) -> tuple[list[str], str | None]:
+    """The folders the user's file lists, or why it is not read (another user could have written it)."""
+    import os
+    import stat
+
+    try:
+        info = path.stat()
+    except OSError:
+        return [], None
+    if sys.platform != "win32":
+        if info.st_uid != os.getuid():
+            return [], f"{path} is not owned by you, so it is not read"
+        if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+            return [], f"{path} is writable by other users, so it is not read"
+    try:
+        lines = path.read_text(encoding="utf-8", errors="replace").splitlines()
+    except OSError as exc:
+        return [], f"cannot read {path}: {exc.strerror or exc}"
+    return [line.split("#", 1)[0].strip() for line in lines if line.split("#", 1)[0].strip()], None
+
+
+def trusted_project(folder: Path, environ: Mapping[str, str] | None = None) -> tuple[bool, str | None]:
+    """(whether the user consented to `folder`'s pyproject.toml naming code to run, a problem with the file).
+
+    Consent is the folder itself, named by the user outside the repository: in ENVDOCTOR_TRUST_PROJECT or
+    in the user's trusted-projects file. Nothing in the repository can give it.
+    """
+    import os
+
+    environ = os.environ if environ is None else environ
+    listed = [entry for entry in environ.get(TRUST_ENV, "").split(os.pathsep) if entry.strip()]
+    from_file, problem = _listed_in_file(trusted_projects_file())
+    here = os.path.realpath(folder)
+    for entry in [*listed, *from_file]:
+        if os.path.realpath(os.path.expanduser(entry)) == here:
+            return True, None
+    return False, problem
+
+
+def _without_consent(settings: dict[str, Any], path: Path) -> tuple[dict[str, Any], tuple[str, ...]]:
+    """`settings` less those that would run code, unless the user trusts this project; and why each went."""
+    risky = [name for name in settings if SETTINGS_BY_NAME[name].runs_code and settings[name] not in (None, False)]
+    if not risky:
+        return settings, ()
+    trusted, problem = trusted_project(path.parent)
+    if trusted:
+        return settings, ()
+    folder = path.parent.resolve()
+    notes = []
+    for name in risky:
+        setting = SETTINGS_BY_NAME[name]
+        value = settings.pop(name)
+        shown = f"{setting.pyproject_key} = {value!r}" if not isinstance(value, bool) else f"{setting.pyproject_key} = true"
+        notes.append(f"ignored {shown} from {path}: a project's settings may not choose code for envdoctor to run "
+                     f"({_what_it_runs(name, value)}); give {setting.flag} on the command line, or trust this "
+                     f"project: {TRUST_ENV}={folder}, or add {folder} to {trusted_projects_file()}"
+                     + (f" ({problem})" if problem else ""))
+    return settings, tuple(notes)
+
+
+def _what_it_runs(name: str, value: Any) -> str:
+    if name == "prefix":
+        return f"it would start the interpreter in {value}"
+    if name == "env_name":
+        return f"it would start the interpreter of the conda env {value}"
+    if name == "dataset":
+        return f"it would import and call {value}"
+    return "it would import every compiled package of the environment"
+
+
 def load_config(cli: Mapping[str, Any], pyproject: Path | None | bool = True,
-                defaults: Mapping[str, Any] | None = None) -> Config:
-    """Defaults, overridden by pyproject.toml, overridden by the command line."""
+                defaults: Mapping[str, Any] | None = None, say: Callable[[str], None] | None = None) -> Config:
+    """Defaults, overridden by pyproject.toml, overridden by the command line.
+
+    A setting of pyproject.toml that would run code is dropped without the user's consent
+    (`trusted_project`), unless the command line gives it anyway; `say` (standard error by
+    default) is told each one dropped and why, and the Config keeps them in `ignored_settings`.
+    """
     base: dict[str, Any] = dict(defaults or {})
     path: Path | None = None
     if pyproject is True:
         path = find_pyproject()
     elif isinstance(pyproject, Path):
         path = pyproject
+    ignored: tuple[str, ...] = ()
     if path is not None:
-        base.update(read_pyproject(path))
+        from_file = read_pyproject(path)
+        overridden = {name for name, value in cli.items() if value is not None}
+        kept, ignored = _without_consent({k: v for k, v in from_file.items() if k not in overridden}, path)
+        base.update(kept)
         base["config_file"] = str(path)
+        for note in ignored:
+            if say is None:
+                print(f"envdoctor: note: {note}", file=sys.stderr)
+            else:
+                say(note)
+        base["ignored_settings"] = ignored
     known = {f.name for f in fields(Config)}
     merged = {**base, **{k: v for k, v in cli.items() if v is not None and k in known}}
     if "severity" in base and cli.get("severity"):

@@ -124,7 +124,6 @@ def utc_now() -> str:
 def assemble_report(facts: Facts, findings: list[Finding], errors: list[dict[str, Any]],
                     checked: list[str] | None = None) -> Report:
     """The Report of one run, its verdict decided (`envdoctor.verdict`): the one place it is."""
-    from envdoctor.facts.target import conda_platform
     from envdoctor.verdict import decide
 
     gathered = dict(facts.gathered())
@@ -146,7 +145,7 @@ def assemble_report(facts: Facts, findings: list[Finding], errors: list[dict[str
     report = Report(
         tool={"name": "envdoctor", "version": __version__},
         generated_at=utc_now(),
-        host={"hostname": socket.gethostname(), "platform": conda_platform()},
+        host=_host_record(),
         target=redact_tree({
             **target,
             "prefix": target.get("prefix"),
@@ -162,6 +161,18 @@ def assemble_report(facts: Facts, findings: list[Finding], errors: list[dict[str
     )
     report.verdict = decide(report)
     return report
+
+
+def _host_record() -> dict[str, Any]:
+    """The host name and platform, and inside a Slurm job its node name, job and step (fleet.placement)."""
+    from envdoctor.facts.target import conda_platform
+    from envdoctor.fleet.placement import scheduler_record
+
+    host: dict[str, Any] = {"hostname": socket.gethostname(), "platform": conda_platform()}
+    scheduler = scheduler_record()
+    if scheduler:
+        host["scheduler"] = scheduler
+    return host
 
 
 def check_inputs(config: Config) -> None:

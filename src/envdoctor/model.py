@@ -206,14 +206,37 @@ class Report:
                 skipped.setdefault(str(error["probe"]), []).append(str(error["rule"]))
         return skipped
 
+    def left_unchecked(self) -> bool:
+        """Whether something the report should have checked could not be (the verdict's "not checked: …", cause
+        `failed`): a selected rule whose facts could not be gathered, or the smoke test skipped as a whole. A
+        rule that crashed is not counted: it is listed under `errors` and never changes the exit code on its own.
+        """
+        if self.not_checked():
+            return True
+        if self.verdict is None:
+            return False
+        crashed = {str(e["rule"]) for e in self.errors if e.get("rule") and not e.get("probe")}
+        for area in self.verdict["unchecked"]:
+            detail = self.verdict["details"].get(area)
+            reason = str(detail["reason"] or "") if detail else ""
+            if reason.split(":", 1)[0] not in crashed:  # a crashed rule's area reads "RULE: message"
+                return True
+        return False
+
+    def fails(self, fail_on: str = "error") -> bool:
+        """What `preflight()` raises on: a finding at or above `fail_on`, or a selected rule that could not run.
+        (A smoke test skipped as a whole, say in a training process, does not stop training.)"""
+        if fail_on == "never":
+            return False
+        threshold = Severity.parse(fail_on).rank
+        return bool(self.not_checked()) or any(f.severity.rank >= threshold for f in self.findings)
+
     def exit_code(self, fail_on: str = "error") -> int:
-        """0 when nothing reaches `fail_on`, 1 when something does, or a selected rule could not run."""
+        """The command line's: 0 when nothing reaches `fail_on`; 1 when something does, or something could not
+        be checked (the verdict's "not checked", docs/reference.md#exit-codes)."""
         if fail_on == "never":
             return 0
-        threshold = Severity.parse(fail_on).rank
-        if self.not_checked():
-            return 1
-        return 1 if any(f.severity.rank >= threshold for f in self.findings) else 0
+        return 1 if self.fails(fail_on) or self.left_unchecked() else 0
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Report:

@@ -14,7 +14,20 @@ whatever the output format:
 * credentials written as text, the way files hold them: `.netrc`'s
   `password X`, `password: X` (YAML, INI), `user:password@host` without a
   scheme, a `.pgpass` line `host:port:database:user:password` and a crypt(3)
-  hash (`$6$salt$hash`, as in /etc/shadow).
+  hash (`$6$salt$hash`, as in /etc/shadow);
+* HTTP credentials: an `Authorization:` (or `Proxy-Authorization:`) header's
+  value, `Bearer <token>`, and a JSON Web Token (`eyJ….eyJ….…`) wherever it appears.
+
+A command line (`redact_command`, and any `command`/`argv` list or string in a
+report) is redacted by its shape too, not by a list of option names: the value of
+an option whose name says secret (`--hf-token X`, `--password=X`, `--jwt X`,
+`--bearer X`), a header argument (`-H "Authorization: Bearer X"`,
+`-H "X-Api-Key: X"`), mysql's attached `-pSECRET`, and any argument that looks
+like a token (`looks_like_token`: a JWT, 32+ hex digits, or 20+ characters of
+base64 that breaks into as many short pieces as random text does), so
+that a credential passed under a name nobody listed is still hidden. Paths,
+numbers and model names (`meta-llama/Llama-3.1-8B`) do not look like tokens and
+stay.
 
 What is redacted is replaced by REDACTED; the rest of the string stays, so a
 channel or endpoint is still recognisable.
@@ -22,7 +35,7 @@ channel or endpoint is still recognisable.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -35,7 +48,7 @@ REDACTED = "[redacted]"
 #: hit ordinary names: KEY is not MONKEY or KEYBOARD, PASS is not BYPASS, AUTH is not AUTHOR.
 _SECRET_NAME = re.compile(
     r"(SECRET|PASSWORD|PASSWD|PASSPHRASE|PWD$|API_?KEY|ACCESS_?KEY|PRIVATE|CREDENTIAL|"
-    r"TOKENS?($|_)|(^|_)(PASS|CREDS?|KEYS?|AUTH|AUTHORIZATION|COOKIES?|SESSION|SIG|SIGNATURE|PAT|SAS|"
+    r"TOKENS?($|_)|(^|_)(PASS|CREDS?|KEYS?|AUTH|AUTHORIZATION|JWT|BEARER|COOKIES?|SESSION|SIG|SIGNATURE|PAT|SAS|"
     r"WEBHOOK|DSN|CONN_?STR|CONNECTION_STRING)($|_)|COOKIE|SESSION|SIGNATURE|DSN$)",
     re.IGNORECASE,
 )
@@ -69,6 +82,12 @@ _BARE_USERINFO = re.compile(r"(?<![\w/:@.%+-])(?P<user>[A-Za-z0-9._%+-]+):(?P<pa
 _PGPASS = re.compile(r"^(?P<lead>[^:\s]+:(?:\d+|\*):[^:\s]+:[^:\s]+:)(?:[^\s:\\]|\\.)+$", re.MULTILINE)
 #: A crypt(3) password hash: $id$salt$hash (MD5, bcrypt, SHA-256/512, yescrypt …).
 _CRYPT_HASH = re.compile(r"\$(?:1|2[abxy]?|5|6|y|gy|7|sha1|md5)\$[^\s:$]*\$[^\s:]+")
+#: An HTTP header that carries a credential: the whole value goes (the scheme word too, `Basic`/`Bearer`).
+_AUTH_HEADER = re.compile(r"(?P<lead>\b(?:Proxy-)?Authorization\s*[:=]\s*)(?P<value>[^\r\n\"']+)", re.IGNORECASE)
+#: `Bearer <token>` on its own (a log line); 8 characters at least, so that prose ("the bearer of") stays.
+_BEARER = re.compile(r"(?P<lead>\bBearer\s+)(?P<value>(?!\[redacted\])[A-Za-z0-9._~+/=-]{8,})", re.IGNORECASE)
+#: A JSON Web Token: base64url header and payload (both JSON objects, so `eyJ`), then the signature.
+_JWT = re.compile(r"\beyJ[A-Za-z0-9_-]{4,}\.eyJ[A-Za-z0-9_-]{4,}\.[A-Za-z0-9_-]*")
 #: NAME=value inside text (a command line, a traceback, an env dump).
 _ASSIGNMENT = re.compile(r"\b(?P<name>[A-Za-z_][A-Za-z0-9_]*)=(?P<value>\"[^\"]*\"|'[^']*'|[^\s&;]+)")
 
@@ -95,6 +114,8 @@ def redact_text(text: str) -> str:
     if "=" in text:
         text = _SECRET_QUERY.sub(lambda m: f"{m['lead']}{REDACTED}", text)
     text = _KNOWN_TOKENS.sub(REDACTED, text)
+    if "eyJ" in text:
+        text = _JWT.sub(REDACTED, text)
     text = _redact_credential_text(text)
     if "=" not in text:
         return text
@@ -114,6 +135,10 @@ def _redact_credential_text(text: str) -> str:
             text = _BARE_USERINFO.sub(lambda m: f"{m['user']}:{REDACTED}@", text)
     if "$" in text:
         text = _CRYPT_HASH.sub(REDACTED, text)
+    if "authorization" in lowered:
+        text = _AUTH_HEADER.sub(lambda m: f"{m['lead']}{REDACTED}", text)
+    if "earer" in lowered:
+        text = _BEARER.sub(lambda m: f"{m['lead']}{REDACTED}", text)
     return text
 
 
@@ -149,10 +174,17 @@ def _secret_key(key: Any) -> bool:
 def redact_tree(value: Any) -> Any:
     """A copy of a JSON-like tree with secrets redacted everywhere: by key name, and every string by shape."""
     if isinstance(value, dict):
-        out = {}
+        out: dict[Any, Any] = {}
         for key, item in value.items():
             name = redact_text(key) if isinstance(key, str) else key
-            out[name] = REDACTED if _secret_key(key) and item not in (None, "") else redact_tree(item)
+            if _secret_key(key) and item not in (None, ""):
+                out[name] = REDACTED
+            elif key in COMMAND_KEYS and isinstance(item, (list, tuple)) and all(isinstance(a, str) for a in item):
+                out[name] = redact_command(item)
+            elif key in COMMAND_KEYS and isinstance(item, str):
+                out[name] = redact_command_text(item)
+            else:
+                out[name] = redact_tree(item)
         return out
     if isinstance(value, (list, tuple)):
         return [redact_tree(item) for item in value]
@@ -169,3 +201,97 @@ def redact_finding(finding: Finding) -> Finding:
     )
     return replace(finding, message=redact_text(finding.message), evidence=redact_tree(dict(finding.evidence)),
                    fix=redact_text(finding.fix), fix_steps=steps)
+
+
+# -- command lines -------------------------------------------------------------------------------------
+
+#: Characters of base64 (standard and URL-safe), the alphabet most tokens are written in.
+_BASE64ISH = re.compile(r"[A-Za-z0-9+/_-]{20,}={0,2}")
+_HEX = re.compile(r"[0-9a-fA-F]{32,}")
+#: `Name: value`, as `curl -H` and `wget --header` take a header.
+_HEADER_ARG = re.compile(r"^\s*(?P<name>[A-Za-z][A-Za-z0-9-]*)\s*:\s*(?P<value>\S.*)$", re.DOTALL)
+#: A short option with its value attached: mysql's and mysqldump's `-pSECRET` (its `-p` alone prompts).
+_ATTACHED_P = re.compile(r"^-p(?P<value>.+)$")
+_NUMBER = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
+#: The pieces a person's names are made of: `ResNet50ImageNet` is Res, Net, 50, Image, Net.
+_PIECE = re.compile(r"[A-Z]+(?![a-z])|[A-Z]?[a-z]+|\d+")
+#: Pieces per letter or digit above which a string reads as random: base64 tokens have about 0.55
+#: (under 0.3 in one of 1,000), names and model names 0.15-0.4, and they also have more separators.
+_RANDOM_PIECES = 0.3
+#: Keys whose value is a command line, wherever a report holds one.
+COMMAND_KEYS = frozenset({"command", "argv", "cmdline", "run_argv"})
+
+
+def looks_like_token(value: str) -> bool:
+    """Whether `value` has the shape of a credential: a JWT, a long hex or random-looking base64 string.
+
+    Shape, not name: a path (`/data/imagenet`, `./ckpt`), a number (`3e-4`, `1000000`) or a model
+    name (`meta-llama/Llama-3.1-8B-Instruct`: words between separators) is not a token.
+    """
+    if _JWT.fullmatch(value):
+        return True
+    if value.startswith(("/", "./", "../", "~")) or _NUMBER.fullmatch(value):
+        return False
+    if _HEX.fullmatch(value):
+        return any(c.isdigit() for c in value) and any(c.isalpha() for c in value)
+    if not _BASE64ISH.fullmatch(value):
+        return False
+    body = value.rstrip("=")
+    letters = [c for c in body if c.isalnum()]
+    separators = len(body) - len(letters)  # + / _ -: rare in a token, between every word of a name
+    if len(letters) < 18 or separators * 5 > len(letters):
+        return False
+    return (len(_PIECE.findall(body)) >= _RANDOM_PIECES * len(letters)
+            and len(set(letters)) >= 0.6 * len(letters))
+
+
+def _secret_option(name: str) -> bool:
+    return looks_secret(name.lstrip("-").replace("-", "_").upper())
+
+
+def _redact_argument(arg: str) -> str:
+    """One argument on its own: a header, `-pSECRET`, `--name=value`, or a value shaped like a token."""
+    header = _HEADER_ARG.match(arg)
+    if header and _secret_option(header["name"]):
+        return f"{arg[: header.start('value')]}{REDACTED}"
+    attached = _ATTACHED_P.match(arg)
+    if attached and not _NUMBER.fullmatch(attached["value"]) and attached["value"] != REDACTED:
+        return f"-p{REDACTED}"
+    if "=" in arg:  # --name=value, NAME=value
+        name, _, value = arg.partition("=")
+        if value and value != REDACTED and ((arg.startswith("-") and _secret_option(name)) or looks_like_token(value)):
+            return f"{name}={REDACTED}"
+    elif looks_like_token(arg):
+        return REDACTED
+    return redact_text(arg)
+
+
+def redact_command(argv: Sequence[str]) -> list[str]:
+    """A command line as a report may show it, secrets redacted by the option's name and the value's shape.
+
+    `--hf-token X`, `--jwt X`, `--bearer X` (any option whose name says secret) lose the next argument;
+    `--password=X` its value; `-H "Authorization: Bearer X"` the header's value; `-pSECRET` its value;
+    an argument shaped like a token (`looks_like_token`) goes whole; the rest as `redact_text` says.
+    """
+    shown: list[str] = []
+    hide_next = False
+    for arg in argv:
+        arg = str(arg)
+        if hide_next:  # the value of a secret option, whatever it looks like
+            hide_next = False
+            shown.append(REDACTED)
+            continue
+        if arg.startswith("-") and len(arg) > 1 and "=" not in arg and _secret_option(arg):
+            shown.append(arg)
+            hide_next = True
+            continue
+        shown.append(_redact_argument(arg))
+    return shown
+
+
+def redact_command_text(text: str) -> str:
+    """A command line written as one string: each word as `redact_command` judges it, the spacing kept."""
+    parts = re.split(r"(\s+)", text)
+    words = redact_command(parts[0::2])
+    parts[0::2] = words
+    return "".join(parts)

@@ -17,10 +17,13 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from envdoctor.facts.readfile import open_regular, read_bytes
 from envdoctor.redact import redact_url
+
+if TYPE_CHECKING:
+    from envdoctor.facts.distributions import Unreadable
 
 #: How many missing/changed paths a record keeps as evidence (the counts are exact).
 KEEP_PATHS = 20
@@ -287,7 +290,7 @@ def _dependency_names(depends: Any) -> list[str]:
     return sorted({d.split()[0] for d in depends if isinstance(d, str) and d.split()})
 
 
-def _unreadable_dir(meta_dir: Path) -> dict[str, Any] | None:
+def _unreadable_dir(meta_dir: Path) -> Unreadable | None:
     if not os.path.lexists(meta_dir):
         return None
     # Something is there but it is no folder (a file, a dangling or looping link):
@@ -300,11 +303,11 @@ def _unreadable_dir(meta_dir: Path) -> dict[str, Any] | None:
     return {"path": str(meta_dir), "kind": "conda-meta-dir", "reason": reason}
 
 
-def read_conda_meta(prefix: Path, deep: bool) -> tuple[CondaFacts, list[dict[str, Any]], dict[str, str]]:
+def read_conda_meta(prefix: Path, deep: bool) -> tuple[CondaFacts, list[Unreadable], dict[str, str]]:
     """Every conda-meta record of `prefix`, the files that could not be used, and the
     dist-info folders the records own (real path -> record name)."""
     meta_dir = prefix / "conda-meta"
-    unreadable: list[dict[str, Any]] = []
+    unreadable: list[Unreadable] = []
     owners: dict[str, str] = {}
     if not meta_dir.is_dir():
         problem = _unreadable_dir(meta_dir)

@@ -13,7 +13,7 @@ import json
 import os
 import re
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import TypedDict
 
 from envdoctor.facts.owners import Owner
 from envdoctor.facts.readfile import _FILE_KINDS, read_bytes
@@ -153,7 +153,11 @@ def _read_text(path: str) -> str | None:
         return None
 
 
-def read_distribution(folder: Path | str) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+class _Unusable(Exception):
+    """Why a dist-info / egg-info cannot be read (the reason a PKG009 problem gives)."""
+
+
+def read_distribution(folder: Path | str) -> tuple[Distribution | None, Unreadable | None]:
     """One dist-info / egg-info: (distribution facts, None) or (None, why it is unreadable).
 
     A distribution whose only fault is its direct_url.json comes back with a
@@ -161,83 +165,101 @@ def read_distribution(folder: Path | str) -> tuple[dict[str, Any] | None, dict[s
     """
     folder = str(folder)
     is_egg = folder.endswith(".egg-info")
-    bad = {"path": folder, "kind": "egg-info" if is_egg else "dist-info"}
     try:
-        # One listing instead of one failed open per optional file: big envs have thousands.
-        present = set(os.listdir(folder))
-        is_dir = True
-    except NotADirectoryError:
-        present, is_dir = set(), False
-        if not is_egg:  # only an egg-info may be a single file (distutils wrote those)
-            try:
-                mode = os.stat(folder).st_mode
-                kind = next((text for test, text in _FILE_KINDS if test(mode)), "a file")
-            except OSError as exc:
-                kind = exc.strerror or str(exc)
-            return None, {**bad, "reason": f"the dist-info is {kind}, not a directory"}
-    except OSError as exc:
-        return None, {**bad, "reason": exc.strerror or str(exc)}
-    meta_name = "PKG-INFO" if is_egg else "METADATA"
-    meta_file = os.path.join(folder, meta_name) if is_dir else folder
-    if is_dir and meta_name not in present:
-        return None, {**bad, "reason": f"{meta_name} is missing"}
-    try:
-        raw = read_bytes(meta_file, MAX_METADATA_BYTES + 1, head=True)
-        whole = len(raw) <= MAX_METADATA_BYTES
-    except OSError as exc:
-        why = exc.strerror or str(exc)
-        label = meta_name if is_dir else "the egg-info file"
-        return None, {**bad, "reason": f"{label} {why}" if why.startswith("is ") else f"{label}: {why}"}
-    if not whole:
-        # A long description body (a README of many MiB) is no reason to hold it all: the headers decide.
-        ends = [i for i in (raw.find(b"\n\n"), raw.find(b"\r\n\r\n")) if i >= 0]
-        if not ends:
-            return None, {**bad, "reason": (f"{meta_name} headers do not end within "
-                                            f"its first {MAX_METADATA_BYTES} bytes")}
-        raw = raw[:min(ends)]
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        return None, {**bad, "reason": f"{meta_name} is not UTF-8 ({exc.reason} at byte {exc.start})"}
-    headers = _parse_headers(text)
-    name = (headers.get("name") or [""])[0]
-    version = (headers.get("version") or [""])[0]
-    if not name or not version:
-        return None, {**bad, "reason": f"{meta_name} has no {'Name' if not name else 'Version'} field"}
+        present = _listing(folder, is_egg)
+        headers = _metadata_headers(folder, is_egg, present)
+    except _Unusable as exc:
+        return None, {"path": folder, "kind": "egg-info" if is_egg else "dist-info", "reason": str(exc)}
+    name, version = headers["name"][0], headers["version"][0]
     requires = headers.get("requires-dist", [])
     installer = record_text = None
     direct_url: DirectUrl | None = None
-    problem: dict[str, Any] | None = None
-    if is_dir:
+    problem: Unreadable | None = None
+    if present is not None:
         if is_egg:
             requires = _requires_from_egg(_read_text(os.path.join(folder, "requires.txt")) or "") \
                 if "requires.txt" in present else []
-        if "INSTALLER" in present:
-            installer = (_read_text(os.path.join(folder, "INSTALLER")) or "").strip() or None
-        if "top_level.txt" not in present:
-            record_file = "installed-files.txt" if is_egg else "RECORD"
-            record_text = _read_text(os.path.join(folder, record_file)) if record_file in present else None
+        installer = _installer(folder, present)
+        if not is_egg and "top_level.txt" not in present and "RECORD" in present:
+            record_text = _read_text(os.path.join(folder, "RECORD"))
         if "direct_url.json" in present:
             direct_url, problem = _direct_url(os.path.join(folder, "direct_url.json"))
     editable_paths = None
-    if direct_url and direct_url["editable"] and "RECORD" in present:
+    if direct_url and direct_url["editable"] and "RECORD" in (present or ()):
         editable_paths = _editable_paths(os.path.dirname(folder), _read_text(os.path.join(folder, "RECORD")) or "")
-    return {
+    dist: Distribution = {
         "name": name,
         "key": normalize(name),
         "version": version,
         "path": folder,
         "installer": installer,
         "requires": requires,
-        "import_names": _import_names(folder, "top_level.txt" in present, record_text if not is_egg else None),
-        **({"direct_url": direct_url} if direct_url else {}),
-        **({"editable_paths": editable_paths} if editable_paths else {}),
-    }, problem
+        "import_names": _import_names(folder, "top_level.txt" in (present or ()), record_text),
+    }
+    if direct_url:
+        dist["direct_url"] = direct_url
+    if editable_paths:
+        dist["editable_paths"] = editable_paths
+    return dist, problem
 
 
-def _direct_url(path: str) -> tuple[DirectUrl | None, dict[str, Any] | None]:
+def _listing(folder: str, is_egg: bool) -> set[str] | None:
+    """The folder's file names, or None for an egg-info that is a single file; raise _Unusable."""
+    try:
+        # One listing instead of one failed open per optional file: big envs have thousands.
+        return set(os.listdir(folder))
+    except NotADirectoryError:
+        if is_egg:  # only an egg-info may be a single file (distutils wrote those)
+            return None
+        try:
+            mode = os.stat(folder).st_mode
+            kind = next((text for test, text in _FILE_KINDS if test(mode)), "a file")
+        except OSError as exc:
+            kind = exc.strerror or str(exc)
+        raise _Unusable(f"the dist-info is {kind}, not a directory") from None
+    except OSError as exc:
+        raise _Unusable(exc.strerror or str(exc)) from None
+
+
+def _metadata_headers(folder: str, is_egg: bool, present: set[str] | None) -> dict[str, list[str]]:
+    """The METADATA / PKG-INFO headers, with a Name and a Version; raise _Unusable."""
+    meta_name = "PKG-INFO" if is_egg else "METADATA"
+    if present is not None and meta_name not in present:
+        raise _Unusable(f"{meta_name} is missing")
+    try:
+        raw = read_bytes(os.path.join(folder, meta_name) if present is not None else folder,
+                         MAX_METADATA_BYTES + 1, head=True)
+    except OSError as exc:
+        why = exc.strerror or str(exc)
+        label = meta_name if present is not None else "the egg-info file"
+        raise _Unusable(f"{label} {why}" if why.startswith("is ") else f"{label}: {why}") from None
+    if len(raw) > MAX_METADATA_BYTES:
+        # A long description body (a README of many MiB) is no reason to hold it all: the headers decide.
+        ends = [i for i in (raw.find(b"\n\n"), raw.find(b"\r\n\r\n")) if i >= 0]
+        if not ends:
+            raise _Unusable(f"{meta_name} headers do not end within its first {MAX_METADATA_BYTES} bytes")
+        raw = raw[:min(ends)]
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise _Unusable(f"{meta_name} is not UTF-8 ({exc.reason} at byte {exc.start})") from None
+    headers = _parse_headers(text)
+    for field in ("Name", "Version"):
+        if not (headers.get(field.lower()) or [""])[0]:
+            raise _Unusable(f"{meta_name} has no {field} field")
+    return headers
+
+
+def _installer(folder: str, present: set[str]) -> str | None:
+    """INSTALLER's first line (pip, uv, conda …), or None."""
+    if "INSTALLER" not in present:
+        return None
+    return (_read_text(os.path.join(folder, "INSTALLER")) or "").strip() or None
+
+
+def _direct_url(path: str) -> tuple[DirectUrl | None, Unreadable | None]:
     """PEP 610's direct_url.json: its url and whether the install is editable, or why it is unusable."""
-    bad = {"path": path, "kind": "direct_url"}
+    bad: Unreadable = {"path": path, "kind": "direct_url"}
     try:
         loaded = json.loads(read_bytes(path).decode("utf-8", errors="replace"))
     except OSError as exc:

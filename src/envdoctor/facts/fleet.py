@@ -275,11 +275,38 @@ def read_distributions(report: Mapping[str, Any]) -> dict[str, str] | None:
     entries = packages.get("distributions")
     if not isinstance(entries, list):
         return None
-    found: dict[str, str] = {}
+    copies: dict[str, list[Mapping[str, Any]]] = {}
     for entry in entries:
         if isinstance(entry, Mapping) and entry.get("name"):
-            found.setdefault(_canonical(entry["name"]), str(entry.get("version")))
-    return found
+            copies.setdefault(_canonical(entry["name"]), []).append(entry)
+    return {name: str(_loaded_copy(group).get("version")) for name, group in copies.items()}
+
+
+def _loaded_copy(group: list[Mapping[str, Any]]) -> Mapping[str, Any]:
+    """Of the copies of one distribution, the one `import` loads.
+
+    Copies in one folder (`pip install --ignore-installed`): the one whose RECORD matches the files
+    on disk (`files_on_disk`, gathered for doubled copies); in several folders: the first on the
+    import path (`order`, else the listing's order).
+    """
+    if len(group) == 1:
+        return group[0]
+
+    def share(entry: Mapping[str, Any]) -> float:
+        files = entry.get("files_on_disk")
+        if not isinstance(files, Mapping) or not isinstance(files.get("listed"), int) or not files["listed"]:
+            return -1.0
+        return float(files.get("matching") or 0) / files["listed"]
+
+    def order(entry: Mapping[str, Any]) -> float:
+        value = entry.get("order")
+        return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else float("inf")
+
+    first_dir = min(group, key=order).get("site_dir")
+    same_folder = [e for e in group if e.get("site_dir") == first_dir]
+    if len(same_folder) > 1:
+        return max(same_folder, key=lambda e: (share(e), -order(e)))
+    return min(group, key=order)
 
 
 def channel_name(channel: Any) -> str | None:
@@ -325,6 +352,25 @@ def _has_section(report: Mapping[str, Any], name: str) -> bool:
     return _section(report, name) is not None
 
 
+#: Environment variables that steer a training job and should be the same on every node (FLT005):
+#: thread counts, NCCL and gloo settings, the visible GPUs, torch's own switches. Values are read
+#: from the report's (already redacted) system.environ.
+COMPARED_ENV_PREFIXES = ("OMP_", "MKL_", "OPENBLAS_", "KMP_", "GOMP_", "NCCL_", "GLOO_", "PYTORCH_", "TORCH_",
+                         "CUDA_VISIBLE_DEVICES", "CUDA_LAUNCH_BLOCKING", "CUDA_DEVICE_ORDER", "CUBLAS_",
+                         "CUDNN_")
+#: Of those, the ones that legitimately differ per node or per run.
+_PER_NODE_ENV = ("TORCHELASTIC_", "TORCH_NCCL_ASYNC_ERROR_HANDLING_RANK")
+
+
+def read_environ(report: Mapping[str, Any]) -> dict[str, str] | None:
+    """{name: value} of the compared environment variables, or None when the report has no environ."""
+    environ = _read_system(report, "environ")
+    if not isinstance(environ, Mapping):
+        return None
+    return {str(k): str(v) for k, v in environ.items()
+            if str(k).startswith(COMPARED_ENV_PREFIXES) and not str(k).startswith(_PER_NODE_ENV)}
+
+
 class CondaEntry(TypedDict):
     version: str | None
     channel: str | None
@@ -349,6 +395,10 @@ class _NodeRequired(TypedDict):
 class NodeRecord(_NodeRequired, total=False):
     """One node of a fleet: what `compare` and the FLT rules line up (the fleet facts' `nodes`)."""
 
+    #: The compared environment variables (see COMPARED_ENV_PREFIXES); absent when the report has none.
+    environ: dict[str, str]
+    #: The scheduler's node name (SLURMD_NODENAME) when the report was made inside a Slurm job.
+    scheduler_node: str
     #: --distributed only: where the rank ran, and whether it ran the loader stage (local rank 0).
     rank: int
     local_rank: int
@@ -384,6 +434,12 @@ def node_record(label: str, report: Mapping[str, Any], source: str, *, rank: int
         "missing_sections": [name for name in SECTIONS if not _has_section(report, name)],
         "findings": {k: _count(summary.get(k)) for k in ("error", "warning", "info")},
     }
+    environ = read_environ(report)
+    if environ is not None:
+        record["environ"] = environ
+    scheduler = _dig(report, "host", "scheduler", "node")
+    if scheduler:
+        record["scheduler_node"] = str(scheduler)
     if rank is not None and local_rank is not None and node_rank is not None and loader_stage is not None:
         record["rank"], record["local_rank"], record["node_rank"] = rank, local_rank, node_rank
         record["loader_stage"] = loader_stage
@@ -414,6 +470,10 @@ class FleetFacts(TypedDict, total=False):
     failed: list[dict[str, Any]]
     collective: dict[str, Any] | None
     timeout_s: float
+    #: compare: the nodes expected ({source, nodes, count, missing, reported}; source None when none were).
+    expected: dict[str, Any]
+    #: health --expect: the fleet's agreed values this node is checked against (node-record keys, environ).
+    expected_values: dict[str, Any]
 
 
 def nodes_of(fleet: FleetFacts) -> list[NodeRecord]:

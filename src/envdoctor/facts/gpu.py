@@ -21,6 +21,7 @@ from typing import Any, TypedDict
 
 from envdoctor.facts.applicability import Applicability, not_applicable
 from envdoctor.facts.kernel_files import read_kernel_file
+from envdoctor.facts.native_libs import NativeLibsFacts, read_target_native_libs
 
 
 class GpuProcess(TypedDict):
@@ -77,6 +78,8 @@ class GpuFacts(_GpuRequired, Applicability, total=False):
     own_pid: int
     #: The rest of envdoctor's own job (children; sibling ranks under a launcher).
     job_pids: list[int]
+    #: CUDA libraries on LD_LIBRARY_PATH/LD_PRELOAD and those the target ships for torch (Linux; see facts.native_libs).
+    native_libraries: NativeLibsFacts | None
 
 
 NVIDIA_PCI_VENDOR = "0x10de"
@@ -242,6 +245,8 @@ def gather_gpu(facts: Any) -> GpuFacts:
     if section["available"]:
         section["job_pids"] = job_pids()
     section["pci_gpus"] = pci_nvidia_gpus()
+    linux = sys.platform.startswith("linux")  # LD_LIBRARY_PATH is the Linux loader's
+    section["native_libraries"] = read_target_native_libs(facts["target"]) if linux else None
     if sys.platform == "darwin" and not section["available"]:
         # The GPU rules are NVIDIA's (driver, CUDA build, compute capability): nothing to judge on a Mac.
         section.update(not_applicable("macOS has no NVIDIA GPU or NVML; torch reaches Apple's GPU through "

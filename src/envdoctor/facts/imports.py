@@ -17,6 +17,8 @@ import os
 import time
 from typing import Any, TypedDict
 
+from envdoctor.facts.cxx_runtime import CxxRuntime, read_cxx_runtimes
+
 #: Seconds one distribution's import may take, and all of them together.
 IMPORT_TIMEOUT_S = 60.0
 TOTAL_TIMEOUT_S = 240.0
@@ -66,6 +68,9 @@ class ImportsFacts(TypedDict):
     #: why nothing was imported (no --deep, no interpreter), or None
     reason: str | None
     trials: list[ImportTrial]
+    #: The C++ runtimes a failure's "version `GLIBCXX_…' not found" names, and the environment's own
+    #: (facts.cxx_runtime); empty when no failure names one.
+    cxx_runtimes: list[CxxRuntime]
 
 
 #: Entries looked at, per distribution without a RECORD, for an extension file on disk.
@@ -105,10 +110,21 @@ def _extensions_on_disk(site: str, import_names: list[str]) -> bool:
     return False
 
 
+def importable_names(import_names: list[str]) -> list[str]:
+    """The names a distribution's probe imports: modules and packages only.
+
+    A RECORD's top-level entries are not all modules: auditwheel puts the shared libraries a
+    manylinux wheel vendors in a `<dist>.libs` folder beside the package (`numpy.libs`), and
+    delvewheel does the same on Windows. `import numpy.libs` fails for every healthy numpy, so a
+    name that is not a Python identifier is never imported.
+    """
+    return [name for name in import_names if name.isidentifier()]
+
+
 def _made(dist: dict[str, Any], result: str, seconds: float, module: str | None = None,
           error: str | None = None) -> ImportTrial:
     return {"distribution": dist["name"], "version": dist["version"], "path": dist["path"],
-            "modules": list(dist["import_names"]), "result": result, "module": module, "error": error,
+            "modules": importable_names(dist["import_names"]), "result": result, "module": module, "error": error,
             "seconds": seconds}
 
 
@@ -119,7 +135,7 @@ def _trial(interpreter: str, dist: dict[str, Any], cwd: str, deadline: float) ->
     if left <= 1.0:
         return _made(dist, "skipped", 0.0, error=f"the {TOTAL_TIMEOUT_S:.0f} s for all imports were spent")
     limit = min(IMPORT_TIMEOUT_S, left)
-    run = run_bounded([interpreter, "-B", "-c", _IMPORT_ONE, *dist["import_names"]], limit, env=quiet_python_env(),
+    run = run_bounded([interpreter, "-B", "-c", _IMPORT_ONE, *importable_names(dist["import_names"])], limit, env=quiet_python_env(),
                       cwd=cwd)
     seconds = round(run.seconds, 3)
     if run.timed_out:
@@ -138,11 +154,12 @@ def _trial(interpreter: str, dist: dict[str, Any], cwd: str, deadline: float) ->
 
 def gather_imports(facts: Any) -> ImportsFacts:
     if not facts.config.deep:
-        return {"ran": False, "reason": "imports run only with --deep (they run the environment's code)", "trials": []}
+        return {"ran": False, "reason": "imports run only with --deep (they run the environment's code)", "trials": [],
+                "cxx_runtimes": []}
     target = facts["target"]
     interpreter = target.get("interpreter")
     if not interpreter or not target.get("python"):
-        return {"ran": False, "reason": "the target has no interpreter that runs", "trials": []}
+        return {"ran": False, "reason": "the target has no interpreter that runs", "trials": [], "cxx_runtimes": []}
     packages = facts["packages"]
     seen: set[str] = set()
     candidates = []
@@ -150,7 +167,7 @@ def gather_imports(facts: Any) -> ImportsFacts:
         if dist["key"] in seen or dist.get("location") == "stdlib":
             continue
         seen.add(dist["key"])  # the copy import finds first
-        if dist["import_names"] and ships_extensions(dist["path"], dist["import_names"]):
+        if importable_names(dist["import_names"]) and ships_extensions(dist["path"], dist["import_names"]):
             candidates.append(dist)
     import tempfile
     from concurrent.futures import ThreadPoolExecutor  # only here: the packages probe imports this module too
@@ -159,4 +176,5 @@ def gather_imports(facts: Any) -> ImportsFacts:
     with tempfile.TemporaryDirectory(prefix="envdoctor-imports-") as cwd:
         with ThreadPoolExecutor(max_workers=PARALLEL) as pool:
             trials = list(pool.map(lambda d: _trial(str(interpreter), d, cwd, deadline), candidates))
-    return {"ran": True, "reason": None, "trials": trials}
+    runtimes = read_cxx_runtimes((t["error"] or "" for t in trials), str(target.get("prefix") or ""))
+    return {"ran": True, "reason": None, "trials": trials, "cxx_runtimes": runtimes}

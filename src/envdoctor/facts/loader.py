@@ -9,7 +9,7 @@ report's `loader` object as `LoaderReport`.
 """
 from __future__ import annotations
 
-from typing import Literal, TypedDict
+from typing import Literal, TypedDict, final
 
 
 class _RunBase(TypedDict):
@@ -140,6 +140,7 @@ class PickleFacts(TypedDict, total=False):
     problems: list[PickleProblem]
 
 
+@final  # no subclass adds keys: `"…" in window` tells it from envdoctor run's LoopProofWindow
 class PairedWindow(TypedDict):
     """One pair of back-to-back windows: the current setting and the candidate, in `order`."""
 
@@ -148,21 +149,15 @@ class PairedWindow(TypedDict):
     candidate_samples_per_s: float
 
 
-class PairedWindows(TypedDict, total=False):
-    """A candidate setting measured against the current one in paired windows: the loader's (`PairedFacts`) or
-    the loop's (`envdoctor run --prove`, `facts.loop.LoopProof`); judged alike (`envdoctor.judge.pairing`)."""
+class PairedFacts(TypedDict, total=False):
+    """The candidate setting re-measured against the current one in interleaved, paired windows."""
 
     current: int
     candidate: int
+    window_s: float
     windows: list[PairedWindow]
     #: Why fewer pairs than planned were measured (the budget), if so.
     cut: str | None
-
-
-class PairedFacts(PairedWindows, total=False):
-    """The candidate setting re-measured against the current one in interleaved, paired windows."""
-
-    window_s: float
 
 
 class DuplicatesFacts(TypedDict, total=False):
@@ -186,6 +181,88 @@ class RngFacts(TypedDict, total=False):
     workers_identical: bool | None
     num_workers: int
     worker_init_fn: str | None
+
+
+class HandleFacts(TypedDict):
+    """DL011: an open native handle reachable from the dataset, sampler, collate_fn or worker_init_fn."""
+
+    #: The attribute path from the root, e.g. `dataset.db` or `dataset.files[0]`.
+    path: str
+    #: What it is: `h5py.File`, `lmdb.Environment`, `sqlite3.Connection`, `zipfile.ZipFile`, `file`, …
+    kind: str
+    file: str | None
+
+
+class ContainerFacts(TypedDict):
+    """A large container of Python objects the dataset holds (DL010's evidence)."""
+
+    path: str
+    type: str
+    length: int
+    #: Approximate bytes of the container and its elements (one level down), from a sample of elements.
+    approx_bytes: int
+    objects: int
+
+
+class HazardsFacts(TypedDict, total=False):
+    """The bounded walk of the loader's objects before any worker starts (inside/loader_hazards.py)."""
+
+    handles: list[HandleFacts]
+    containers: list[ContainerFacts]
+    #: Approximate bytes of the outermost containers reported: what a forked worker can come to copy.
+    python_bytes: int
+    objects_visited: int
+    #: The walk stopped at its bound on objects visited.
+    cut: bool
+    start_method: str | None
+
+
+class WorkerMemory(TypedDict, total=False):
+    """One worker's private memory (USS) read against the samples it delivered."""
+
+    samples: int
+    uss_start_bytes: int
+    uss_end_bytes: int
+    readings: int
+    fitted_readings: int
+    #: Least-squares slope after the warm-up, and its standard error; None with too few readings.
+    bytes_per_sample: float | None
+    stderr_bytes_per_sample: float | None
+
+
+class MemoryGrowthFacts(TypedDict, total=False):
+    """DL010: workers' private memory against the samples each produced (inside/loader_memory.py)."""
+
+    num_workers: int
+    seconds: float
+    #: The whole epoch ran within the measurement.
+    epoch_done: bool
+    #: The sampler draws indices at random (shuffle=True or a RandomSampler).
+    shuffled: bool
+    start_method: str | None
+    workers: list[WorkerMemory]
+    #: Where USS came from: /proc/PID/smaps_rollup, or /proc/PID/smaps on kernels before 4.14.
+    source: str
+
+
+class SetNumThreadsCall(TypedDict):
+    """A `cv2.setNumThreads(...)` call in the source of the loader's modules."""
+
+    where: str
+    file: str
+    line: int
+    value: int | str | float | None
+
+
+class OpenCvFacts(TypedDict, total=False):
+    """SYS007: OpenCV as the loader's code has it (imported by the dataset's module, or in the workers)."""
+
+    version: str | None
+    #: cv2.getNumThreads() in the runner once the dataset was built, and in the workers (the largest).
+    main_threads: int | None
+    worker_threads: int | None
+    worker_threads_num_workers: int
+    set_num_threads_calls: list[SetNumThreadsCall]
 
 
 class RunnerFacts(TypedDict, total=False):
@@ -242,6 +319,9 @@ class LoaderFacts(_LoaderBase, total=False):
     paired: PairedFacts
     duplicates: DuplicatesFacts
     rng: RngFacts
+    hazards: HazardsFacts
+    memory: MemoryGrowthFacts
+    opencv: OpenCvFacts
     torch: TorchInfo
     torch_probe: dict[str, object]
     runner: RunnerFacts

@@ -14,10 +14,9 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from typing import Any, TypedDict
+from typing import Any, Literal, TypedDict, final
 
-from envdoctor.facts.loader import PairedWindows
-from envdoctor.redact import redact_environ, redact_text
+from envdoctor.redact import redact_command, redact_environ
 
 
 class LoopSettings(TypedDict, total=False):
@@ -81,10 +80,24 @@ class LoopGpu(TypedDict, total=False):
     samples: int
 
 
-class LoopProof(PairedWindows, total=False):
-    """`--prove`'s paired bounded runs: a window's rates are the loop's batches/s (in `*_samples_per_s`, the
-    loader's paired windows' keys, so both are judged alike)."""
+@final  # no subclass adds keys: `"…" in window` tells it from the loader's PairedWindow
+class LoopProofWindow(TypedDict):
+    """One pair of `--prove`'s bounded runs: the loop's steps per second, a batch each, with either setting."""
 
+    order: Literal["current-first", "candidate-first"]
+    current_batches_per_s: float
+    candidate_batches_per_s: float
+
+
+class LoopProof(TypedDict, total=False):
+    """`--prove`'s paired bounded runs of the command, the candidate injected against the user's settings (judged
+    as the smoke test's paired windows are: `envdoctor.judge.pairing`)."""
+
+    current: int
+    candidate: int
+    windows: list[LoopProofWindow]
+    #: Why fewer pairs than planned were measured, if so.
+    cut: str | None
     #: Each bounded run's window, in steps.
     steps: int
     #: Why nothing was proved (no setting was predicted to remove the wait).
@@ -117,27 +130,8 @@ def gather_loop(facts: Any) -> LoopFacts | None:
 
 
 def redacted_command(argv: Sequence[str]) -> list[str]:
-    """The command line as a report shows it: `--hf-token X` and `--password=X` lose their values too."""
-    from envdoctor.redact import REDACTED, looks_secret
-
-    shown: list[str] = []
-    hide_next = False
-    for arg in argv:
-        if hide_next:
-            shown.append(REDACTED)
-            hide_next = False
-            continue
-        if arg.startswith("-") and len(arg) > 1:
-            name, eq, _value = arg.lstrip("-").partition("=")
-            if looks_secret(name.replace("-", "_").upper()):
-                if eq:
-                    shown.append(f"{arg[: len(arg) - len(_value)]}{REDACTED}")
-                else:
-                    shown.append(arg)
-                    hide_next = True
-                continue
-        shown.append(redact_text(arg))
-    return shown
+    """The command line as a report shows it: secrets redacted by option name and by shape (envdoctor.redact)."""
+    return redact_command(argv)
 
 
 def _loader_row(event: Mapping[str, Any]) -> LoopLoader:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import io
 import os
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypedDict
 
@@ -171,9 +172,9 @@ def scan_site_dir(directory: str) -> tuple[list[Distribution], list[Unreadable]]
             continue
         dist, problem = read_distribution(os.path.join(directory, name))
         if dist is not None:
-            dists.append(dist)  # type: ignore[arg-type]  # read_distribution builds a Distribution
+            dists.append(dist)
         if problem is not None:
-            unreadable.append(problem)  # type: ignore[arg-type]  # and an Unreadable
+            unreadable.append(problem)
     return dists, unreadable
 
 
@@ -251,34 +252,11 @@ def gather_packages(facts: Any) -> PackagesFacts:
     prefix = Path(target["prefix"])
     kind = target.get("kind") or "system"
     conda, problems, conda_owned = read_conda_meta(prefix, bool(facts.config.deep))
-    unreadable: list[Unreadable] = list(problems)  # type: ignore[arg-type]  # the reader's dicts have this shape
+    unreadable: list[Unreadable] = list(problems)
     site_dirs = site_dirs_of(target)
-    os_owned = os_packages(str(prefix)) if kind == "system" else None
-    if kind == "venv" and target.get("base_prefix") and any(d["location"] == "base" for d in site_dirs):
-        # A --system-site-packages venv reads its base's site folders: their files belong to the
-        # base's OS packages (python3-setuptools ships distutils-precedence.pth there).
-        os_owned = os_packages(os.path.realpath(str(target["base_prefix"])))
-    distributions: list[Distribution] = []
-    for site_dir in site_dirs:
-        if site_dir["location"] == "stdlib":
-            continue
-        dists, found = scan_site_dir(site_dir["path"])
-        unreadable.extend(found)
-        for dist in dists:
-            dist["site_dir"] = site_dir["path"]
-            dist["location"] = site_dir["location"]
-            dist["order"] = site_dir["order"]
-            real = os.path.realpath(dist["path"])
-            record = conda_owned.get(real)
-            if record:
-                dist["conda_record"] = record
-            editable = bool(dist.get("direct_url", {}).get("editable"))
-            dist["owner"] = owner_of(real, dist["installer"], record, kind, os_owned, editable)
-            distributions.append(dist)
-        # Which names each folder provides: the copy `import` finds is the first folder that has it.
-        files = _module_files(site_dir["path"])
-        site_dir["modules"] = sorted(files)
-        site_dir["module_files"] = files
+    os_owned = _os_packages_for(target, kind, site_dirs)
+    owners = _Owners(conda_owned, kind, os_owned)
+    distributions = _scan_site_dirs(site_dirs, owners, unreadable)
     for problem in unreadable:
         real = os.path.realpath(problem["path"])
         record = conda_owned.get(real)
@@ -291,19 +269,12 @@ def gather_packages(facts: Any) -> PackagesFacts:
         # A compiled dependant of numpy breaks at import when numpy's major moves under it (PKG003 says error).
         if any(_NUMPY_REQUIREMENT.match(text) for text in dist["requires"]):
             dist["compiled"] = ships_extensions(dist["path"], dist["import_names"])
-    pth_files: list[PthFact] = []
-    for pth in target.get("pth_files") or []:
-        if pth["code_line_count"]:
-            pth_files.append({"path": pth["path"], "site_dir": pth["site_dir"], "code_lines": pth["code_lines"],
-                              "code_line_count": pth["code_line_count"],
-                              "owner": _pth_owner(dict(pth), distributions, conda_owned, kind, os_owned)})
-    pyvenv = target.get("pyvenv") or {}
+    pth_files: list[PthFact] = [
+        {"path": pth["path"], "site_dir": pth["site_dir"], "code_lines": pth["code_lines"],
+         "code_line_count": pth["code_line_count"],
+         "owner": _pth_owner(dict(pth), distributions, conda_owned, kind, os_owned)}
+        for pth in target.get("pth_files") or [] if pth["code_line_count"]]
     visible_pip = any(d["key"] == "pip" and d["location"] in ("env", "base", "user") for d in distributions)
-    # A venv uv made says so in pyvenv.cfg; one made otherwise but filled by uv, without pip, is uv's too.
-    uv_venv = pyvenv.get("uv") if kind == "venv" else None
-    if kind == "venv" and not uv_venv and not visible_pip and any(
-            d["owner"]["tool"] == "uv" for d in distributions if d["location"] == "env"):
-        uv_venv = "unknown version (INSTALLER says uv)"
     return {
         "prefix": str(prefix),
         "kind": kind,
@@ -316,7 +287,63 @@ def gather_packages(facts: Any) -> PackagesFacts:
         "unreadable": unreadable,
         "pth_files": pth_files,
         "installer": {"externally_managed": target.get("externally_managed"),
-                      "uv_venv": uv_venv,
+                      "uv_venv": _uv_venv(target, kind, distributions, visible_pip),
                       "has_pip": visible_pip},
         "os_database": os_owned["database"] if os_owned else None,
     }
+
+
+def _os_packages_for(target: TargetFacts, kind: str, site_dirs: list[SiteDir]) -> OsPackages | None:
+    """The OS package database that owns files here: the system's, or a system-site venv's base's."""
+    if kind == "venv" and target.get("base_prefix") and any(d["location"] == "base" for d in site_dirs):
+        # A --system-site-packages venv reads its base's site folders: their files belong to the
+        # base's OS packages (python3-setuptools ships distutils-precedence.pth there).
+        return os_packages(os.path.realpath(str(target["base_prefix"])))
+    return os_packages(str(Path(target["prefix"]))) if kind == "system" else None
+
+
+@dataclass(frozen=True)
+class _Owners:
+    """What tells who installed a file: conda's records (real path -> record), the env's kind, the OS's database."""
+
+    conda_owned: dict[str, str]
+    kind: str
+    os_owned: OsPackages | None
+
+
+def _scan_site_dirs(site_dirs: list[SiteDir], owners: _Owners, unreadable: list[Unreadable]) -> list[Distribution]:
+    """Every distribution of every site folder but the stdlib's, placed and owned; each folder's module names."""
+    distributions: list[Distribution] = []
+    for site_dir in site_dirs:
+        if site_dir["location"] == "stdlib":
+            continue
+        dists, found = scan_site_dir(site_dir["path"])
+        unreadable.extend(found)
+        for dist in dists:
+            dist["site_dir"] = site_dir["path"]
+            dist["location"] = site_dir["location"]
+            dist["order"] = site_dir["order"]
+            real = os.path.realpath(dist["path"])
+            record = owners.conda_owned.get(real)
+            if record:
+                dist["conda_record"] = record
+            editable = bool(dist.get("direct_url", {}).get("editable"))
+            dist["owner"] = owner_of(real, dist["installer"], record, owners.kind, owners.os_owned, editable)
+            distributions.append(dist)
+        # Which names each folder provides: the copy `import` finds is the first folder that has it.
+        files = _module_files(site_dir["path"])
+        site_dir["modules"] = sorted(files)
+        site_dir["module_files"] = files
+    return distributions
+
+
+def _uv_venv(target: TargetFacts, kind: str, distributions: list[Distribution], visible_pip: bool) -> str | None:
+    """The uv version that made this venv, "unknown version …" when only INSTALLER says uv, else None."""
+    if kind != "venv":
+        return None
+    # A venv uv made says so in pyvenv.cfg; one made otherwise but filled by uv, without pip, is uv's too.
+    uv_venv = (target.get("pyvenv") or {}).get("uv")
+    if not uv_venv and not visible_pip and any(
+            d["owner"]["tool"] == "uv" for d in distributions if d["location"] == "env"):
+        uv_venv = "unknown version (INSTALLER says uv)"
+    return uv_venv

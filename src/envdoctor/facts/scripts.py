@@ -29,6 +29,7 @@ from typing import Any, Literal, TypedDict, cast
 
 from envdoctor.analysis.spawn.project import ModuleProblem, SharedModules
 from envdoctor.analysis.spawn.reading import SourceProblem, decode_source, read_bytes, read_source
+from envdoctor.facts.kernels import NotebookKernel, NotebookTarget, notebook_kernel, notebook_target
 
 
 class CodeAt(TypedDict, total=False):
@@ -127,6 +128,8 @@ class ScriptFile(_ScriptBase, total=False):
     modules_followed: list[str]
     module_problems: list[ModuleProblem]
     skipped_cells: list[dict[str, Any]]
+    #: A notebook's kernel as Jupyter resolves it (facts.kernels).
+    kernel: NotebookKernel | None
 
 
 class ScriptsFacts(TypedDict):
@@ -134,6 +137,9 @@ class ScriptsFacts(TypedDict):
 
     given: list[str]
     files: list[ScriptFile]
+    #: The checked environment: its interpreter and prefix, and whether it has ipykernel
+    #: (only when a notebook was given; facts.kernels resolves each notebook's kernel against it).
+    notebook_target: NotebookTarget | None
 
 
 #: Folders never descended into when a directory is given.
@@ -273,7 +279,9 @@ def gather_scripts(facts: Any) -> ScriptsFacts | None:
     if not scripts:
         return None
     files: list[ScriptFile] = []
-    shared = SharedModules()  # a package several scripts import is read and walked once
+    # A package several scripts import is read and walked once; the libraries the scripts use are read
+    # from the target's own import path (never imported), for the DataLoader classes they define.
+    shared = SharedModules(library_path=_target_path(facts))
     with _settled_heap() as settle:
         shared.freeze = True
         for path, exists in expand_paths(scripts):
@@ -286,7 +294,21 @@ def gather_scripts(facts: Any) -> ScriptsFacts | None:
                 files.append({"path": path, "status": "unparsable", "line": 1, "column": 1,
                               "error": f"envdoctor could not analyse it: {type(exc).__name__}: {exc}"})
             settle()
-    return {"given": list(scripts), "files": files}
+    notebooks = [info for info in files if info.get("kind") == "notebook" and info["status"] == "ok"]
+    target = notebook_target(facts["target"]) if notebooks else None
+    for info in notebooks:
+        text = read_script(info["path"])[0]
+        info["kernel"] = notebook_kernel(text, os.environ, [target["prefix"]]) if text and target else None
+    return {"given": list(scripts), "files": files, "notebook_target": target}
+
+
+def _target_path(facts: Any) -> list[str] | None:
+    """The target interpreter's sys.path, or None (this interpreter's) when it could not be asked."""
+    try:
+        path = facts["target"].get("sys_path")
+    except Exception:  # a failed target probe: its own error says why; the catalog's table still applies
+        return None
+    return [p for p in path if isinstance(p, str)] if isinstance(path, list) else None
 
 
 @contextmanager

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, TypedDict
 
 from envdoctor.facts.kernel_files import read_kernel_file
+from envdoctor.facts.session import LogindFacts, WslFacts, read_logind, read_wsl
 from envdoctor.redact import redact_environ
 
 
@@ -94,6 +95,9 @@ class SystemFacts(TypedDict):
     environ: dict[str, str]
     #: Facts that cannot exist on this platform ("nofile", "shm", "cgroups"), each with the reason.
     not_applicable: dict[str, str]
+    #: systemd-logind's RemoveIPC as it applies to this user (Linux; None elsewhere). See facts.session.
+    logind: LogindFacts | None
+    wsl: WslFacts
 
 
 SHM_PATH = "/dev/shm"
@@ -306,6 +310,20 @@ def read_affinity() -> int | None:
     return None
 
 
+def read_own_logind() -> LogindFacts | None:
+    """logind's RemoveIPC for the user this process runs as; None off Linux."""
+    if not sys.platform.startswith("linux"):
+        return None
+    import pwd
+
+    uid = os.getuid()
+    try:
+        user: str | None = pwd.getpwuid(uid).pw_name
+    except KeyError:  # a UID with no passwd entry (containers started with --user N)
+        user = None
+    return read_logind(uid=uid, user=user)
+
+
 def gather_system(facts: Any) -> SystemFacts:
     import psutil
 
@@ -352,4 +370,6 @@ def gather_system(facts: Any) -> SystemFacts:
         "container": detect_container() if linux else {"in_container": False, "kind": None, "evidence": []},
         "environ": redact_environ(os.environ),
         "not_applicable": not_applicable_here(),
+        "logind": read_own_logind(),
+        "wsl": read_wsl(platform.release(), os.environ),
     }

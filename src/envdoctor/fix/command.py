@@ -21,18 +21,31 @@ EXIT_OK, EXIT_REMAIN, EXIT_NOTHING = 0, 1, 2
 FIX_SETTINGS = ("prefix", "env_name", "select", "ignore")
 
 
+#: `fix --help`'s epilog (docs/fix.md#exit-codes).
+FIX_EXIT_CODES = ("exit codes:\n"
+                  "  0  every planned finding is gone, or nothing to fix (--undo: restored, tree hash equal)\n"
+                  "  1  some remain or a new one appeared, or verification failed and the fix was rolled back "
+                  "(--undo: some paths differ)\n"
+                  "  2  nothing could run, declined, no terminal without --yes, or another fix holds the lock "
+                  "(--undo: refused)")
+
+
 def add_parser(sub: Any) -> None:
     """The `fix` subcommand (called by envdoctor.cli.build_parser)."""
-    from envdoctor.config import add_arguments
+    from envdoctor.config import add_arguments, help_formatter
 
     fix = sub.add_parser("fix", help="apply the fixes of the current findings, re-check, journal for undo",
                          description="Plan from a fresh static check, run each finding's fix steps with the tool "
-                                     "that owns the files, move removed files into a journal, then check again.")
+                                     "that owns the files, move removed files into a journal, then check again.",
+                         epilog=FIX_EXIT_CODES, formatter_class=help_formatter())
     add_arguments(fix, names=FIX_SETTINGS)
     fix.add_argument("--dry-run", action="store_true", help="print the plan and change nothing")
     fix.add_argument("--yes", "-y", action="store_true", help="run the plan without asking")
     fix.add_argument("--undo", action="store_true",
-                     help="put back what the last fix (of --prefix/-n, if given) changed, byte for byte")
+                     help="put back what the last fix of the target (the environment envdoctor runs in, or "
+                          "--prefix/-n) changed, byte for byte; an interrupted undo is finished")
+    fix.add_argument("--list", action="store_true", dest="list_journals",
+                     help="with --undo: list the journals it would consider, and change nothing")
     fix.add_argument("--format", choices=("text", "json"), default="text", help="output format (default: text)")
     fix.set_defaults(handler=run)
 
@@ -78,28 +91,60 @@ def _lock(args: argparse.Namespace) -> Any:
 
 
 def _run(args: argparse.Namespace, check: Callable[[Any], Any] | None) -> int:
-    from envdoctor.fix import render
 
     if args.undo:
-        from envdoctor.fix.undo import undo_last
-
-        prefix = None
-        if args.prefix or args.env_name:
-            from envdoctor.facts.target import resolve_prefix
-
-            prefix = resolve_prefix(args.prefix, args.env_name)
-        with _lock(args):
-            undone = undo_last(prefix=prefix)
-        if args.format == "json":
-            print(json.dumps(undone.to_dict(), indent=2))
-        else:
-            _say(render.undo_text(undone), "text")
-        return undone.exit_code
+        return _undo(args)
+    if getattr(args, "list_journals", False):
+        print("envdoctor: error: --list goes with --undo (`envdoctor fix --undo --list`)", file=sys.stderr)
+        return EXIT_NOTHING
     if check is None:
         from envdoctor.engine import run_check
 
         check = run_check
     return _fix(args, check)
+
+
+def _undo_config(args: argparse.Namespace) -> Any:
+    """The target `fix` would take with these options (command line, then pyproject.toml), for undo."""
+    from envdoctor.config import load_config, settings_from_args
+
+    given = {k: v for k, v in settings_from_args(args).items() if k in FIX_SETTINGS}
+    return load_config(given, defaults={"format": "text"})
+
+
+def _undo(args: argparse.Namespace) -> int:
+    from envdoctor.errors import TargetError
+    from envdoctor.facts.target import resolve_prefix
+    from envdoctor.fix import render
+    from envdoctor.fix.undo import candidates, considered, undo_last
+
+    config = _undo_config(args)
+    try:
+        prefix = resolve_prefix(config.prefix, config.env_name)
+    except TargetError as exc:
+        print(f"envdoctor: error: {exc}", file=sys.stderr)
+        return EXIT_NOTHING
+    if getattr(args, "list_journals", False):
+        found = considered(candidates(prefix))
+        if args.format == "json":
+            print(json.dumps({"prefix": str(prefix), "journals": [c.to_dict() for c in found]}, indent=2))
+        else:
+            _say(render.journals_text(prefix, found), "text")
+        return EXIT_OK
+
+    def own_roots() -> list[str]:
+        from envdoctor.facts import Facts
+        from envdoctor.fix.state import write_roots
+
+        return write_roots(dict(Facts(config)["target"]))
+
+    with _lock(args):
+        undone = undo_last(prefix, own_roots=own_roots)
+    if args.format == "json":
+        print(json.dumps(undone.to_dict(), indent=2))
+    else:
+        _say(render.undo_text(undone), "text")
+    return undone.exit_code
 
 
 def _fix(args: argparse.Namespace, run_check: Callable[[Any], Any]) -> int:
@@ -181,8 +226,12 @@ def _apply(plan: Any, before: Any, config: Any, run_check: Callable[[Any], Any],
         back = undo(journal, check_conflicts=False)
         said = "; ".join(checked.problems[:5]) + (f" (and {len(checked.problems) - 5} more)"
                                                   if len(checked.problems) > 5 else "")
-        rolled = "rolled back: " + ("; ".join(back.restored) if not back.problems else
-                                    "but these paths still differ from before the fix: " + "; ".join(back.problems))
+        if back.refused or back.stopped:
+            rolled = ("the rollback could not finish: " + "; ".join(back.refused + back.problems)
+                      + f"; `envdoctor fix --undo` restores the before-state from {journal.path}")
+        else:
+            rolled = "rolled back: " + ("; ".join(back.restored) if not back.problems else
+                                        "but these paths still differ from before the fix: " + "; ".join(back.problems))
         return finish(EXIT_REMAIN, f"the fix failed its verification, so it was undone ({said}); {rolled}",
                       results, journal=str(journal.path), verification=checked)
     if checked.removed:

@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from envdoctor.fix.journal import Journal, JournalError, tree
+from envdoctor.fix.journal import Journal, JournalError, boundary, tree
 from envdoctor.fix.plan import Plan, PlannedStep
 from envdoctor.fix.state import take_after, take_before, write_roots
 from envdoctor.fix.tools import Refused, Target, authorize, authorize_move, package_arguments
@@ -128,10 +128,12 @@ class Executor:
                 broken_findings.add((planned.rule, planned.finding))
             results.append(result)
             self.journal.save()
+            boundary(f"step {planned.number} {result.status}")
         manifest["status"] = "finished" if any(r.status in ("done", "failed") for r in results) else "nothing-changed"
         if manifest["status"] == "finished":
             self.record_after()
         self.journal.save()
+        boundary("after-state recorded")
         return results
 
     def _keep_before(self) -> None:
@@ -146,6 +148,7 @@ class Executor:
                 raise JournalError(f"cannot keep the before-state of {', '.join(self.roots)} in {self.journal.path}: "
                                    f"{exc.strerror or exc}; nothing was changed") from None
         self.journal.save()  # from here on, an interrupted fix is undone to exactly this state
+        boundary("before-state kept")
 
     def record_after(self) -> None:
         """What the fix left in the roots: undo refuses to overwrite what someone changed since."""

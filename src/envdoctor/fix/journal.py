@@ -11,7 +11,10 @@ holds `fix.lock` (envdoctor.fix.lock).
 
 The manifest is rewritten atomically and fsync'd before the first change and
 after every step, so a fix that is interrupted (killed, power lost) can
-still be undone from what it recorded.
+still be undone from what it recorded. It carries the sha256 of its own
+content (`manifest_sha256`) and of every listing beside it (`files`), which
+`fix --undo` checks before trusting any of it; the journal folders are the
+user's own, 0700, and a folder owned by someone else is refused.
 """
 from __future__ import annotations
 
@@ -19,18 +22,28 @@ import datetime as _dt
 import hashlib
 import json
 import os
-import shutil
 import stat
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-JOURNAL_VERSION = 2
+JOURNAL_VERSION = 3
 #: Journals `fix --undo` passes over: already undone, or a fix that changed nothing.
 SETTLED = ("undone", "undone-with-problems", "nothing-changed")
 
 #: How one path looks: {"type": "file", "sha256", "mode"} | {"type": "link", "target"} | {"type": "dir", "mode"}.
 Entry = dict[str, Any]
+
+
+#: Called at every boundary between two changes a fix or an undo makes (tests stop the process there).
+BOUNDARY_HOOKS: list[Callable[[str], None]] = []
+
+
+def boundary(what: str) -> None:
+    """One change is complete and the next has not begun: `what` says which."""
+    for hook in BOUNDARY_HOOKS:
+        hook(what)
 
 
 def journal_root() -> Path:
@@ -98,15 +111,70 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def write_json_durably(path: Path, data: Any) -> None:
-    """Write `data` as JSON to `path` so that a crash leaves the old or the new file, never half of one."""
+def write_json_durably(path: Path, data: Any) -> str:
+    """Write `data` as JSON to `path` so that a crash leaves the old or the new file, never half of one.
+
+    Returns the sha256 of the bytes written.
+    """
+    from envdoctor.fix.safeio import O_CLOEXEC, O_NOFOLLOW
+
+    text = json.dumps(data, indent=1, ensure_ascii=True).encode("ascii")
     tmp = path.with_name(path.name + ".tmp")
-    with open(tmp, "w", encoding="utf-8", errors="surrogateescape") as fh:
-        json.dump(data, fh, indent=1, ensure_ascii=True)
-        fh.flush()
-        os.fsync(fh.fileno())
+    try:
+        os.unlink(tmp)  # a temporary file an interrupted write left
+    except FileNotFoundError:
+        pass
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
+    try:
+        view = memoryview(text)
+        while view:
+            view = view[os.write(fd, view):]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
     os.replace(tmp, path)
     _fsync_dir(path.parent)
+    return hashlib.sha256(text).hexdigest()
+
+
+def manifest_hash(manifest: dict[str, Any]) -> str:
+    """The sha256 of a manifest's content, its own `manifest_sha256` left out."""
+    content = {k: v for k, v in manifest.items() if k != "manifest_sha256"}
+    return hashlib.sha256(json.dumps(content, sort_keys=True, ensure_ascii=True).encode("ascii")).hexdigest()
+
+
+def private_folder(path: Path) -> None:
+    """Create `path` 0700, or check that the existing one is a folder (no link) of this user's and no one
+    else may write; one of this user's that others may read is made 0700. JournalError says what is wrong."""
+    try:
+        path.mkdir(mode=0o700, parents=False, exist_ok=True)
+        st = os.lstat(path)
+    except OSError as exc:
+        raise JournalError(f"cannot create the fix journal folder {path}: {exc.strerror or exc}") from None
+    if not stat.S_ISDIR(st.st_mode):
+        raise JournalError(f"{path} is not a folder (a link or a file is there): envdoctor keeps its journal "
+                           "only in a folder of yours; remove it, or set XDG_CACHE_HOME to a folder of yours")
+    if sys.platform == "win32":
+        return
+    if st.st_uid != os.geteuid():
+        raise JournalError(f"the journal folder {path} belongs to uid {st.st_uid}, not to you (uid {os.geteuid()}): "
+                           "envdoctor keeps its journal only in a folder of yours (set XDG_CACHE_HOME to one)")
+    if stat.S_IMODE(st.st_mode) & 0o077:
+        try:
+            os.chmod(path, 0o700)
+        except OSError as exc:
+            raise JournalError(f"cannot make the journal folder {path} private: {exc.strerror or exc}") from None
+
+
+def private_root(root: Path) -> None:
+    """The journal root and the `envdoctor` folder above it, each private to this user (the cache above is
+    created as usual)."""
+    try:
+        root.parent.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise JournalError(f"cannot create the fix journal under {root}: {exc.strerror or exc}") from None
+    private_folder(root.parent)
+    private_folder(root)
 
 
 class JournalError(Exception):
@@ -126,10 +194,10 @@ class Journal:
     def create(cls, target: dict[str, Any], root: Path | None = None) -> Journal:
         root = root or journal_root()
         stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%S.%fZ")
+        private_root(root)
         try:
-            root.mkdir(parents=True, exist_ok=True)
             path = root / stamp
-            path.mkdir()
+            path.mkdir(mode=0o700)
         except OSError as exc:
             raise JournalError(f"cannot create the fix journal under {root}: {exc.strerror or exc}") from None
         manifest = {"journal_version": JOURNAL_VERSION, "created": stamp, "target": target,
@@ -140,55 +208,79 @@ class Journal:
 
     @classmethod
     def load(cls, path: Path) -> Journal:
+        """Read a journal and check what can be checked without its target: JournalError says what fails."""
         try:
-            manifest = json.loads((path / "manifest.json").read_text(encoding="utf-8", errors="surrogateescape"))
+            st = os.lstat(path)
+            with open(path / "manifest.json", encoding="utf-8", errors="surrogateescape") as fh:
+                manifest = json.load(fh)
         except (OSError, ValueError) as exc:
             raise JournalError(f"cannot read the fix journal {path}: {exc}") from None
-        if not isinstance(manifest, dict) or manifest.get("journal_version") != JOURNAL_VERSION:
+        if not isinstance(manifest, dict):
             raise JournalError(f"{path}/manifest.json is not a journal this envdoctor can read")
+        if manifest.get("journal_version") != JOURNAL_VERSION:
+            raise JournalError(f"{path} was written by another version of envdoctor (journal_version "
+                               f"{manifest.get('journal_version')!r}, this one reads {JOURNAL_VERSION}): undo it with "
+                               "that version")
+        if not stat.S_ISDIR(st.st_mode) or (sys.platform != "win32" and st.st_uid != os.geteuid()):
+            raise JournalError(f"{path} is not a folder of yours: it is not trusted")
+        if manifest.get("manifest_sha256") != manifest_hash(manifest):
+            raise JournalError(f"{path}/manifest.json was changed since envdoctor wrote it (its sha256 is not the "
+                               "one it records)")
         return cls(path, manifest)
 
-    @classmethod
-    def latest(cls, root: Path | None = None, prefix: Path | None = None) -> Journal | None:
-        """The newest journal of a fix that changed something and is not undone yet (of `prefix`), or None."""
-        root = root or journal_root()
-        try:
-            names = sorted((p.name for p in root.iterdir() if (p / "manifest.json").is_file()), reverse=True)
-        except FileNotFoundError:
-            return None
-        for name in names:
-            journal = cls.load(root / name)
-            if prefix is not None and os.path.realpath(str(journal.manifest["target"].get("prefix"))) != \
-                    os.path.realpath(prefix):
-                continue
-            if journal.manifest.get("status") not in SETTLED:
-                return journal
-        return None
-
     def save(self) -> None:
+        self.manifest["manifest_sha256"] = manifest_hash(self.manifest)
         try:
             write_json_durably(self.path / "manifest.json", self.manifest)
         except OSError as exc:
             raise JournalError(f"cannot write {self.path}/manifest.json: {exc.strerror or exc}") from None
 
+    def write_listing(self, name: str, data: Any) -> str:
+        """Write one listing beside the manifest and record its sha256 there (saved with the manifest)."""
+        digest = write_json_durably(self.path / name, data)
+        self.manifest.setdefault("files", {})[name] = digest
+        return digest
+
+    def check_files(self) -> None:
+        """Every listing the manifest names holds the bytes it recorded; JournalError names the one that does not."""
+        files = self.manifest.get("files") or {}
+        if not isinstance(files, dict):
+            raise JournalError(f"{self.path}/manifest.json: `files` is not a mapping")
+        for part in (self.manifest.get("before"), self.manifest.get("after")):
+            for key in ("listing", "keys"):
+                name = part.get(key) if isinstance(part, dict) else None
+                if name is not None and name not in files:
+                    raise JournalError(f"{self.path}: {name} has no recorded sha256")
+        for name, digest in files.items():
+            if not isinstance(name, str) or os.sep in name or name.startswith("."):
+                raise JournalError(f"{self.path}: the manifest names a file {name!r} outside the journal")
+            try:
+                found = sha256_of(self.path / name)
+            except OSError as exc:
+                raise JournalError(f"cannot read {self.path / name}: {exc.strerror or exc}") from None
+            if found != digest:
+                raise JournalError(f"{self.path / name} was changed since envdoctor wrote it")
+
     # ------------------------------------------------------------ keeping files
 
     def slot(self, area: str, name: str) -> Path:
-        """A fresh place inside the journal for one stored path."""
+        """A fresh place inside the journal for one stored path (its folders made 0700)."""
         where = self.path / area / name
-        where.parent.mkdir(parents=True, exist_ok=True)
+        folder = self.path
+        for part in where.relative_to(self.path).parts[:-1]:
+            folder = folder / part
+            try:
+                folder.mkdir(mode=0o700)
+            except FileExistsError:
+                pass
         return where
 
     def keep(self, source: str, area: str, name: str) -> str:
-        """Move `source` into the journal (never delete it); return where it went, relative to the journal."""
-        where = self.slot(area, name)
-        shutil.move(source, where)
-        return str(where.relative_to(self.path))
+        """Move `source` (not followed) into the journal, never deleting it; return where it went."""
+        from envdoctor.fix.safeio import move_path_out
 
-    def copy_in(self, source: str, area: str, name: str) -> str:
-        """Copy one file or link into the journal, keeping its bytes, mode and times."""
         where = self.slot(area, name)
-        shutil.copy2(source, where, follow_symlinks=False)
+        move_path_out(source, str(where))
         return str(where.relative_to(self.path))
 
     def stored(self, relative: str) -> Path:

@@ -4,12 +4,18 @@ Two fixes of one environment at once would each snapshot a state the other is ch
 the roots they write overlap across environments (the user site), so every fix and undo takes
 `<journal folder>/fix.lock` (an OS lock: released by the kernel when the holder dies, even by
 SIGKILL, so no stale lock ever blocks the next run). The file says who holds it.
+
+The lock is opened without following a link and without truncating (`O_NOFOLLOW`, no
+`O_TRUNC`), in the user's own 0700 journal folder, and must be a plain file of the user's
+with one name: a link or a hard link planted there (a shared `XDG_CACHE_HOME` under `sudo
+-E`) is refused, and its target is never written.
 """
 from __future__ import annotations
 
 import datetime as _dt
 import json
 import os
+import stat
 import sys
 from pathlib import Path
 from types import TracebackType
@@ -49,13 +55,22 @@ class FixLock:
         self._handle: IO[str] | None = None
 
     def __enter__(self) -> FixLock:
-        from envdoctor.fix.journal import JournalError
+        from envdoctor.fix.journal import JournalError, private_root
+        from envdoctor.fix.safeio import O_CLOEXEC, O_NOFOLLOW
 
+        private_root(self.path.parent)
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
-            handle = open(self.path, "a+", encoding="utf-8")
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0o600)
         except OSError as exc:
-            raise JournalError(f"cannot open the fix lock {self.path}: {exc.strerror or exc}") from None
+            raise JournalError(f"cannot open the fix lock {self.path}: {exc.strerror or exc}"
+                               + (" (it is a symbolic link: remove it)" if os.path.islink(self.path) else "")) from None
+        st = os.fstat(fd)
+        mine = sys.platform == "win32" or st.st_uid == os.geteuid()
+        if not stat.S_ISREG(st.st_mode) or not mine or st.st_nlink != 1:
+            os.close(fd)
+            raise JournalError(f"the fix lock {self.path} is not a plain file of yours with one name: "
+                               "refusing to use it (remove it)")
+        handle = os.fdopen(fd, "r+", encoding="utf-8")
         handle.seek(0)  # Windows locks bytes from the position: always the first one
         if not _try_lock(handle):
             handle.seek(0)

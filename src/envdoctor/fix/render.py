@@ -86,13 +86,32 @@ def fix_json(plan: Plan, *, dry_run: bool, journal: str | None, results: list[St
     return json.dumps(data, indent=2, default=str) + "\n"
 
 
+def journals_text(prefix: Any, found: list[Any]) -> list[str]:
+    """`fix --undo --list`: the journals undo of `prefix` considers, newest first, and what it makes of each."""
+    lines = [f"envdoctor fix --undo --list: journals of {prefix}, newest first"]
+    if not found:
+        lines.append("  none")
+    for candidate in found:
+        lines.append(f"  {candidate.path.name}  {_clean(candidate.status or '?')}  {_clean(candidate.verdict)}")
+    chosen = next((c for c in found if c.verdict == "undo" or c.verdict.startswith("refused")), None)
+    lines.append(f"`envdoctor fix --undo` would take {chosen.path}" if chosen is not None and chosen.verdict == "undo"
+                 else f"`envdoctor fix --undo` would refuse {chosen.path}" if chosen is not None
+                 else "`envdoctor fix --undo` would find nothing to undo")
+    return lines
+
+
 def undo_text(result: UndoResult) -> list[str]:
     lines = [f"envdoctor fix --undo: {result.journal or 'no journal'}"]
+    lines += [f"  note: {_clean(n)}" for n in result.notes]
+    if result.resumed:
+        lines.append(f"  {_clean(result.resumed)}")
     if result.refused:
         lines.append("refused, nothing was changed:")
         lines += [f"  {_clean(r)}" for r in result.refused]
     lines += [f"  {_clean(r)}" for r in result.restored]
     lines += [f"  problem: {_clean(p)}" for p in result.problems]
-    if result.problems:
+    if result.stopped:
+        lines.append("not finished: run `envdoctor fix --undo` again to finish it")
+    elif result.problems:
         lines.append("not restored: the paths above differ from before the fix")
     return lines

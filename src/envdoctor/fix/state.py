@@ -14,13 +14,13 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import shutil
 import stat
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from envdoctor.fix.journal import Entry, Journal, describe, write_json_durably
+from envdoctor.fix.journal import Entry, Journal, boundary, describe
 
 #: Path -> what it is (journal.describe), for every path under the roots, the roots included.
 Listing = dict[str, Entry]
@@ -179,22 +179,35 @@ def object_path(journal: Journal, sha256: str) -> Path:
 
 
 def keep_contents(journal: Journal, listing: Mapping[str, Entry]) -> int:
-    """Put every file's bytes of `listing` into the journal's objects (once per content); the bytes kept."""
+    """Put every file's bytes of `listing` into the journal's objects (once per content); the files kept.
+
+    A hard link where the journal shares the file system (the same inode: its mode and owner), else a
+    copy created 0600 exclusively, then given the original's mode and (where this user may) owner; two
+    files of one content and different modes leave the object with only the permissions both have.
+    """
+    from envdoctor.fix.safeio import copy_path_private
+
     kept = 0
     for path, entry in listing.items():
         if entry["type"] != "file":
             continue
         where = object_path(journal, entry["sha256"])
         if where.exists():
+            if stat.S_IMODE(os.lstat(where).st_mode) & ~entry["mode"] and os.lstat(where).st_nlink == 1:
+                os.chmod(where, stat.S_IMODE(os.lstat(where).st_mode) & entry["mode"])
             continue
-        where.parent.mkdir(parents=True, exist_ok=True)
+        journal.slot("objects", os.path.join(entry["sha256"][:2], entry["sha256"]))
         try:
-            os.link(path, where)
+            os.link(path, where, follow_symlinks=False)
         except OSError:  # another file system, or a file this user may not link: copy it
             tmp = where.with_name(where.name + ".part")
-            shutil.copyfile(path, tmp, follow_symlinks=False)
+            try:
+                os.unlink(tmp)  # what an interrupted copy left
+            except FileNotFoundError:
+                pass
+            copy_path_private(path, str(tmp))
             os.replace(tmp, where)
-        kept += entry.get("size", 0) or 0
+        kept += 1
     return kept
 
 
@@ -204,8 +217,8 @@ def take_before(journal: Journal, roots: list[str]) -> dict[str, Any]:
     keys: Keys = {}
     listing = list_roots(roots, leave_out, keys=keys)
     keep_contents(journal, listing)
-    write_json_durably(journal.path / "before.json", listing)
-    write_json_durably(journal.path / "before-keys.json", keys)
+    journal.write_listing("before.json", listing)
+    journal.write_listing("before-keys.json", keys)
     anchors = {root: _existing_ancestor(root) for root in roots if not os.path.lexists(root)}
     return {"roots": roots, "listing": "before.json", "keys": "before-keys.json", "hash": tree_hash(listing),
             "absent_anchors": anchors, "leave_out": leave_out}
@@ -215,8 +228,8 @@ def take_after(journal: Journal, state: Mapping[str, Any]) -> dict[str, Any]:
     """List what the fix left in the roots (the manifest's "after"), reusing the before-state's hashes."""
     keys: Keys = {}
     listing = list_roots(state["roots"], state.get("leave_out", []), known_listings(journal, state), keys)
-    write_json_durably(journal.path / "after.json", listing)
-    write_json_durably(journal.path / "after-keys.json", keys)
+    journal.write_listing("after.json", listing)
+    journal.write_listing("after-keys.json", keys)
     return {"listing": "after.json", "keys": "after-keys.json", "hash": tree_hash(listing)}
 
 
@@ -261,51 +274,109 @@ def _has_ancestor_in(path: str, paths: set[str]) -> bool:
     return False
 
 
+@dataclass
+class RestorePlan:
+    """What makes the roots hold the before-state again: computed from a fresh listing, so an undo stopped
+    anywhere computes, the next time, only what is left to do."""
+
+    now: Listing
+    move_out: list[str]  # outermost paths that are there and were not, or hold something else: into the journal
+    make: list[tuple[str, Entry]]  # folders, files and links to put back, folders first, outermost first
+    modes: list[tuple[str, int]]  # folders whose mode is set once what they hold is back, innermost first
+
+    @property
+    def changes(self) -> int:
+        return len(self.move_out) + len(self.make) + len(self.modes)
+
+
+def plan_restore(journal: Journal, before: Mapping[str, Entry], state: Mapping[str, Any],
+                 known: Known = ()) -> RestorePlan:
+    """Compare the roots as they are now with `before`: what has to go, what has to come back."""
+    now = list_roots(state["roots"], state.get("leave_out", []), known)
+    extra = {p for p in now if p not in before or before[p]["type"] != now[p]["type"]}
+    replaced = {p for p, e in before.items() if e["type"] in ("file", "link") and p in now and p not in extra
+                and now[p] != e}
+    going = extra | replaced
+    tops = sorted(p for p in going if not _has_ancestor_in(p, going))  # a new folder goes whole, once
+    gone = set(tops)
+
+    def there_after_moves(path: str) -> Entry | None:
+        if path in gone or _has_ancestor_in(path, gone):
+            return None
+        return now.get(path)
+
+    make = [(p, before[p]) for p in sorted(before, key=lambda p: (p.count(os.sep), p))
+            if before[p]["type"] in ("dir", "file", "link") and there_after_moves(p) is None]
+    modes = [(p, before[p]["mode"]) for p in sorted((p for p, e in before.items() if e["type"] == "dir"),
+                                                    key=lambda p: (-p.count(os.sep), p))
+             if (there_after_moves(p) or {}).get("mode") != before[p]["mode"]]
+    return RestorePlan(now, tops, make, modes)
+
+
+def bytes_to_write(journal: Journal, plan: RestorePlan) -> list[tuple[str, int]]:
+    """(path, size) of every file the restore writes from the journal's objects."""
+    sizes = []
+    for path, entry in plan.make:
+        if entry["type"] == "file":
+            try:
+                sizes.append((path, os.stat(object_path(journal, entry["sha256"])).st_size))
+            except OSError:
+                sizes.append((path, 0))  # a missing object is said when it is written
+    return sizes
+
+
+def apply_restore(journal: Journal, plan: RestorePlan, roots: list[str], label: str,
+                  progress: Any = None) -> None:
+    """Make the changes of `plan`, one at a time, each complete before the next (OSError stops it).
+
+    What goes is moved into the journal's `undone/<label>/`; a file comes back under a fresh
+    exclusive name renamed over its place, from an object whose hash is checked on the way; no
+    link is followed in any folder below a root. `progress(done)` is called after each change.
+    """
+    from envdoctor.fix.safeio import folders
+
+    done = 0
+
+    def step(what: str) -> None:
+        nonlocal done
+        done += 1
+        if progress is not None:
+            progress(done)
+        boundary(what)
+
+    with folders(roots) as opened:
+        for number, path in enumerate(plan.move_out):
+            folder, name = opened.parent_of(path)
+            if not folder.exists(name):
+                continue
+            where = journal.slot("undone", f"{label}/{number}")
+            folder.move_out(name, str(where))
+            opened.forget(path)
+            step(f"moved {path} into the journal")
+        for path, entry in plan.make:
+            folder, name = opened.parent_of(path)
+            if entry["type"] == "dir":
+                if not folder.exists(name):
+                    folder.mkdir(name, 0o700)  # its mode is set once what it holds is back
+            elif entry["type"] == "link":
+                folder.symlink(name, entry["target"])
+            else:
+                folder.write_file(name, str(object_path(journal, entry["sha256"])), entry["mode"], entry["sha256"])
+            step(f"put back {path}")
+        for path, mode in plan.modes:
+            if path in opened.roots:
+                opened.get(path).chmod_self(mode)
+            else:
+                folder, name = opened.parent_of(path)
+                folder.chmod_folder(name, mode)
+            step(f"set the mode of {path}")
+
+
 def restore(journal: Journal, before: Mapping[str, Entry], state: Mapping[str, Any], label: str,
             known: Known = ()) -> Listing:
     """Make the roots hold exactly `before`; what is there and was not is moved into the journal. Now's listing."""
     roots, leave_out = state["roots"], state.get("leave_out", [])
-    now = list_roots(roots, leave_out, known)
-    extra = {p for p in now if p not in before or before[p]["type"] != now[p]["type"]}
-    tops = sorted(p for p in extra if not _has_ancestor_in(p, extra))  # a new folder goes whole, once
-    for number, path in enumerate(tops):
-        journal.keep(path, "undone", f"{label}/{number}")
-    put_aside = len(tops)
-    moved = set(tops)
-
-    def current(path: str) -> Entry | None:
-        """What is at `path` now, from the listing just taken (nothing, if it went with a moved folder)."""
-        folder = path
-        while folder and folder not in moved:
-            parent = os.path.dirname(folder)
-            if parent == folder:
-                return now.get(path)
-            folder = parent
-        return None if folder else now.get(path)
-
-    for path in sorted(before, key=lambda p: (p.count(os.sep), p)):
-        want, have = before[path], current(path)
-        if want["type"] == "dir":
-            if have is None:
-                os.makedirs(path, exist_ok=True)
-            continue  # its mode is set once everything it holds is back
-        if have == want:
-            continue
-        if have is not None:
-            journal.keep(path, "undone", f"{label}/{put_aside}")
-            put_aside += 1
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        if want["type"] == "link":
-            os.symlink(want["target"], path)
-        elif want["type"] == "file":
-            source = object_path(journal, want["sha256"])
-            tmp = path + ".envdoctor-restoring"
-            shutil.copyfile(source, tmp)
-            os.chmod(tmp, want["mode"])
-            os.replace(tmp, path)
-    for path in sorted((p for p, e in before.items() if e["type"] == "dir"), key=lambda p: -p.count(os.sep)):
-        if stat.S_IMODE(os.lstat(path).st_mode) != before[path]["mode"]:
-            os.chmod(path, before[path]["mode"])
+    apply_restore(journal, plan_restore(journal, before, state, known), roots, label)
     for root, anchor in (state.get("absent_anchors") or {}).items():
         _remove_empty_parents(root, anchor)
     return list_roots(roots, leave_out, known)

@@ -22,10 +22,11 @@ import os
 import tempfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from envdoctor.facts.distributions import dist_name_from_dir, normalize
-from envdoctor.fix.journal import Entry, Journal, describe
+from envdoctor.fix.journal import Entry, Journal, boundary, describe
 from envdoctor.fix.state import object_path
 
 #: Seconds the verification import may take (torch's import included).
@@ -177,12 +178,46 @@ def _import_names(files: set[str], site: str) -> set[str]:
     return names
 
 
+def _package_folders(files: set[str], site: str) -> set[str]:
+    """Every top-level folder of `site` a file list puts files in (import packages, and `numpy.libs` too)."""
+    tops = set()
+    for path in files:
+        rel = os.path.relpath(path, site)
+        if os.sep not in rel or rel.startswith(".."):
+            continue
+        first = rel.split(os.sep, 1)[0]
+        if not first.endswith((".dist-info", ".egg-info", ".data")) and first != "__pycache__" \
+                and not first.endswith(ASIDE):
+            tops.add(first)
+    return tops
+
+
+def _site_files(files: set[str], site: str) -> set[str]:
+    """The files a list puts directly in `site` (single-module distributions), metadata and .pth left out."""
+    return {p for p in files if os.path.dirname(p) == site and not p.endswith(".pth")}
+
+
+def _walk_files(site: str, tops: set[str]) -> list[str]:
+    """Every file under the folders `tops` of `site` (bytecode folders included), no link followed."""
+    found = []
+    for top in sorted(tops):
+        package = os.path.join(site, top)
+        if not os.path.isdir(package) or os.path.islink(package):
+            continue
+        for parent, dirs, files in os.walk(package):
+            dirs.sort()
+            found += [os.path.join(parent, name) for name in sorted(files)]
+    return found
+
+
 def check_files(names: set[str], sites: Iterable[str], target: Mapping[str, Any], before: Mapping[str, Entry],
                 journal: Journal, clean: bool) -> tuple[Verification, set[str]]:
-    """Every file under the import packages of `names` in `sites` belongs to exactly one installed list.
+    """Every file under the package folders of `names` in `sites` belongs to exactly one installed list.
 
-    Returns the verification (problems; with `clean`, the left-over files of removed versions,
-    moved into the journal) and the top-level import names of `names` found.
+    The folders walked are those the installed and the removed versions' lists put files in, bytecode
+    folders included: a file only a removed version listed (its `.py`, `.so`, `__pycache__/*.pyc`, a
+    vendored library in `numpy.libs/`) is left-over. Returns the verification (problems; with `clean`,
+    those left-over files, moved into the journal) and the top-level import names of `names` found.
     """
     result = Verification()
     modules: set[str] = set()
@@ -199,46 +234,61 @@ def check_files(names: set[str], sites: Iterable[str], target: Mapping[str, Any]
                 for path in found[1]:
                     owners_of_paths.setdefault(path, set()).add(found[0])
         removed = _removed_versions(site, before, journal)
+        ours_removed = {f: listed for f, listed in removed.items()
+                        if normalize(dist_name_from_dir(os.path.basename(f))[0]) in names}
         tops: set[str] = set()
+        walked: set[str] = set()
         for folder in ours:
             found = lists[folder]
             tops |= _import_names(found[1], site) if found else set()
+            walked |= _package_folders(found[1], site) if found else set()
+        for listed in ours_removed.values():
+            walked |= _package_folders(listed, site)
         modules |= tops
-        for top in sorted(tops):
-            package = os.path.join(site, top)
-            if not os.path.isdir(package) or os.path.islink(package):
-                continue
-            for parent, dirs, files in os.walk(package):
-                dirs[:] = sorted(d for d in dirs if d != "__pycache__")
-                for name in sorted(files):
-                    path = os.path.join(parent, name)
-                    if name.endswith(".pyc"):
-                        continue
-                    owners = owners_of_paths.get(path) or owners_of_paths.get(os.path.realpath(path)) or set()
-                    if len(owners) == 1:
-                        continue
-                    if len(owners) > 1:
-                        result.problems.append(f"{path} is listed by {len(owners)} installed distributions "
-                                               f"({', '.join(sorted(os.path.basename(o) for o in owners))})")
-                        continue
-                    if any(_claims(f, top) for f in unlisted):
-                        continue  # a copy nothing lists (no RECORD, no OS list) provides it: cannot tell
-                    old = next((os.path.basename(f) for f, listed in removed.items() if path in listed), None)
-                    if old is not None and clean:
-                        result.removed.append(path)
-                    elif old is not None:
-                        result.problems.append(f"{path} is a file of the removed {old}, and `import` still finds it")
-                    elif before.get(path) != describe(path):
-                        result.problems.append(f"{path} belongs to no installed distribution")
-                    # else: there before the fix, as it is, and nobody's then either: not this fix's doing
+        loose = sorted(p for listed in ours_removed.values() for p in _site_files(listed, site) if os.path.isfile(p))
+        for path in _walk_files(site, walked) + loose:
+            owners = owners_of_paths.get(path) or owners_of_paths.get(os.path.realpath(path)) or set()
+            problem = _judge(path, owners, unlisted, removed, before, clean)
+            if problem == "removed":
+                result.removed.append(path)
+            elif problem:
+                result.problems.append(problem)
     if clean and result.removed:
         # What the fix left is about to change: until it is listed again, undo must not hold it to the old listing.
         journal.manifest.pop("after", None)
         journal.save()
         for number, path in enumerate(result.removed):
             journal.keep(path, "leftovers", str(number))
+            boundary(f"left-over {path} moved into the journal")
         _remove_empty_folders(result.removed)
     return result, modules
+
+
+def _judge(path: str, owners: set[str], unlisted: list[str], removed: Mapping[str, set[str]],
+           before: Mapping[str, Entry], clean: bool) -> str | None:
+    """What one file under a fixed package is: None (fine), "removed" (a left-over to take away) or a problem."""
+    if len(owners) == 1:
+        return None
+    if len(owners) > 1:
+        return (f"{path} is listed by {len(owners)} installed distributions "
+                f"({', '.join(sorted(os.path.basename(o) for o in owners))})")
+    parts = path.split(os.sep)
+    if any(_claims(f, _top_of(path, f)) for f in unlisted):
+        return None  # a copy nothing lists (no RECORD, no OS list) provides it: cannot tell
+    old = next((os.path.basename(f) for f, listed in removed.items() if path in listed), None)
+    if old is not None:
+        return "removed" if clean else f"{path} is a file of the removed {old}, and `import` still finds it"
+    if "__pycache__" in parts or path.endswith(".pyc"):
+        return None  # bytecode nobody lists: Python wrote it on import
+    if before.get(path) != describe(path):
+        return f"{path} belongs to no installed distribution"
+    return None  # there before the fix, as it is, and nobody's then either: not this fix's doing
+
+
+def _top_of(path: str, folder: str) -> str:
+    """The first component of `path` under the site folder that holds `folder`."""
+    site = os.path.dirname(folder)
+    return os.path.relpath(path, site).split(os.sep, 1)[0]
 
 
 def _remove_empty_folders(paths: list[str]) -> None:
@@ -264,29 +314,72 @@ print(json.dumps(out))
 """
 
 
-def check_imports(interpreter: str, modules: Iterable[str], timeout: float = IMPORT_TIMEOUT_S) -> Verification:
-    """Import each module in the target interpreter (isolated, no bytecode, bounded); what failed."""
+def _run_imports(argv: list[str], names: list[str], timeout: float) -> tuple[dict[str, Any] | None, str]:
+    """(module -> {"ok", "file"|"error"}, or None when no answer came) and the failure said in words."""
     from envdoctor.process import quiet_python_env, run_bounded
 
+    with tempfile.TemporaryDirectory(prefix="envdoctor-verify-") as cwd:
+        run = run_bounded([*argv, "-I", "-B", "-c", _IMPORT_CODE, *names], timeout, env=quiet_python_env(),
+                          cwd=cwd if not argv[0].endswith("chroot") else "/")
+    try:
+        data = json.loads(run.stdout.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        return None, run.describe_failure()
+    return (data if isinstance(data, dict) else None), run.describe_failure()
+
+
+def _inside(root: str, interpreter: str) -> tuple[list[str] | None, str]:
+    """The argv that runs `interpreter` inside the root file system `root` (chroot), or None and why not."""
+    import shutil
+    import sys
+
+    if sys.platform == "win32" or os.geteuid() != 0:
+        return None, "entering it (chroot) needs root"
+    chroot = shutil.which("chroot") or shutil.which("chroot", path="/usr/sbin:/sbin")
+    if chroot is None:
+        return None, "there is no chroot command"
+    return [chroot, root, "/" + os.path.relpath(interpreter, root)], ""
+
+
+def check_imports(interpreter: str, modules: Iterable[str], timeout: float = IMPORT_TIMEOUT_S,
+                  root: str | None = None) -> Verification:
+    """Import each module in the target interpreter (isolated, no bytecode, bounded); what failed.
+
+    `root`: the root file system the target lies in, seen from outside (`ROOT/usr`): the import runs
+    inside it (chroot) where this user may, its libraries and not this machine's; else it runs from
+    here, and a failure says plainly that it was not checked inside the root, and how to.
+    """
     result = Verification()
     names = sorted(set(modules))
     if not names:
         return result
-    with tempfile.TemporaryDirectory(prefix="envdoctor-verify-") as cwd:
-        run = run_bounded([interpreter, "-I", "-B", "-c", _IMPORT_CODE, *names], timeout, env=quiet_python_env(),
-                          cwd=cwd)
-    try:
-        data = json.loads(run.stdout.strip().splitlines()[-1])
-    except (ValueError, IndexError):
-        result.problems.append(f"importing {', '.join(names)} in {interpreter} {run.describe_failure()}")
+    data: dict[str, Any] | None = None
+    failure, outside = "", ""
+    if root is not None:
+        argv, why_not = _inside(root, interpreter)
+        if argv is not None:
+            data, failure = _run_imports(argv, names, timeout)
+            if data is not None:
+                data = {k: {**v, "file": os.path.join(root, str(v.get("file") or "").lstrip("/"))}
+                        if isinstance(v, dict) and v.get("ok") else v for k, v in data.items()}
+            else:
+                why_not = f"chroot {root} failed: {failure}"
+        if data is None:
+            outside = (f" (run from outside {root} with this machine's libraries, not the root's: {why_not}; to verify "
+                       f"inside it, run the fix there: `chroot {root} envdoctor fix --prefix "
+                       f"/{os.path.relpath(os.path.dirname(os.path.dirname(interpreter)), root)}`)")
+    if data is None:
+        data, failure = _run_imports([interpreter], names, timeout)
+    if data is None:
+        result.problems.append(f"importing {', '.join(names)} in {interpreter} {failure}{outside}")
         return result
     for name in names:
-        got = data.get(name) if isinstance(data, dict) else None
+        got = data.get(name)
         if isinstance(got, dict) and got.get("ok"):
             result.imported[name] = str(got.get("file") or "")
         else:
             error = got.get("error") if isinstance(got, dict) else "no answer"
-            result.problems.append(f"`import {name}` fails in {interpreter}: {error}")
+            result.problems.append(f"`import {name}` fails in {interpreter}: {error}{outside}")
     return result
 
 
@@ -309,7 +402,11 @@ def verify_fix(plan: Any, journal: Journal) -> Verification:
         result.removed += tidy.removed
         interpreter = target.get("interpreter")
         if interpreter and (modules | cleaned_modules):
-            imports = check_imports(str(interpreter), modules | cleaned_modules)
+            from envdoctor.facts.target import enclosing_root
+
+            root = enclosing_root(Path(str(target.get("prefix") or "/")))
+            imports = check_imports(str(interpreter), modules | cleaned_modules,
+                                    root=str(root) if root is not None else None)
             result.problems += imports.problems
             result.imported = imports.imported
     journal.manifest["verification"] = result.to_dict()

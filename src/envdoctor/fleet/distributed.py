@@ -9,8 +9,11 @@ torch.distributed key-value store the launcher set up, each under its own
 rank's key, so rank 0 knows exactly which rank is missing; it waits at most
 `--distributed-timeout` seconds. When every rank reported, the ranks then form
 a gloo process group and run one all_reduce (with the same timeout), since
-collectives use other sockets than the store. Rank 0 builds the fleet Report;
-the other ranks return None and print nothing.
+collectives use other sockets than the store. Rank 0 builds the fleet Report
+and puts the job's exit code in the store; the other ranks print nothing and
+exit with that code, so every rank ends at once and a launcher's agents all
+succeed or all fail together (torchrun's agents otherwise wait up to 300 s in
+their exit barrier for the agent of a rank that exited with another code).
 
 This is the one place envdoctor imports torch: the user asked for a torch
 launcher, and the import happens inside `run_distributed` only.
@@ -25,7 +28,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import sys
 import time
 from dataclasses import replace
@@ -44,6 +46,12 @@ TEST_FAULT_VARIABLE = "ENVDOCTOR_TEST_RANK_FAULT"
 POLL_S = 0.05
 #: The all_reduce check needs seconds, not the whole timeout of a loader stage.
 COLLECTIVE_TIMEOUT_CAP_S = 60.0
+#: How long another rank waits for rank 0's exit code once the collective is done (rank 0 only
+#: assembles the report then), and how long rank 0 waits for them to read it.
+EXIT_WAIT_S = 60.0
+EXIT_READ_WAIT_S = 10.0
+#: A rank's exit code when rank 0 vanished before deciding one: the job did not get its verdict.
+EXIT_NO_VERDICT = 1
 
 
 class _Stop:
@@ -103,8 +111,11 @@ def _own_report(config: Config, placement: dict[str, Any]) -> dict[str, Any]:
 
     # One loader stage per node: the other local ranks would only measure each other.
     loader_stage = not config.no_loader and placement["local_rank"] == 0
+    from envdoctor.fleet.placement import placeholder_values
+
+    # The scheduler's node name where there is one: several slurmd (or containers) may share a host name.
     base = {"rank": placement["rank"], "local_rank": placement["local_rank"],
-            "node_rank": placement["node_rank"], "hostname": socket.gethostname(),
+            "node_rank": placement["node_rank"], "hostname": placeholder_values()["node"],
             "loader_stage": loader_stage}
     try:
         _test_fault(placement["rank"], config.distributed_timeout)
@@ -232,8 +243,46 @@ def _fleet_report(config: Config, placement: dict[str, Any], payloads: dict[int,
                         errors=node_errors, ignore=config.ignore, overrides=overrides)
 
 
-def run_distributed(config: Config) -> Report | None:
-    """Run the checks on every rank; on rank 0 return the fleet Report, elsewhere None."""
+def _share_exit_code(store: Any, code: int, waiting: int) -> None:
+    """Rank 0: tell every rank the job's exit code, and wait (briefly) until the ranks that wait have read it.
+
+    Every rank then exits with the same code, so a launcher's agents all succeed or all fail together:
+    torchrun's agents whose workers exited 0 would otherwise wait up to 300 s in their exit barrier
+    for the agent of a rank that exited 1. Rank 0 may host the store, so it stays until they read it.
+    """
+    try:
+        store.set("exit", str(code))
+    except Exception:  # the store is gone: the other ranks give up on their own
+        return
+    deadline = time.monotonic() + EXIT_READ_WAIT_S
+    while waiting > 0 and time.monotonic() < deadline:
+        try:
+            if int(store.add("exit_read", 0)) >= waiting:
+                return
+        except Exception:
+            return
+        time.sleep(POLL_S)
+
+
+def _await_exit_code(store: Any) -> int:
+    """Another rank: the exit code rank 0 decided (EXIT_NO_VERDICT when rank 0 is gone)."""
+    try:
+        store.wait(["exit"], timedelta(seconds=EXIT_WAIT_S))
+        code = int(store.get("exit").decode())
+    except Exception:
+        return EXIT_NO_VERDICT
+    try:
+        store.add("exit_read", 1)
+    except Exception:  # rank 0 stops waiting on its own
+        pass
+    return code
+
+
+def run_distributed(config: Config) -> Report | int:
+    """Run the checks on every rank; on rank 0 return the fleet Report, elsewhere rank 0's exit code.
+
+    Every rank exits with the exit code rank 0 decided (see `_share_exit_code`).
+    """
     from envdoctor.errors import UsageError
 
     placement = launcher_environment()
@@ -279,17 +328,19 @@ def run_distributed(config: Config) -> Report | None:
             try:  # rank 0 says whether every rank is there for the collective check
                 store.wait(["verdict"], timedelta(seconds=timeout + 30))
                 verdict = store.get("verdict").decode()
-            except Exception:  # rank 0 is gone: it reports (or was stopped); nothing to add here
-                return None
+            except Exception:  # rank 0 is gone: it reports (or was stopped); no verdict to share
+                return EXIT_NO_VERDICT
             if verdict == "collective":
                 _collective_check(dist, store, rank, world_size, min(timeout, COLLECTIVE_TIMEOUT_CAP_S))
-            return None
+            return _await_exit_code(store)
         arrived, missing = _collect(store, world_size, started + timeout, started, stop)
         everyone = not missing and not stop.requested
         store.set("verdict", "collective" if everyone else "skip")
         collective = (_collective_check(dist, store, 0, world_size, min(timeout, COLLECTIVE_TIMEOUT_CAP_S))
                       if everyone else None)
-        return _fleet_report(config, placement, {0: payload, **arrived}, missing, collective)
+        report = _fleet_report(config, placement, {0: payload, **arrived}, missing, collective)
+        _share_exit_code(store, report.exit_code(config.fail_on), world_size - 1 - len(missing))
+        return report
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)

@@ -17,8 +17,10 @@ each measurement as soon as it exists (so a kill keeps what was measured),
 
 The parts, beside this file: loader_session (events, watchdog, shared
 state), loader_setup (torch, the dataset, the user's settings, pickling),
-loader_getitem (`__getitem__` in this process), loader_data_checks (repeated
-samples, cloned randomness), loader_sweep and loader_measure (the timed
+loader_hazards (before workers start: open handles, large Python containers,
+OpenCV), loader_getitem (`__getitem__` in this process), loader_data_checks
+(repeated samples, cloned randomness), loader_memory (worker memory against
+samples, OpenCV's threads in workers), loader_sweep and loader_measure (the timed
 runs), loader_paired (the candidate against the user's setting in paired
 windows), loader_extras (persistent_workers, pin_memory), loader_outcomes
 (how a run that ends early is told: a failure, a slow start, the budget's
@@ -43,6 +45,8 @@ if HERE not in sys.path:  # the runner's parts live beside this file
 import loader_data_checks  # noqa: E402 - the parts are found through the path set just above
 import loader_extras  # noqa: E402 - as above
 import loader_getitem  # noqa: E402 - as above
+import loader_hazards  # noqa: E402 - as above
+import loader_memory  # noqa: E402 - as above
 import loader_paired  # noqa: E402 - as above
 import loader_setup  # noqa: E402 - as above
 import loader_sweep  # noqa: E402 - as above
@@ -56,6 +60,7 @@ __all__ = ["Events", "main", "release_semaphores", "run_plan", "schedstat"]
 def run_smoke_test(s: Session, given: tuple[Any, Any, Any]) -> None:
     """The whole test, in order; every part writes its own results."""
     loader_setup.build(s, given)
+    loader_hazards.before_workers(s)
     loader_getitem.probe(s)
     loader_data_checks.duplicates(s)
     loader_data_checks.cloned_rng(s, next(loader_getitem.index_stream(s), None) if not s.iterable else None)
@@ -63,6 +68,9 @@ def run_smoke_test(s: Session, given: tuple[Any, Any, Any]) -> None:
     if s.plan.get("pair"):
         loader_paired.paired_windows(s)
     if not s.plan.get("workers"):
+        # After the sweep (a dataset that fails in workers has failed there, with its index), in the seconds
+        # the sweep kept back for it; the paired windows take what is left.
+        loader_memory.growth(s)
         loader_paired.paired_windows(s)
         loader_extras.persistence(s)
         loader_extras.pin_memory(s)

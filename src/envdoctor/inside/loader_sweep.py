@@ -4,6 +4,7 @@ Part of the standalone runner (see loader_runner.py).
 """
 from __future__ import annotations
 
+import loader_memory
 from loader_measure import RunSpec, SteadySlice, measure
 from loader_outcomes import RunCut
 from loader_session import Session
@@ -59,7 +60,8 @@ def sweep(s: Session) -> None:
     """Time each worker count in turn within the budget; past the CPUs while waiting workers still gain."""
     points_to_time = points(s)
     fixed = bool(s.plan.get("workers"))
-    base_reserve = 0.0 if fixed else RESERVE_SHARE * float(s.plan["budget_s"])
+    # Kept back: the share for the paired windows and persistent_workers, and what DL010 measures in.
+    base_reserve = 0.0 if fixed else RESERVE_SHARE * float(s.plan["budget_s"]) + loader_memory.budget_needed(s)
     queue = list(points_to_time)
     extension: set[int] = set()
     done: set[int] = set()

@@ -18,10 +18,17 @@ Each call runs the `envdoctor` command itself in a child process, with a time
 limit, stopped with its loader workers when the limit passes or the server
 ends: this process's standard output is the protocol channel, so nothing the
 checks or the user's dataset print may reach it, and a hung dataset must not
-hang the agent. The child runs in the server's working directory, so the
+hang the agent. The child runs in the server's working directory (`loader`
+with a `dataset`: in the root that holds the dataset's module), so the
 project's `[tool.envdoctor]` settings apply, except the target: it is always
 given (`--prefix`), so a settings file cannot make a read-only tool start
 another interpreter.
+
+Since issue 33, `compare` hands on each report file of a folder, resolved
+inside the roots (a link in the folder to a report outside is refused), and
+`loader` imports `MODULE:CALLABLE` only from a file inside the roots
+(`mcp_arguments.dataset_root`). Requests a client wrote before closing its
+input are all answered, in order (`mcp_wire`).
 
 Needs the `mcp` extra (the official MCP Python SDK); `import envdoctor` does not
 import it.
@@ -72,8 +79,9 @@ _STOPPING = threading.Event()
 _SERVER_ROOTS: list[Roots] = []
 
 
-def run_envdoctor(argv: list[str], timeout_s: float) -> tuple[int, str, str]:
-    """Run `envdoctor ARGV` in a child process; (exit code, stdout, stderr). Stopped at the limit.
+def run_envdoctor(argv: list[str], timeout_s: float, cwd: str | None = None) -> tuple[int, str, str]:
+    """Run `envdoctor ARGV` in a child process (in `cwd`, else the server's working directory); (exit code,
+    stdout, stderr). Stopped at the limit.
 
     The child stays in the server's process group, so a client that ends the
     server's group ends it too; at the limit it gets SIGTERM, on which
@@ -84,7 +92,7 @@ def run_envdoctor(argv: list[str], timeout_s: float) -> tuple[int, str, str]:
         if _STOPPING.is_set():
             raise _tool_error("the server is stopping")
         child = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                 text=True, encoding="utf-8", errors="replace")
+                                 text=True, encoding="utf-8", errors="replace", cwd=cwd)
         _RUNNING.add(child)
     with child:
         try:
@@ -145,12 +153,12 @@ def _tool_error(message: str) -> Exception:
     return ToolError(message)
 
 
-def _report(argv: list[str], positionals: Sequence[str], timeout_s: float) -> dict[str, Any]:
+def _report(argv: list[str], positionals: Sequence[str], timeout_s: float, cwd: str | None = None) -> dict[str, Any]:
     """The JSON report of `envdoctor ARGV --format=json -- POSITIONALS`, with its exit code.
 
     A usage error becomes a tool error.
     """
-    code, out, err = run_envdoctor([*argv, "--format=json", "--", *positionals], timeout_s)
+    code, out, err = run_envdoctor([*argv, "--format=json", "--", *positionals], timeout_s, cwd)
     if code == 2 or not out.strip():
         last = (err.strip().splitlines() or [f"envdoctor exited with status {code} and printed no report"])[-1]
         raise _tool_error(last)
@@ -285,7 +293,8 @@ def loader(dataset: str | None = None, data: str | None = None, budget_s: float 
     recommended settings) and its DL findings. This runs your dataset code, and the environment's Python.
 
     dataset: MODULE:CALLABLE returning the user's Dataset, or (Dataset, DataLoader kwargs): it is imported
-    and called, so this runs your dataset code (from the server's working directory). Without it and
+    and called, so this runs your dataset code; MODULE must be a Python file (or package) inside the roots,
+    and the test runs in the root that holds it; nothing else on the import path is imported. Without it and
     without data, a built-in synthetic dataset is measured. data: an image folder to read. budget_s: time
     budget (default 15). step_time_s: seconds one training step takes per batch, so the loader is judged
     against its consumer. prefix: measure in another environment (its Python runs the test). Paths must
@@ -293,12 +302,14 @@ def loader(dataset: str | None = None, data: str | None = None, budget_s: float 
     """
     roots = roots_of(client_roots)
     budget = arg.seconds("budget_s", budget_s)
+    spec = arg.dataset_spec("dataset", dataset) if dataset is not None else None
+    home = arg.dataset_root(roots, "dataset", spec) if spec is not None else None
     argv = ["loader", *_flags(
         budget=budget, step_time=arg.seconds("step_time_s", step_time_s),
         data=roots.path("data", data) if data is not None else None,
-        dataset=arg.dataset_spec("dataset", dataset) if dataset is not None else None,
+        dataset=spec,
         prefix=roots.path("prefix", prefix) if prefix is not None else sys.prefix)]
-    return _trim(_report(argv, [], (budget or 15.0) + STATIC_ALLOWANCE_S), include_facts=False)
+    return _trim(_report(argv, [], (budget or 15.0) + STATIC_ALLOWANCE_S, cwd=home), include_facts=False)
 
 
 def explain(rule: str) -> str:
@@ -321,12 +332,31 @@ def list_rules() -> str:
 def compare(reports: list[str], fail_on: FailOn | None = None, client_roots: Any = None) -> dict[str, Any]:
     """Line up JSON reports from several machines (files or folders of `envdoctor report --json` output):
     version drift (torch, CUDA, NCCL, driver, numpy) and stragglers, as findings. Read-only; the reports
-    must lie inside the client's roots (or the server's --root)."""
+    must lie inside the client's roots (or the server's --root), and so must every report file of a folder
+    (a link in it to a file outside the roots is refused)."""
     roots = roots_of(client_roots)
-    paths = roots.paths("reports", reports)
+    paths = _report_files(roots, reports)
     if not paths:
         raise ArgumentProblem("argument reports: give at least one report file or folder")
     return _report(["compare", *_flags(fail_on=fail_on)], paths, STATIC_ALLOWANCE_S)
+
+
+def _report_files(roots: Roots, reports: list[str] | None) -> list[str]:
+    """The report files `compare` will open, each resolved inside the roots.
+
+    A folder is expanded here as `compare` expands it (the `*.json` files directly in it), and its files
+    are handed on one by one, resolved: `compare` then opens exactly the files checked, never a link in
+    the folder to a report outside the roots. A folder with no report goes on as it is (compare says so).
+    """
+    files: list[str] = []
+    for index, given in enumerate(roots.paths("reports", reports)):
+        if not os.path.isdir(given):
+            files.append(given)
+            continue
+        found = sorted(os.path.join(given, name) for name in os.listdir(given) if name.endswith(".json"))
+        found = [path for path in found if not os.path.isdir(path)]
+        files += [roots.path(f"reports[{index}]", path) for path in found] or [given]
+    return list(dict.fromkeys(files))
 
 
 def _declare_roots_parameter() -> None:

@@ -7,7 +7,8 @@ has been checked here, by type and by shape, before any process starts:
 * text has no NUL or other control character and is at most `MAX_CHARS` long;
   a list has at most `MAX_ITEMS` items;
 * a rule id looks like one (`SYS001`, `SPW`, `shm-too-small`), a dataset like
-  `MODULE:CALLABLE`;
+  `MODULE:CALLABLE`, and its MODULE is a file (or regular package) inside the
+  roots, not the standard library nor anything installed (`dataset_root`);
 * a path is resolved (relative to the first root, through
   every symbolic link) and must lie inside one of the roots: the folders the
   MCP client declared (`roots/list`), else the `--root` folders the server was
@@ -22,6 +23,7 @@ from __future__ import annotations
 import math
 import os
 import re
+import sys
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
@@ -96,6 +98,68 @@ def dataset_spec(name: str, value: Any) -> str:
         raise ArgumentProblem(f"argument {name} must be MODULE:CALLABLE (e.g. train:make_dataset), "
                               f"not {value[:80]!r}")
     return value
+
+
+def dataset_root(roots: Roots, name: str, spec: str) -> str:
+    """The root folder that holds MODULE of `spec` (MODULE:CALLABLE): where the smoke test then runs.
+
+    The test imports MODULE with that folder first on its import path, so MODULE must be found there,
+    as a file or a regular package (every package on the way with its `__init__.py`, each file resolved
+    inside the roots: a link to code elsewhere is refused), and must not be a module the interpreter
+    finds before the folder or has already imported: the standard library (`antigravity`, `os`), or a
+    package installed in this environment.
+    """
+    module = spec.partition(":")[0]
+    parts = module.split(".")
+    stdlib = set(getattr(sys, "stdlib_module_names", ())) | set(sys.builtin_module_names)
+    if parts[0] in stdlib:
+        raise ArgumentProblem(f"argument {name}: {parts[0]!r} is a module of the standard library, not a file "
+                              "of the project; give a module inside the roots")
+    for folder in roots.folders:
+        files = _module_files(folder, parts)
+        if files is None:
+            continue
+        for path in files:
+            roots.path(name, str(path))  # a link out of the roots is refused here, naming the argument
+        installed = _installed_elsewhere(parts[0], roots)
+        if installed is not None:
+            raise ArgumentProblem(f"argument {name}: {parts[0]!r} is also installed at {installed[:200]}, which "
+                                  "the smoke test could import instead of the project's; refused")
+        return str(folder)
+    raise ArgumentProblem(f"argument {name}: no module {module!r} inside the folders this server may read: "
+                          f"{roots.describe()}; the dataset code must be a file of the project; refused")
+
+
+def _module_files(folder: Path, parts: Sequence[str]) -> list[Path] | None:
+    """The files importing `parts` from `folder` runs (each package's __init__.py, then the module), or None."""
+    files = []
+    for depth in range(1, len(parts)):
+        init = folder.joinpath(*parts[:depth], "__init__.py")
+        if not init.is_file():
+            return None
+        files.append(init)
+    package = folder.joinpath(*parts, "__init__.py")
+    single = folder.joinpath(*parts[:-1], parts[-1] + ".py")
+    if package.is_file():
+        return [*files, package]
+    if single.is_file():
+        return [*files, single]
+    return None
+
+
+def _installed_elsewhere(top: str, roots: Roots) -> str | None:
+    """Where this environment's import path (outside the roots) holds `top`, if it does."""
+    from importlib.machinery import PathFinder
+
+    outside = []
+    for entry in sys.path:
+        real = Path(os.path.realpath(entry or "."))
+        if not any(real == folder or folder in real.parents for folder in roots.folders):
+            outside.append(entry)
+    found = PathFinder.find_spec(top, outside)
+    if found is None:
+        return None
+    return str(found.origin or next(iter(found.submodule_search_locations or []), top))
 
 
 def seconds(name: str, value: Any) -> float | None:

@@ -77,7 +77,7 @@ class NodePreflight:
         out = stream or sys.stderr
         print(describe_run(report, framework, procs, own_loader=loader is not None), file=out)
         print(preflight_summary(report), file=out, flush=True)
-        if report.exit_code(self.fail_on):
+        if report.fails(self.fail_on):
             raise PreflightError(report, self.fail_on)
         below = [f for f in report.findings if f.severity.rank >= Severity.WARNING.rank]
         if below:

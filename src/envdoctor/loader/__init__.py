@@ -201,8 +201,15 @@ def _take_result(section: dict[str, Any], key: str | None, value: Any) -> None:
         section["skipped"].append(value)
     elif key == "pin":
         section["pin_memory"] = value
-    elif key in ("torch", "torch_probe", "getitem", "pickle", "persistent", "paired", "duplicates", "rng"):
+    elif key in ("torch", "torch_probe", "getitem", "pickle", "persistent", "paired", "duplicates", "rng",
+                 "hazards", "memory"):
         section[key] = value
+    elif key == "opencv":
+        section["opencv"] = {**section.get("opencv", {}), **value}
+    elif key == "opencv_workers":
+        # OpenCV imported only in __getitem__ shows in the workers alone.
+        section["opencv"] = {**section.get("opencv", {}), "worker_threads": value.get("threads"),
+                             "worker_threads_num_workers": value.get("num_workers")}
 
 
 def _failure_from_outcome(outcome: StageRun, section: dict[str, Any]) -> FailureFacts | None:

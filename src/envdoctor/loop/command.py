@@ -22,8 +22,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # pragma: no cover
-    from envdoctor.facts.loader import PairedWindow
-    from envdoctor.facts.loop import LoopFacts, LoopProof
+    from envdoctor.facts.loop import LoopFacts, LoopProof, LoopProofWindow
 
 #: The window after warm-up when neither --steps nor --seconds is given: whichever closes first.
 DEFAULT_STEPS, DEFAULT_SECONDS, DEFAULT_WARMUP = 200, 30.0, 10
@@ -36,15 +35,25 @@ PROVE_STEPS = 60
 RUN_SETTINGS = ("format", "output", "fail_on", "verbose", "budget")
 
 
+#: `run --help`'s epilog (the module docstring says why).
+RUN_EXIT_CODES = ("exit codes:\n"
+                  "  N    the command's own: 128 + S when signal S ended it, 127 when it cannot be found, 126 when "
+                  "it cannot be started\n"
+                  "  0/1  with --stop or --prove, once the window closed: the report's (1 for findings at or above "
+                  "--fail-on)\n"
+                  "  2    a usage error")
+
+
 def add_parser(sub: Any, handler: Callable[[argparse.Namespace], int]) -> None:
     """The `run` subcommand (called by envdoctor.cli.build_parser, whose `handler` calls `handle`)."""
-    from envdoctor.config import add_arguments
+    from envdoctor.config import add_arguments, help_formatter
 
     run = sub.add_parser(
         "run", help="run your own training command unchanged and measure how long its loop waits for data",
         description="Run CMD as it is (its output, signals and exit code are its own), observe every DataLoader "
                     "it and its child processes iterate, and report the share of each step that waits for data "
-                    "(DL009) with the settings that remove the wait.")
+                    "(DL009) with the settings that remove the wait.",
+        epilog=RUN_EXIT_CODES, formatter_class=help_formatter())
     run.add_argument("--steps", type=_positive_int, metavar="N", help="steps in the window after warm-up "
                      f"(default: {DEFAULT_STEPS}, or {DEFAULT_SECONDS:g} s, whichever closes first)")
     run.add_argument("--seconds", type=_positive_float, metavar="S", help="seconds in the window after warm-up")
@@ -162,16 +171,82 @@ def tuning_config(config: Any, section: Any, tune: dict[str, Any] | None) -> Any
     if tune is None or not tune.get("path"):
         section["tune"] = {"skipped": (tune or {}).get("error") or "rank 0 closed no window"}
         return config
-    refusal = script_runs_at_import(tune.get("main_path"))
+    needs = main_names(tune["path"])
+    # The script is imported only when the pickled loader holds something of `__main__` that must unpickle.
+    main_path = tune.get("main_path") if needs else None
+    refusal = needs_unreadable(needs)
+    runs_code = None if refusal else script_runs_at_import(main_path)
+    if runs_code:
+        refusal = f"the pickled DataLoader needs {', '.join(needs)} from the training script (__main__): {runs_code}"
     if refusal:
         os.unlink(tune["path"])
         section["tune"] = {"skipped": refusal}
         return config
-    section["tune"] = {"step_time_s": step, "interpreter": tune.get("executable"), "main_path": tune.get("main_path")}
+    section["tune"] = {"step_time_s": step, "interpreter": tune.get("executable"), "main_path": main_path}
     source = {"kind": "pickle", "path": tune["path"], "sys_path": tune.get("sys_path") or [],
-              "main_path": tune.get("main_path"), "description": f"your DataLoader in {section['command'][-1]}"}
+              "main_path": main_path, "description": f"your DataLoader in {section['command'][-1]}"}
     return config.with_overrides(no_loader=False, select=("DL",), step_time=step, prefix=tune.get("prefix"),
                                  loader_source=source)
+
+
+#: The module names a pickle's globals may carry for the training script run as a program.
+_MAIN_MODULES = ("__main__", "__mp_main__")
+_STRING_OPS = ("SHORT_BINUNICODE", "BINUNICODE", "BINUNICODE8", "UNICODE", "SHORT_BINSTRING", "BINSTRING", "STRING")
+
+
+def main_names(path: str) -> list[str]:
+    """The names of `__main__` the pickled loader refers to (classes, functions defined in the training script),
+    read from the pickle's opcodes without running any of it; ["<unreadable: ...>"] when it cannot be read.
+
+    Only these make unpickling need the script: a loader built from a library's Dataset and collate_fn (an
+    ImageFolder with transforms, a `datasets.Dataset` with the default collator) holds none, whatever else the
+    script does at import.
+    """
+    import pickletools
+
+    names: list[str] = []
+    memo: dict[int, Any] = {}
+    pushed: list[Any] = []  # what the last opcodes pushed (a string, or None for anything else)
+    try:
+        with open(path, "rb") as handle:
+            for op, arg, _pos in pickletools.genops(handle):
+                module: Any
+                name: Any
+                if op.name == "GLOBAL" or op.name == "INST":
+                    module, _, name = str(arg).partition(" ")
+                    pushed.append(None)
+                elif op.name == "STACK_GLOBAL":
+                    module, name = (pushed[-2], pushed[-1]) if len(pushed) >= 2 else (None, None)
+                    pushed.append(None)
+                else:
+                    _track(op.name, arg, pushed, memo)
+                    continue
+                if module in _MAIN_MODULES and name not in names:
+                    names.append(str(name))
+    except (OSError, ValueError, EOFError) as exc:
+        return [f"<unreadable: {type(exc).__name__}: {exc}>"]
+    return names
+
+
+def _track(op: str, arg: Any, pushed: list[Any], memo: dict[int, Any]) -> None:
+    """The few opcodes that carry a STACK_GLOBAL's module and name: strings, and the memo they go through."""
+    if op in _STRING_OPS:
+        pushed.append(arg)
+    elif op == "MEMOIZE":
+        memo[len(memo)] = pushed[-1] if pushed else None
+    elif op in ("PUT", "BINPUT", "LONG_BINPUT"):
+        memo[int(arg)] = pushed[-1] if pushed else None
+    elif op in ("GET", "BINGET", "LONG_BINGET"):
+        pushed.append(memo.get(int(arg)))
+    elif op not in ("FRAME", "PROTO"):
+        pushed.append(None)
+    del pushed[:-2]
+
+
+def needs_unreadable(needs: list[str]) -> str | None:
+    if needs and needs[0].startswith("<unreadable"):
+        return f"the pickled DataLoader cannot be read for --tune: {needs[0][len('<unreadable: '):-1]}"
+    return None
 
 
 #: Statements a training script may hold at module level for --tune to import it (as `__mp_main__`).
@@ -280,7 +355,7 @@ def prove_in_loop(argv: Sequence[str], section: LoopFacts, usable: int) -> LoopP
     candidate = {"num_workers": rec["num_workers"], "prefetch_factor": rec["prefetch_factor"],
                  "persistent_workers": rec["persistent_workers"], "dataset": settings.get("dataset"),
                  "batch_size": settings.get("batch_size")}
-    windows: list[PairedWindow] = []
+    windows: list[LoopProofWindow] = []
     for pair in range(PROVE_PAIRS):
         order = ("candidate", "current") if pair % 2 == 0 else ("current", "candidate")
         rates: dict[str, float] = {}
@@ -293,8 +368,8 @@ def prove_in_loop(argv: Sequence[str], section: LoopFacts, usable: int) -> LoopP
                 return {"current": int(settings.get("num_workers") or 0), "candidate": rec["num_workers"],
                         "windows": windows, "cut": f"a bounded run ({which} settings) measured no window"}
             rates[which] = float(rate)
+        # Steps of the real loop, a batch each: batches per second, not samples.
         windows.append({"order": "candidate-first" if order[0] == "candidate" else "current-first",
-                        "current_samples_per_s": rates["current"],
-                        "candidate_samples_per_s": rates["candidate"]})
+                        "current_batches_per_s": rates["current"], "candidate_batches_per_s": rates["candidate"]})
     return {"current": int(settings.get("num_workers") or 0), "candidate": int(rec["num_workers"]),
             "windows": windows, "cut": None, "steps": PROVE_STEPS}

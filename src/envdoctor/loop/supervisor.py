@@ -16,6 +16,19 @@ the observer's window events say when each process's window started and
 ended, so the samples inside it are the window's. Signals that are not the
 terminal's (SIGTERM from CI, SIGHUP, SIGUSR1/2, a SIGINT sent by `kill`) are
 forwarded to the command.
+
+Nothing of the command is left behind when envdoctor ends it (`--stop`) or
+is itself stopped (SIGTERM, SIGHUP, SIGINT, SIGQUIT): not its children, and
+not a daemon that double-forked and left the tree. Every process of the
+command carries a mark in its environment (`MARK_ENV`, set for the command,
+inherited by every descendant, and put back by the bootstrap in any Python
+process that lost it), and `_Tracker` finds the command's processes by it,
+by the process tree seen while sampling, by the Python processes that loaded
+the bootstrap, and by the sessions and process groups they started; the
+stop ends them all, SIGTERM then SIGKILL, and looks again until none is
+left. A process that cleared its whole environment and left the tree before
+a sample saw it is beyond this (a cgroup would hold it; one is not used).
+When the command ends by itself, what it chose to leave running is its own.
 """
 from __future__ import annotations
 
@@ -39,6 +52,10 @@ from envdoctor.process import end_processes
 BOOTSTRAP_DIR = Path(__file__).resolve().parent.parent / "inside" / "loop_bootstrap"
 EVENTS_ENV = "ENVDOCTOR_LOOP_EVENTS"
 PLAN_ENV = "ENVDOCTOR_LOOP_PLAN"
+#: The mark every process of the command carries in its environment (the events folder: unique to the run).
+MARK_ENV = "ENVDOCTOR_RUN_MARK"
+#: Rounds of looking for the command's processes and ending them (a daemon may fork while it is ended).
+END_ROUNDS = 4
 #: Seconds between samples of the process tree's CPU time and the GPUs.
 SAMPLE_EVERY_S = 0.5
 #: Seconds the command gets to end after SIGTERM (--stop, or leftovers) before SIGKILL.
@@ -65,6 +82,10 @@ class CommandRun:
     machine_samples: list[tuple[float, float, float]] = field(default_factory=list)
     gpu_error: str | None = None
     usable_cpus: int = 1
+    #: The signal that stopped envdoctor itself (forwarded to the command), if one did.
+    stopped_by: int | None = None
+    #: Processes of the command still running when it was ended, ended with it (daemons included).
+    ended_leftovers: int = 0
     #: --tune: the observer's hand-over (the pickled loader, moved out of the events folder; the caller
     #: removes it), or None.
     tune: dict[str, Any] | None = None
@@ -77,6 +98,7 @@ def child_environment(environ: Mapping[str, str], events_dir: str, plan: Mapping
     env["PYTHONPATH"] = str(BOOTSTRAP_DIR) + (os.pathsep + existing if existing else "")
     env[EVENTS_ENV] = events_dir
     env[PLAN_ENV] = json.dumps(dict(plan))
+    env[MARK_ENV] = events_dir
     return env
 
 
@@ -200,17 +222,29 @@ def _gpu_sample(pynvml: Any) -> list[dict[str, Any]]:
     return rows
 
 
+#: Signals that stop envdoctor, and so the whole command with it (SIGUSR1/2 are only passed on).
+STOPPING = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP", "SIGINT", "SIGQUIT") if hasattr(signal, name))
+
+
 @contextlib.contextmanager
-def _forwarding(proc: subprocess.Popen[bytes]) -> Iterator[None]:
-    """Hand signals on to the command while it runs; put the old handlers back after."""
+def _forwarding(proc: subprocess.Popen[bytes], run: CommandRun | None = None) -> Iterator[None]:
+    """Hand signals on to the command while it runs; put the old handlers back after.
+
+    A signal that stops envdoctor is noted in `run.stopped_by`: once the command has ended,
+    whatever it left running is ended too.
+    """
 
     def forward(signum: int, frame: Any) -> None:
+        if run is not None and signum in STOPPING:
+            run.stopped_by = signum
         with contextlib.suppress(ProcessLookupError, OSError):
             proc.send_signal(signum)
 
     def interrupt(signum: int, frame: Any) -> None:
         # From a terminal, Ctrl-C already reached the command (it shares our process group);
         # a SIGINT sent to envdoctor alone (kill -INT) is passed on.
+        if run is not None:
+            run.stopped_by = signum
         if not _terminal_foreground():
             forward(signum, frame)
 
@@ -241,18 +275,83 @@ def _end_tree(proc: subprocess.Popen[bytes], sampler: _Sampler, grace_s: float =
     end_processes([p for p in sampler.tree() if p.pid != os.getpid()], grace_s)
 
 
-def _reap_leftovers(sampler: _Sampler) -> None:
-    """Descendants that outlived the command only because envdoctor stopped it are ended too."""
+class _Tracker:
+    """Finds every process of the command: the tree seen while sampling, the processes carrying the run's
+    mark in their environment (re-parented daemons too), the Python processes that loaded the bootstrap,
+    and every process in a session or process group one of those started."""
+
+    def __init__(self, sampler: _Sampler, events_dir: str) -> None:
+        self.sampler = sampler
+        self.events_dir = events_dir
+
+    def find(self) -> list[Any]:
+        import psutil
+
+        me = os.getpid()
+        found: dict[int, Any] = {}
+        for pid, proc in list(self.sampler.seen.items()):
+            with contextlib.suppress(psutil.Error):
+                if proc.is_running():
+                    found[pid] = proc
+        for proc in psutil.process_iter():
+            with contextlib.suppress(psutil.Error):
+                if proc.pid not in found and proc.environ().get(MARK_ENV) == self.events_dir:
+                    found[proc.pid] = proc
+        for row in _read_loaded(self.events_dir):
+            with contextlib.suppress(psutil.Error, TypeError, ValueError):
+                proc = psutil.Process(int(row["pid"]))
+                if proc.create_time() <= float(row["time"]) + 1.0:  # the same process, not a reused pid
+                    found.setdefault(proc.pid, proc)
+        found.update(_in_their_sessions(found))
+        found.pop(me, None)
+        for ancestor in _ancestors():
+            found.pop(ancestor, None)
+        return list(found.values())
+
+
+def _ancestors() -> set[int]:
     import psutil
 
-    left = []
-    for pid, proc in sampler.seen.items():
-        if pid == os.getpid():
-            continue
-        with contextlib.suppress(psutil.Error):
-            if proc.is_running():
-                left.append(proc)
-    end_processes(left, STOP_GRACE_S)
+    with contextlib.suppress(psutil.Error):
+        return {p.pid for p in psutil.Process().parents()}
+    return set()
+
+
+def _in_their_sessions(found: Mapping[int, Any]) -> dict[int, Any]:
+    """The processes in the sessions and process groups the command's processes started (not envdoctor's
+    own: a pipeline's other commands share that one)."""
+    if sys.platform == "win32" or not found:
+        return {}
+    import psutil
+
+    own = {os.getsid(0)}, {os.getpgrp()}
+    sessions, groups = set(), set()
+    for pid in found:
+        with contextlib.suppress(OSError):
+            sessions.add(os.getsid(pid))
+            groups.add(os.getpgid(pid))
+    sessions -= own[0]
+    groups -= own[1]
+    if not sessions and not groups:
+        return {}
+    more: dict[int, Any] = {}
+    for proc in psutil.process_iter():
+        with contextlib.suppress(OSError, psutil.Error):
+            if proc.pid not in found and (os.getsid(proc.pid) in sessions or os.getpgid(proc.pid) in groups):
+                more[proc.pid] = proc
+    return more
+
+
+def end_everything(tracker: _Tracker, grace_s: float = STOP_GRACE_S) -> int:
+    """End every process of the command, SIGTERM then SIGKILL, looking again until none is left; how many."""
+    ended: set[int] = set()
+    for _ in range(END_ROUNDS):
+        procs = tracker.find()
+        if not procs:
+            break
+        ended.update(p.pid for p in procs)
+        end_processes(procs, grace_s)
+    return len(ended)
 
 
 def _take_tune(events: Sequence[Mapping[str, Any]], events_dir: str) -> dict[str, Any] | None:
@@ -295,9 +394,10 @@ def run_command(argv: Sequence[str], plan: Mapping[str, Any], *, stop: bool = Fa
             return run
         sampler = _Sampler(proc.pid, run)
         sampler.start()
+        tracker = _Tracker(sampler, events_dir)
         offsets: dict[str, int] = {}
         announced = False
-        with _forwarding(proc):
+        with _forwarding(proc, run):
             while True:
                 try:
                     proc.wait(timeout=0.25)
@@ -315,10 +415,10 @@ def run_command(argv: Sequence[str], plan: Mapping[str, Any], *, stop: bool = Fa
                     if on_window is not None:
                         on_window(run)
             run.returncode = proc.wait()
+            if run.stopped or run.stopped_by is not None:  # still forwarding: a second signal is not lost
+                run.ended_leftovers = end_everything(tracker)
         sampler.halt.set()
         sampler.join(timeout=5)
-        if run.stopped:
-            _reap_leftovers(sampler)
         run.events += read_events(events_dir, offsets)
         run.loaded = _read_loaded(events_dir)
         run.tune = _take_tune(run.events, events_dir)

@@ -242,51 +242,67 @@ class _Writer:
 
 
 def _write_group(out: _Writer, group: list[Finding], verbose: bool) -> None:
-    first = group[0]
-    level = first.severity.value
-    head = out.text()
-    head.append(f"{_MARK[level]} {first.rule} ", style=_STYLE[level])
-    head.append(printable(first.name, 80), style="bold")
-    files = list(dict.fromkeys(f.location.path for f in group if f.location))
     script = _script_of(group) if len(group) > 1 else None
-    if script is not None:
-        head.append(f" in {printable(script, 300)} ×{len(group)}")
-    elif len(group) > 1:
-        head.append(f" in {len(files)} files" if len(files) == len(group) and files else f" ×{len(group)}")
-    out.line(head)
+    _write_group_head(out, group, script)
     # One script's findings are listed in full (each is a line to move under the guard).
     limit = min(len(group), MAX_ITEMS) if script is not None else GROUP_LIMIT
-    mixed = len({f.severity for f in group}) > 1
     shown = group[:limit]
-    messages = [own_message(f) for f in shown]
-    shared = len(set(messages)) == 1 and len(shown) > 1 and all(f.location for f in shown)
-    tail = messages[0] if shared else _common_tail(messages)
+    messages, tail, shared = _group_messages(shown)
     fixes = list(dict.fromkeys(_generic(f, f.fix) for f in shown if f.fix))
+    mixed = len({f.severity for f in group}) > 1
     for finding, message in zip(shown, messages):
-        if shared:
-            message = ""
-        elif tail:
-            message = message[: len(message) - len(tail)].rstrip(". ") + "."
-        where = _where(finding)
-        line = out.text()
-        if mixed:
-            line.append(f"{_MARK[finding.severity.value]} ", style=_STYLE[finding.severity.value])
-        if where:
-            line.append(where, style="dim")
-            line.append("  " if message else "")
-        line.append(printable_block(message))
-        out.line(line, indent=2)
+        _write_finding(out, finding, message, mixed)
         if verbose and finding.evidence:
             for indent, text in _evidence_lines(dict(finding.evidence), 6):
                 out.line(text, indent=indent, style="dim")
         if len(fixes) > 1 and finding.fix:
             _write_fix(out, finding.fix, indent=4)
     if len(group) > limit:
-        out.line(f"… and {len(group) - limit} more {first.rule} findings (see --format json)", indent=2)
+        out.line(f"… and {len(group) - limit} more {group[0].rule} findings (see --format json)", indent=2)
     if tail and (verbose or shared):  # the shared explanation, once; concise output leaves it to -v
         out.line(printable_block(tail), indent=2)
     if len(fixes) == 1:
         _write_fix(out, fixes[0], indent=2)
+
+
+def _group_messages(shown: list[Finding]) -> tuple[list[str], str, bool]:
+    """(each finding's message less what they share, what they share, whether they share it all)."""
+    messages = [own_message(f) for f in shown]
+    shared = len(set(messages)) == 1 and len(shown) > 1 and all(f.location for f in shown)
+    tail = messages[0] if shared else _common_tail(messages)
+    if shared:
+        return ["" for _ in messages], tail, shared
+    if tail:
+        return [m[: len(m) - len(tail)].rstrip(". ") + "." for m in messages], tail, shared
+    return messages, tail, shared
+
+
+def _write_group_head(out: _Writer, group: list[Finding], script: str | None) -> None:
+    """`✗ PKG001 name`, and where the group's findings are: one script, N files, or ×N."""
+    first = group[0]
+    level = first.severity.value
+    head = out.text()
+    head.append(f"{_MARK[level]} {first.rule} ", style=_STYLE[level])
+    head.append(printable(first.name, 80), style="bold")
+    files = list(dict.fromkeys(f.location.path for f in group if f.location))
+    if script is not None:
+        head.append(f" in {printable(script, 300)} ×{len(group)}")
+    elif len(group) > 1:
+        head.append(f" in {len(files)} files" if len(files) == len(group) and files else f" ×{len(group)}")
+    out.line(head)
+
+
+def _write_finding(out: _Writer, finding: Finding, message: str, mixed: bool) -> None:
+    """One finding's line: its own mark when the group mixes severities, where it is, its message."""
+    where = _where(finding)
+    line = out.text()
+    if mixed:
+        line.append(f"{_MARK[finding.severity.value]} ", style=_STYLE[finding.severity.value])
+    if where:
+        line.append(where, style="dim")
+        line.append("  " if message else "")
+    line.append(printable_block(message))
+    out.line(line, indent=2)
 
 
 def own_message(finding: Finding) -> str:
@@ -340,46 +356,73 @@ def verdict_line(report: Report, counts: dict[str, int] | None = None) -> tuple[
 def write(report: Report, console: Any, verbose: bool = False) -> None:
     """Draw the report on a rich Console."""
     out = _Writer(console)
-    fleet = report.facts.get("fleet")
-    if fleet:  # compare / --distributed: many nodes, no single environment to name
-        from envdoctor.report.fleet_view import fleet_heading, fleet_renderables
-
-        shown = clean_report(report)
-        out.line(printable(fleet_heading(shown, shown.facts["fleet"]), 400), style="bold")
-        level, text = verdict_line(report)
-        out.line(f"{_MARK.get(level or '', '✓')} {text}", style=_STYLE.get(level or "", "bold green"))
-        out.line()
-        for item in fleet_renderables(shown):
-            if isinstance(item, out.text().__class__):  # a line of text: wrapped lines indented
-                out.line(item)
-            else:
-                console.print(item)
+    if report.facts.get("fleet"):  # compare / --distributed: many nodes, no single environment to name
+        _write_fleet(out, report)
     elif report.loop is not None:  # envdoctor run: the user's own loop, not an environment's checklist
         from envdoctor.report.loop_view import loop_lines
 
         for indent, line in loop_lines(clean_tree(report.loop)):
             out.line(line, indent=indent, hang=11 if indent == 2 else 2)  # wrapped lines under the values
     else:
-        out.line(_heading(report), style="bold")
-        level, text = verdict_line(report)
-        out.line(f"{_MARK.get(level or '', '✓')} {text}", style=_STYLE.get(level or "", "bold green"))
+        _write_checklist(out, report)
+    _write_findings(out, report, verbose)
+    if report.loader:
+        from envdoctor.report.loader_view import loader_renderables
+
         out.line()
-        verdict = verdict_of(report)
-        names = first_names(report.findings)
-        unselected = []
-        for area in verdict["areas"]:
-            if verdict["details"][area]["cause"] == "not-selected":
-                unselected.append(area_label(area))
-                continue
-            level, status = area_line(report, area, names)
-            line = out.text()
-            line.append(f"{area_label(area):<9} ", style="bold")
-            style = _STYLE.get(level or "", "green" if level is None else "magenta" if level == "unchecked" else "dim")
-            mark = _MARK.get(level or "", "")
-            line.append(f"{mark} {status}" if mark else status, style=style)
-            out.line(line, indent=2)
-        if unselected:
-            out.line(f"not checked (not selected): {', '.join(unselected)}", indent=2, style="dim")
+        _write_renderables(out, loader_renderables(clean_tree(report.loader)))
+    _write_errors(out, report)
+    if report.findings and not verbose and any(f.evidence for f in report.findings):
+        out.line("-v: the evidence; `envdoctor explain RULE`: why it matters.", style="dim")
+
+
+def _write_renderables(out: _Writer, items: Iterable[Any]) -> None:
+    """Lines of text through the writer (their wrapped lines indented), tables and the like as they are."""
+    for item in items:
+        if isinstance(item, out.text().__class__):
+            out.line(item)
+        else:
+            out.console.print(item)
+
+
+def _write_verdict(out: _Writer, report: Report) -> None:
+    level, text = verdict_line(report)
+    out.line(f"{_MARK.get(level or '', '✓')} {text}", style=_STYLE.get(level or "", "bold green"))
+    out.line()
+
+
+def _write_fleet(out: _Writer, report: Report) -> None:
+    from envdoctor.report.fleet_view import fleet_heading, fleet_renderables
+
+    shown = clean_report(report)
+    out.line(printable(fleet_heading(shown, shown.facts["fleet"]), 400), style="bold")
+    _write_verdict(out, report)
+    _write_renderables(out, fleet_renderables(shown))
+
+
+def _write_checklist(out: _Writer, report: Report) -> None:
+    """The heading, the verdict and a line per area (those not selected named together)."""
+    out.line(_heading(report), style="bold")
+    _write_verdict(out, report)
+    verdict = verdict_of(report)
+    names = first_names(report.findings)
+    unselected = []
+    for area in verdict["areas"]:
+        if verdict["details"][area]["cause"] == "not-selected":
+            unselected.append(area_label(area))
+            continue
+        level, status = area_line(report, area, names)
+        line = out.text()
+        line.append(f"{area_label(area):<9} ", style="bold")
+        style = _STYLE.get(level or "", "green" if level is None else "magenta" if level == "unchecked" else "dim")
+        mark = _MARK.get(level or "", "")
+        line.append(f"{mark} {status}" if mark else status, style=style)
+        out.line(line, indent=2)
+    if unselected:
+        out.line(f"not checked (not selected): {', '.join(unselected)}", indent=2, style="dim")
+
+
+def _write_findings(out: _Writer, report: Report, verbose: bool) -> None:
     groups = group_findings(report.findings)
     for group in groups[:BLOCK_LIMIT]:
         out.line()
@@ -388,25 +431,18 @@ def write(report: Report, console: Any, verbose: bool = False) -> None:
         rest = sum(len(g) for g in groups[BLOCK_LIMIT:])
         out.line()
         out.line(f"… {rest} more findings of {len(groups) - BLOCK_LIMIT} more rules (see --format json)")
-    if report.loader:
-        from envdoctor.report.loader_view import loader_renderables
 
-        out.line()
-        for item in loader_renderables(clean_tree(report.loader)):
-            if isinstance(item, out.text().__class__):  # a summary line: wrapped lines indented
-                out.line(item)
-            else:
-                console.print(item)
-    if report.errors:
-        out.line()
-        out.line("Could not check", style="magenta underline")
-        for error in report.errors[:MAX_ITEMS]:
-            who = printable(error.get("rule") or f"probe {error.get('probe')}", 80)
-            out.line(f"{who}: {printable(error.get('message', ''), 500)}", indent=2)
-        if len(report.errors) > MAX_ITEMS:
-            out.line(f"… {len(report.errors) - MAX_ITEMS} more", indent=2)
-    if report.findings and not verbose and any(f.evidence for f in report.findings):
-        out.line("-v: the evidence; `envdoctor explain RULE`: why it matters.", style="dim")
+
+def _write_errors(out: _Writer, report: Report) -> None:
+    if not report.errors:
+        return
+    out.line()
+    out.line("Could not check", style="magenta underline")
+    for error in report.errors[:MAX_ITEMS]:
+        who = printable(error.get("rule") or f"probe {error.get('probe')}", 80)
+        out.line(f"{who}: {printable(error.get('message', ''), 500)}", indent=2)
+    if len(report.errors) > MAX_ITEMS:
+        out.line(f"… {len(report.errors) - MAX_ITEMS} more", indent=2)
 
 
 def make_console(file: Any = None, width: int | None = None, record: bool = False,

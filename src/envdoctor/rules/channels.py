@@ -14,7 +14,7 @@ from typing import Any
 from envdoctor.catalog import load_data
 from envdoctor.facts import Facts
 from envdoctor.facts.conda_meta import CondaRecord
-from envdoctor.remedies.install_commands import conda, fix_of, pip_own
+from envdoctor.remedies.install_commands import Fix, conda, fix_of, pip_own
 from envdoctor.rules import Hit
 
 #: Platform subdirs that end a channel URL and are not part of the channel's name.
@@ -35,19 +35,25 @@ def channel_name(record: CondaRecord | dict[str, Any]) -> str | None:
     if not raw:
         return None
     if "://" not in raw:
-        parts = [p for p in raw.split("/") if p]
-        if parts and parts[-1] in SUBDIRS:
-            parts = parts[:-1]
-        return "/".join(parts) or None
+        return "/".join(_without_subdir(raw.split("/"))) or None
+    return _channel_of_url(raw)
+
+
+def _without_subdir(parts: list[str]) -> list[str]:
+    """A channel path's non-empty parts, less a trailing platform subdir (`linux-64`, `noarch` …)."""
+    parts = [p for p in parts if p]
+    return parts[:-1] if parts and parts[-1] in SUBDIRS else parts
+
+
+def _channel_of_url(raw: str) -> str:
+    """`https://conda.anaconda.org/conda-forge/linux-64` -> `conda-forge`; a file URL as it is."""
     # Split by hand, not with urlparse: a redacted `[redacted]@host` is no IPv6 literal to check.
     scheme, _, rest = raw.partition("://")
     if scheme.lower() == "file":
         return raw
     netloc, _, path = rest.partition("/")
     netloc = netloc.rsplit("@", 1)[-1]
-    parts = [p for p in path.split("?", 1)[0].split("/") if p]
-    if parts and parts[-1] in SUBDIRS:
-        parts = parts[:-1]
+    parts = _without_subdir(path.split("?", 1)[0].split("/"))
     # A label is part of the channel: conda-forge/label/rc, not "rc".
     if len(parts) >= 3 and parts[-2] == "label":
         return "/".join(parts[-3:])
@@ -159,55 +165,79 @@ def _matches(record: CondaRecord, pattern: str) -> bool:
 BLAS_SELECTORS = ("libblas", "blas", "libcblas", "liblapack", "liblapacke")
 
 
-def find_mixed_blas(facts: Facts) -> Iterator[Hit]:
-    implementations = load_data("channels")["blas"]
-    names = {p.partition("=")[0] for patterns in implementations.values() for p in patterns}
-    every = conda_records(facts)
-    records = [r for r in every if r["name"] in names]
+def _installed_blas(implementations: dict[str, list[str]], records: list[CondaRecord]) -> dict[str, list[CondaRecord]]:
+    """Implementation -> its installed records, for each implementation the environment holds."""
     found: dict[str, list[CondaRecord]] = {}
     for impl, patterns in implementations.items():
         hits = [r for r in records if any(_matches(r, p) for p in patterns)]
         # intel-openmp alone is an OpenMP runtime, not a BLAS.
         if hits and not all(r["name"] == "intel-openmp" for r in hits):
             found[impl] = hits
-    if len(found) < 2:
-        return
-    libblas = next((r for r in records if r["name"] in ("libblas", "blas")), None)  # filtered above
-    selected = None
-    if libblas is not None:
-        selected = next((impl for impl, hits in found.items() if libblas in hits), None)
-    # `conda remove X` also removes every package that depends on X: an implementation
-    # another package (scipy, pytorch …) links directly is the one to keep, not to remove.
-    own = {impl: {r["name"] for r in hits} - set(BLAS_SELECTORS) for impl, hits in found.items()}
-    blas_names = set().union(*own.values()) | set(BLAS_SELECTORS)
-    needed_by = {impl: sorted({r["name"] for r in every if r["name"] not in blas_names
-                               and own[impl] & set(r["depends"])}) for impl in found}
+    return found
+
+
+def _dependents(name_sets: dict[str, set[str]], every: list[CondaRecord], blas_names: set[str]) -> dict[str, list[str]]:
+    """Key -> the non-BLAS packages that depend on one of its names (sorted)."""
+    return {key: sorted({r["name"] for r in every if r["name"] not in blas_names and names & set(r["depends"])})
+            for key, names in name_sets.items()}
+
+
+def _blas_to_keep(found: dict[str, list[CondaRecord]], selected: str | None, needed_by: dict[str, list[str]]) -> str:
+    """The implementation to keep: the selector's, else mkl, else the first; but the only one others link."""
     keep = selected or ("mkl" if "mkl" in found else sorted(found)[0])
     needed = [impl for impl in found if needed_by[impl]]
     if len(needed) == 1 and not needed_by[keep]:
         keep = needed[0]
+    return keep
+
+
+def find_mixed_blas(facts: Facts) -> Iterator[Hit]:
+    implementations = load_data("channels")["blas"]
+    names = {p.partition("=")[0] for patterns in implementations.values() for p in patterns}
+    every = conda_records(facts)
+    records = [r for r in every if r["name"] in names]
+    found = _installed_blas(implementations, records)
+    if len(found) < 2:
+        return
+    libblas = next((r for r in records if r["name"] in ("libblas", "blas")), None)  # filtered above
+    selected = next((impl for impl, hits in found.items() if libblas in hits), None) if libblas else None
+    # `conda remove X` also removes every package that depends on X: an implementation
+    # another package (scipy, pytorch …) links directly is the one to keep, not to remove.
+    own = {impl: {r["name"] for r in hits} - set(BLAS_SELECTORS) for impl, hits in found.items()}
+    blas_names = set().union(*own.values()) | set(BLAS_SELECTORS)
+    needed_by = _dependents(own, every, blas_names)
+    keep = _blas_to_keep(found, selected, needed_by)
     others = sorted({name for impl in found if impl != keep for name in own[impl]})
-    held = {name: sorted({r["name"] for r in every if r["name"] not in blas_names and name in r["depends"]})
-            for name in others}
-    removable = [name for name in others if not held[name]]
-    packages = facts["packages"]
-    selector = libblas["name"] if libblas else "libblas"
-    commands = [conda(packages, "install", f"{selector}=*=*{keep}")]
-    if removable:
-        commands.append(conda(packages, "remove", *removable))
-    stays = "; ".join(f"{name} stays: {', '.join(held[name])} depend on it" for name in others if held[name])
-    fix = fix_of(*commands, note=f"one BLAS ({keep}) for every package"
-                 + (f" ({stays}; rebuild those against {keep})" if stays else ""))
+    held = _dependents({name: {name} for name in others}, every, blas_names)
     yield Hit(
         message=(f"{len(found)} BLAS implementations are installed ({', '.join(sorted(found))}): "
                  "numpy, scipy and torch may each load a different one, with two OpenMP runtimes "
                  "fighting over the threads"),
-        evidence={"implementations": {impl: [_label(r) for r in hits] for impl, hits in sorted(found.items())},
-                  "libblas": f"{libblas['name']} {libblas['version']} {libblas['build']}" if libblas else None,
-                  "libblas_selects": selected, "keep": keep,
-                  "needed_by": {impl: deps for impl, deps in sorted(needed_by.items()) if deps}},
-        **fix.hit(),
+        evidence=_blas_evidence(found, libblas, selected, keep, needed_by),
+        **_one_blas_fix(facts, libblas, keep, others, held).hit(),
     )
+
+
+def _blas_evidence(found: dict[str, list[CondaRecord]], libblas: CondaRecord | None, selected: str | None,
+                   keep: str, needed_by: dict[str, list[str]]) -> dict[str, Any]:
+    return {"implementations": {impl: [_label(r) for r in hits] for impl, hits in sorted(found.items())},
+            "libblas": f"{libblas['name']} {libblas['version']} {libblas['build']}" if libblas else None,
+            "libblas_selects": selected, "keep": keep,
+            "needed_by": {impl: deps for impl, deps in sorted(needed_by.items()) if deps}}
+
+
+def _one_blas_fix(facts: Facts, libblas: CondaRecord | None, keep: str, others: list[str],
+                  held: dict[str, list[str]]) -> Fix:
+    """Select `keep` through the selector package, and remove the other BLAS packages nothing else needs."""
+    packages = facts["packages"]
+    selector = libblas["name"] if libblas else "libblas"
+    commands = [conda(packages, "install", f"{selector}=*=*{keep}")]
+    removable = [name for name in others if not held[name]]
+    if removable:
+        commands.append(conda(packages, "remove", *removable))
+    stays = "; ".join(f"{name} stays: {', '.join(held[name])} depend on it" for name in others if held[name])
+    return fix_of(*commands, note=f"one BLAS ({keep}) for every package"
+                  + (f" ({stays}; rebuild those against {keep})" if stays else ""))
 
 
 RULES = {

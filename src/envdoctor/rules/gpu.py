@@ -1,8 +1,8 @@
 """GPU rules: an NVIDIA GPU that torch cannot use, a driver too old for torch's CUDA, a busy GPU,
-a GPU whose architecture torch was not compiled for.
+a GPU whose architecture torch was not compiled for, CUDA libraries loaded from another folder first.
 
 GPU001 cuda-unusable, GPU002 driver-too-old, GPU003 gpu-busy, GPU004
-arch-not-in-build. They read the `gpu` section (NVML and the PCI bus) and the
+arch-not-in-build, GPU005 foreign-cuda-libraries. They read the `gpu` section (NVML and the PCI bus) and the
 `torch` section (the build read from files, and the import probe's CUDA facts
 when it ran). The driver and architecture tables are data: catalog/cuda_drivers.toml.
 """
@@ -23,6 +23,7 @@ from envdoctor.rules import Hit
 
 if TYPE_CHECKING:  # pragma: no cover
     from envdoctor.facts.gpu import GpuFacts
+    from envdoctor.facts.native_libs import CudaLibrary, NativeLibsFacts
     from envdoctor.facts.system import SystemFacts
     from envdoctor.facts.torch import TorchCuda, TorchFacts
 
@@ -445,9 +446,52 @@ def find_arch_not_in_build(facts: Facts) -> Iterator[Hit]:
     )
 
 
+def foreign_cuda_libraries(gpu: GpuFacts | None) -> list[tuple[CudaLibrary, CudaLibrary]]:
+    """(the one loaded first, torch's own) for each CUDA library of torch's that a searched-first folder shadows."""
+    native = gpu.get("native_libraries") if gpu else None
+    if not native:
+        return []
+    shipped = {lib["name"]: lib for lib in native["shipped"] if lib["resolves_to"]}
+    pairs: list[tuple[CudaLibrary, CudaLibrary]] = []
+    seen: set[str] = set()
+    for lib in native["on_library_path"]:
+        own = shipped.get(lib["name"])
+        if own is None or lib["name"] in seen or not lib["resolves_to"]:
+            continue
+        seen.add(lib["name"])  # the loader takes the first folder that has the name
+        if lib["resolves_to"] != own["resolves_to"]:
+            pairs.append((lib, own))
+    return pairs
+
+
+def find_foreign_cuda_libraries(facts: Facts) -> Iterator[Hit]:
+    pairs = foreign_cuda_libraries(facts["gpu"])
+    if not pairs:
+        return
+    native: NativeLibsFacts | dict[str, list[str]] = facts["gpu"].get("native_libraries") or {}
+    names = ", ".join(f"{lib['name']} from {lib['folder']} ({lib['via']})" for lib, _ in pairs)
+    folders = list(dict.fromkeys(lib["folder"] for lib, _ in pairs if lib["via"] == "LD_LIBRARY_PATH"))
+    levers = ([f"without {', '.join(folders)} on LD_LIBRARY_PATH"] if folders else []) + \
+        (["without LD_PRELOAD"] if any(lib["via"] == "LD_PRELOAD" for lib, _ in pairs) else [])
+    yield Hit(
+        message=(f"{len(pairs)} CUDA librar{'y' if len(pairs) == 1 else 'ies'} that torch ships would load from "
+                 f"another folder first: {names}; the dynamic loader searches LD_PRELOAD and LD_LIBRARY_PATH "
+                 "before torch's own folders, so another version loads (undefined symbols at import, or "
+                 "'cuDNN version incompatibility' at run time)"),
+        evidence={"libraries": [{"name": lib["name"], "loaded_from": lib["folder"], "via": lib["via"],
+                                 "resolves_to": lib["resolves_to"], "torch_ships": own["resolves_to"]}
+                                for lib, own in pairs],
+                  "ld_library_path": native.get("ld_library_path", []), "ld_preload": native.get("ld_preload", [])},
+        fix=(f"start training {' and '.join(levers)} (unload the cluster module that adds them, e.g. "
+             "`module unload cudnn nccl`, or drop the folders from LD_LIBRARY_PATH in the job script): torch "
+             "finds the libraries it ships without them"),
+    )
+
+
 RULES = {
     "GPU001": find_unusable_cuda,
     "GPU002": find_old_driver,
     "GPU003": find_busy_gpus,
     "GPU004": find_arch_not_in_build,
+    "GPU005": find_foreign_cuda_libraries,
 }

@@ -2,8 +2,11 @@
 from __future__ import annotations
 
 import ast
+from collections.abc import Callable, Iterable
+from typing import NamedTuple
 
 from envdoctor.analysis.spawn.bodies import BodyRunner
+from envdoctor.analysis.spawn.libraries import LibraryLoaders, table_only
 from envdoctor.analysis.spawn.names import (
     CUDA_INIT_CALLS,
     EXECUTOR_CLASSES,
@@ -34,6 +37,7 @@ from envdoctor.analysis.spawn.values import (
     NamespaceObj,
     Option,
     ParserObj,
+    Partial,
     PoolObj,
     ProcessObj,
     QualName,
@@ -52,114 +56,264 @@ from envdoctor.analysis.spawn.values import (
 from envdoctor.analysis.spawn.walker import Frame
 
 
+class Call(NamedTuple):
+    """One call being walked: what it calls (a qualified name or a method's name) and with what."""
+
+    name: str
+    node: ast.Call
+    frame: Frame
+    positional: list[Value]
+    keywords: dict[str, Value]
+    open: bool
+    site: Site
+
+    @property
+    def short(self) -> str:
+        return self.name.rsplit(".", 1)[-1]
+
+
+#: A call's handler: a method of CallWalker, or None to go on to the next question.
+Handler = Callable[["CallWalker", Call], "Value | None"]
+
+
 class CallWalker(BodyRunner):
     """Follows calls: what they return, what they start, into the bodies the walk can read."""
+
+    #: Qualified name -> handler, built once from the name tables and the catalog (`qualified_table`).
+    _qualified: dict[str, Handler] | None = None
+
+    @property
+    def libraries(self) -> LibraryLoaders:
+        """The check's reader of library loaders (the target's installed source, else the catalog)."""
+        project = getattr(self, "project", None)
+        return project.shared.libraries if project is not None else table_only()
 
     def expr_Call(self, node: ast.Call, frame: Frame) -> Value:
         func = self.eval(node.func, frame)
         positional, keywords, open_ = self.call_args(node, frame)
+        for _ in range(4):  # `partial(partial(DataLoader, ds), num_workers=2)`
+            if not isinstance(func, Partial):
+                break
+            positional, keywords = [*func.positional, *positional], {**func.keywords, **keywords}
+            open_, func = open_ or func.open, func.func
         site = Site(node.lineno, frame.module.column(node.lineno, node.col_offset), frame.module.path)
         if isinstance(func, QualName):
             if func.missing is not None and not frame.guarded:
                 self.passed_to_unreadable(func, node, frame, positional, keywords)
-            return self.call_qualified(func.name, node, frame, positional, keywords, open_, site)
+            return self.call_qualified(Call(func.name, node, frame, positional, keywords, open_, site))
         if isinstance(func, Function):
             return self.call_function(func, node, frame, positional, keywords, None)
         if isinstance(func, ClassInfo):
             return self.instantiate(func, node, frame, positional, keywords, open_, site)
         if isinstance(func, Bound):
-            return self.call_method(func, node, frame, positional, keywords, open_, site)
+            return self.call_method(func, Call(func.attr, node, frame, positional, keywords, open_, site))
         if isinstance(func, Context):
             return Unknown(node=node)
         return self.call_unknown(node, positional, keywords)
 
-    def call_qualified(self, name: str, node: ast.Call, frame: Frame, positional: list[Value],
-                       keywords: dict[str, Value], open_: bool, site: Site) -> Value:
-        short = name.rsplit(".", 1)[-1]
-        if name in LOADER_CLASSES:
-            return self.loader_from_args(short, positional, keywords, open_, site)
-        if name == "builtins.dict" and not any(loaderish(v) for v in positional):
-            base = positional[0] if len(positional) == 1 and isinstance(positional[0], Mapping_) else None
-            items = dict(base.items) if base else {}
-            items.update(keywords)
-            return Mapping_(items, open=(bool(positional) and base is None) or open_)
-        if name in NON_ITERATING:
-            return Unknown(node=node)  # `total=len(loader)` is a number, not a wrapper around the loader
-        callees = iterating_callees()
-        iterated = callees.when_called.get(name)
-        if iterated is not None:
-            positions, names = iterated
-            chosen = [v for i, v in enumerate(positional) if positions is None or i in positions]
-            chosen += [v for k, v in keywords.items() if k in names or (positions is None and k != "start")]
-            for value in chosen:
-                loader = loaderish(value)
-                if loader is not None:
-                    self.start_loader(loader, node, frame, f"{short}()")
-                    return Iterating(loader, started=True)
-                if isinstance(value, Deferred) and short != "iter":
-                    self.run_deferred(value, node, frame)
-            return Unknown(node=node)
-        if name in callees.fork_launchers:
-            return self.launch_forked(name, node, frame, positional)
-        if name == "argparse.ArgumentParser":
-            return ParserObj()
-        if name == "builtins.getattr" and len(positional) == 3 and isinstance(positional[1], Const):
+    # -- calls of names the tables know ----------------------------------------
+
+    @classmethod
+    def qualified_table(cls) -> dict[str, Handler]:
+        """Every name a table knows, with its handler: one dict lookup per call, whatever the tables hold."""
+        if cls._qualified is None:
+            callees = iterating_callees()
+            table: dict[str, Handler] = {}
+            groups: list[tuple[Iterable[str], Handler]] = [
+                (callees.when_called, CallWalker.q_iterates),
+                (NON_ITERATING, CallWalker.q_inspects),
+                (callees.fork_launchers, CallWalker.q_fork_launcher),
+                (PROCESS_CLASSES, CallWalker.q_process),
+                (POOL_CLASSES | MANAGER_CLASSES, CallWalker.q_pool),
+                (EXECUTOR_CLASSES, CallWalker.q_executor),
+                (TORCH_SPAWN, CallWalker.q_torch_spawn),
+                (SET_START_METHOD, CallWalker.q_set_start_method),
+                (GET_CONTEXT, CallWalker.q_get_context),
+                (callees.settings_classes, CallWalker.q_settings),
+                (callees.trainers, CallWalker.q_trainer),
+                (CUDA_INIT_CALLS, CallWalker.q_cuda_init),
+                (TENSOR_FACTORIES, CallWalker.q_tensor),
+                (LOADER_CLASSES, CallWalker.q_loader),
+            ]
+            for names, handler in groups:
+                table.update(dict.fromkeys(names, handler))
+            table.update({
+                "builtins.dict": CallWalker.q_dict, "argparse.ArgumentParser": CallWalker.q_parser,
+                "builtins.getattr": CallWalker.q_getattr, "builtins.vars": CallWalker.q_vars,
+                "builtins.next": CallWalker.q_next, "builtins.super": CallWalker.q_super,
+                "torch.device": CallWalker.q_device, "asyncio.run": CallWalker.q_asyncio_run,
+                "functools.partial": CallWalker.q_partial,
+            })
+            cls._qualified = table
+        return cls._qualified
+
+    def call_qualified(self, call: Call) -> Value:
+        handler = self.qualified_table().get(call.name)
+        if handler is not None:
+            result = handler(self, call)
+            if result is not None:
+                return result
+        library = self.library_call(call)
+        if library is not None:
+            return library
+        return self.call_unknown(call.node, call.positional, call.keywords,
+                                 known=call.name in iterating_callees().when_iterated)
+
+    def q_loader(self, call: Call) -> Value:
+        return self.loader_from_args(call.short, call.positional, call.keywords, call.open, call.site)
+
+    def q_dict(self, call: Call) -> Value | None:
+        positional = call.positional
+        if any(loaderish(v) for v in positional):
+            return None
+        base = positional[0] if len(positional) == 1 and isinstance(positional[0], Mapping_) else None
+        items = dict(base.items) if base else {}
+        items.update(call.keywords)
+        return Mapping_(items, open=(bool(positional) and base is None) or call.open)
+
+    def q_inspects(self, call: Call) -> Value:
+        return Unknown(node=call.node)  # `total=len(loader)` is a number, not a wrapper around the loader
+
+    def q_iterates(self, call: Call) -> Value:
+        positions, names = iterating_callees().when_called[call.name]
+        chosen = [v for i, v in enumerate(call.positional) if positions is None or i in positions]
+        chosen += [v for k, v in call.keywords.items() if k in names or (positions is None and k != "start")]
+        for value in chosen:
+            loader = loaderish(value)
+            if loader is not None:
+                self.start_loader(loader, call.node, call.frame, f"{call.short}()")
+                return Iterating(loader, started=True)
+            if isinstance(value, Deferred) and call.short != "iter":
+                self.run_deferred(value, call.node, call.frame)
+        return Unknown(node=call.node)
+
+    def q_fork_launcher(self, call: Call) -> Value:
+        return self.launch_forked(call.name, call.node, call.frame, call.positional)
+
+    def q_parser(self, call: Call) -> Value:
+        return ParserObj()
+
+    def q_getattr(self, call: Call) -> Value | None:
+        positional = call.positional
+        if len(positional) == 3 and isinstance(positional[1], Const):
             return self.option_of(positional[0], str(positional[1].value), positional[2])
-        if name == "builtins.vars" and positional and isinstance(positional[0], NamespaceObj):
-            parser = positional[0].parser
+        return None
+
+    def q_vars(self, call: Call) -> Value | None:
+        if call.positional and isinstance(call.positional[0], NamespaceObj):
+            parser = call.positional[0].parser
             return Mapping_({dest: Option(flag, default) for dest, (flag, default) in parser.options.items()})
-        if name == "builtins.next" and positional and isinstance(positional[0], Deferred):
-            self.run_deferred(positional[0], node, frame)
-        if name == "builtins.super":
-            return SuperObj(frame.self_value or Unknown("self"), frame.self_class)
-        if name in PROCESS_CLASSES:
-            return ProcessObj(site, None)
-        if name in POOL_CLASSES or name in MANAGER_CLASSES:
-            kind = "pool" if name in POOL_CLASSES else "manager"
-            self.record(kind, node, frame, starts=f"{short}() starts its worker processes when it is created",
-                        context=None)
-            return PoolObj(kind)
-        if name in EXECUTOR_CLASSES:
-            ctx = keywords.get("mp_context")
-            return Executor(site, ctx.method if isinstance(ctx, Context) else None)
-        if name in TORCH_SPAWN:
-            method = keywords.get("start_method")
-            context = method.value if isinstance(method, Const) else "spawn"
-            self.record("torch-spawn", node, frame, starts=f"torch.multiprocessing.{short}() starts processes",
-                        context=context if short == "start_processes" else "spawn")
-            return Unknown(node=node)
-        if name in SET_START_METHOD:
-            method = positional[0] if positional else keywords.get("method")
-            self.record("set-start-method", node, frame,
-                        method=method.value if isinstance(method, Const) else None)
-            return Const(None)
-        if name in GET_CONTEXT:
-            method = positional[0] if positional else keywords.get("method")
-            return Context(method.value if isinstance(method, Const) else None)
-        if name in callees.settings_classes:
-            return SettingsObj(dict(keywords), open=open_)
-        spec = callees.trainers.get(name)
-        if spec is not None:
-            return TrainerObj(site, spec, list(positional), dict(keywords))
-        if name in CUDA_INIT_CALLS:
-            self.record("cuda-init", node, frame, call=self.source(node.func) + "()")
-            return Unknown(node=node)
-        if name in ("torch.device",):
-            arg = positional[0] if positional else keywords.get("type")
-            if isinstance(arg, Const) and isinstance(arg.value, str):
-                return Device(cuda=arg.value.startswith("cuda"))
-            if isinstance(arg, Device):
-                return arg
-            return Unknown(node=node)
-        if name in TENSOR_FACTORIES:
-            device = keywords.get("device")
-            if is_cuda(device):
-                self.record("cuda-init", node, frame, call=f"{self.source(node.func)}(..., device=cuda)")
-            return Unknown(node=node)
-        if name == "asyncio.run" and positional:
-            if isinstance(positional[0], Deferred):
-                return self.run_deferred(positional[0], node, frame)
-        return self.call_unknown(node, positional, keywords, known=name in callees.when_iterated)
+        return None
+
+    def q_next(self, call: Call) -> Value | None:
+        if call.positional and isinstance(call.positional[0], Deferred):
+            self.run_deferred(call.positional[0], call.node, call.frame)
+        return None
+
+    def q_super(self, call: Call) -> Value:
+        return SuperObj(call.frame.self_value or Unknown("self"), call.frame.self_class)
+
+    def q_process(self, call: Call) -> Value:
+        return ProcessObj(call.site, None)
+
+    def q_pool(self, call: Call) -> Value:
+        kind = "pool" if call.name in POOL_CLASSES else "manager"
+        self.record(kind, call.node, call.frame, starts=f"{call.short}() starts its worker processes when it is created",
+                    context=None)
+        return PoolObj(kind)
+
+    def q_executor(self, call: Call) -> Value:
+        ctx = call.keywords.get("mp_context")
+        return Executor(call.site, ctx.method if isinstance(ctx, Context) else None)
+
+    def q_torch_spawn(self, call: Call) -> Value:
+        method = call.keywords.get("start_method")
+        context = method.value if isinstance(method, Const) else "spawn"
+        self.record("torch-spawn", call.node, call.frame,
+                    starts=f"torch.multiprocessing.{call.short}() starts processes",
+                    context=context if call.short == "start_processes" else "spawn")
+        return Unknown(node=call.node)
+
+    def q_set_start_method(self, call: Call) -> Value:
+        method = call.positional[0] if call.positional else call.keywords.get("method")
+        self.record("set-start-method", call.node, call.frame,
+                    method=method.value if isinstance(method, Const) else None)
+        return Const(None)
+
+    def q_get_context(self, call: Call) -> Value:
+        method = call.positional[0] if call.positional else call.keywords.get("method")
+        return Context(method.value if isinstance(method, Const) else None)
+
+    def q_settings(self, call: Call) -> Value:
+        return SettingsObj(dict(call.keywords), open=call.open)
+
+    def q_trainer(self, call: Call) -> Value:
+        spec = iterating_callees().trainers[call.name]
+        return TrainerObj(call.site, spec, list(call.positional), dict(call.keywords))
+
+    def q_cuda_init(self, call: Call) -> Value:
+        self.record("cuda-init", call.node, call.frame, call=self.source(call.node.func) + "()")
+        return Unknown(node=call.node)
+
+    def q_device(self, call: Call) -> Value:
+        arg = call.positional[0] if call.positional else call.keywords.get("type")
+        if isinstance(arg, Const) and isinstance(arg.value, str):
+            return Device(cuda=arg.value.startswith("cuda"))
+        if isinstance(arg, Device):
+            return arg
+        return Unknown(node=call.node)
+
+    def q_tensor(self, call: Call) -> Value:
+        if is_cuda(call.keywords.get("device")):
+            self.record("cuda-init", call.node, call.frame, call=f"{self.source(call.node.func)}(..., device=cuda)")
+        return Unknown(node=call.node)
+
+    def q_asyncio_run(self, call: Call) -> Value | None:
+        if call.positional and isinstance(call.positional[0], Deferred):
+            return self.run_deferred(call.positional[0], call.node, call.frame)
+        return None
+
+    def q_partial(self, call: Call) -> Value | None:
+        """`functools.partial(DataLoader, num_workers=4)`: the class with those arguments bound."""
+        if not call.positional:
+            return None
+        return Partial(call.positional[0], list(call.positional[1:]), dict(call.keywords), call.open)
+
+    # -- library loaders: by what they are -------------------------------------
+
+    def library_call(self, call: Call) -> Value | None:
+        """A library class that is a DataLoader, a function that returns one, or a call that behaves as one."""
+        libraries = self.libraries
+        name = call.name
+        # Only a call that may set num_workers can give a loader that starts workers: one built
+        # without it has none (`loader_from_args`), so the library need not be read for it.
+        read = "num_workers" in call.keywords or call.open
+        if libraries.is_loader_class(name, read):
+            return self.library_loader(call, call.short)
+        if libraries.returns_loader(name, read):
+            return self.library_loader(call, f"{call.short}()")
+        guessed = self.behaves_as_loader(call, name)
+        if guessed is not None:
+            return guessed
+        if call.short[:1].isupper():
+            made = self.call_unknown(call.node, call.positional, call.keywords)
+            if isinstance(made, Unknown):
+                made.lib = name  # its methods may return loaders (`Node2Vec(...).loader(...)`)
+            return made
+        return None
+
+    def library_loader(self, call: Call, shown: str) -> Loader:
+        # Only the first argument is known to be the dataset: a library class's own parameters
+        # (`NeighborLoader(data, num_neighbors, ...)`) do not sit where DataLoader's do.
+        return self.loader_from_args(shown, call.positional[:1], call.keywords, call.open, call.site)
+
+    def behaves_as_loader(self, call: Call, name: str) -> Value | None:
+        """A call given `num_workers=` into a library that cannot be read: its result may be a loader."""
+        if "num_workers" not in call.keywords or (name and self.libraries.installed(name)):
+            return None
+        loader = self.loader_from_args(f"{call.short}()", call.positional[:1], call.keywords, call.open, call.site)
+        loader.guessed = True
+        return loader
 
     def launch_forked(self, name: str, node: ast.Call, frame: Frame, positional: list[Value]) -> Value:
         """A launcher that forces fork (accelerate's notebook_launcher) runs its function: what it starts is forked."""
@@ -282,69 +436,120 @@ class CallWalker(BodyRunner):
         return [Loader(site=trainer.site, num_workers=workers, class_name=f"{trainer.spec.name}'s DataLoader",
                        dataset=shipped.get("dataset"), shipped=shipped)]
 
-    def call_method(self, bound: Bound, node: ast.Call, frame: Frame, positional: list[Value],
-                    keywords: dict[str, Value], open_: bool, site: Site) -> Value:
-        obj, attr = bound.obj, bound.attr
+    @staticmethod
+    def method_table() -> dict[type, Callable[..., Value | None]]:
+        """The methods of the values the walk models, by the value's type."""
+        return {Loader: CallWalker.m_loader, ProcessObj: CallWalker.m_process, Executor: CallWalker.m_executor,
+                TrainerObj: CallWalker.m_trainer, ParserObj: CallWalker.m_parser, Context: CallWalker.m_context,
+                Mapping_: CallWalker.m_mapping, Seq: CallWalker.m_seq, SuperObj: CallWalker.m_super,
+                Unknown: CallWalker.m_library}
+
+    def call_method(self, bound: Bound, call: Call) -> Value:
+        obj, attr = bound.obj, call.name
         if bound.func is not None:
-            return self.call_function(bound.func, node, frame, positional, keywords, obj)
-        if attr == "cuda" or (attr == "to" and any(is_cuda(v) for v in [*positional, *keywords.values()])):
+            return self.call_function(bound.func, call.node, call.frame, call.positional, call.keywords, obj)
+        node, frame = call.node, call.frame
+        if attr == "cuda" or (attr == "to" and any(is_cuda(v) for v in [*call.positional, *call.keywords.values()])):
             self.record("cuda-init", node, frame, call=f".{attr}({self.source(node.args[0]) if node.args else ''})")
             return obj if isinstance(obj, (Instance, Unknown)) else Unknown(node=node)
-        if attr == "run_until_complete" and positional and isinstance(positional[0], Deferred):
-            return self.run_deferred(positional[0], node, frame)
-        if isinstance(obj, Loader) and attr == "__iter__":
-            self.start_loader(obj, node, frame, "__iter__()")
-            return Iterating(obj, started=True)
-        if isinstance(obj, ProcessObj) and attr == "start":
-            self.record("process-start", node, frame, starts=f"{obj.kind}.start() starts a process "
-                        f"(created at line {obj.site.line})", context=obj.context)
-            return Const(None)
-        if isinstance(obj, Executor) and attr in ("submit", "map"):
-            self.record("process-pool", node, frame,
-                        starts=f"ProcessPoolExecutor.{attr}() starts worker processes", context=obj.context)
-            return Unknown(node=node)
-        if isinstance(obj, TrainerObj) and attr in obj.spec.runs:
-            return self.run_trainer(obj, attr, node, frame, positional, keywords)
-        if isinstance(obj, ParserObj):
-            return self.argparse_method(obj, attr, positional, keywords)
+        if attr == "run_until_complete" and call.positional and isinstance(call.positional[0], Deferred):
+            return self.run_deferred(call.positional[0], node, frame)
+        handler = _METHODS.get(type(obj))
+        if handler is not None:
+            result = handler(self, call, obj)
+            if result is not None:
+                return result
+        positional = call.positional
         if attr == "get" and len(positional) == 2 and isinstance(positional[0], Const) and not isinstance(
                 obj, Mapping_):
             return self.option_of(obj, str(positional[0].value), positional[1])
         if attr in iterating_callees().wrapper_methods:
-            return self.call_unknown(node, positional, keywords, known=True)
-        if isinstance(obj, Context):
-            if attr == "Process":
-                return ProcessObj(site, obj.method)
-            if attr in ("Pool", "Manager"):
-                kind = "pool" if attr == "Pool" else "manager"
-                self.record(kind, node, frame, starts=f"{attr}() starts its worker processes when it is created",
-                            context=obj.method)
-                return PoolObj(kind)
-        if isinstance(obj, Mapping_) and attr in ("values", "items", "get"):
-            return self.mapping_method(obj, attr, positional)
-        if isinstance(obj, Seq) and attr in ("append", "extend", "insert"):
-            added = positional[-1:] if attr != "extend" else (
-                positional[0].items if positional and isinstance(positional[0], Seq) else [])
-            self.to_change(obj).items.extend(v for v in added if not is_plain(v))
+            return self.call_unknown(node, positional, call.keywords, known=True)
+        guessed = self.behaves_as_loader(call, "")
+        if guessed is not None:  # `model.loader(num_workers=4)` on an object the walk cannot read
+            return guessed
+        return self.call_unknown(node, positional, call.keywords)
+
+    def m_loader(self, call: Call, obj: Loader) -> Value | None:
+        if call.name == "__iter__":
+            self.start_loader(obj, call.node, call.frame, "__iter__()")
+            return Iterating(obj, started=True)
+        return None
+
+    def m_process(self, call: Call, obj: ProcessObj) -> Value | None:
+        if call.name == "start":
+            self.record("process-start", call.node, call.frame, starts=f"{obj.kind}.start() starts a process "
+                        f"(created at line {obj.site.line})", context=obj.context)
             return Const(None)
-        if isinstance(obj, Mapping_) and attr == "copy":
+        return None
+
+    def m_executor(self, call: Call, obj: Executor) -> Value | None:
+        if call.name in ("submit", "map"):
+            self.record("process-pool", call.node, call.frame,
+                        starts=f"ProcessPoolExecutor.{call.name}() starts worker processes", context=obj.context)
+            return Unknown(node=call.node)
+        return None
+
+    def m_trainer(self, call: Call, obj: TrainerObj) -> Value | None:
+        if call.name in obj.spec.runs:
+            return self.run_trainer(obj, call.name, call.node, call.frame, call.positional, call.keywords)
+        return None
+
+    def m_parser(self, call: Call, obj: ParserObj) -> Value | None:
+        return self.argparse_method(obj, call.name, call.positional, call.keywords)
+
+    def m_context(self, call: Call, obj: Context) -> Value | None:
+        if call.name == "Process":
+            return ProcessObj(call.site, obj.method)
+        if call.name in ("Pool", "Manager"):
+            kind = "pool" if call.name == "Pool" else "manager"
+            self.record(kind, call.node, call.frame,
+                        starts=f"{call.name}() starts its worker processes when it is created", context=obj.method)
+            return PoolObj(kind)
+        return None
+
+    def m_mapping(self, call: Call, obj: Mapping_) -> Value | None:
+        attr, positional = call.name, call.positional
+        if attr in ("values", "items", "get"):
+            return self.mapping_method(obj, attr, positional)
+        if attr == "copy":
             return Mapping_(dict(obj.items), obj.open)
-        if isinstance(obj, Mapping_) and attr == "update":
+        if attr == "update":
             self.to_change(obj)
             if positional and isinstance(positional[0], Mapping_):
                 obj.items.update(positional[0].items)
-            obj.items.update(keywords)
+            obj.items.update(call.keywords)
             return Const(None)
-        if isinstance(obj, SuperObj):
-            if attr == "__init__" and isinstance(frame.self_value, Loader) and obj.cls is not None:
-                built = self.loader_from_args(obj.cls.node.name, positional, keywords, open_,
-                                              frame.self_value.site)
-                target = frame.self_value
-                target.num_workers, target.context = built.num_workers, built.context
-                target.persistent, target.dataset, target.worker_fns = (built.persistent, built.dataset,
-                                                                        built.worker_fns)
-            return Const(None)
-        return self.call_unknown(node, positional, keywords)
+        return None
+
+    def m_seq(self, call: Call, obj: Seq) -> Value | None:
+        if call.name not in ("append", "extend", "insert"):
+            return None
+        positional = call.positional
+        added = positional[-1:] if call.name != "extend" else (
+            positional[0].items if positional and isinstance(positional[0], Seq) else [])
+        self.to_change(obj).items.extend(v for v in added if not is_plain(v))
+        return Const(None)
+
+    def m_super(self, call: Call, obj: SuperObj) -> Value | None:
+        if call.name == "get" or call.name in iterating_callees().wrapper_methods:
+            return None  # as on any object: `super().get("workers", 2)`
+        frame = call.frame
+        if call.name == "__init__" and isinstance(frame.self_value, Loader) and obj.cls is not None:
+            built = self.loader_from_args(obj.cls.node.name, call.positional, call.keywords, call.open,
+                                          frame.self_value.site)
+            target = frame.self_value
+            target.num_workers, target.context = built.num_workers, built.context
+            target.persistent, target.dataset, target.worker_fns = (built.persistent, built.dataset,
+                                                                    built.worker_fns)
+        return Const(None)
+
+    def m_library(self, call: Call, obj: Unknown) -> Value | None:
+        """`Node2Vec(...).loader(num_workers=4)`: a method of a library object that returns a loader."""
+        if obj.lib is not None and self.libraries.returns_loader(
+                f"{obj.lib}.{call.name}", "num_workers" in call.keywords or call.open):
+            return self.library_loader(call, f"{obj.lib.rsplit('.', 1)[-1]}.{call.name}()")
+        return None
 
     def mapping_method(self, obj: Mapping_, attr: str, positional: list[Value]) -> Value:
         """`loaders.values()`, `loaders.items()`, `loaders.get(phase)`: what they hold."""
@@ -364,10 +569,19 @@ class CallWalker(BodyRunner):
         keys: list[Value] = [Const(k) for k in obj.items] + ([Unknown()] if obj.default is not None else [])
         return Seq([Seq([k, v]) for k, v in zip(keys, values)])
 
+    def inherits_loader(self, cls: ClassInfo, depth: int = 0) -> bool:
+        """Whether a class of the walk derives from a DataLoader class, a library's included."""
+        for base in cls.bases:
+            if isinstance(base, QualName) and self.libraries.is_loader_class(base.name):
+                return True
+            if isinstance(base, ClassInfo) and depth < 16 and self.inherits_loader(base, depth + 1):
+                return True
+        return False
+
     def instantiate(self, cls: ClassInfo, node: ast.Call, frame: Frame, positional: list[Value],
                     keywords: dict[str, Value], open_: bool, site: Site) -> Value:
         init = cls.lookup("__init__")
-        if cls.inherits(LOADER_CLASSES):
+        if self.inherits_loader(cls):
             loader = self.loader_from_args(cls.node.name, positional, keywords, open_, site)
             if isinstance(init, Function):
                 # A custom __init__ passes its own values on through super().__init__().
@@ -383,3 +597,6 @@ class CallWalker(BodyRunner):
         if isinstance(init, Function):
             self.call_function(init, node, frame, positional, keywords, instance)
         return instance
+
+
+_METHODS: dict[type, Callable[..., Value | None]] = CallWalker.method_table()

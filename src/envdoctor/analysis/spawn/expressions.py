@@ -163,6 +163,11 @@ class ExpressionWalker(StatementWalker):
     def expr_IfExp(self, node: ast.IfExp, frame: Frame) -> Value:
         self.eval(node.test, frame)
         a, b = self.eval(node.body, frame), self.eval(node.orelse, frame)
+        key = membership_key(node.test)
+        if key is not None and isinstance(b, Const) and isinstance(b.value, int) and not isinstance(a, Const):
+            # `cfg.num_workers if "num_workers" in cfg else 0`: the config's entry when it has one, else
+            # the default, like `cfg.get("num_workers", 0)`.
+            return Option(f"{key!r} in the config", Const(b.value))
         if isinstance(a, Device) or isinstance(b, Device):
             return Device(cuda=any(isinstance(v, Device) and v.cuda for v in (a, b)))
         for v in (a, b):
@@ -234,3 +239,10 @@ class ExpressionWalker(StatementWalker):
 
     # -- what starts workers ------------------------------------------------
 
+
+def membership_key(test: ast.expr) -> str | None:
+    """The key of `"key" in container`, or None for any other test."""
+    if (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.In)
+            and isinstance(test.left, ast.Constant) and isinstance(test.left.value, str)):
+        return test.left.value
+    return None

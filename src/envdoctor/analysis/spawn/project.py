@@ -24,6 +24,7 @@ import sys
 from pathlib import Path
 from typing import TypedDict
 
+from envdoctor.analysis.spawn.libraries import LibraryLoaders
 from envdoctor.analysis.spawn.names import EXTERNAL_ROOTS
 from envdoctor.analysis.spawn.reading import read_source
 from envdoctor.analysis.spawn.syntax import source_lines
@@ -164,13 +165,17 @@ class SharedModules:
     every later script that imports it.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, library_path: list[str] | None = None) -> None:
+        """`library_path`: where the target environment's libraries are (its sys.path); None for this
+        interpreter's own, whose libraries are the target's when envdoctor checks the environment it runs in."""
         self.modules: dict[tuple[str, str, bool], Module] = {}
         #: Parsed sources by real path: a file checked as a script and imported as a module is parsed once.
         self.parsed: dict[str, tuple[tuple[int, int], ast.Module]] = {}
         self.files = ProjectFiles()
         #: Freeze each kept tree out of the garbage collector (only inside gather_scripts' settled heap).
         self.freeze = False
+        #: Library classes and functions that are or return DataLoaders, read from the target's source.
+        self.libraries = LibraryLoaders(sys.path if library_path is None else library_path)
 
     def parse(self, path: str, text: str, keep: bool = True) -> ast.Module:
         """The tree of `text` (read from `path`), parsed once per check; raises what ast.parse raises.

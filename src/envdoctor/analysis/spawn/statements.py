@@ -2,8 +2,10 @@
 from __future__ import annotations
 
 import ast
+import operator
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from typing import Any
 
 from envdoctor.analysis.spawn.names import EXITS, TYPE_CHECKING_NAMES
 from envdoctor.analysis.spawn.syntax import bound_names, child_expressions, guard_polarity, matches_only_main
@@ -227,6 +229,16 @@ class StatementWalker(Walker):
         if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
             inner = self.static_truth(test.operand, frame)
             return None if inner is None else not inner
+        if isinstance(test, ast.Compare):
+            return self.static_comparison(test, frame)
+        if isinstance(test, ast.BoolOp) and len(test.values) <= 8 and not any(
+                getattr(v, "id", getattr(v, "attr", "")) == "TYPE_CHECKING" for v in test.values):
+            # `mode != "serial" and NPROC > 1`: decided when the constants decide it.
+            truths = [self.static_truth(value, frame) for value in test.values]
+            decisive = isinstance(test.op, ast.Or)  # one True decides an `or`, one False an `and`
+            if decisive in truths:
+                return decisive
+            return (not decisive) if all(t is not None for t in truths) else None
         if (isinstance(test, ast.BoolOp) and isinstance(test.op, ast.Or)
                 and self.static_truth(test.values[0], frame) is False
                 and isinstance(test.values[0], (ast.Name, ast.Attribute)) and "TYPE_CHECKING" in unparse(test.values[0])):
@@ -234,6 +246,32 @@ class StatementWalker(Walker):
             # type checker reads, which a normal run (the flag unset) never executes.
             return False
         return None
+
+    def static_comparison(self, test: ast.Compare, frame: Frame) -> bool | None:
+        """`NPROC > 1` after `NPROC = 1`, `split == "train"` in a call given no split: both sides constants."""
+        if len(test.ops) != 1 or frame.loop_depth:
+            return None
+        left, right = self.constant_operand(test.left, frame), self.constant_operand(test.comparators[0], frame)
+        compare = _COMPARISONS.get(type(test.ops[0]))
+        if left is _NOT_CONSTANT or right is _NOT_CONSTANT or compare is None:
+            return None
+        try:
+            return bool(compare(left, right))
+        except TypeError:  # `1 < "a"` raises at run time: not for the walk to decide
+            return None
+
+    def constant_operand(self, node: ast.expr, frame: Frame) -> object:
+        """The literal value of a constant or of a name bound to one (not in a loop), else _NOT_CONSTANT."""
+        if isinstance(node, ast.Constant):
+            value: object = node.value
+        elif isinstance(node, (ast.Name, ast.Attribute)):
+            found = self.eval(node, frame)
+            if not isinstance(found, Const):
+                return _NOT_CONSTANT
+            value = found.value
+        else:
+            return _NOT_CONSTANT
+        return value if isinstance(value, (bool, int, float, str, type(None))) else _NOT_CONSTANT
 
     def stmt_For(self, stmt: ast.For | ast.AsyncFor, frame: Frame) -> None:
         iterable = self.eval(stmt.iter, frame)
@@ -316,3 +354,10 @@ class StatementWalker(Walker):
 
     # -- expressions --------------------------------------------------------
 
+
+#: What `static_comparison` marks an operand it cannot read with.
+_NOT_CONSTANT = object()
+_COMPARISONS: dict[type, Callable[[Any, Any], Any]] = {
+    ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt, ast.LtE: operator.le,
+    ast.Gt: operator.gt, ast.GtE: operator.ge, ast.Is: operator.is_, ast.IsNot: operator.is_not,
+}

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
 
 
@@ -28,6 +28,8 @@ class Unknown(Value):
     node: ast.AST | None = None  # unparsed only when the text is needed: unparse is slow
     #: Objects defined in the walk that this value may carry (`Subset(MyDataset(), idx)`).
     holds: Sequence[Value] = ()
+    #: The library class that made it (`Node2Vec(...)`), whose methods may return loaders.
+    lib: str | None = None
 
     def text(self) -> str:
         if self.node is not None:
@@ -184,9 +186,23 @@ class Loader(Value):
     started: bool = False
     #: What the workers must unpickle, by the DataLoader parameter that passes it.
     shipped: dict[str, Value] = field(default_factory=dict)
+    #: Known only by its behaviour (a library call given num_workers= that the walk could not read):
+    #: it may be one loader or a list of them, so unpacking it starts nothing and each name it
+    #: unpacks into is such a loader.
+    guessed: bool = False
 
     def text(self) -> str:
         return f"{self.class_name}(num_workers={self.num_workers.text()})"
+
+
+@dataclass(eq=False)
+class Partial(Value):
+    """`functools.partial(func, *args, **keywords)`: `func` with those arguments bound first."""
+
+    func: Value
+    positional: list[Value]
+    keywords: dict[str, Value]
+    open: bool = False
 
 
 @dataclass(eq=False)
@@ -402,6 +418,12 @@ def join(a: Value | None, b: Value | None) -> Value:
         known = a if isinstance(a, Mapping_) else b
         assert isinstance(known, Mapping_)
         return Mapping_(dict(known.items), open=True, default=known.default)
+    one = a if isinstance(a, Loader) else b if isinstance(b, Loader) else None
+    other = b if one is a else a
+    if one is not None and isinstance(other, Seq) and any(loaderish(v) for v in other.items[:8]):
+        # `ds = ds[0] if len(ds) == 1 else ds`: one loader or a list of them. Unpacking it starts
+        # nothing (it is the list then); iterating what it unpacks into does.
+        return replace(one, guessed=True)
     return a if _rank(a) >= _rank(b) else b
 
 

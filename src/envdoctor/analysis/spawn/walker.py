@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import ast
 import time
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
 from envdoctor.analysis.spawn.names import BUILTIN_NAMES, STAR_EXPORTS
@@ -262,47 +262,66 @@ class Walker:
     def bind(self, target: ast.AST, value: Value, frame: Frame, line: int | None = None) -> None:
         if frame.scope is frame.module.scope or not is_plain(value):
             self.state_version += 1  # what a function sees may have changed: forget its memo
-        if isinstance(target, ast.Name):
-            if isinstance(value, Const) and value.origin is None:
-                value = Const(value.value, f"{target.id} = {value.text()} (line {line or target.lineno})")
-            if target.id in frame.declared_global:
-                self.write_name(frame.module, target.id, value)
+        binder = _BINDERS.get(type(target))
+        if binder is not None:
+            binder(self, target, value, frame, line)
+
+    def bind_name(self, target: ast.Name, value: Value, frame: Frame, line: int | None) -> None:
+        if isinstance(value, Const) and value.origin is None:
+            value = Const(value.value, f"{target.id} = {value.text()} (line {line or target.lineno})")
+        if target.id in frame.declared_global:
+            self.write_name(frame.module, target.id, value)
+            return
+        frame.scope[target.id] = value
+        if isinstance(value, (Mapping_, Seq)) and value.home is None and frame.scope is frame.module.scope \
+                and not frame.module.is_main:
+            value.home = frame.module
+
+    def bind_unpacked(self, target: ast.Tuple | ast.List, value: Value, frame: Frame, line: int | None) -> None:
+        loader = loaderish(value)
+        if loader is not None and loader.guessed:
+            # A library call given num_workers= that may return one loader or several: unpacking a
+            # list starts nothing, and each name it unpacks into is such a loader.
+            value = Seq([replace(loader, site=loader.site) for _ in target.elts])
+        elif loader is not None:  # `a, b = loader` iterates it
+            self.start_loader(loader, target, frame, "unpacking")
+        # `a, b = [loader_a, loader_b]` iterates the list, not a loader: nothing starts.
+        seq = value if isinstance(value, Seq) else None
+        items = seq.items if seq is not None and len(seq.items) == len(target.elts) and not seq.repeated else None
+        each = (any_of(seq.items) if seq is not None and seq.items and items is None
+                and not all(is_plain(v) for v in seq.items) else None)
+        for i, element in enumerate(target.elts):
+            if isinstance(element, ast.Starred):
+                self.bind(element.value, Unknown(node=element), frame, line)
+            elif items is not None:
+                self.bind(element, items[i], frame, line)
             else:
-                frame.scope[target.id] = value
-                if isinstance(value, (Mapping_, Seq)) and value.home is None and frame.scope is frame.module.scope \
-                        and not frame.module.is_main:
-                    value.home = frame.module
-        elif isinstance(target, (ast.Tuple, ast.List)):
-            loader = loaderish(value)
-            if loader is not None:  # `a, b = loader` iterates it
-                self.start_loader(loader, target, frame, "unpacking")
-            # `a, b = [loader_a, loader_b]` iterates the list, not a loader: nothing starts.
-            seq = value if isinstance(value, Seq) else None
-            items = seq.items if seq is not None and len(seq.items) == len(target.elts) and not seq.repeated else None
-            each = (any_of(seq.items) if seq is not None and seq.items and items is None
-                    and not all(is_plain(v) for v in seq.items) else None)
-            for i, element in enumerate(target.elts):
-                if isinstance(element, ast.Starred):
-                    self.bind(element.value, Unknown(node=element), frame, line)
-                elif items is not None:
-                    self.bind(element, items[i], frame, line)
-                else:
-                    self.bind(element, each if each is not None else Unknown(node=element), frame, line)
-        elif isinstance(target, ast.Attribute):
-            owner = self.eval(target.value, frame)
-            if isinstance(owner, (Instance, ClassInfo, Module)):
-                self.write_name(owner, target.attr, value)
-        elif isinstance(target, ast.Subscript):
-            owner = self.eval(target.value, frame)
-            key = self.eval(target.slice, frame)
-            if isinstance(owner, Mapping_):
-                self.to_change(owner)
-                if isinstance(key, Const) and isinstance(key.value, (str, int)):
-                    owner.items[str(key.value)] = value
-                else:  # `loaders[phase] = DataLoader(...)`: some key holds it
-                    owner.open = True
-                    owner.default = join(owner.default, value) if owner.default is not None else value
-            elif isinstance(owner, Seq) and not is_plain(value):
-                self.to_change(owner).items.append(value)
-        elif isinstance(target, ast.Starred):
-            self.bind(target.value, Unknown(node=target), frame, line)
+                self.bind(element, each if each is not None else Unknown(node=element), frame, line)
+
+    def bind_attribute(self, target: ast.Attribute, value: Value, frame: Frame, line: int | None) -> None:
+        owner = self.eval(target.value, frame)
+        if isinstance(owner, (Instance, ClassInfo, Module)):
+            self.write_name(owner, target.attr, value)
+
+    def bind_subscript(self, target: ast.Subscript, value: Value, frame: Frame, line: int | None) -> None:
+        owner = self.eval(target.value, frame)
+        key = self.eval(target.slice, frame)
+        if isinstance(owner, Mapping_):
+            self.to_change(owner)
+            if isinstance(key, Const) and isinstance(key.value, (str, int)):
+                owner.items[str(key.value)] = value
+            else:  # `loaders[phase] = DataLoader(...)`: some key holds it
+                owner.open = True
+                owner.default = join(owner.default, value) if owner.default is not None else value
+        elif isinstance(owner, Seq) and not is_plain(value):
+            self.to_change(owner).items.append(value)
+
+    def bind_starred(self, target: ast.Starred, value: Value, frame: Frame, line: int | None) -> None:
+        self.bind(target.value, Unknown(node=target), frame, line)
+
+
+#: How each kind of assignment target binds a value.
+_BINDERS: dict[type, Callable[..., None]] = {
+    ast.Name: Walker.bind_name, ast.Tuple: Walker.bind_unpacked, ast.List: Walker.bind_unpacked,
+    ast.Attribute: Walker.bind_attribute, ast.Subscript: Walker.bind_subscript, ast.Starred: Walker.bind_starred,
+}

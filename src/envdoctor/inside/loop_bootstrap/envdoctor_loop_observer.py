@@ -136,8 +136,17 @@ def _start_method(loader):
 def _loader_settings(loader):
     return {"num_workers": loader.num_workers, "prefetch_factor": loader.prefetch_factor,
             "pin_memory": bool(loader.pin_memory), "persistent_workers": bool(loader.persistent_workers),
-            "batch_size": loader.batch_size, "start_method": _start_method(loader),
+            "batch_size": _batch_size(loader), "start_method": _start_method(loader),
             "dataset": type(loader.dataset).__name__}
+
+
+def _batch_size(loader):
+    """The loader's batch size, or its batch sampler's when it was given one (the Hugging Face Trainer's
+    loaders carry a batch sampler and `batch_size=None`)."""
+    if loader.batch_size is not None:
+        return loader.batch_size
+    size = getattr(loader.batch_sampler, "batch_size", None)
+    return size if isinstance(size, int) else None
 
 
 def _iterator_settings(it):

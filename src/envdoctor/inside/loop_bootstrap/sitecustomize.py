@@ -17,6 +17,14 @@ def _chain_to_users_sitecustomize():
     spec.loader.exec_module(module)
 
 
+def _mark():
+    """Carry the run's mark on to this process's children, should the program have dropped it: it is how
+    `envdoctor run` finds every process of the command when it ends it, daemons included."""
+    events = os.environ.get("ENVDOCTOR_LOOP_EVENTS")
+    if events and not os.environ.get("ENVDOCTOR_RUN_MARK"):
+        os.environ["ENVDOCTOR_RUN_MARK"] = events
+
+
 def _start():
     try:
         import envdoctor_loop_observer
@@ -25,5 +33,6 @@ def _start():
         sys.stderr.write("envdoctor run: the loop observer could not start: %s: %s\n" % (type(exc).__name__, exc))
 
 
+_mark()
 _start()
 _chain_to_users_sitecustomize()

@@ -23,6 +23,8 @@ if TYPE_CHECKING:  # pragma: no cover
 from envdoctor.facts.fleet import FIELDS, SIZE_TOLERANCE, UNLIMITED, Field, NodeRecord, nodes_of
 from envdoctor.versions import sortable_version
 
+#: How a compared environment variable that a node does not set is shown.
+UNSET = "unset"
 #: A node is a straggler when its speed is below this fraction of the others' median.
 STRAGGLER_RATIO = 0.7
 
@@ -91,6 +93,70 @@ def value_drift(fleet: FleetFacts, group: str) -> list[dict[str, Any]]:
     return found
 
 
+#: The node-record fields an expected value is a minimum for (`envdoctor health --expect`); others must match.
+AT_LEAST = ("nofile", "shm_total", "usable_cpus", "memory_total", "memory_limit")
+#: The name `envdoctor health` gives the agreed values in evidence and messages.
+EXPECTED = "expected"
+
+
+def _meets(value: Any, want: Any, key: str, kind: str) -> bool:
+    if key in AT_LEAST:
+        if value == UNLIMITED:
+            return True
+        if want == UNLIMITED:
+            return False
+        try:
+            return float(value) >= float(want) * (1 - SIZE_TOLERANCE if kind == "bytes" else 1)
+        except (TypeError, ValueError):
+            return False
+    if kind == "version" and isinstance(want, str) and isinstance(value, str) and not want.count("+"):
+        # "2.4" expects any 2.4.x; "2.4.0" expects 2.4.0 with any local tag (+cu121)
+        base = value.partition("+")[0]
+        return base == want or base.startswith(want + ".")
+    return str(value) == str(want)
+
+
+def expected_drift(fleet: FleetFacts, group: str) -> list[dict[str, Any]]:
+    """`envdoctor health --expect FILE`: the fields of `group` where this node is not what the fleet agreed.
+
+    Shaped like value_drift's entries (the node and "expected" as the two values); limits are minimums.
+    """
+    wanted = fleet.get("expected_values")
+    if not isinstance(wanted, Mapping) or fleet.get("mode") != "health":
+        return []
+    found = []
+    for node in nodes_of(fleet):
+        values = node.get("values") or {}
+        for fld in FIELDS:
+            if fld.group != group or fld.key not in wanted:
+                continue
+            value, want = values.get(fld.key), wanted[fld.key]
+            if value is not None and _meets(value, want, fld.key, fld.kind):
+                continue
+            found.append({"key": fld.key, "label": fld.label, "group": group, "kind": fld.kind,
+                          "values": {node["node"]: value if value is not None else "absent", EXPECTED: want},
+                          "preferred": want, "preferred_nodes": [EXPECTED], "odd_nodes": [node["node"]],
+                          "not_known_on": [], "at_least": fld.key in AT_LEAST})
+    return found
+
+
+def expected_environ_drift(fleet: FleetFacts) -> list[dict[str, Any]]:
+    """`health --expect`: the environment variables the file names that this node sets otherwise."""
+    wanted = fleet.get("expected_values")
+    environ = wanted.get("environ") if isinstance(wanted, Mapping) else None
+    if not isinstance(environ, Mapping) or fleet.get("mode") != "health":
+        return []
+    found = []
+    for node in nodes_of(fleet):
+        have = node.get("environ") or {}
+        for name, want in sorted(environ.items()):
+            value = have.get(name, UNSET)
+            if str(value) != str(want):
+                found.append({"name": name, "values": {node["node"]: str(value), EXPECTED: str(want)},
+                              "preferred": str(want), "odd_nodes": [node["node"]]})
+    return found
+
+
 def package_drift(fleet: FleetFacts) -> dict[str, list[dict[str, Any]]]:
     """Packages at different versions ("versions") and packages on some nodes only ("presence").
 
@@ -129,6 +195,22 @@ def package_drift(fleet: FleetFacts) -> dict[str, list[dict[str, Any]]]:
                                  "preferred": preferred,
                                  "odd_nodes": [n for n, v in present.items() if v != preferred]})
     return {"versions": versions, "presence": presence}
+
+
+def environ_drift(fleet: FleetFacts) -> list[dict[str, Any]]:
+    """The compared environment variables (thread counts, NCCL_*, CUDA_VISIBLE_DEVICES …) that differ."""
+    tables = {n["node"]: env for n in nodes_of(fleet) if isinstance(env := n.get("environ"), Mapping)}
+    if len(tables) < 2:
+        return []
+    found = []
+    for name in sorted({name for table in tables.values() for name in table}):
+        values = {node: str(table.get(name, UNSET)) for node, table in tables.items()}
+        if len(set(values.values())) < 2:
+            continue
+        preferred = _preferred(values.values(), "channel")
+        found.append({"name": name, "values": values, "preferred": preferred,
+                      "odd_nodes": [n for n, v in values.items() if v != preferred]})
+    return found
 
 
 def channel_drift(fleet: FleetFacts) -> list[dict[str, Any]]:
@@ -172,6 +254,28 @@ def stragglers(fleet: FleetFacts) -> list[dict[str, Any]]:
                               "value": value, "median_of_others": others,
                               "ratio": round(value / others, 3), "values": per_node})
     return found
+
+
+def missing_nodes(fleet: FleetFacts) -> list[dict[str, Any]]:
+    """The nodes compare expected and has no readable report of, or one entry for too few reports.
+
+    Expected: --nodes / the job's SLURM_JOB_NODELIST (names), or --expect N (a count). With no
+    expectation, fewer than two readable reports is still an entry: nothing was compared.
+    """
+    expected = fleet.get("expected")
+    if not isinstance(expected, Mapping) or fleet.get("mode") != "compare":
+        return []
+    reported = len(nodes_of(fleet))
+    source = expected.get("source")
+    if expected.get("nodes"):
+        return [{"node": name, "source": source, "expected": len(expected["nodes"]), "reported": reported}
+                for name in expected.get("missing") or []]
+    count = expected.get("count")
+    if isinstance(count, int) and reported < count:
+        return [{"node": None, "source": source, "expected": count, "reported": reported}]
+    if count is None and reported < 2:
+        return [{"node": None, "source": None, "expected": 2, "reported": reported}]
+    return []
 
 
 def not_compared(fleet: FleetFacts) -> list[dict[str, Any]]:

@@ -6,8 +6,9 @@ check that section is None and every FLT rule yields nothing.
 
 FLT001 core version drift (torch, CUDA, NCCL, driver), FLT002 other version
 drift, FLT003 packages on some nodes only, FLT004 channel drift, FLT005 limit
-drift, FLT006 stragglers, FLT007 ranks that failed or timed out, FLT008
-reports that could not be read, FLT009 the gloo collective that failed.
+drift (and environment variables that steer training), FLT006 stragglers, FLT007 ranks that failed or timed out, FLT008
+reports that could not be read, FLT009 the gloo collective that failed, FLT010 expected
+nodes without a report (or fewer than two reports: nothing compared).
 """
 from __future__ import annotations
 
@@ -17,8 +18,18 @@ from typing import TYPE_CHECKING, Any
 
 from envdoctor.facts import Facts
 from envdoctor.facts.fleet import NOT_INSTALLED, UNLIMITED, show_value
+from envdoctor.model import Severity
 from envdoctor.rules import Hit
-from envdoctor.rules.fleet.drift import channel_drift, package_drift, stragglers, value_drift
+from envdoctor.rules.fleet.drift import (
+    channel_drift,
+    environ_drift,
+    expected_drift,
+    expected_environ_drift,
+    missing_nodes,
+    package_drift,
+    stragglers,
+    value_drift,
+)
 from envdoctor.units import human_bytes
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -99,19 +110,25 @@ def _core_fix(drift: Mapping[str, Any], fleet: FleetFacts) -> str:
 
 def _drift_hit(drift: Mapping[str, Any], fix: str) -> Hit:
     kind = drift["kind"]
-    message = (f"{drift['label']} differs across nodes: {_grouped(drift['values'], kind)}")
+    if "at_least" in drift:  # health --expect: one node against the agreed values
+        have = show_value(drift["values"][drift["odd_nodes"][0]], kind)
+        want = show_value(drift["preferred"], kind)
+        message = f"{drift['label']} is {have}, expected {'at least ' if drift['at_least'] else ''}{want}"
+    else:
+        message = f"{drift['label']} differs across nodes: {_grouped(drift['values'], kind)}"
     evidence = {"what": drift["key"], "values": dict(drift["values"]), "expected": drift["preferred"],
                 "odd_nodes": list(drift["odd_nodes"])}
     if drift["not_known_on"]:
         evidence["not_known_on"] = list(drift["not_known_on"])
-    return Hit(message=message, evidence=evidence, fix=fix)
+    # Against the values the fleet agreed on (health --expect), every difference is an error.
+    return Hit(message=message, evidence=evidence, fix=fix, severity=Severity.ERROR if "at_least" in drift else None)
 
 
 def find_core_version_drift(facts: Facts) -> Iterator[Hit]:
     fleet = _fleet(facts)
     if fleet is None:
         return
-    for drift in value_drift(fleet, "core"):
+    for drift in value_drift(fleet, "core") + expected_drift(fleet, "core"):
         yield _drift_hit(drift, _core_fix(drift, fleet))
 
 
@@ -131,7 +148,7 @@ def find_version_drift(facts: Facts) -> Iterator[Hit]:
     fleet = _fleet(facts)
     if fleet is None:
         return
-    for drift in value_drift(fleet, "version"):
+    for drift in value_drift(fleet, "version") + expected_drift(fleet, "version"):
         yield _drift_hit(drift, _version_fix(drift["key"], drift["preferred"], drift["odd_nodes"]))
     for drift in package_drift(fleet)["versions"]:
         yield Hit(
@@ -208,6 +225,21 @@ def find_limit_drift(facts: Facts) -> Iterator[Hit]:
         return
     for drift in value_drift(fleet, "limit"):
         yield _drift_hit(drift, _limit_fix(drift["key"], drift["preferred"], drift["odd_nodes"]))
+    for drift in expected_drift(fleet, "limit"):
+        yield _drift_hit(drift, _limit_fix(drift["key"], drift["preferred"], drift["odd_nodes"]))
+    for drift in environ_drift(fleet) + expected_environ_drift(fleet):
+        name, want, odd = drift["name"], drift["preferred"], drift["odd_nodes"]
+        fix = (f"unset {name} in the job script" if want == "unset"
+               else f"export {name}={want} in the job script (srun passes it to every task)")
+        values = drift["values"]
+        yield Hit(
+            message=(f"environment variable {name} is {values[odd[0]]}, expected {want}" if "expected" in values
+                     else f"environment variable {name} differs across nodes: {_grouped(values, 'version')}"),
+            evidence={"what": name, "source": "environ", "values": dict(drift["values"]), "expected": want,
+                      "odd_nodes": list(odd)},
+            fix=_on(odd) + fix + "; set it once for the whole job, not in a node's profile",
+            severity=Severity.ERROR if "expected" in values else None,
+        )
 
 
 def find_stragglers(facts: Facts) -> Iterator[Hit]:
@@ -300,6 +332,33 @@ def find_failed_collective(facts: Facts) -> Iterator[Hit]:
     )
 
 
+def find_missing_nodes(facts: Facts) -> Iterator[Hit]:
+    fleet = _fleet(facts)
+    if fleet is None:
+        return
+    for missing in missing_nodes(fleet):
+        node, source, want, got = missing["node"], missing["source"], missing["expected"], missing["reported"]
+        if node is not None:
+            message = f"{node} has no readable report ({source}; {got} of {want} nodes reported)"
+            fix = (f"run the report on {node} too (`srun -w {node} envdoctor report --json --output "
+                   "reports/{node}.json`), or find out why it did not write one (its job output, "
+                   f"`scontrol show node {node}`); leave it out with --nodes if it is not part of the job")
+        elif source is not None:
+            message = f"{got} of {want} expected reports ({source})"
+            fix = ("run the report on every node of the job (`srun --ntasks-per-node=1 envdoctor report --json "
+                   "--output reports/{node}.json` inside the allocation); name the nodes with --nodes to see "
+                   "which one is missing")
+        else:
+            message = (f"{got} readable report{'s' if got != 1 else ''}: comparing needs at least two, so "
+                       "nothing was compared")
+            fix = ("give compare every node's report, and say how many to expect (--expect N, or --nodes "
+                   "node[01-04]; inside a job the job's own node list is the default)")
+        yield Hit(message=message,
+                  evidence={k: v for k, v in (("node", node), ("expected_from", source), ("expected", want),
+                                              ("reported", got)) if v is not None},
+                  fix=fix)
+
+
 RULES = {
     "FLT001": find_core_version_drift,
     "FLT002": find_version_drift,
@@ -310,4 +369,5 @@ RULES = {
     "FLT007": find_failed_ranks,
     "FLT008": find_unreadable_reports,
     "FLT009": find_failed_collective,
+    "FLT010": find_missing_nodes,
 }

@@ -8,12 +8,13 @@ PKG002 and PKG004 already explain.
 from __future__ import annotations
 
 import fnmatch
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from functools import cache
 from typing import Any
 
 from envdoctor.catalog import load_data
 from envdoctor.facts import Facts
+from envdoctor.facts.conda_meta import CondaRecord
 from envdoctor.facts.distributions import Distribution, normalize
 from envdoctor.facts.packages import PackagesFacts
 from envdoctor.remedies.install_commands import Command, conda, conda_reinstall, fix_of, pip_own
@@ -104,29 +105,39 @@ def _remove(packages: PackagesFacts, dists: list[Distribution]) -> list[Command]
 
 def find_conflicting_distributions(facts: Facts) -> Iterator[Hit]:
     packages = facts["packages"]
-    data = load_data("conflicts")
-    installed = [d for d in visible_distributions(packages).values() if d.get("location") != "stdlib"]
     for clash, members in distribution_clashes(packages):
-        order = [normalize(n) for n in clash["prefer"]]
-        keep = min(members, key=lambda d: order.index(d["key"]) if d["key"] in order else len(order))
-        others = [d for d in members if d is not keep]
-        # The clashing wheels share files: removing one deletes part of the other, so reinstall it.
-        if keep.get("conda_record"):
-            restore = [conda(packages, "install", "--force-reinstall", f"{keep['conda_record']}={keep['version']}")]
-        else:
-            restore = pip_own(packages, "install", "--force-reinstall", "--no-deps", f"{keep['name']}=={keep['version']}")
-        yield Hit(
-            message=(f"{' and '.join(labels(members))} are both installed: "
-                     f"{clash['reason']}"),
-            evidence={"clash": clash["id"],
-                      "installed": [{"package": d["name"], "version": d["version"], "installer": d["installer"],
-                                     "owner": owner_text(d), "location": d.get("location")} for d in members],
-                      "keep": keep["name"]},
-            **fix_of(*_remove(packages, others), *restore).hit(),
-        )
+        yield _twin_clash(packages, clash, members)
+    yield from _conda_pip_clashes(packages)
+
+
+def _twin_clash(packages: PackagesFacts, clash: Mapping[str, Any], members: list[Distribution]) -> Hit:
+    """Two distributions that write the same files (pillow and pillow-simd): keep the preferred one."""
+    order = [normalize(n) for n in clash["prefer"]]
+    keep = min(members, key=lambda d: order.index(d["key"]) if d["key"] in order else len(order))
+    others = [d for d in members if d is not keep]
+    # The clashing wheels share files: removing one deletes part of the other, so reinstall it.
+    if keep.get("conda_record"):
+        restore = [conda(packages, "install", "--force-reinstall", f"{keep['conda_record']}={keep['version']}")]
+    else:
+        restore = pip_own(packages, "install", "--force-reinstall", "--no-deps", f"{keep['name']}=={keep['version']}")
+    return Hit(
+        message=(f"{' and '.join(labels(members))} are both installed: "
+                 f"{clash['reason']}"),
+        evidence={"clash": clash["id"],
+                  "installed": [{"package": d["name"], "version": d["version"], "installer": d["installer"],
+                                 "owner": owner_text(d), "location": d.get("location")} for d in members],
+                  "keep": keep["name"]},
+        **fix_of(*_remove(packages, others), *restore).hit(),
+    )
+
+
+def _conda_pip_clashes(packages: PackagesFacts) -> Iterator[Hit]:
+    """A pip wheel beside the conda package that ships the same library (catalog/conflicts.toml's conda_pip)."""
+    visible = visible_distributions(packages)
+    installed = [d for d in visible.values() if d.get("location") != "stdlib"]
     records = {r["name"]: r for r in packages["conda"]["records"]}
     states = {item.record["name"]: item for item in conda_python_states(packages)}
-    for entry in data.get("conda_pip", []):
+    for entry in load_data("conflicts").get("conda_pip", []):
         for conda_name in entry["conda"]:
             record = records.get(conda_name)
             if record is None:
@@ -137,27 +148,31 @@ def find_conflicting_distributions(facts: Facts) -> Iterator[Hit]:
                 continue  # PKG002 reports a doubled copy; an intact conda copy is no clash
             wheels = [d for d in installed if d.get("conda_record") is None and d["installer"] != "conda"
                       and any(fnmatch.fnmatch(d["key"], p) for p in entry["dists"])]
-            if not wheels:
-                continue
-            torch = visible_distributions(packages).get("torch")
-            if entry["id"] == "cuda" and torch is not None and not torch.get("conda_record"):
-                # `conda remove` takes the packages that depend on it along: say which, before they go.
-                takes = sorted(r["name"] for r in records.values() if conda_name in r["depends"])
-                fix = fix_of(conda(packages, "remove", conda_name),
-                             note="torch comes from pip and uses the nvidia wheels"
-                             + (f"; conda also removes what depends on {conda_name}: {', '.join(takes)}" if takes else ""))
-            else:
-                remove = pip_own(packages, "uninstall", "-y", *(d["name"] for d in wheels))
-                fix = fix_of(*remove, conda_reinstall(packages, [record]))
-            yield Hit(
-                message=(f"{', '.join(labels(wheels))} from pip beside "
-                         f"{conda_name} {record['version']} from conda: {entry['reason']}"),
-                evidence={"clash": entry["id"], "conda_package": conda_name, "conda_version": record["version"],
-                          "channel": channel_name(record),
-                          "installed": [{"package": d["name"], "version": d["version"],
-                                         "installer": d["installer"], "location": d.get("location")} for d in wheels]},
-                **fix.hit(),
-            )
+            if wheels:
+                yield _conda_pip_clash(packages, entry, record, wheels, records, visible.get("torch"))
+
+
+def _conda_pip_clash(packages: PackagesFacts, entry: Mapping[str, Any], record: CondaRecord, wheels: list[Distribution],
+                     records: dict[str, CondaRecord], torch: Distribution | None) -> Hit:
+    conda_name = record["name"]
+    if entry["id"] == "cuda" and torch is not None and not torch.get("conda_record"):
+        # `conda remove` takes the packages that depend on it along: say which, before they go.
+        takes = sorted(r["name"] for r in records.values() if conda_name in r["depends"])
+        fix = fix_of(conda(packages, "remove", conda_name),
+                     note="torch comes from pip and uses the nvidia wheels"
+                     + (f"; conda also removes what depends on {conda_name}: {', '.join(takes)}" if takes else ""))
+    else:
+        remove = pip_own(packages, "uninstall", "-y", *(d["name"] for d in wheels))
+        fix = fix_of(*remove, conda_reinstall(packages, [record]))
+    return Hit(
+        message=(f"{', '.join(labels(wheels))} from pip beside "
+                 f"{conda_name} {record['version']} from conda: {entry['reason']}"),
+        evidence={"clash": entry["id"], "conda_package": conda_name, "conda_version": record["version"],
+                  "channel": channel_name(record),
+                  "installed": [{"package": d["name"], "version": d["version"],
+                                 "installer": d["installer"], "location": d.get("location")} for d in wheels]},
+        **fix.hit(),
+    )
 
 
 def find_altered_conda_files(facts: Facts) -> Iterator[Hit]:

@@ -3,7 +3,8 @@
 Reads the `imports` section, where each such distribution was imported in the target's
 interpreter (facts/imports.py). A failure is classified from what the import raised:
 numpy-abi (an extension built against the other NumPy ABI: "compiled using NumPy 1.x",
-"numpy.dtype size changed"), missing-shared-library, undefined-symbol (often two channels'
+"numpy.dtype size changed"), cxx-runtime-too-old (a libstdc++ older than the one the extension
+was built with loaded first: "version `GLIBCXX_3.4.30' not found"), missing-shared-library, undefined-symbol (often two channels'
 builds of one stack mixed) or other; the finding names the culprit and its fix by owner.
 """
 from __future__ import annotations
@@ -12,6 +13,7 @@ import re
 from collections.abc import Iterator
 
 from envdoctor.facts import Facts
+from envdoctor.facts.cxx_runtime import NOT_FOUND, CxxRuntime
 from envdoctor.facts.distributions import Distribution
 from envdoctor.facts.packages import PackagesFacts
 from envdoctor.remedies.install_commands import advice, pip_own
@@ -21,6 +23,8 @@ from envdoctor.rules.packages.torch_import import NUMPY_ABI_PATTERNS
 
 #: (kind, pattern) after the NumPy ABI messages (one list, torch_import's), in the order they are tried.
 _KINDS = (
+    # The loader's "version `GLIBCXX_3.4.30' not found" for a C++ runtime (facts.cxx_runtime's pattern).
+    ("cxx-runtime-too-old", NOT_FOUND),
     ("missing-shared-library", re.compile(r"(?P<lib>[\w.+-]+\.(?:so[.\d]*|dylib|dll)): cannot open shared object file|"
                                           r"Library not loaded: (?P<mac>\S+)|DLL load failed")),
     ("undefined-symbol", re.compile(r"undefined symbol: (?P<symbol>\S+)|Symbol not found: (?P<macsym>\S+)")),
@@ -28,13 +32,14 @@ _KINDS = (
 
 
 def classify(error: str) -> tuple[str, str | None]:
-    """(kind, the library or symbol named, if any) for what an import raised."""
+    """(kind, the library, symbol or symbol version named, if any) for what an import raised."""
     if any(pattern.search(error) for _, pattern in NUMPY_ABI_PATTERNS):
         return "numpy-abi", None
     for kind, pattern in _KINDS:
         match = pattern.search(error)
         if match:
-            named = next((v for k, v in match.groupdict().items() if v), None)
+            groups = match.groupdict()
+            named = groups.get("version") or next((v for v in groups.values() if v), None)
             return kind, named
     return "other", None
 
@@ -84,6 +89,41 @@ def _fix(kind: str, dist: Distribution | None, name: str, numpy: Distribution | 
     return f"read the error above; reinstalling {name} with {who} is the usual fix"
 
 
+def _version_key(version: str | None) -> tuple[int, ...]:
+    tail = (version or "").rpartition("_")[2]
+    return tuple(int(p) for p in tail.split(".") if p.isdigit())
+
+
+def provides(runtime: CxxRuntime, version: str) -> bool:
+    """Whether a runtime defines `version` (GLIBCXX_/CXXABI_ versions only grow: the newest covers older ones)."""
+    newest = runtime["newest_cxxabi"] if version.startswith("CXXABI_") else runtime["newest_glibcxx"]
+    return newest is not None and _version_key(newest) >= _version_key(version)
+
+
+def cxx_runtime_fix(error: str, runtimes: list[CxxRuntime], name: str) -> tuple[str, dict[str, object]]:
+    """The fix and evidence for a C++ runtime too old: the environment's own one if it has a new enough one."""
+    match = NOT_FOUND.search(error)
+    loaded_path, version = (match["path"], match["version"]) if match else (None, None)
+    loaded = next((r for r in runtimes if r["path"] == loaded_path), None)
+    own = [r for r in runtimes if r["role"] == "environment"]
+    good = next((r for r in own if version and provides(r, version)), None)
+    evidence: dict[str, object] = {
+        "needs": version, "loaded_runtime": loaded_path,
+        "loaded_newest": loaded["newest_glibcxx"] if loaded else None,
+        "environment_runtimes": [{"path": r["path"], "newest_glibcxx": r["newest_glibcxx"],
+                                  "newest_cxxabi": r["newest_cxxabi"]} for r in own]}
+    if good is not None:
+        return (f"the environment's own C++ runtime {good['path']} provides {version} (up to "
+                f"{good['newest_glibcxx']}), but {loaded_path} was loaded first: remove its folder from "
+                f"LD_LIBRARY_PATH, or start Python with `LD_PRELOAD={good['path']}`; in a conda environment keep "
+                "the runtime in step with `conda install -c conda-forge libstdcxx-ng`"), evidence
+    newest = loaded["newest_glibcxx"] if loaded else None
+    return (f"no C++ runtime here provides {version} ({loaded_path} stops at {newest or 'an unknown version'}): "
+            f"install a {name} built for this system's runtime (an older release, or a wheel of a lower "
+            "manylinux tag), or a newer runtime into the environment (`conda install -c conda-forge "
+            "libstdcxx-ng`)"), evidence
+
+
 def find_import_failures(facts: Facts) -> Iterator[Hit]:
     imports = facts["imports"]
     if not imports["ran"]:
@@ -105,6 +145,10 @@ def find_import_failures(facts: Facts) -> Iterator[Hit]:
                             f"than the installed numpy {numpy['version']} (from {owner_text(numpy)})")
         else:
             culprit_text = f"{trial['distribution']} {trial['version']}{where}"
+        fix = _fix(kind, dist, trial["distribution"], numpy, named, facts["packages"])
+        runtime: dict[str, object] = {}
+        if kind == "cxx-runtime-too-old":
+            fix, runtime = cxx_runtime_fix(error, imports.get("cxx_runtimes", []), trial["distribution"])
         yield Hit(
             message=f"`import {module}` fails ({kind}): {culprit_text}: {last[:300]}",
             evidence={"package": trial["distribution"], "version": trial["version"], "module": module,
@@ -112,8 +156,8 @@ def find_import_failures(facts: Facts) -> Iterator[Hit]:
                       "culprit": culprit, "owner": owner_text(dist) if dist is not None else None,
                       "numpy_version": numpy["version"] if numpy is not None else None,
                       "numpy_owner": owner_text(numpy) if numpy is not None else None,
-                      "path": trial["path"]},
-            **advice(_fix(kind, dist, trial["distribution"], numpy, named, facts["packages"])).hit(),
+                      "path": trial["path"], **runtime},
+            **advice(fix).hit(),
         )
 
 

@@ -8,18 +8,23 @@ from __future__ import annotations
 
 import fnmatch
 import os
-from collections.abc import Iterator
-from typing import Any
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 from envdoctor.catalog import load_data
 from envdoctor.facts import Facts
-from envdoctor.facts.distributions import normalize
+from envdoctor.facts.conda_meta import CondaRecord
+from envdoctor.facts.distributions import Distribution, normalize
 from envdoctor.facts.packages import PackagesFacts
-from envdoctor.facts.spec import SpecFacts
-from envdoctor.remedies.install_commands import advice, conda, fix_of, pip_fix, shell_quote
+from envdoctor.facts.spec import CondaWanted, PipWanted, SpecFacts
+from envdoctor.remedies.install_commands import Fix, advice, conda, fix_of, pip_fix, shell_quote
 from envdoctor.rules import Hit
 from envdoctor.rules.channels import channel_name
 from envdoctor.rules.packages.states import same_version, visible_distributions
+
+if TYPE_CHECKING:
+    from packaging.requirements import Requirement
 
 
 def conda_version_matches(wanted: str | None, installed: str) -> bool:
@@ -65,87 +70,116 @@ def _channel_members(channels: list[str]) -> set[str]:
 
 def compare_spec(spec: SpecFacts | dict[str, Any], packages: PackagesFacts) -> Iterator[dict[str, Any]]:
     """Each way the environment differs from the --against file: missing, version, channel."""
-    source = os.path.basename(spec["path"])
-    conda_present = packages["conda"]["present"]
-    records = {r["name"]: r for r in packages["conda"]["records"]}
-    visible = visible_distributions(packages)
-    allowed = _channel_members(spec.get("channels") or [])
-    base = {"file": spec["path"]}
+    here = _Installed(records={r["name"]: r for r in packages["conda"]["records"]},
+                      visible=visible_distributions(packages), allowed=_channel_members(spec.get("channels") or []))
     for entry in spec.get("conda") or []:
-        name = entry["name"]
-        if conda_present:
-            record = records.get(name)
-            installed = record["version"] if record else None
-            channel = channel_name(record) if record else None
-        else:
-            if name == "python":
-                installed, channel = packages["python"], None
-            else:
-                table = load_data("conda_names")["conda_to_dist"]
-                dist = visible.get(normalize(table.get(name) or name))
-                installed, channel = (dist["version"] if dist else None), None
-        evidence = {**base, "package": name, "wanted": entry["spec"], "installed_version": installed,
-                    "installed_channel": channel, "wanted_channel": entry.get("channel"), "source": "conda",
-                    "line": entry.get("line")}
-        version = entry.get("version") or ""
-        pin = "==" + version.lstrip("=") if version.startswith("=") else version
-        if conda_present:
-            install = fix_of(conda(packages, "install", entry["spec"]))
-        elif name == "python":  # pip cannot change the interpreter of a venv: it must be rebuilt
-            wanted = version.lstrip("=<>!~").split(",")[0].rstrip(".*") or "3"
-            install = advice(f"python{wanted} -m venv --clear {shell_quote(packages['prefix'])}   "
-                             "# then reinstall its packages")
-        else:
-            install = pip_fix(packages, "install", name + pin)
-        if installed is None:
-            yield {"message": f"{source} asks for {entry['spec']} but {name} is not installed",
-                   "evidence": {**evidence, "problem": "missing"}, "fix": install}
-            continue
-        if not conda_version_matches(entry.get("version"), installed):
-            yield {"message": f"{source} asks for {entry['spec']} but {name} {installed} is installed",
-                   "evidence": {**evidence, "problem": "version"}, "fix": install}
-            continue
-        wanted_channel = entry.get("channel")
-        if channel and not channel.startswith("file:") and (
-                (wanted_channel and channel_name({"channel": wanted_channel}) != channel)
-                or (not wanted_channel and allowed and channel not in allowed)):
-            target = wanted_channel or (spec.get("channels") or ["conda-forge"])[0]
-            yield {"message": (f"{source} takes {name} from {wanted_channel or ', '.join(spec['channels'])} "
-                               f"but {name} {installed} came from {channel}"),
-                   "evidence": {**evidence, "problem": "channel",
-                                "wanted_channel": wanted_channel or spec.get("channels")},
-                   "fix": fix_of(conda(packages, "install", "--override-channels", "-c", target, "--force-reinstall",
-                                f"{name}={installed}"))}
-    for entry in spec.get("pip") or []:
-        from packaging.requirements import Requirement
-        from packaging.version import InvalidVersion, Version
+        yield from _conda_drift(entry, spec, packages, here)
+    for pip_entry in spec.get("pip") or []:
+        yield from _pip_drift(pip_entry, spec, packages, here.visible)
 
-        req = Requirement(entry["spec"])
-        markers = packages["markers"]
-        if req.marker is not None and markers:
-            try:
-                if not req.marker.evaluate({**markers, "extra": ""}):
-                    continue
-            except Exception:
-                continue
-        dist = visible.get(normalize(req.name))
-        # A requirement pulled in by `-r other.txt` is reported where it is written.
-        source = os.path.basename(entry.get("file") or spec["path"])
-        evidence = {**base, "file": entry.get("file") or spec["path"], "package": req.name, "wanted": entry["spec"],
-                    "installed_version": dist["version"] if dist else None, "source": "pip",
-                    "line": entry.get("line")}
-        fix = pip_fix(packages, "install", str(req).split(";")[0].strip())
-        if dist is None:
-            yield {"message": f"{source} asks for {entry['spec']} but {req.name} is not installed",
-                   "evidence": {**evidence, "problem": "missing"}, "fix": fix}
-            continue
-        try:
-            ok = not req.specifier or req.specifier.contains(Version(dist["version"]), prereleases=True)
-        except InvalidVersion:
-            ok = True
-        if not ok:
-            yield {"message": f"{source} asks for {entry['spec']} but {req.name} {dist['version']} is installed",
-                   "evidence": {**evidence, "problem": "version"}, "fix": fix}
+
+@dataclass(frozen=True)
+class _Installed:
+    """What the environment holds, looked up by name: conda records, visible distributions, allowed channels."""
+
+    records: dict[str, CondaRecord]
+    visible: dict[str, Distribution]
+    #: the channels (and their families' members) the file lists
+    allowed: set[str]
+
+
+def _conda_installed(name: str, packages: PackagesFacts, here: _Installed) -> tuple[str | None, str | None]:
+    """(installed version, its channel) of a conda dependency: from conda-meta, else from what pip sees."""
+    if packages["conda"]["present"]:
+        record = here.records.get(name)
+        return (record["version"], channel_name(record)) if record else (None, None)
+    if name == "python":
+        return packages["python"], None
+    table = load_data("conda_names")["conda_to_dist"]
+    dist = here.visible.get(normalize(table.get(name) or name))
+    return (dist["version"] if dist else None), None
+
+
+def _conda_install(entry: CondaWanted, packages: PackagesFacts) -> Fix:
+    """How to install the entry as the file asks: conda where there is conda, else pip or a new venv."""
+    name, version = entry["name"], entry.get("version") or ""
+    if packages["conda"]["present"]:
+        return fix_of(conda(packages, "install", entry["spec"]))
+    if name == "python":  # pip cannot change the interpreter of a venv: it must be rebuilt
+        wanted = version.lstrip("=<>!~").split(",")[0].rstrip(".*") or "3"
+        return advice(f"python{wanted} -m venv --clear {shell_quote(packages['prefix'])}   "
+                      "# then reinstall its packages")
+    pin = "==" + version.lstrip("=") if version.startswith("=") else version
+    return pip_fix(packages, "install", name + pin)
+
+
+def _conda_drift(entry: CondaWanted, spec: SpecFacts | dict[str, Any], packages: PackagesFacts,
+                 here: _Installed) -> Iterator[dict[str, Any]]:
+    name, source = entry["name"], os.path.basename(spec["path"])
+    installed, channel = _conda_installed(name, packages, here)
+    wanted_channel = entry.get("channel")
+    evidence = {"file": spec["path"], "package": name, "wanted": entry["spec"], "installed_version": installed,
+                "installed_channel": channel, "wanted_channel": wanted_channel, "source": "conda",
+                "line": entry.get("line")}
+    if installed is None:
+        yield {"message": f"{source} asks for {entry['spec']} but {name} is not installed",
+               "evidence": {**evidence, "problem": "missing"}, "fix": _conda_install(entry, packages)}
+        return
+    if not conda_version_matches(entry.get("version"), installed):
+        yield {"message": f"{source} asks for {entry['spec']} but {name} {installed} is installed",
+               "evidence": {**evidence, "problem": "version"}, "fix": _conda_install(entry, packages)}
+        return
+    if not channel or channel.startswith("file:"):
+        return
+    if wanted_channel:
+        other = channel_name({"channel": wanted_channel}) != channel
+    else:
+        other = bool(here.allowed) and channel not in here.allowed
+    if other:
+        target = wanted_channel or (spec.get("channels") or ["conda-forge"])[0]
+        yield {"message": (f"{source} takes {name} from {wanted_channel or ', '.join(spec['channels'])} "
+                           f"but {name} {installed} came from {channel}"),
+               "evidence": {**evidence, "problem": "channel", "wanted_channel": wanted_channel or spec.get("channels")},
+               "fix": fix_of(conda(packages, "install", "--override-channels", "-c", target, "--force-reinstall",
+                                   f"{name}={installed}"))}
+
+
+def _pip_drift(entry: PipWanted, spec: SpecFacts | dict[str, Any], packages: PackagesFacts,
+               visible: Mapping[str, Distribution]) -> Iterator[dict[str, Any]]:
+    from packaging.requirements import Requirement
+    from packaging.version import InvalidVersion, Version
+
+    req = Requirement(entry["spec"])
+    if not _applies(req, packages["markers"]):
+        return
+    dist = visible.get(normalize(req.name))
+    # A requirement pulled in by `-r other.txt` is reported where it is written.
+    file = entry.get("file") or spec["path"]
+    source = os.path.basename(file)
+    evidence = {"file": file, "package": req.name, "wanted": entry["spec"],
+                "installed_version": dist["version"] if dist else None, "source": "pip", "line": entry.get("line")}
+    fix = pip_fix(packages, "install", str(req).split(";")[0].strip())
+    if dist is None:
+        yield {"message": f"{source} asks for {entry['spec']} but {req.name} is not installed",
+               "evidence": {**evidence, "problem": "missing"}, "fix": fix}
+        return
+    try:
+        ok = not req.specifier or req.specifier.contains(Version(dist["version"]), prereleases=True)
+    except InvalidVersion:
+        ok = True
+    if not ok:
+        yield {"message": f"{source} asks for {entry['spec']} but {req.name} {dist['version']} is installed",
+               "evidence": {**evidence, "problem": "version"}, "fix": fix}
+
+
+def _applies(req: Requirement, markers: Mapping[str, str] | None) -> bool:
+    """Whether the requirement's environment marker holds here (no markers known: it does)."""
+    if req.marker is None or not markers:
+        return True
+    try:
+        return bool(req.marker.evaluate({**markers, "extra": ""}))
+    except Exception:  # a marker this packaging cannot evaluate: the line is not judged
+        return False
 
 
 def find_spec_drift(facts: Facts) -> Iterator[Hit]:

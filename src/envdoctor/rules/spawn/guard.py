@@ -186,6 +186,10 @@ def find_missing_main_guard(facts: Facts) -> Iterator[Hit]:
         for start in script.get("worker_starts", []):
             if start["guarded"] or start["kind"] not in STARTS_PROCESSES:
                 continue
+            if start.get("only_with"):
+                # num_workers from a flag or config entry whose default is 0: the script as run starts
+                # no worker (the facts keep the start, with the option that would make it one).
+                continue
             if suppressed(start["code"], "SPW001") or suppressed(start["entry"]["code"], "SPW001"):
                 continue
             entry = start["entry"]

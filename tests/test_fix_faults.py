@@ -30,7 +30,7 @@ from envdoctor.model import Finding, FixStep, Report, Severity
 from fixenvs import HEAVY_BYTES, fill_up, kit_upgrade_uv_venv, run_ok, small_tmpfs, tree_digest, uv_executable
 from support import run_cli
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.standalone]
 
 # `envdoctor ARGS` that stops at its N-th boundary between two changes: "kill" SIGKILLs itself there,
 # "fsize" sets a 64 kB file-size limit on itself there, "fill" fills the file system of FILL_DIR there.
@@ -52,14 +52,19 @@ def hook(what):
         resource.setrlimit(resource.RLIMIT_FSIZE, (65536, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
     elif how == "fill":
         sys.path.insert(0, os.environ["FIXTURES"])
-        from support import run_cli
-from fixenvs import fill_up
+        from fixenvs import fill_up
         fill_up(__import__("pathlib").Path(os.environ["FILL_DIR"]))
 journal.BOUNDARY_HOOKS.append(hook)
+if os.environ.get("STEPS"):  # a fix whose finding carries these uv steps (run_steps)
+    import json
+    sys.path[:0] = [os.environ["FIXTURES"], os.environ["TESTS"]]
+    from test_fix_faults import run_steps
+    sys.exit(run_steps(sys.argv[1], json.loads(os.environ["STEPS"])))
 from envdoctor.cli import main
 sys.exit(main(sys.argv[1:]))
 """
 FIXTURES = str(Path(__file__).resolve().parent.parent / "fixtures")
+TESTS = str(Path(__file__).resolve().parent)
 
 
 def driven(env: dict[str, str], at: int, how: str, *args: str, on: str = "", **extra: str
@@ -67,7 +72,7 @@ def driven(env: dict[str, str], at: int, how: str, *args: str, on: str = "", **e
     proc = subprocess.run([sys.executable, "-c", _DRIVER, *args], capture_output=True, text=True, timeout=600,
                           stdin=subprocess.DEVNULL,
                           env={**env, "STOP_AT": str(at), "STOP_HOW": how, "STOP_ON": on, "FIXTURES": FIXTURES,
-                               **extra})
+                               "TESTS": TESTS, **extra})
     assert "Traceback" not in proc.stderr, proc.stderr
     return proc
 
@@ -190,7 +195,7 @@ def run_steps(prefix: str, argvs: list[list[str]]) -> int:
         report.findings = [dataclasses.replace(f, fix_steps=tuple(FixStep.command("uv", *a) for a in argvs))
                            for f in report.findings] or [
             Finding(rule="PKG003", name="broken-requirement", severity=Severity.ERROR, message="upgrade",
-                    fix_steps=tuple(FixStep.command("uv", *a) for a in argvs))]
+                    evidence={"dependency": "trainkit"}, fix_steps=tuple(FixStep.command("uv", *a) for a in argvs))]
         return report
 
     args = argparse.Namespace(prefix=prefix, env_name=None, select=["PKG003"], ignore=None, dry_run=False, yes=True,
@@ -258,3 +263,21 @@ def test_a_fix_on_a_full_disk_is_undone_exactly(tmp_path: Path, offline: dict[st
         undone = envdoctor(offline, *undo_argv(venv))
         assert undone.returncode == 0 and "restored:" in undone.stdout, undone.stdout
         assert tree_digest(venv) == pristine
+
+
+def test_a_rollback_killed_part_way_is_finished_by_the_next_undo(tmp_path: Path, offline: dict[str, str]) -> None:
+    """The step installs a trainkit whose import fails: verification fails and the rollback begins; it is
+    SIGKILLed after its first change. One more `fix --undo` resumes it and gives back the before-state."""
+    from condafixtures import write_wheel
+
+    venv = kit_upgrade_uv_venv(tmp_path / "venv", offline)
+    write_wheel(Path(offline["UV_FIND_LINKS"]), "trainkit", "3.0",
+                {"trainkit/__init__.py": b"raise ImportError('this build is broken')\n"})
+    pristine = tree_digest(venv)
+    steps = json.dumps([["uv", "pip", "install", "--python", str(venv), "--no-deps", "trainkit==3.0"]])
+    killed = driven(offline, 1, "kill", str(venv), on="moved", STEPS=steps)
+    assert killed.returncode == -signal.SIGKILL, killed.stdout + killed.stderr
+    finished = envdoctor(offline, *undo_argv(venv))
+    assert finished.returncode == 0, finished.stdout + finished.stderr
+    assert "resuming the undo begun" in finished.stdout and "stopped after 1 of" in finished.stdout, finished.stdout
+    assert tree_digest(venv) == pristine

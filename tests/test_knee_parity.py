@@ -19,7 +19,10 @@ from __future__ import annotations
 
 import copy
 import json
+import os
+import pickle
 import sys
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType, SimpleNamespace
@@ -111,7 +114,11 @@ def _tune_report(sweep: dict[str, Any], step: float) -> Any:
     wait = sweep["batch_size"] / best
     loop = _loop_section(sweep["batch_size"], wait, step, LOOP_WORKERS)
     config = Config(format="json", select=("DL009",), no_loader=True)
-    config = tuning_config(config, loop, {"path": "loader.pickle", "executable": sys.executable})
+    # A real pickle that needs nothing of `__main__`, as the observer writes for a library-built loader.
+    with tempfile.NamedTemporaryFile(suffix=".pickle", delete=False) as handle:
+        pickle.dump({"dataset": list(range(8)), "batch_size": sweep["batch_size"]}, handle)
+    config = tuning_config(config, loop, {"path": handle.name, "executable": sys.executable})
+    os.unlink(handle.name)
     assert config.step_time == pytest.approx(step, rel=1e-3) and config.loader_source is not None
     # The engine would gather the smoke test; here its section is the recorded sweep.
     facts = Facts(config, preset={"loop": loop, "loader": _section(sweep, LOOP_WORKERS)})

@@ -50,6 +50,9 @@ DESCRIPTIONS = {
     "render": "Show a report saved by `envdoctor report` in another format, without running the checks again.",
     "compare": "Line up reports from several machines (files or folders of them): version drift, stragglers "
                "and missing nodes.",
+    "health": "A node's fast check for a scheduler's health check, Prolog or pre-flight step: the static checks "
+              "only (no smoke test, no threshold taken from a measurement), one short line per problem fit for a "
+              "drain reason; --expect checks this node against the fleet's agreed values.",
     "mcp": "Serve the checks to AI coding agents over the Model Context Protocol on standard input and output; "
            "paths resolve inside the client's roots (or --root).",
 }
@@ -65,6 +68,9 @@ RENDER_EXIT_CODES = (_EXIT + "  0  nothing in the saved report at or above --fai
 COMPARE_EXIT_CODES = (_EXIT + "  0  nothing at or above --fail-on (default error)\n"
                       "  1  findings (drift, stragglers, a missing node, a node's own) at or above it\n"
                       "  2  no file given is a readable report, or a path does not exist")
+HEALTH_EXIT_CODES = (_EXIT + "  0  healthy: nothing at or above --fail-on (default error)\n"
+                     "  1  a problem at or above --fail-on, or a check that could not run\n"
+                     "  2  a usage error (an unreadable --expect file)")
 MCP_EXIT_CODES = (_EXIT + "  0  the client closed its input\n  2  a usage error\n"
                   "  143  ended by SIGTERM (its children first)")
 #: The checking settings `envdoctor loader` does not take: it runs the smoke test on this machine, alone.
@@ -170,9 +176,12 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
                                  "default: the working directory)")
         served.set_defaults(handler=_cmd_mcp)
     if wanted("health"):
-        from envdoctor.fleet.health import add_parser as add_health_parser
+        from envdoctor.fleet.health import add_arguments as add_health_arguments
 
-        add_health_parser(sub)
+        health = _add(sub, "health", "a node's fast, loader-free check for a scheduler's health check, prolog or "
+                      "pre-flight", DESCRIPTIONS["health"], HEALTH_EXIT_CODES)
+        add_health_arguments(health)
+        health.set_defaults(handler=_cmd_health)
     return parser
 
 
@@ -405,6 +414,12 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from envdoctor.loop.command import handle
 
     return handle(args, check_writable, emit)
+
+
+def _cmd_health(args: argparse.Namespace) -> int:
+    from envdoctor.fleet.health import handle
+
+    return handle(args, check_writable, write_report)
 
 
 def _cmd_mcp(args: argparse.Namespace) -> int:

@@ -372,8 +372,9 @@ def undo(journal: Journal, check_conflicts: bool = True) -> UndoResult:
     resuming = progress is not None and progress.get("status") in ("running", "stopped")
     if resuming:
         assert progress is not None
+        done = max(int(progress.get("done") or 0), _noted_progress(journal, progress.get("attempt")))
         result.resumed = (f"resuming the undo begun {progress.get('started')}, which stopped after "
-                          f"{progress.get('done', 0)} of {progress.get('total', '?')} changes"
+                          f"{done} of {progress.get('total', '?')} changes"
                           + (f" ({progress['reason']})" if progress.get("reason") else " (interrupted)"))
     plan = plan_restore(journal, before, state, known)
     if check_conflicts and left is not None and not resuming:
@@ -386,9 +387,10 @@ def undo(journal: Journal, check_conflicts: bool = True) -> UndoResult:
     if short:
         result.refused = [*short, "nothing " + ("more " if resuming else "") + "was changed"]
         return result
-    record = {"status": "running", "started": (progress or {}).get("started") or _now(),
-              "attempt": int((progress or {}).get("attempt", 0)) + 1, "by": "undo" if check_conflicts else "rollback",
-              "done": 0, "total": plan.changes}
+    attempt = int((progress or {}).get("attempt", 0)) + 1
+    record: dict[str, Any] = {"status": "running", "started": (progress or {}).get("started") or _now(),
+                              "attempt": attempt, "by": "undo" if check_conflicts else "rollback",
+                              "done": 0, "total": plan.changes}
     journal.manifest["undo"] = record
     try:
         journal.save()  # from here on, an undo stopped anywhere is resumed by the next one
@@ -398,6 +400,7 @@ def undo(journal: Journal, check_conflicts: bool = True) -> UndoResult:
 
     def progressed(done: int) -> None:
         record["done"] = done
+        _note_progress(journal, attempt, done)
         if done % _SAVE_EVERY == 0:
             journal.save()
 
@@ -437,6 +440,47 @@ def undo(journal: Journal, check_conflicts: bool = True) -> UndoResult:
     journal.manifest["status"] = "undone" if not result.problems else "undone-with-problems"
     journal.save()
     return result
+
+
+_PROGRESS = "undo-progress.json"
+
+
+def _note_progress(journal: Journal, attempt: int, done: int) -> None:
+    """After each change: how far this attempt got, in a small file beside the manifest (said on resuming).
+
+    Not fsync'd and not trusted for anything but that sentence: a resumed undo computes what is left from
+    a fresh listing, never from this count.
+    """
+    import json
+
+    from envdoctor.fix.safeio import O_CLOEXEC, O_NOFOLLOW, temp_name
+
+    tmp = journal.path / temp_name(_PROGRESS)
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0o600)
+        try:
+            os.write(fd, json.dumps({"attempt": attempt, "done": done}).encode())
+        finally:
+            os.close(fd)
+        os.replace(tmp, journal.path / _PROGRESS)
+    except OSError:  # a full disk: the manifest's count (saved every few hundred changes) is said instead
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+
+
+def _noted_progress(journal: Journal, attempt: Any) -> int:
+    import json
+
+    try:
+        with open(journal.path / _PROGRESS, encoding="utf-8") as fh:
+            data = json.load(fh)
+    except (OSError, ValueError):
+        return 0
+    if not isinstance(data, dict) or data.get("attempt") != attempt or not isinstance(data.get("done"), int):
+        return 0
+    return int(data["done"])
 
 
 def _now() -> str:

@@ -21,7 +21,7 @@ import re
 import socket
 import sys
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -35,9 +35,8 @@ MAX_LINE = 160
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([KMGT]i?B?|B)?\s*$", re.IGNORECASE)
 
 
-def add_parser(sub: Any) -> None:
-    parser = sub.add_parser(
-        "health", help="a node's fast, loader-free check for a scheduler's health check, prolog or pre-flight")
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of `envdoctor health` (cli.py makes its sub-parser, description and exit codes)."""
     parser.add_argument("--expect", metavar="FILE",
                         help="a TOML file of the values every node should have (torch, driver, nofile, shm, "
                              "environ …); see docs/clusters.md")
@@ -162,8 +161,9 @@ def short_line(finding: Finding) -> str:
     return text if len(text) <= MAX_LINE else text[:MAX_LINE - 1] + "…"
 
 
-def handle(args: argparse.Namespace) -> int:
-    from envdoctor.cli import EXIT_FINDINGS, EXIT_OK, check_writable, write_report
+def handle(args: argparse.Namespace, check_writable: Callable[[str], None],
+           write_report: Callable[[str, str], None]) -> int:
+    """Run the node check; the command line hands in how it checks and writes an --output file."""
     from envdoctor.model import Severity
 
     started = time.monotonic()
@@ -192,7 +192,7 @@ def handle(args: argparse.Namespace) -> int:
         for error in report.errors:
             print(" ".join(f"not checked: {error.get('rule') or error.get('probe')}: {error.get('message')}".split())
                   [:MAX_LINE])
-        if code == EXIT_OK:
+        if not code:
             print(f"healthy: {node} ({len(report.checked or [])} checks in "
                   f"{time.monotonic() - started:.2f} s on {socket.gethostname()})")
-    return EXIT_FINDINGS if code else EXIT_OK
+    return 1 if code else 0

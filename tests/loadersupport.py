@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import psutil
+import pytest
 
 from envdoctor.inside.loader_knee import MIN_PAIRS
 from support import json_report, leftover_children, run_envdoctor, shm_left, shm_names
@@ -29,7 +30,55 @@ def loader_report(*args: str, env: dict[str, str] | None = None, prefix_cmd: tup
                          prefix_cmd=prefix_cmd)
     wall = time.monotonic() - start
     assert proc.returncode in (0, 1), f"exit {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
-    return json_report(proc), wall, proc
+    report = json_report(proc)
+    skip_if_torch_outlasted_the_budget(report["loader"], wall)
+    return report, wall, proc
+
+
+#: How the stage says the target's `import torch` took the whole budget (envdoctor.loader's skip reason).
+TORCH_IMPORT_CUT = "importing torch did not finish within the "
+
+
+def skip_if_torch_outlasted_the_budget(loader: dict[str, Any] | None, wall: float) -> None:
+    """A machine too busy to import torch within the budget leaves nothing to assert about the curve: how long
+    the import takes is this machine's speed, not envdoctor's. What envdoctor promises is still checked — the
+    stage ended within the budget it enforces and said why — and the test is skipped, saying so."""
+    skipped = [s["reason"] for s in (loader or {}).get("skipped") or [] if s.get("what") == "smoke test"]
+    cut = next((reason for reason in skipped if reason.startswith(TORCH_IMPORT_CUT)), None)
+    if cut is None:
+        return
+    assert loader is not None and loader["runner"]["killed_for"] == "budget", loader
+    assert wall < stage_bound(float(loader["budget_s"])), wall
+    pytest.skip(f"this machine is too busy to import torch within the budget ({cut}); the stage ended within it")
+
+
+def skip_if_the_budget_ran_out(loader: dict[str, Any], *what: str) -> None:
+    """How far a sweep gets within its budget is this machine's speed: when the stage skipped `what` (e.g.
+    "num_workers=1") or every run because the budget was spent (less than a quarter left: a skip with most of it
+    unused is envdoctor's fault and still fails), there is nothing to assert about it; the test is skipped,
+    saying so (the stage's own promises — within its budget, nothing left — are asserted before)."""
+    import re
+
+    def spent(reason: str) -> bool:  # the budget was used up: not skipped up front with most of it unused
+        left = re.search(r"not enough of the budget left \((\d+(?:\.\d+)?) s", reason)
+        return left is not None and float(left.group(1)) < 0.25 * float(loader.get("budget_s") or 0)
+
+    cut = [f"{s['what']}: {s['reason']}" for s in loader.get("skipped") or []
+           if spent(s["reason"]) and (s["what"] in what or not loader.get("runs"))]
+    if cut:
+        pytest.skip(f"this machine is too busy for the budget: {'; '.join(cut)}")
+
+
+def stage_bound(budget_s: float) -> float:
+    """The most `envdoctor loader --budget B` may take, seen from the test: only what the code enforces — the
+    stage's deadline (B + STAGE_GRACE_S, the supervisor's) and, when the stage was cut while importing torch,
+    the torch probe's second try (limited to max(B, MIN_SHARED_TIMEOUT_S)) — with slack derived from those
+    (half as much again, for the interpreters a busy machine starts slowly), never a time measured here."""
+    from envdoctor.facts.torch import MIN_SHARED_TIMEOUT_S
+    from envdoctor.loader.supervisor import STAGE_GRACE_S
+
+    enforced = budget_s + STAGE_GRACE_S + max(budget_s, MIN_SHARED_TIMEOUT_S)
+    return 1.5 * enforced
 
 
 def assert_nothing_left(report: dict[str, Any], shm_before: set[str]) -> None:

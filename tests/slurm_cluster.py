@@ -9,6 +9,7 @@ makes a task see its own node's limit rather than the submitting shell's.
 from __future__ import annotations
 
 import contextlib
+import getpass
 import os
 import resource
 import shutil
@@ -78,8 +79,8 @@ class Cluster:
             "ClusterName=envdoctor-test",
             "SlurmctldHost=localhost",
             f"SlurmctldPort={ctld_port}",
-            "SlurmUser=root",
-            "SlurmdUser=root",
+            f"SlurmUser={getpass.getuser()}",
+            f"SlurmdUser={getpass.getuser()}",
             "AuthType=auth/munge",
             "CredType=cred/munge",
             f"AuthInfo=socket={root / 'munge' / 'munge.socket'}",

@@ -9,7 +9,16 @@ import pytest
 
 from envdoctor.loader.progress import describe, showing_progress
 from envdoctor.report.loader_view import loader_markdown, loader_renderables
-from loadersupport import FIXTURES_DIR, assert_nothing_left, dump, loader_report, shm_torch_segments
+from loadersupport import (
+    FIXTURES_DIR,
+    TORCH_IMPORT_CUT,
+    assert_nothing_left,
+    dump,
+    loader_report,
+    shm_torch_segments,
+    skip_if_the_budget_ran_out,
+    stage_bound,
+)
 from support import findings, json_report, run_envdoctor
 
 pytestmark = [pytest.mark.standalone]
@@ -27,7 +36,7 @@ def test_synthetic_default_measures_a_curve() -> None:
     report, wall, _ = loader_report("--budget", "10")
     loader = report["loader"]
     assert_nothing_left(report, before)
-    assert wall < 15
+    assert wall < stage_bound(10)
     assert loader["dataset"].startswith("synthetic")
     # The built-in dataset measures the machine: its __getitem__ is ours, so DL001-DL004 stay quiet.
     assert loader["source"] == {"kind": "synthetic"}
@@ -38,6 +47,7 @@ def test_synthetic_default_measures_a_curve() -> None:
     assert loader["tensors_per_batch"] == 2
     assert loader["current"]["num_workers"] == 0
     workers = [r["num_workers"] for r in loader["runs"]]
+    skip_if_the_budget_ran_out(loader, "num_workers=1")
     assert workers[:2] == [0, 1], dump(report)
     for run in loader["runs"]:
         assert run["samples_per_s"] > 0 and run["first_batch_s"] > 0
@@ -82,6 +92,8 @@ def test_text_report_and_svg_show_the_curve(tmp_path: Path) -> None:
     svg = tmp_path / "loader.svg"
     proc = run_envdoctor("loader", "--budget", "6", "--svg", str(svg), cwd=str(FIXTURES_DIR))
     assert proc.returncode in (0, 1), proc.stderr
+    if TORCH_IMPORT_CUT in proc.stdout:  # the machine's speed, not envdoctor's: nothing measured to draw
+        pytest.skip(f"this machine is too busy to import torch within the 6 s budget: {proc.stdout.strip()[-200:]}")
     assert "DataLoader smoke test" in proc.stdout
     assert "samples/s" in proc.stdout and "knee" in proc.stdout
     picture = svg.read_text(encoding="utf-8")
@@ -106,6 +118,7 @@ def test_image_folder_separates_reading_from_decoding(tmp_path: Path) -> None:
     assert "88 files" in loader["dataset"], dump(report)
     assert loader["getitem"]["read_s"] > 0 and loader["getitem"]["decode_s"] > 0
     assert loader["batch_bytes"] == 32 * 3 * 224 * 224 * 4 + 32 * 8
+    skip_if_the_budget_ran_out(loader)
     assert loader["runs"], dump(report)
     decoding = loader["decoding"]
     assert decoding["images"] == 8
@@ -209,9 +222,11 @@ def test_spawn_workers_get_the_budget_that_is_left() -> None:
     report, wall, _ = loader_report("--dataset", "loaderfixtures.suite:remote_read_spawn", "--budget", "8")
     loader = report["loader"]
     assert_nothing_left(report, before)
-    assert wall < 8 + 5
+    assert wall < stage_bound(8)
     assert loader["start_method"] == "spawn" and loader["failure"] is None, dump(report)
     tried = [r for r in loader["runs"] if r["num_workers"] > 0] + [
         s for s in loader["skipped"] if s["what"] == "num_workers=1" and "not enough of the budget" not in s["reason"]]
+    if not tried:
+        skip_if_the_budget_ran_out(loader, "num_workers=1")
     assert tried, dump(report)
     assert findings(report, "DL006") == []

@@ -8,6 +8,7 @@ tests (test_loader_suite.py, test_loader_hostile.py) pin the measuring.
 from __future__ import annotations
 
 import copy
+import re
 from typing import Any
 
 import pytest
@@ -604,3 +605,13 @@ def test_a_runner_up_that_beats_the_kept_setting_in_paired_windows_is_recommende
     data["paired"] = paired(0, 1, [(200, 230), (190, 170), (205, 240), (198, 180)])
     rec = judged(data)["recommendation"]
     assert rec["num_workers"] == 0 and rec["trust"] == "same"
+
+
+def test_figures_in_thousands_carry_their_separators_everywhere() -> None:
+    """One convention on one screen: the table shows 52,000 and 6,900, so the verdict's words do too."""
+    handover = section([run(0, 5200, 0.001), run(1, 4100, 0.05, worker_cpu=0.5)],
+                       getitem={"per_sample_s": 2e-4, "cpu_fraction": 1.0, "blocked_fraction": 0.0})
+    words = " ".join(str(judged(data).get("bottleneck_reason")) for data in (TINY, handover))
+    words += " ".join(f.message + " " + f.fix for rule in ("DL002", "DL005") for f in findings_of(judged(TINY), rule))
+    assert re.findall(r"\b\d{4,}(?:\.\d+)? samples/s", words) == [], words
+    assert "(num_workers=1, 4,100 samples/s) does not beat num_workers=0 (5,200 samples/s)" in words, words

@@ -70,7 +70,7 @@ def test_stage_deadline_kills_the_whole_group(tmp_path: Path, monkeypatch: pytes
     elapsed = time.monotonic() - start
     assert outcome.killed_for == "budget"
     assert outcome.last_index == 3 and outcome.last_phase["name"] == "getitem"
-    assert elapsed < 1.0 + loader_run.STAGE_GRACE_S + 3
+    assert elapsed < 3 * (1.0 + loader_run.STAGE_GRACE_S)  # the deadline the stage enforces; slack derived from it
     child = int(pidfile.read_text())
     assert not group_alive(outcome.pid)  # nothing of the group runs (a zombie init has yet to reap is gone)
     assert not Path(f"/proc/{child}").exists() or "Z" in Path(f"/proc/{child}/stat").read_text().split()[2]

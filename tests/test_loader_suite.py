@@ -11,7 +11,7 @@ import pytest
 from envdoctor.inside.loader_knee import MIN_PAIRS, recommended
 from envdoctor.judge.loader import with_paired_baseline
 from envdoctor.judge.pairing import FEWER_WORKERS_TOLERANCE, paired_median
-from loadersupport import assert_honest_too_noisy, assert_nothing_left, dump, loader_report, shm_torch_segments
+from loadersupport import assert_honest_too_noisy, assert_nothing_left, dump, loader_report, shm_torch_segments, stage_bound
 from support import findings
 
 pytestmark = [pytest.mark.slow, pytest.mark.standalone]
@@ -24,7 +24,7 @@ def _check(name: str, expected: set[str], rules: set[str], budget: str = BUDGET)
     report, wall, _ = loader_report("--dataset", f"loaderfixtures.suite:{name}", "--budget", budget)
     loader = report["loader"]
     assert_nothing_left(report, before)
-    assert wall < float(budget) + 6
+    assert wall < stage_bound(float(budget))
     assert loader["bottleneck"] in expected, dump(report)
     fired = {f["rule"] for f in report["findings"]}
     assert rules <= fired, (fired, dump(report))

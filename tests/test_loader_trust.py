@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from loaderfixtures.trust import EXPECTED
-from loadersupport import assert_nothing_left, dump, loader_report, shm_torch_segments
+from loadersupport import assert_nothing_left, dump, loader_report, shm_torch_segments, stage_bound
 from support import findings
 
 pytestmark = [pytest.mark.slow, pytest.mark.standalone]
@@ -91,7 +91,7 @@ def test_expected_class_and_rules(name: str) -> None:
     report, wall, _ = loader_report("--dataset", f"loaderfixtures.trust:{name}", "--budget", budget(name))
     loader = report["loader"]
     assert_nothing_left(report, before)
-    assert wall < float(budget(name)) + 6
+    assert wall < stage_bound(float(budget(name)))
     assert loader["failure"] is None, dump(report)
     fired = {f["rule"] for f in report["findings"]}
     assert fire <= fired, (name, fired, dump(report))

@@ -146,3 +146,13 @@ def test_a_question_to_a_client_that_has_gone_fails_its_call_with_the_reason(tmp
     assert replies[1].get("error") or replies[1]["result"].get("isError"), replies[1]
     assert "the client closed its input before answering" in json.dumps(replies[1])
     assert replies[2]["result"] == {}
+
+
+def test_a_request_the_client_cancels_holds_no_later_answer_back(tmp_path: Path) -> None:
+    """Answers leave in request order, but a cancelled request (never answered, as the protocol says) does not
+    hold back the ones after it: the ping gets its answer and the server ends at the end of input."""
+    answers = _pipelined(tmp_path, [*_handshake(), _call(2, "check", {"select": ["SYS001"]}),
+                                    {"jsonrpc": "2.0", "method": "notifications/cancelled",
+                                     "params": {"requestId": 2, "reason": "changed my mind"}},
+                                    {"jsonrpc": "2.0", "id": 3, "method": "ping"}])
+    assert [a["id"] for a in answers if a["id"] != 2] == [1, 3] and answers[-1]["result"] == {}

@@ -7,6 +7,8 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
+
 README = Path(__file__).resolve().parents[1] / "README.md"
 CI = README.parent / ".ci" / "run"
 #: The README is the first five minutes; the rest lives in docs/.
@@ -78,3 +80,45 @@ def test_development_names_the_quick_tier_as_the_test_command_less_the_slow_test
     _, tests = _readme_commands()
     quick = f'{tests[-1]} -m "not slow"'
     assert f"\n{quick}\n" in README.read_text(encoding="utf-8"), f"README.md does not show the quick tier as {quick!r}"
+
+
+def test_the_cache_provider_is_on_so_last_failed_reruns_only_the_failures(pytestconfig) -> None:  # type: ignore[no-untyped-def]
+    """`pytest --lf` reruns what failed last; with the cache provider off it silently ran everything."""
+    assert pytestconfig.pluginmanager.has_plugin("cacheprovider")
+    assert "no:cacheprovider" not in " ".join(pytestconfig.getini("addopts"))
+
+
+def _readme_script():  # type: ignore[no-untyped-def]
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("readme_commands", README.parent / "scripts" / "readme_commands.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_ci_runs_every_command_most_people_need_on_the_fresh_venv() -> None:
+    """Each line of "Commands most people need" is run by scripts/readme_commands.py, which reads them from the
+    README itself, and CI runs it on the venv the README's install command made, right after that command,
+    asking the fresh venv to be clean (`--clean`: no PKG or CHN finding, with and without --deep)."""
+    readme_commands = _readme_script()
+    commands = readme_commands.readme_commands()
+    assert len(commands) >= 10 and all(c.startswith("envdoctor ") for c in commands), commands
+    for command in commands:  # each has its real stand-ins (a training script, a data folder, reports)
+        argv, _, allowed = readme_commands.concrete(command, Path("/venv"), Path("/work"))
+        assert argv[0] == "/venv/bin/envdoctor" and 0 in allowed, command
+        assert not {"train.py", "/data/train", "~/envs/train", "reports/"} & set(argv), argv
+    ci = _ci_commands()
+    run_them = ".venv/bin/python scripts/readme_commands.py .venv --clean"
+    assert run_them in ci and ci.index(".venv/bin/envdoctor check") + 1 == ci.index(run_them), ci
+
+
+@pytest.mark.slow
+def test_every_command_most_people_need_runs_here(tmp_path: Path) -> None:
+    """The same script CI runs on the README's fresh venv, here on the suite's own: every line ends with an exit
+    code its docs allow and no traceback (the "clean venv" check is CI's: this venv holds the test extras)."""
+    import sys
+
+    failures = _readme_script().run_all(Path(sys.prefix), clean=False)
+    assert failures == [], "\n".join(failures)

@@ -37,6 +37,8 @@ if os.fork() == 0:
         with open(pidfile + ".tmp", "w") as handle:
             handle.write(str(os.getpid()))
         os.replace(pidfile + ".tmp", pidfile)
+        if os.environ.get("CLEAR_ENV"):  # a daemon that keeps nothing of its environment, no mark either
+            os.execve(sys.executable, [sys.executable, "-c", "import time; time.sleep(300)", "spawner.py"], {})
         time.sleep(300)
         os._exit(0)
     os._exit(0)
@@ -106,16 +108,24 @@ def test_stop_ends_a_double_forked_daemon_of_the_command(tmp_path: Path, spawner
         _kill_if_left(pidfile)
 
 
-def test_sigterm_to_envdoctor_ends_the_command_and_its_daemon(tmp_path: Path, spawner: Path) -> None:
+@pytest.mark.parametrize("clear_env", ["", "1"], ids=["marked", "cleared-environment"])
+def test_sigterm_to_envdoctor_ends_the_command_and_its_daemon(tmp_path: Path, spawner: Path, clear_env: str) -> None:
+    """Also a daemon that replaced its whole environment (no mark): on Linux it was re-parented to envdoctor."""
+    if clear_env and not sys.platform.startswith("linux"):
+        pytest.skip("only Linux has a subreaper")
     pidfile = tmp_path / "daemon.pid"
     proc = subprocess.Popen(envdoctor_argv("run", "--", sys.executable, str(spawner), str(pidfile)),
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=str(tmp_path),
-                            start_new_session=True)
+                            start_new_session=True, env={**os.environ, "CLEAR_ENV": clear_env, "PYTHONFAULTHANDLER": "1"})
     try:
         assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
         daemon = _daemon(pidfile)
         proc.send_signal(signal.SIGTERM)
-        _, err = proc.communicate(timeout=60)
+        try:
+            _, err = proc.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGABRT)  # PYTHONFAULTHANDLER: where it waits, every thread
+            pytest.fail(f"envdoctor run did not end after SIGTERM:\n{proc.communicate()[1]}")
         assert proc.returncode == 128 + signal.SIGTERM, err  # the command's status, as before
         assert _gone(daemon, 0.5), "the daemon outlived envdoctor run stopped by SIGTERM"
     finally:

@@ -190,14 +190,30 @@ def test_torchrun_distributed_across_three_nodes_ends_within_its_timeout(cluster
                          env={"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)})
     elapsed = time.monotonic() - started
     assert "Fleet: 3 of 3 ranks reported" in proc.stdout, proc.stdout + proc.stderr[-4000:]
-    assert "rank2@node03" in proc.stdout
-    assert re.search(r"open files \(soft\) differs across nodes: \d+ on rank0@node01, rank1@node02; "
-                     r"1024 on rank2@node03", proc.stdout), proc.stdout
+    # The c10d rendezvous gives out ranks in arrival order: node03 holds one of them.
+    assert re.search(r"open files \(soft\) differs across nodes: \d+ on rank\d@node0[12], rank\d@node0[12]; "
+                     r"1024 on rank\d@node03", proc.stdout), proc.stdout
     # --fail-on warning: rank 0 exits 1, and so does every other rank, so every torchrun ends at once
     # (ranks exiting 0 kept the other agents in torchrun's 300 s exit barrier).
     assert proc.returncode == 1, proc.stderr[-4000:]
-    assert proc.stderr.count("exitcode  : 1") == 3, proc.stderr[-4000:]
+    # (torchrun's own teardown may add its store's connection errors once the store's host has left.)
+    assert len(re.findall(r"srun: error: node0\d: task \d: Exited with exit code 1", proc.stderr)) == 3, \
+        proc.stderr[-4000:]
     print(f"srun … torchrun … --distributed across 3 nodes: {elapsed:.1f} s")
+
+
+def test_srun_alone_runs_distributed_with_slurms_ranks_and_no_traceback(cluster: Cluster, work: Path) -> None:
+    (port,) = free_ports(1)
+    proc = cluster.shell(doc_block("srun-distributed"), cwd=work, timeout=240,
+                         env={"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)})
+    assert "Fleet: 3 of 3 ranks reported" in proc.stdout, proc.stdout + proc.stderr[-4000:]
+    assert "gloo all_reduce across 3 ranks: ok" in proc.stdout
+    # Slurm's task ids are the ranks: task 2 runs on node03.
+    assert re.search(r"1024 on rank2@node03", proc.stdout), proc.stdout
+    assert proc.returncode == 1
+    for task, node in enumerate(NODES):  # every task exits with rank 0's code, and nothing else is said
+        assert f"srun: error: {node}: task {task}: Exited with exit code 1" in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr and proc.stdout.count("Fleet: ") == 1
 
 
 def test_every_daemon_is_ours_and_alive(cluster: Cluster) -> None:

@@ -314,22 +314,40 @@ def emit(report: Any, fmt: str, output: str | None, svg: str | None = None, opti
 
 
 def _cmd_rules(args: argparse.Namespace) -> int:
+    import textwrap
+
     from envdoctor.catalog import load_catalog
 
     catalog = load_catalog()
     width = max(len(m.name) for m in catalog.rules)
+    columns = terminal_width()
     for meta in catalog.rules:
         summary = " ".join(meta.summary.split())
-        print(f"{meta.id}  {meta.name:<{width}}  {meta.severity.value:<7}  {summary}")
+        head = f"{meta.id}  {meta.name:<{width}}  {meta.severity.value:<7}  "
+        # The summary in a column of its own where the terminal is wide enough, else below the rule, indented.
+        if columns - len(head) < 40:
+            print(head.rstrip())
+            head = "    "
+        print(textwrap.fill(summary, columns, initial_indent=head, subsequent_indent=" " * len(head),
+                            break_on_hyphens=False, break_long_words=False))
     return EXIT_OK
+
+
+def terminal_width() -> int:
+    """The columns `rules` and `explain` fill: the terminal's (or $COLUMNS) on a terminal, else 80."""
+    import shutil
+
+    if not sys.stdout.isatty():
+        return 80
+    return max(40, shutil.get_terminal_size((80, 24)).columns)
 
 
 def _cmd_explain(args: argparse.Namespace) -> int:
-    print(explain_text(args.rule))
+    print(explain_text(args.rule, terminal_width()))
     return EXIT_OK
 
 
-def explain_text(rule: str) -> str:
+def explain_text(rule: str, width: int | None = None) -> str:
     """One rule's docs as `envdoctor explain` prints them (docs/rules/<ID>.md shows the same text)."""
     from envdoctor.catalog import load_catalog
     from envdoctor.report.rule_docs import render_rule_docs
@@ -338,7 +356,7 @@ def explain_text(rule: str) -> str:
     matched = [m for m in catalog.rules if m.id == rule.upper() or m.name == rule.lower()]
     if not matched:
         raise UsageError(f"unknown rule {rule!r} (see `envdoctor rules`)")
-    return render_rule_docs(matched[0], "text")
+    return render_rule_docs(matched[0], "text", **({"width": width} if width else {}))
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
@@ -445,6 +463,8 @@ def _looks_like_path(token: str) -> bool:
     return "/" in token or "." in token or os.sep in token
 
 
+# complexity: 22 — argv is walked once, by hand, to split rule lists and take trailing file names; argparse cannot
+#   express both.
 def _take_scripts(parser: argparse.ArgumentParser, args: argparse.Namespace, extra: list[str]) -> None:
     """Rule lists split at commas; file names after the options become scripts.
 

@@ -162,7 +162,8 @@ class Config:
     format: str = choice("text", FORMATS, "--format", group=OUTPUT, shortcuts={"--json": "json"},
                          help="output format")
     output: str | None = text("-o", "--output", metavar="FILE", group=OUTPUT, in_pyproject=False,
-                              help="write the report to FILE instead of standard output")
+                              help="write the report to FILE instead of standard output "
+                                   "(placeholders such as {node} and {rank} are filled in: docs/clusters.md)")
     verbose: bool = switch("-v", "--verbose", group=OUTPUT, help="show each finding's evidence")
     svg: str | None = text("--svg", metavar="FILE", group=OUTPUT, in_pyproject=False,
                            help="also save the text report as an SVG picture")
@@ -457,8 +458,10 @@ def trusted_projects_file() -> Path:
 
     if sys.platform == "win32" and os.environ.get("APPDATA"):
         base = Path(os.environ["APPDATA"])
+    elif os.environ.get("XDG_CONFIG_HOME"):
+        base = Path(os.environ["XDG_CONFIG_HOME"])
     else:
-        base = Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config")
+        base = Path(os.path.expanduser("~")) / ".config"  # no home at all: "~", a file that is not there
     return base / "envdoctor" / TRUSTED_PROJECTS_FILE
 
 

@@ -286,6 +286,8 @@ _LEVELS = (None, "error", "warning", "info")
 _AREA_NAME = re.compile(r"[a-z][a-z0-9-]{0,39}")
 
 
+# complexity: 24 — a saved verdict is validated field by field (result, worst, areas, details); any mismatch means it
+#   is decided again.
 def _verdict_from_dict(data: Any) -> Verdict | None:
     """A saved verdict, or None when it is not one this version can render (then it is decided again)."""
     try:

@@ -112,10 +112,25 @@ def kill_tree(pid: int) -> None:
     except psutil.Error:
         return
     for proc in family:
-        try:
+        hard_kill(proc)
+
+
+def hard_kill(proc: psutil.Process) -> None:
+    """End `proc` at once, whatever it does; one that is gone (or never ours) is skipped.
+
+    psutil's `kill()` sends `signal.SIGKILL`, which Windows's `signal` does not have: there `os.kill` with a
+    signal that is no console event is TerminateProcess, the hard kill. The process is checked to still be
+    the one psutil saw (same start time) before it is signalled, so a reused pid is never hit."""
+    import psutil
+
+    try:
+        if sys.platform == "win32":
+            if proc.is_running():
+                os.kill(proc.pid, signal.SIGTERM)
+        else:
             proc.kill()
-        except psutil.Error:
-            continue
+    except (psutil.Error, ProcessLookupError, PermissionError):
+        pass
 
 
 def end_processes(procs: Sequence[psutil.Process], grace_s: float) -> None:
@@ -128,8 +143,7 @@ def end_processes(procs: Sequence[psutil.Process], grace_s: float) -> None:
             proc.terminate()
     _, alive = psutil.wait_procs(procs, timeout=grace_s)
     for proc in alive:
-        with contextlib.suppress(psutil.Error):
-            proc.kill()
+        hard_kill(proc)
     psutil.wait_procs(alive, timeout=grace_s)
 
 

@@ -93,6 +93,8 @@ class HashBudget:
         return None
 
 
+# complexity: 25 — one check per field of a conda-meta record, each a short guard: a field table would hide which
+#   message goes with which field.
 def _type_problem(data: Any) -> str | None:
     """Why a parsed conda-meta record is not a record, or None when it is one."""
     if not isinstance(data, dict):
@@ -177,6 +179,8 @@ class _Containment:
         return is_link and not self._inside(os.path.realpath(full))
 
 
+# complexity: 25 — each file of a record is checked for containment, type, size and (deep) hash within a budget, with
+#   conda's prefix-rewritten files compared by their own hash.
 def check_record_files(prefix: str, record: dict[str, Any], deep: bool,
                        budget: HashBudget | None = None) -> dict[str, Any]:
     """Which of a record's files are missing or differ from what conda recorded.
@@ -303,6 +307,8 @@ def _unreadable_dir(meta_dir: Path) -> Unreadable | None:
     return {"path": str(meta_dir), "kind": "conda-meta-dir", "reason": reason}
 
 
+# complexity: 23 — every way a conda-meta file can be unusable is one recorded problem, and the loop goes on past
+#   each.
 def read_conda_meta(prefix: Path, deep: bool) -> tuple[CondaFacts, list[Unreadable], dict[str, str]]:
     """Every conda-meta record of `prefix`, the files that could not be used, and the
     dist-info folders the records own (real path -> record name)."""

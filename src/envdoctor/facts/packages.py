@@ -106,6 +106,8 @@ def _inside(path: str, folder: str | None) -> bool:
     return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
 
 
+# complexity: 25 — a sys.path entry is tried against each origin (env, stdlib, user, PYTHONPATH, cwd, base) in the
+#   order Python adds them; the order is the rule.
 def classify_path(entry: str, index: int, target: TargetFacts) -> str:
     """env, stdlib, user, pythonpath, cwd, base or other: why this directory is on sys.path."""
     prefix = target.get("prefix")

@@ -16,6 +16,8 @@ import types
 from typing import Any, Literal, Union, get_args, get_origin, get_type_hints, is_typeddict
 
 
+# complexity: 25 — one branch per kind of annotation (Union, Literal, list, dict, TypedDict, plain types): the
+#   dispatch is the function.
 def conforms(value: Any, expected: Any) -> bool:
     """True when a JSON value has the annotated type (TypedDicts checked key by key)."""
     if expected is Any:

@@ -131,6 +131,8 @@ def _flow_list(text: str) -> list[str]:
     return [_unquote(item) for item in inner.split(",") if item.strip()]
 
 
+# complexity: 25 — a small YAML-subset reader (block and flow lists, comments, the pip: block) as one line loop; its
+#   states are the branches.
 def parse_environment_yml(text: str, path: Path | None = None) -> ParsedSpec:
     """name, channels, conda and pip dependencies of an environment.yml (block or flow lists).
 

@@ -271,8 +271,9 @@ def compare_paths(paths: list[str], output: str | None = None, *, expect: int | 
     for label, (path, _report) in zip(labels, loaded):
         if str(path) in replaced:
             values = replaced[str(path)]
+            shown = ", ".join(values[:6]) + (", …" if len(values) > 6 else "")
             fleet["not_compared"].append({
                 "key": "non-json", "label": f"{len(values)} value{'s' if len(values) != 1 else ''} of {label}",
                 "missing_on": [label],
-                "reason": f"not JSON or too long to hold ({', '.join(values[:3])}): read as null"})
+                "reason": f"not JSON or too long to hold ({shown}): read as null"})
     return fleet_report(fleet, node_findings=_node_findings(loaded, labels, fail_on))

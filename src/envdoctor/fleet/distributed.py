@@ -44,6 +44,8 @@ LAUNCHER_VARIABLES = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
 TEST_FAULT_VARIABLE = "ENVDOCTOR_TEST_RANK_FAULT"
 #: How often rank 0 looks for reports that have arrived.
 POLL_S = 0.05
+#: Under srun without torchrun and without MASTER_PORT: the store's port is this plus the job id modulo the span.
+SLURM_PORT_BASE, SLURM_PORT_SPAN = 20000, 10000
 #: The all_reduce check needs seconds, not the whole timeout of a loader stage.
 COLLECTIVE_TIMEOUT_CAP_S = 60.0
 #: How long another rank waits for rank 0's exit code once the collective is done (rank 0 only
@@ -70,11 +72,17 @@ def launcher_environment(environ: dict[str, str] | None = None) -> dict[str, Any
 
     environ = dict(os.environ if environ is None else environ)
     missing = [name for name in LAUNCHER_VARIABLES if not environ.get(name)]
+    if missing and not environ.get("RANK"):
+        derived = slurm_launcher_variables(environ)
+        if derived:
+            environ.update(derived)
+            missing = [name for name in LAUNCHER_VARIABLES if not environ.get(name)]
     if missing:
         raise UsageError(
             f"--distributed needs the torch.distributed variables {', '.join(LAUNCHER_VARIABLES)} "
             f"({', '.join(missing)} not set): start it with torchrun, e.g. `torchrun --standalone "
-            "--nproc-per-node 2 -m envdoctor check --distributed`, or set them in the job script")
+            "--nproc-per-node 2 -m envdoctor check --distributed`, or with srun inside a Slurm allocation, "
+            "or set them in the job script")
     try:
         rank, world_size = int(environ["RANK"]), int(environ["WORLD_SIZE"])
         local_rank = int(environ.get("LOCAL_RANK", "0"))
@@ -84,7 +92,33 @@ def launcher_environment(environ: dict[str, str] | None = None) -> dict[str, Any
     if not 0 <= rank < world_size:
         raise UsageError(f"--distributed: RANK={rank} is outside WORLD_SIZE={world_size}")
     return {"rank": rank, "world_size": world_size, "local_rank": local_rank, "node_rank": node_rank,
-            "run_id": environ.get("TORCHELASTIC_RUN_ID") or "run"}
+            "run_id": environ.get("TORCHELASTIC_RUN_ID") or environ.get("ENVDOCTOR_SLURM_RUN_ID") or "run",
+            "environ": {name: environ[name] for name in LAUNCHER_VARIABLES}}
+
+
+def slurm_launcher_variables(environ: dict[str, str]) -> dict[str, str]:
+    """Under `srun` without torchrun: RANK, WORLD_SIZE, LOCAL_RANK, GROUP_RANK, MASTER_ADDR/PORT from Slurm's.
+
+    Rank 0 is the step's task 0, on the first node of the step's node list (MASTER_ADDR, when set,
+    wins: node names that do not resolve); the port is MASTER_PORT, else one derived from the job id,
+    the same in every task. Empty outside a Slurm step.
+    """
+    from envdoctor.fleet.placement import expand_hostlist
+
+    tasks = environ.get("SLURM_STEP_NUM_TASKS") or environ.get("SLURM_NTASKS")
+    nodelist = environ.get("SLURM_STEP_NODELIST") or environ.get("SLURM_JOB_NODELIST")
+    if not environ.get("SLURM_PROCID") or not tasks or not environ.get("SLURM_JOB_ID"):
+        return {}
+    try:
+        head = environ.get("MASTER_ADDR") or (expand_hostlist(nodelist)[0] if nodelist else "")
+        port = environ.get("MASTER_PORT") or str(SLURM_PORT_BASE + int(environ["SLURM_JOB_ID"]) % SLURM_PORT_SPAN)
+    except (ValueError, IndexError):
+        return {}
+    if not head:
+        return {}
+    return {"RANK": environ["SLURM_PROCID"], "WORLD_SIZE": tasks, "LOCAL_RANK": environ.get("SLURM_LOCALID", "0"),
+            "GROUP_RANK": environ.get("SLURM_NODEID", ""), "MASTER_ADDR": head, "MASTER_PORT": port,
+            "ENVDOCTOR_SLURM_RUN_ID": f"slurm-{environ['SLURM_JOB_ID']}.{environ.get('SLURM_STEP_ID', '0')}"}
 
 
 def _test_fault(rank: int, timeout: float) -> None:
@@ -286,6 +320,8 @@ def run_distributed(config: Config) -> Report | int:
     from envdoctor.errors import UsageError
 
     placement = launcher_environment()
+    # Under srun alone the variables were derived from Slurm's: torch's env:// rendezvous reads them here.
+    os.environ.update({k: v for k, v in placement.pop("environ").items() if os.environ.get(k) != v})
     rank, world_size, timeout = placement["rank"], placement["world_size"], config.distributed_timeout
     stop = _Stop()
     previous = None

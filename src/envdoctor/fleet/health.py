@@ -27,6 +27,7 @@ from typing import Any
 
 from envdoctor.model import FAIL_ON_CHOICES, Finding, Report
 
+EXIT_OK, EXIT_FINDINGS = 0, 1
 #: The node rules health runs: static, cheap, and stable from run to run.
 HEALTH_RULES = ("SYS001", "SYS002", "SYS003", "GPU002", "PKG001", "PKG002", "PKG008")
 #: A drain reason is one line; Slurm shows it in `sinfo -R`, so keep it short.
@@ -47,7 +48,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--format", choices=("text", "json"), default="text",
                         help="text: one line per problem (default); json: the whole report")
     parser.add_argument("--output", "-o", metavar="FILE", help="write the report there (placeholders as for report)")
-    parser.set_defaults(handler=handle)
 
 
 def _size(value: Any, key: str, source: str) -> int:

@@ -71,7 +71,7 @@ def _lmdb_handle(obj: Any) -> tuple[str, str | None] | None:
 
 
 def _h5py_handle(obj: Any) -> tuple[str, str | None] | None:
-    if not _module_of(obj).startswith("h5py") or not hasattr(obj, "id"):
+    if not _module_of(obj).startswith("h5py._hl") or not hasattr(obj, "id"):  # File, Group, Dataset, Datatype
         return None
     try:
         if not bool(obj):  # an h5py object is falsy once its file is closed
@@ -100,7 +100,12 @@ def _stdlib_handle(obj: Any) -> tuple[str, str | None] | None:
 
 
 def _live_fd(obj: Any) -> int | None:
-    """The descriptor `obj.fileno()` answers, when it is a live one (not a standard stream)."""
+    """The descriptor `obj.fileno()` answers, when it is a live one (not a standard stream).
+
+    Only a `fileno` its class defines is called: a proxy whose `__getattr__` answers every name (an RPC
+    client, a mock) must not be made to call out."""
+    if not callable(getattr(type(obj), "fileno", None)):
+        return None
     fileno = getattr(obj, "fileno", None)
     if not callable(fileno) or getattr(obj, "closed", False) is True:
         return None
@@ -111,9 +116,15 @@ def _live_fd(obj: Any) -> int | None:
     return fd if isinstance(fd, int) and fd > 2 else None
 
 
+def _standard_stream(obj: Any) -> bool:
+    return any(obj is stream for stream in (sys.stdin, sys.stdout, sys.stderr,
+                                            sys.__stdin__, sys.__stdout__, sys.__stderr__))
+
+
 def handle_kind(obj: Any) -> tuple[str, str | None] | None:
     """(kind, file or None) when `obj` is an open native handle, else None."""
-    if isinstance(obj, (type, *_LEAVES)) or _module_of(obj).startswith(("multiprocessing", "mmap", "torch")):
+    if isinstance(obj, (type, *_LEAVES)) or _module_of(obj).startswith(("multiprocessing", "mmap", "torch")) \
+            or _standard_stream(obj):
         return None
     for probe in (_h5py_handle, _lmdb_handle, _stdlib_handle):
         found = probe(obj)
@@ -128,8 +139,12 @@ def handle_kind(obj: Any) -> tuple[str, str | None] | None:
 
 
 def _is_object_array(obj: Any) -> bool:
-    dtype = getattr(obj, "dtype", None)
-    return _module_of(obj) == "numpy" and bool(getattr(dtype, "hasobject", False))
+    if _module_of(obj) != "numpy":
+        return False  # never ask anything else for a dtype: a closed h5py dataset raises
+    try:
+        return bool(getattr(getattr(obj, "dtype", None), "hasobject", False))
+    except Exception:
+        return False
 
 
 def _element_size(item: Any) -> tuple[int, int]:
@@ -242,7 +257,7 @@ def _opaque(obj: Any) -> bool:
     if isinstance(obj, _LEAVES) or inspect.ismodule(obj) or isinstance(obj, type):
         return True
     module = _module_of(obj)
-    return module.startswith(("torch", "numpy", "multiprocessing", "threading", "logging"))
+    return module.startswith(("torch", "numpy", "multiprocessing", "threading", "logging", "h5py", "lmdb"))
 
 
 def walk(roots: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -340,17 +355,20 @@ def _set_num_threads(tree: ast.AST, filename: str) -> list[dict[str, Any]]:
 
 
 def opencv_facts(roots: list[tuple[str, Any]]) -> dict[str, Any] | None:
-    """OpenCV as the loader's code has it, before workers start: None when nothing imported cv2."""
-    cv2 = sys.modules.get("cv2")
-    if cv2 is None:
-        return None
-    try:
-        threads = int(cv2.getNumThreads())
-    except Exception:
-        threads = None
+    """OpenCV as the loader's code has it, before workers start: None when nothing imported cv2 and the
+    code calls no setNumThreads (cv2 imported in `__getitem__` shows in the workers: loader_memory)."""
     objects = [type(obj) if not inspect.isfunction(obj) else obj for _, obj in roots if obj is not None]
-    return {"version": getattr(cv2, "__version__", None), "main_threads": threads,
-            "set_num_threads_calls": opencv_calls(objects)}
+    calls = opencv_calls(objects)
+    cv2 = sys.modules.get("cv2")
+    if cv2 is None and not calls:
+        return None
+    threads = None
+    if cv2 is not None:
+        try:
+            threads = int(cv2.getNumThreads())
+        except Exception:
+            threads = None
+    return {"version": getattr(cv2, "__version__", None), "main_threads": threads, "set_num_threads_calls": calls}
 
 
 def before_workers(s: Any) -> None:

@@ -133,17 +133,19 @@ def _options(s: Session, nw: int, timeout: float) -> dict[str, Any]:
     return options
 
 
-def _startup_allowance(s: Session) -> float:
-    if s.start_method in ("spawn", "forkserver"):
-        return 2.0 * max(s.import_s, 4.0) + 1.0
-    return 1.0
+#: Seconds forked workers may take to deliver their first batch.
+STARTUP_ALLOWANCE_S = 1.0
 
 
 def budget_needed(s: Session) -> float:
-    """Seconds the measurement needs (0 when it will not run): what the sweep keeps back for it."""
-    if s.iterable or not s.length:
+    """Seconds the measurement needs (0 when it will not run): what the sweep keeps back for it.
+
+    Forked workers only: under spawn and forkserver each worker unpickles its own copy of the dataset, so
+    reading it copies nothing, and starting workers that import torch again would cost the sweep seconds.
+    """
+    if s.iterable or not s.length or s.start_method != "fork":
         return 0.0
-    return _startup_allowance(s) + WINDOW_S + 0.5
+    return STARTUP_ALLOWANCE_S + WINDOW_S + 0.5
 
 
 def growth(s: Session) -> None:
@@ -151,6 +153,10 @@ def growth(s: Session) -> None:
     if s.iterable or not s.workers_ok or not s.length:
         s.events.skip("worker memory growth (DL010)", "the dataset has no length" if s.workers_ok
                       else "workers cannot start")
+        return
+    if s.start_method != "fork":
+        s.events.skip("worker memory growth (DL010)", f"under {s.start_method} each worker unpickles its own "
+                      "copy of the dataset: reading it copies nothing (measured under fork only)")
         return
     if read_uss(os.getpid()) is None:
         s.events.skip("worker memory growth (DL010)", "this platform gives no per-process private memory")

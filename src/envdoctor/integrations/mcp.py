@@ -113,6 +113,8 @@ def stop_child(child: subprocess.Popen[str], grace_s: float) -> None:
     """SIGTERM (envdoctor cleans up its loader stage), then SIGKILL to the child and whatever it left."""
     import psutil
 
+    from envdoctor.process import hard_kill
+
     try:
         root = psutil.Process(child.pid)
         tree = [root, *root.children(recursive=True)]
@@ -126,10 +128,7 @@ def stop_child(child: subprocess.Popen[str], grace_s: float) -> None:
         except psutil.Error:
             late = []
         for each in (proc, *late):
-            try:
-                each.kill()
-            except psutil.Error:
-                pass
+            hard_kill(each)
 
 
 def stop_running_children(grace_s: float = STOP_GRACE_S) -> None:

@@ -183,8 +183,8 @@ def is_no_bottleneck(ev: Evidence) -> str | None:
     rate = _rate(ev.chosen)
     if rate < consumer:
         return None
-    return (f"the loader delivers {rate:.0f} samples/s with num_workers={ev.chosen['num_workers']}, "
-            f"more than the {consumer:.0f} samples/s a {ev.step_time_s:g} s step consumes")
+    return (f"the loader delivers {rate:,.0f} samples/s with num_workers={ev.chosen['num_workers']}, "
+            f"more than the {consumer:,.0f} samples/s a {ev.step_time_s:g} s step consumes")
 
 
 def is_startup_bound(ev: Evidence) -> str | None:
@@ -258,8 +258,8 @@ def is_ipc_bound(ev: Evidence) -> str | None:
     batch_bytes = ev.section.get("batch_bytes")
     if batch_bytes:
         bytes_text = f" ({batch_bytes / 2**20:.1f} MiB a batch)"
-    return (f"the best worker setting (num_workers={best['num_workers']}, {_rate(best):.0f} samples/s) does not "
-            f"beat num_workers=0 ({_rate(zero):.0f} samples/s): handing batches{bytes_text} between processes "
+    return (f"the best worker setting (num_workers={best['num_workers']}, {_rate(best):,.0f} samples/s) does not "
+            f"beat num_workers=0 ({_rate(zero):,.0f} samples/s): handing batches{bytes_text} between processes "
             f"costs more than making them" + detail)
 
 
@@ -290,13 +290,13 @@ def is_cpu_contended(ev: Evidence) -> str | None:
                f"CPUs: a sample costs {pool[1] * 1e3:.2f} ms, {pool[2] * 1e3:.2f} ms with one thread (SYS005), "
                "and workers run one thread each" if pool else "")
     if gain >= WORKER_GAIN:
-        return (busy + f"; workers raise throughput from {_rate(zero):.0f} samples/s with num_workers=0 to "
-                f"{_rate(best):.0f} with num_workers={best['num_workers']} (×{gain:.2f}) by taking CPU share "
+        return (busy + f"; workers raise throughput from {_rate(zero):,.0f} samples/s with num_workers=0 to "
+                f"{_rate(best):,.0f} with num_workers={best['num_workers']} (×{gain:.2f}) by taking CPU share "
                 f"from them" + (" and escaping that contention" if pool else "")
                 + f", so the knee, num_workers={ev.chosen['num_workers']}, holds only while they run"
                 + threads + _paired_text(ev))
-    return (busy + f", so the sweep cannot tell whether workers help: num_workers=0 measured {_rate(zero):.0f} "
-            f"samples/s and the best worker setting (num_workers={best['num_workers']}) {_rate(best):.0f}, "
+    return (busy + f", so the sweep cannot tell whether workers help: num_workers=0 measured {_rate(zero):,.0f} "
+            f"samples/s and the best worker setting (num_workers={best['num_workers']}) {_rate(best):,.0f}, "
             "each in one stretch of time the other load may have slowed" + threads + _paired_text(ev))
 
 
@@ -408,6 +408,6 @@ def classify(section: LoaderFacts, usable_cpus: int, step_time_s: float | None) 
         if reason:
             return name, reason
     assert ev.zero is not None and ev.best_worker is not None  # only _no_gain leaves every predicate quiet
-    return None, (f"num_workers={ev.best_worker['num_workers']} ({_rate(ev.best_worker):.0f} samples/s) does not "
-                  f"beat num_workers=0 ({_rate(ev.zero):.0f} samples/s), and no more workers were measured: "
+    return None, (f"num_workers={ev.best_worker['num_workers']} ({_rate(ev.best_worker):,.0f} samples/s) does not "
+                  f"beat num_workers=0 ({_rate(ev.zero):,.0f} samples/s), and no more workers were measured: "
                   "nothing tells the causes apart")

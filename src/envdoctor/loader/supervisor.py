@@ -47,7 +47,7 @@ from pathlib import Path
 from typing import Any
 
 from envdoctor.inside import loader_protocol
-from envdoctor.process import group_alive, kill_group
+from envdoctor.process import group_alive, hard_kill, kill_group
 
 RUNNER_PATH = Path(__file__).resolve().parent.parent / "inside" / "loader_runner.py"
 #: Extra seconds past the budget before the whole stage is killed.
@@ -214,7 +214,7 @@ def _kill_tracked(procs: dict[int, float]) -> None:
         try:
             proc = psutil.Process(tracked)
             if abs(proc.create_time() - started) < 0.01:
-                proc.kill()
+                hard_kill(proc)
         except psutil.Error:
             continue
 

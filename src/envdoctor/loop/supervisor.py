@@ -26,8 +26,11 @@ process that lost it), and `_Tracker` finds the command's processes by it,
 by the process tree seen while sampling, by the Python processes that loaded
 the bootstrap, and by the sessions and process groups they started; the
 stop ends them all, SIGTERM then SIGKILL, and looks again until none is
-left. A process that cleared its whole environment and left the tree before
-a sample saw it is beyond this (a cgroup would hold it; one is not used).
+left. On Linux envdoctor is also the command's subreaper (`prctl
+PR_SET_CHILD_SUBREAPER`), so a daemon that double-forks is re-parented to
+envdoctor, not to init, and stays in its tree whatever its environment. A
+process that escapes all of these (a subreaper of its own, on another
+platform a cleared environment) is beyond this; a cgroup is not used.
 When the command ends by itself, what it chose to leave running is its own.
 """
 from __future__ import annotations
@@ -167,6 +170,7 @@ class _Sampler(threading.Thread):
 
         now = time.time()
         cpu: dict[tuple[int, float], float] = {}
+        _reap_orphans(self.root_pid)
         for proc in self.tree():
             with contextlib.suppress(psutil.Error):
                 with proc.oneshot():
@@ -227,18 +231,28 @@ STOPPING = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP", "SIGINT
 
 
 @contextlib.contextmanager
-def _forwarding(proc: subprocess.Popen[bytes], run: CommandRun | None = None) -> Iterator[None]:
+def _forwarding(run: CommandRun | None = None) -> Iterator[Callable[[subprocess.Popen[bytes]], None]]:
     """Hand signals on to the command while it runs; put the old handlers back after.
 
-    A signal that stops envdoctor is noted in `run.stopped_by`: once the command has ended,
+    Entered before the command starts, so that a signal in between is not lost (it would end envdoctor
+    and leave the command running): it waits, and reaches the command once the yielded `started(proc)`
+    is called. A signal that stops envdoctor is noted in `run.stopped_by`: once the command has ended,
     whatever it left running is ended too.
     """
+    target: list[subprocess.Popen[bytes]] = []
+    pending: list[int] = []
+
+    def send(signum: int) -> None:
+        if not target:
+            pending.append(signum)
+            return
+        with contextlib.suppress(ProcessLookupError, OSError):
+            target[0].send_signal(signum)
 
     def forward(signum: int, frame: Any) -> None:
         if run is not None and signum in STOPPING:
             run.stopped_by = signum
-        with contextlib.suppress(ProcessLookupError, OSError):
-            proc.send_signal(signum)
+        send(signum)
 
     def interrupt(signum: int, frame: Any) -> None:
         # From a terminal, Ctrl-C already reached the command (it shares our process group);
@@ -248,13 +262,18 @@ def _forwarding(proc: subprocess.Popen[bytes], run: CommandRun | None = None) ->
         if not _terminal_foreground():
             forward(signum, frame)
 
+    def started(proc: subprocess.Popen[bytes]) -> None:
+        target.append(proc)
+        while pending:
+            send(pending.pop(0))
+
     previous: dict[int, Any] = {}
     if threading.current_thread() is threading.main_thread():
         for signum in FORWARDED:
             previous[signum] = signal.signal(signum, forward)
         previous[signal.SIGINT] = signal.signal(signal.SIGINT, interrupt)
     try:
-        yield
+        yield started
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
@@ -289,6 +308,8 @@ class _Tracker:
 
         me = os.getpid()
         found: dict[int, Any] = {}
+        with contextlib.suppress(psutil.Error):  # the daemons re-parented to envdoctor, its subreaper
+            found.update((p.pid, p) for p in psutil.Process(me).children(recursive=True))
         for pid, proc in list(self.sampler.seen.items()):
             with contextlib.suppress(psutil.Error):
                 if proc.is_running():
@@ -307,6 +328,33 @@ class _Tracker:
         for ancestor in _ancestors():
             found.pop(ancestor, None)
         return list(found.values())
+
+
+def become_subreaper() -> bool:
+    """Linux: orphans of the command are re-parented to envdoctor rather than init (so they stay findable)."""
+    if not sys.platform.startswith("linux"):
+        return False
+    import ctypes
+
+    pr_set_child_subreaper = 36
+    try:
+        return int(ctypes.CDLL(None, use_errno=True).prctl(pr_set_child_subreaper, 1, 0, 0, 0)) == 0
+    except (OSError, AttributeError):
+        return False
+
+
+def _reap_orphans(command_pid: int) -> None:
+    """Reap the orphans of the command that died after being re-parented to envdoctor (its subreaper), so
+    that none stays a zombie while the run goes on; never the command itself (its status is Popen's)."""
+    if not sys.platform.startswith("linux"):
+        return
+    import psutil
+
+    with contextlib.suppress(psutil.Error):
+        for child in psutil.Process().children():
+            with contextlib.suppress(psutil.Error, ChildProcessError, OSError):
+                if child.pid != command_pid and child.status() == psutil.STATUS_ZOMBIE:
+                    os.waitpid(child.pid, os.WNOHANG)
 
 
 def _ancestors() -> set[int]:
@@ -377,6 +425,29 @@ def window_closed(events: Sequence[Mapping[str, Any]]) -> bool:
     return bool(iterating) and iterating <= closed
 
 
+def _observe(proc: subprocess.Popen[bytes], run: CommandRun, sampler: _Sampler, events_dir: str,
+             offsets: dict[str, int], stop: bool, on_window: Callable[[CommandRun], None] | None) -> None:
+    """Read the events until the command ends (with `stop`: end it once its window closed)."""
+    announced = False
+    while True:
+        try:
+            proc.wait(timeout=0.25)
+            break
+        except subprocess.TimeoutExpired:
+            pass
+        run.events += read_events(events_dir, offsets)
+        if not announced and window_closed(run.events):
+            announced = True
+            run.loaded = _read_loaded(events_dir)
+            if stop:
+                run.stopped = True
+                _end_tree(proc, sampler)
+                break
+            if on_window is not None:
+                on_window(run)
+    run.returncode = proc.wait()
+
+
 def run_command(argv: Sequence[str], plan: Mapping[str, Any], *, stop: bool = False,
                 environ: Mapping[str, str] | None = None, usable_cpus: int = 1,
                 on_window: Callable[[CommandRun], None] | None = None) -> CommandRun:
@@ -386,37 +457,21 @@ def run_command(argv: Sequence[str], plan: Mapping[str, Any], *, stop: bool = Fa
     started = time.monotonic()
     try:
         env = child_environment(os.environ if environ is None else environ, events_dir, plan)
-        try:
-            proc = subprocess.Popen(list(argv), env=env)
-        except OSError as exc:
-            run.start_error = f"{argv[0]}: {exc.strerror or exc}"
-            run.returncode = 127 if isinstance(exc, FileNotFoundError) else 126
-            return run
-        sampler = _Sampler(proc.pid, run)
-        sampler.start()
-        tracker = _Tracker(sampler, events_dir)
-        offsets: dict[str, int] = {}
-        announced = False
-        with _forwarding(proc, run):
-            while True:
-                try:
-                    proc.wait(timeout=0.25)
-                    break
-                except subprocess.TimeoutExpired:
-                    pass
-                run.events += read_events(events_dir, offsets)
-                if not announced and window_closed(run.events):
-                    announced = True
-                    run.loaded = _read_loaded(events_dir)
-                    if stop:
-                        run.stopped = True
-                        _end_tree(proc, sampler)
-                        break
-                    if on_window is not None:
-                        on_window(run)
-            run.returncode = proc.wait()
+        become_subreaper()
+        with _forwarding(run) as forward_to:
+            try:
+                proc = subprocess.Popen(list(argv), env=env)
+            except OSError as exc:
+                run.start_error = f"{argv[0]}: {exc.strerror or exc}"
+                run.returncode = 127 if isinstance(exc, FileNotFoundError) else 126
+                return run
+            forward_to(proc)
+            sampler = _Sampler(proc.pid, run)
+            sampler.start()
+            offsets: dict[str, int] = {}
+            _observe(proc, run, sampler, events_dir, offsets, stop, on_window)
             if run.stopped or run.stopped_by is not None:  # still forwarding: a second signal is not lost
-                run.ended_leftovers = end_everything(tracker)
+                run.ended_leftovers = end_everything(_Tracker(sampler, events_dir))
         sampler.halt.set()
         sampler.join(timeout=5)
         run.events += read_events(events_dir, offsets)

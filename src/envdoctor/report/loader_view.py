@@ -8,11 +8,18 @@ it) and as Markdown (CI job summaries).
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, cast
 
 from envdoctor.facts.loader import LoaderReport, Recommendation, RunFacts
 
 BAR_WIDTH = 20
+#: Between a figure and what it counts: a no-break space, so a wrapped line never splits them.
+NO_BREAK = "\u00a0"
+#: What the table's samples/s are (the recommendation's may be the paired windows' instead).
+SWEEP_MEDIAN = "sweep median"
+#: Under the table, wrapped as prose (a table's caption is cut at its width).
+CAPTION = f"samples/s: {SWEEP_MEDIAN}; ◀ knee: the fewest workers within 95% of the best"
 
 
 def _runs(loader: LoaderReport) -> list[RunFacts]:
@@ -71,7 +78,7 @@ def settings_line(rec: Recommendation) -> str:
 
 
 def _recommendation_line(rec: Recommendation) -> str:
-    text = settings_line(rec) + f" → {_fmt_rate(rec.get('samples_per_s'))} samples/s"
+    text = settings_line(rec) + f" → {_fmt_rate(rec.get('samples_per_s'))}{NO_BREAK}samples/s ({_which_median(rec)})"
     interval = rec.get("gain_interval")
     # Reports written before the paired windows (schema 1 allows them) carry no trust.
     trust = rec.get("trust")
@@ -89,7 +96,7 @@ def _recommendation_line(rec: Recommendation) -> str:
             text += f" ({rec['gain']:.2f}×, 95% interval {interval[0]:.2f}–{interval[1]:.2f})"
         return text
     if rec.get("gain"):
-        text += f" ({rec['gain']:.2f}× your settings"
+        text = text[:-1] + f", {rec['gain']:.2f}× your settings"
         if interval:
             text += f", 95% interval {interval[0]:.2f}–{interval[1]:.2f} over {rec.get('paired_windows')} paired windows"
         text += ")"
@@ -99,8 +106,17 @@ def _recommendation_line(rec: Recommendation) -> str:
     return text
 
 
-def _summary_lines(loader: LoaderReport) -> list[tuple[str, str]]:
-    """(label, text) pairs shown under the curve."""
+def _said_by(text: str | None, said: Mapping[str, str]) -> str | None:
+    """The rule whose finding, shown above, already holds `text` word for word (the explanation, once)."""
+    if not text:
+        return None
+    return next((rule for rule, message in said.items() if text in message), None)
+
+
+def _summary_lines(loader: LoaderReport, said: Mapping[str, str] | None = None) -> list[tuple[str, str]]:
+    """(label, text) pairs shown under the curve; `said` (rule → the messages shown above) keeps an explanation
+    a finding already gave from being told again."""
+    said = said or {}
     lines: list[tuple[str, str]] = []
     failure = loader.get("failure")
     if failure:
@@ -118,10 +134,14 @@ def _summary_lines(loader: LoaderReport) -> list[tuple[str, str]]:
     bottleneck = loader.get("bottleneck")
     if bottleneck is not None:
         reason = loader.get("bottleneck_reason")
-        lines.append(("bottleneck", f"{bottleneck}" + (f" — {reason}" if reason else "")))
+        told = _said_by(reason, said)
+        lines.append(("bottleneck", f"{bottleneck}" + (f" — {reason}" if reason and not told else
+                                                      f" ({told} above says why)" if told else "")))
     rec = loader.get("recommendation")
     if rec:
-        lines.append(("recommended", _recommendation_line(rec)))
+        told = "DL005" if rec.get("trust") in ("too-noisy", "loss") and "DL005" in said else None
+        lines.append(("recommended", f"keep your settings ({settings_line(rec)}): DL005 above says why" if told
+                      else _recommendation_line(rec)))
     if loader.get("procs_per_node", 1) > 1:
         lines.append(("cpus", f"{loader.get('usable_cpus')} usable CPU(s) per training process "
                               f"({loader.get('procs_per_node')} processes share the node)"))
@@ -148,33 +168,40 @@ def _summary_lines(loader: LoaderReport) -> list[tuple[str, str]]:
     return lines
 
 
-def _title(loader: LoaderReport) -> str:
+def _title(loader: LoaderReport, space: str = " ") -> str:
     extra = []
     if loader.get("batch_size"):
-        extra.append(f"batch_size {loader.get('batch_size')}")
+        extra.append(f"batch_size{space}{loader.get('batch_size')}")
     start_method = loader.get("start_method")
     if start_method:
         extra.append(start_method)
     wall = loader.get("wall_s")
     if wall is not None:
-        extra.append(f"{wall:.1f} s")
+        extra.append(f"{wall:.1f}{space}s")
     return f"DataLoader smoke test: {loader.get('dataset', '?')}" + (f" ({', '.join(extra)})" if extra else "")
 
 
-def loader_renderables(report_loader: LoaderReport | dict[str, Any]) -> list[Any]:
-    """The smoke test for a rich console: the curve as a table, then the summary."""
+def _which_median(rec: Recommendation) -> str:
+    """What the recommendation's samples/s is: its setting's median over the paired windows when they ran,
+    else the sweep's (the table's figure)."""
+    return "paired median" if rec.get("paired_windows") else SWEEP_MEDIAN
+
+
+def loader_renderables(report_loader: LoaderReport | dict[str, Any], said: Mapping[str, str] | None = None
+                       ) -> list[Any]:
+    """The smoke test for a rich console: the curve as a table, then the summary (`said`: see _summary_lines)."""
     loader = cast(LoaderReport, report_loader)  # the report's `loader` object: the facts and the verdict
     from rich import box
     from rich.table import Table
     from rich.text import Text
 
-    table = Table(title=_title(loader), title_justify="left", expand=False, box=box.SIMPLE_HEAD,
-                  caption="◀ knee: the fewest workers within 95% of the best, the recommendation",
-                  caption_justify="left")
-    table.add_column("workers", justify="right", no_wrap=True)
-    table.add_column("samples/s", justify="right", no_wrap=True)
+    # The title is a line of its own (wrapped by the writer, never inside a figure), not the table's.
+    table = Table(expand=False, box=box.SIMPLE_HEAD)
+    # A header is never cut ("first…"): each column is at least as wide as its header.
+    table.add_column("workers", justify="right", no_wrap=True, min_width=len("workers"))
+    table.add_column("samples/s", justify="right", no_wrap=True, min_width=len("samples/s"))
     table.add_column("±", justify="right", no_wrap=True)
-    table.add_column("first s", justify="right", no_wrap=True)
+    table.add_column("first s", justify="right", no_wrap=True, min_width=len("first s"))
     # At 80 columns the bar gives way (cropped), never the marks beside it.
     table.add_column("throughput", justify="left", no_wrap=True, overflow="crop")
     table.add_column("", justify="left", no_wrap=True, min_width=len("◀ knee, current"))
@@ -183,8 +210,9 @@ def loader_renderables(report_loader: LoaderReport | dict[str, Any]) -> list[Any
     for row in _rows(loader):
         style = "bold green" if row[0] == str(rec) else None
         table.add_row(*row[:4], Text(row[4], style="green" if style else "blue"), row[5], style=style)
-    out: list[Any] = [table] if loader.get("runs") else []
-    for label, text in _summary_lines(loader):
+    out: list[Any] = [Text(_title(loader, NO_BREAK), style="bold"), table, Text(CAPTION)] if loader.get("runs") \
+        else []
+    for label, text in _summary_lines(loader, said):
         styled = Text()
         styled.append(f"{label}: ", style="bold red" if label == "failure" else "bold")
         styled.append(text)
@@ -203,7 +231,8 @@ def loader_markdown(report_loader: LoaderReport | dict[str, Any]) -> str:
             bar = f"`{row[4]}`" if row[4] else ""
             mark = f"**{row[5]}**" if row[5] else ""
             lines.append(f"| {row[0]} | {row[1]} | {row[2]} | {row[3]} | {bar} | {mark} |")
-        lines += ["", "◀ knee: the fewest workers within 95% of the best throughput, the recommendation.", ""]
+        lines += ["", f"samples/s: {SWEEP_MEDIAN}; ◀ knee: the fewest workers within 95% of the best throughput, "
+                      "the recommendation.", ""]
     for label, text in _summary_lines(loader):
         # Dunder names in code spans: Markdown reads __getitem__ as bold "getitem".
         label = "`__getitem__`" if label == "__getitem__" else label

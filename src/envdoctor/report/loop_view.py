@@ -37,6 +37,7 @@ def settings_text(settings: Mapping[str, Any] | None) -> str:
     return f"{dataset}: {shown}" if dataset else shown
 
 
+# complexity: 23 — one line per optional part of the loop's summary, each printed only when measured.
 def loop_lines(loop: Mapping[str, Any]) -> list[tuple[int, str]]:
     """(indent, text) lines of the loop summary."""
     command = " ".join(printable(arg, 200) for arg in loop.get("command") or [])

@@ -22,7 +22,8 @@ from typing import Literal
 from envdoctor.catalog import DOC_PARTS, Catalog, RuleMeta
 
 HEADINGS = {"what": "What it checks", "why": "Why it matters", "example": "Example", "fix": "Fix"}
-WIDTH = 88
+#: `explain`'s width when it does not print to a terminal (and the MCP tool's).
+WIDTH = 80
 INDENT = "    "
 
 Style = Literal["text", "markdown"]
@@ -55,13 +56,13 @@ def doc_blocks(body: str, verbatim: bool = False) -> list[Block]:
     return blocks
 
 
-def render_rule_docs(meta: RuleMeta, style: Style = "text") -> str:
-    """One rule's docs: `envdoctor explain`'s text, or its page in docs/rules/."""
+def render_rule_docs(meta: RuleMeta, style: Style = "text", width: int = WIDTH) -> str:
+    """One rule's docs: `envdoctor explain`'s text (prose filled to `width` columns), or its page in docs/rules/."""
     summary = " ".join(meta.summary.split())
     sections = [(HEADINGS[part], doc_blocks(meta.docs()[part], verbatim=part == "example")) for part in DOC_PARTS]
     if style == "markdown":
         return _markdown(meta, summary, sections)
-    out = [f"{meta.id} {meta.name} (default severity: {meta.severity.value})", "", _fill(summary, ""), ""]
+    out = [f"{meta.id} {meta.name} (default severity: {meta.severity.value})", "", _fill(summary, "", width), ""]
     for heading, blocks in sections:
         out.append(heading)
         for i, block in enumerate(blocks):
@@ -71,14 +72,14 @@ def render_rule_docs(meta: RuleMeta, style: Style = "text") -> str:
                 prefix = INDENT if heading == HEADINGS["example"] else INDENT * 2
                 out += [(prefix + line).rstrip() for line in block.text.splitlines()]
             else:
-                out.append(_fill(block.text, INDENT))
+                out.append(_fill(block.text, INDENT, width))
         out.append("")
     return "\n".join(out)
 
 
-def _fill(text: str, indent: str) -> str:
+def _fill(text: str, indent: str, width: int = WIDTH) -> str:
     # Never inside a word: a kebab-case name or a path in a code span stays on one line.
-    return textwrap.fill(text, WIDTH, initial_indent=indent, subsequent_indent=indent,
+    return textwrap.fill(text, width, initial_indent=indent, subsequent_indent=indent,
                          break_on_hyphens=False, break_long_words=False)
 
 

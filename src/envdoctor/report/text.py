@@ -18,11 +18,16 @@ from __future__ import annotations
 
 import io
 import os
+import re
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import IO, TYPE_CHECKING, Any
 
 from envdoctor.model import NO_VERDICT, Finding, Report, Severity, Verdict
 from envdoctor.report.safe import MAX_ITEMS, clean_report, clean_tree, printable, printable_block
+
+if TYPE_CHECKING:  # rich is imported where a report is drawn, not with this module
+    from rich.console import Console, RenderableType
+    from rich.text import Text
 
 _STYLE = {"error": "bold red", "warning": "yellow", "info": "cyan"}
 _MARK = {"error": "✗", "warning": "!", "info": "i"}
@@ -219,26 +224,54 @@ def _is_scalar(value: Any) -> bool:
 class _Writer:
     """Prints Text at a left indent; wrapped lines hang `hang` columns further in."""
 
-    def __init__(self, console: Any) -> None:
+    def __init__(self, console: Console) -> None:
         from rich.text import Text
 
         self.console, self._text = console, Text
 
-    def line(self, text: Any = "", indent: int = 0, style: str = "", hang: int = 2) -> None:
+    def line(self, text: str | Text = "", indent: int = 0, style: str = "", hang: int = 2) -> None:
         body = text if not isinstance(text, str) else self._text(text, style=style)
         width = max(20, self.console.width - indent)
-        lines = body.wrap(self.console, width)
-        if len(lines) > 1:  # the rest again, narrower: it hangs `hang` columns further in
-            rest = body[len(lines[0].plain):]
-            rest = rest[len(rest.plain) - len(rest.plain.lstrip()):]
-            lines = [lines[0], *rest.wrap(self.console, max(20, width - hang))]
+        lines: list[Any] = []
+        for paragraph in body.split("\n") if "\n" in body.plain else [body]:  # a line break stays one
+            room = width if not lines else width - hang
+            lines += [paragraph[start:end] for start, end in word_spans(paragraph.plain, room, width - hang)] or \
+                [paragraph]
         for number, part in enumerate(lines):
             part.rstrip()
             pad = indent + (hang if number else 0)
             self.console.print(self._text(" " * pad) + part, soft_wrap=True)
 
-    def text(self) -> Any:
+    def code(self, text: str, indent: int) -> None:
+        """A command or a path on a line of its own, whole: never wrapped, so it pastes as it is."""
+        self.console.print(self._text(" " * indent + text), soft_wrap=True)
+
+    def text(self) -> Text:
         return self._text()
+
+
+def word_spans(plain: str, width: int, rest_width: int) -> list[tuple[int, int]]:
+    """Where `plain` breaks into lines of at most `width` cells (the first) and `rest_width` (the others),
+    at spaces only: a word wider than its line (a long path) is kept whole and overflows, never cut."""
+    from rich.cells import cell_len
+
+    spans: list[tuple[int, int]] = []
+    start: int | None = None
+    end = used = 0
+    for word in re.finditer(r"[^ \t\n]+", plain):  # a no-break space (a figure and its unit) holds a word together
+        room = max(20, width if not spans else rest_width)
+        if start is None:
+            start = 0  # the first line keeps its leading spaces
+            used = cell_len(plain[:word.end()])
+        elif used + cell_len(plain[end:word.end()]) > room:
+            spans.append((start, end))
+            start, used = word.start(), cell_len(word.group())
+        else:
+            used += cell_len(plain[end:word.end()])
+        end = word.end()
+    if start is not None:
+        spans.append((start, end))
+    return spans
 
 
 def _write_group(out: _Writer, group: list[Finding], verbose: bool) -> None:
@@ -250,19 +283,20 @@ def _write_group(out: _Writer, group: list[Finding], verbose: bool) -> None:
     messages, tail, shared = _group_messages(shown)
     fixes = list(dict.fromkeys(_generic(f, f.fix) for f in shown if f.fix))
     mixed = len({f.severity for f in group}) > 1
+    runs_steps = all(f.fix_steps for f in shown if f.fix)
     for finding, message in zip(shown, messages):
         _write_finding(out, finding, message, mixed)
         if verbose and finding.evidence:
             for indent, text in _evidence_lines(dict(finding.evidence), 6):
                 out.line(text, indent=indent, style="dim")
         if len(fixes) > 1 and finding.fix:
-            _write_fix(out, finding.fix, indent=4)
+            _write_fix(out, finding.fix, indent=4, runs_steps=bool(finding.fix_steps))
     if len(group) > limit:
         out.line(f"… and {len(group) - limit} more {group[0].rule} findings (see --format json)", indent=2)
     if tail and (verbose or shared):  # the shared explanation, once; concise output leaves it to -v
         out.line(printable_block(tail), indent=2)
     if len(fixes) == 1:
-        _write_fix(out, fixes[0], indent=2)
+        _write_fix(out, fixes[0], indent=2, runs_steps=runs_steps)
 
 
 def _group_messages(shown: list[Finding]) -> tuple[list[str], str, bool]:
@@ -321,14 +355,79 @@ def _generic(finding: Finding, text: str) -> str:
     return text.replace(loc.path, "each file") if loc is not None and loc.path in text else text
 
 
-def _write_fix(out: _Writer, fix: str, indent: int) -> None:
-    lines = printable_block(fix).splitlines() or [""]
+#: A fix's trailing shell comment (`fix_of`'s note): `cmd   # why`.
+_NOTE = re.compile(r"^(?P<command>\S.*?) {3}# (?P<note>.*)$")
+#: A span in backticks: a command to paste (a line of its own) when it starts as a shell command does.
+_CODE_SPAN = re.compile(r"`([^`]+)`")
+#: The programs a fix's commands start with (a first word holding a `/` or `VAR=` is a command too).
+_SHELL_WORDS = frozenset({
+    "envdoctor", "pip", "pip3", "python", "python3", "conda", "mamba", "micromamba", "uv", "uvx", "pixi", "apt",
+    "apt-get", "dnf", "yum", "sudo", "mv", "cp", "rm", "ln", "chmod", "mkdir", "cd", "ulimit", "export", "unset",
+    "torchrun", "docker", "sysctl", "systemctl", "loginctl", "mount", "nvidia-smi", "ldd", "ldconfig", "pipx"})
+
+
+def _is_command(span: str) -> bool:
+    first = span.split(" ", 1)[0]
+    return " " in span.strip() and (first in _SHELL_WORDS or "/" in first or bool(re.match(r"[A-Z_]+=", first)))
+#: A fix that is one call or assignment to type in (`DataLoader(dataset, num_workers=2)`).
+_CALL = re.compile(r"^[A-Za-z_][\w.]*\(.*\)$")
+
+
+def fix_blocks(fix: str, runs_steps: bool = False) -> list[tuple[str, str]]:
+    """A fix as ("code", line) and ("prose", text) blocks, in order: what to paste, and the words around it.
+
+    Code is a fix's steps (`runs_steps`: its first line is the `&&` chain `fix_steps` holds, one step a line,
+    each but the last ending in `&&`, as a shell reads them), a command before a `   # note`, a call, a line
+    indented by four spaces (SPW001's guard), and a shell command in backticks. Prose is
+    everything else, re-flowed by the writer."""
+    blocks: list[tuple[str, str]] = []
+    for number, line in enumerate(fix.splitlines() or [""]):
+        if line.startswith("    ") and number:
+            blocks.append(("code", line))  # its own indent kept, under the fix
+            continue
+        note = _NOTE.match(line)
+        command = note.group("command") if note else line if (runs_steps and number == 0) or _CALL.match(line) \
+            else None
+        if command is not None:
+            steps = command.split(" && ")
+            blocks += [("code", step + (" &&" if i < len(steps) - 1 else "")) for i, step in enumerate(steps)]
+            if note:
+                blocks.append(("prose", note.group("note")))
+            continue
+        last = 0
+        for span in _CODE_SPAN.finditer(line):
+            if not _is_command(span.group(1)):
+                continue
+            before, after = line[last:span.start()].rstrip(), line[span.end():]
+            if before.endswith("(") and after.startswith(")"):  # "a venv (`cmd`) and": "a venv: / cmd / and"
+                before, last = before[:-1].rstrip() + ":", span.end() + 1
+            else:
+                last = span.end()
+            blocks.append(("prose", before.strip()))
+            blocks.append(("code", span.group(1)))
+        blocks.append(("prose", line[last:].strip()))
+    return [(kind, text) for kind, text in blocks if text]
+
+
+def _write_fix(out: _Writer, fix: str, indent: int, runs_steps: bool = False) -> None:
+    """`fix: ` and the fix: prose wrapped at the width, each command or path whole on its own line, four
+    columns in, so a paste never carries a line break into the shell."""
+    blocks = fix_blocks(printable_block(fix), runs_steps) or [("prose", "")]
     first = out.text()
     first.append("fix: ", style="green")
-    first.append(lines[0])
-    out.line(first, indent=indent)
-    for rest in lines[1:]:
-        out.line(rest, indent=indent + 5)
+    kind, text = blocks.pop(0)
+    first.append(text)
+    if kind == "code":  # the label, then the command whole on the rest of its line; the rest under it
+        out.console.print(out.text().append(" " * indent) + first, soft_wrap=True)
+        prose = code = indent + 5
+    else:  # prose wraps two columns in; a command stands two further in
+        out.line(first, indent=indent)
+        prose, code = indent + 2, indent + 4
+    for kind, text in blocks:
+        if kind == "code":
+            out.code(text, code if not text.startswith("    ") else indent + 5)
+        else:
+            out.line(text, indent=prose, hang=0)
 
 
 # -- the whole report ------------------------------------------------------------------------------
@@ -353,7 +452,7 @@ def verdict_line(report: Report, counts: dict[str, int] | None = None) -> tuple[
     return verdict["worst"], text
 
 
-def write(report: Report, console: Any, verbose: bool = False) -> None:
+def write(report: Report, console: Console, verbose: bool = False) -> None:
     """Draw the report on a rich Console."""
     out = _Writer(console)
     if report.facts.get("fleet"):  # compare / --distributed: many nodes, no single environment to name
@@ -370,13 +469,16 @@ def write(report: Report, console: Any, verbose: bool = False) -> None:
         from envdoctor.report.loader_view import loader_renderables
 
         out.line()
-        _write_renderables(out, loader_renderables(clean_tree(report.loader)))
+        said: dict[str, str] = {}  # what the findings already said, so the loader's view says it once
+        for finding in report.findings[:GROUP_LIMIT * BLOCK_LIMIT]:
+            said[finding.rule] = said.get(finding.rule, "") + " " + finding.message
+        _write_renderables(out, loader_renderables(clean_tree(report.loader), said))
     _write_errors(out, report)
     if report.findings and not verbose and any(f.evidence for f in report.findings):
         out.line("-v: the evidence; `envdoctor explain RULE`: why it matters.", style="dim")
 
 
-def _write_renderables(out: _Writer, items: Iterable[Any]) -> None:
+def _write_renderables(out: _Writer, items: Iterable[RenderableType]) -> None:
     """Lines of text through the writer (their wrapped lines indented), tables and the like as they are."""
     for item in items:
         if isinstance(item, out.text().__class__):
@@ -445,8 +547,8 @@ def _write_errors(out: _Writer, report: Report) -> None:
         out.line(f"… {len(report.errors) - MAX_ITEMS} more", indent=2)
 
 
-def make_console(file: Any = None, width: int | None = None, record: bool = False,
-                 color: bool | None = None) -> Any:
+def make_console(file: IO[str] | None = None, width: int | None = None, record: bool = False,
+                 color: bool | None = None) -> Console:
     """A rich Console that never reads markup or emoji codes in what it prints."""
     from rich.console import Console
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from envdoctor.catalog import load_data
 from envdoctor.facts import Facts
-from envdoctor.facts.gpu import gpu_present
+from envdoctor.facts.gpu import GpuDevice, gpu_present
 from envdoctor.model import Severity
 from envdoctor.remedies.install_commands import Fix, advice
 from envdoctor.remedies.torch_install import led, torch_for_cuda
@@ -242,27 +242,9 @@ def find_busy_gpus(facts: Facts) -> Iterator[Hit]:
     # are not "other jobs".
     own_pid = gpu.get("own_pid")
     ours = {own_pid, *gpu.get("job_pids", [])}
-    busy: list[dict[str, Any]] = []
-    same_job = []
-    for device in gpu["devices"]:
-        processes = device["processes"]
-        others = [p for p in processes if p["pid"] not in ours]
-        same_job += [{"index": device["index"], "pid": p["pid"], "name": p["name"]}
-                     for p in processes if p["pid"] in ours and p["pid"] != own_pid]
-        if not others and any(p["pid"] in ours for p in processes):
-            continue  # what this GPU holds is our job's
-        total, used = device["memory_total"], device["memory_used"]
-        share = (used / total) if total and used is not None else None
-        util = device["utilization_gpu"]
-        if others or (share is not None and share > BUSY_MEMORY_SHARE) or (util is not None and util >= BUSY_UTILIZATION):
-            busy.append({
-                "index": device["index"], "name": device["name"],
-                "memory_used": used, "memory_total": total,
-                "memory_used_share": round(share, 3) if share is not None else None,
-                "utilization_gpu": util,
-                "processes": [{"pid": p["pid"], "name": p["name"], "used_memory": p["used_memory"]}
-                              for p in others],
-            })
+    same_job = [{"index": device["index"], "pid": p["pid"], "name": p["name"]}
+                for device in gpu["devices"] for p in device["processes"] if p["pid"] in ours and p["pid"] != own_pid]
+    busy = [entry for device in gpu["devices"] if (entry := _busy_entry(device, ours)) is not None]
     if not busy:
         return
     parts = []
@@ -279,6 +261,26 @@ def find_busy_gpus(facts: Facts) -> Iterator[Hit]:
         evidence={"busy_gpus": busy, "free_gpus": free, "same_job_processes": same_job},
         fix=fix,
     )
+
+
+def _busy_entry(device: GpuDevice, ours: set[Any]) -> dict[str, Any] | None:
+    """The device as evidence when another job holds it (its processes, its memory or its compute), else None."""
+    processes = device["processes"]
+    others = [p for p in processes if p["pid"] not in ours]
+    if not others and any(p["pid"] in ours for p in processes):
+        return None  # what this GPU holds is our job's
+    total, used = device["memory_total"], device["memory_used"]
+    share = (used / total) if total and used is not None else None
+    util = device["utilization_gpu"]
+    if not (others or (share is not None and share > BUSY_MEMORY_SHARE) or (util is not None and util >= BUSY_UTILIZATION)):
+        return None
+    return {
+        "index": device["index"], "name": device["name"],
+        "memory_used": used, "memory_total": total,
+        "memory_used_share": round(share, 3) if share is not None else None,
+        "utilization_gpu": util,
+        "processes": [{"pid": p["pid"], "name": p["name"], "used_memory": p["used_memory"]} for p in others],
+    }
 
 
 class Arch(NamedTuple):
@@ -354,6 +356,8 @@ def _torch_warning(cuda: TorchCuda) -> str | None:
     return None
 
 
+# complexity: 27 — newer CUDA for GPUs past the build, older for GPUs below it, and none when no torch build covers
+#   both: a decision table in code, one branch per row.
 def _arch_fix(gpus: list[dict[str, Any]], arches: list[Arch], facts: Facts, note: str = "") -> Fix:
     """The torch build to install: newer CUDA for GPUs past the build, older for GPUs below it.
 
@@ -391,6 +395,8 @@ def _arch_fix(gpus: list[dict[str, Any]], arches: list[Arch], facts: Facts, note
     return advice(fix.text) if prefix else fix
 
 
+# complexity: 25 — machine code, PTX and arch-specific entries of the build against each GPU's capability: CUDA's
+#   compatibility rules, one branch each.
 def find_arch_not_in_build(facts: Facts) -> Iterator[Hit]:
     gpu = facts["gpu"]
     torch = facts["torch"]

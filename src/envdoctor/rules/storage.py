@@ -183,6 +183,8 @@ def _needed_rate(facts: Facts, at: _Located) -> dict[str, Any] | None:
             "mib_per_s": samples_per_s * median / 1024**2}
 
 
+# complexity: 25 — the sequential and random passes are each judged only when they read enough, against the loader's
+#   needed rate and the probe's timeout; each qualifies one finding.
 def find_slow_reads(facts: Facts) -> Iterator[Hit]:
     at = _storage(facts)
     if at is None:

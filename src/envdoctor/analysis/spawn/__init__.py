@@ -29,7 +29,9 @@ iterating a DataLoader with num_workers > 0, `Process.start()`, constructing a
 
 Modules: `names` (the known-name tables), `values` (the value lattice),
 `syntax` (questions the tree alone answers), `reading` (bounded reads),
-`project` (finding the project's modules), `notebook` (code cells as one
+`project` (finding the project's modules), `libraries` (library classes and
+functions that are or return DataLoaders, read from the target's installed
+source, else the catalog's table), `notebook` (code cells as one
 module), and the interpreter, split by concern: `walker` → `statements` →
 `expressions` → `starts` → `calls` → `analysis`.
 """

@@ -287,7 +287,7 @@ class CallWalker(BodyRunner):
         name = call.name
         # Only a call that may set num_workers can give a loader that starts workers: one built
         # without it has none (`loader_from_args`), so the library need not be read for it.
-        read = "num_workers" in call.keywords or call.open
+        read = "num_workers" in call.keywords
         if libraries.is_loader_class(name, read):
             return self.library_loader(call, call.short)
         if libraries.returns_loader(name, read):
@@ -465,9 +465,12 @@ class CallWalker(BodyRunner):
             return self.option_of(obj, str(positional[0].value), positional[1])
         if attr in iterating_callees().wrapper_methods:
             return self.call_unknown(node, positional, call.keywords, known=True)
-        guessed = self.behaves_as_loader(call, "")
-        if guessed is not None:  # `model.loader(num_workers=4)` on an object the walk cannot read
-            return guessed
+        if isinstance(obj, Unknown) and obj.lib is not None:
+            # `model.loader(num_workers=4)` on an object a library the walk cannot read made (an
+            # object of unknown origin may be the project's own, whose method returns anything).
+            guessed = self.behaves_as_loader(call, obj.lib)
+            if guessed is not None:
+                return guessed
         return self.call_unknown(node, positional, call.keywords)
 
     def m_loader(self, call: Call, obj: Loader) -> Value | None:
@@ -546,8 +549,8 @@ class CallWalker(BodyRunner):
 
     def m_library(self, call: Call, obj: Unknown) -> Value | None:
         """`Node2Vec(...).loader(num_workers=4)`: a method of a library object that returns a loader."""
-        if obj.lib is not None and self.libraries.returns_loader(
-                f"{obj.lib}.{call.name}", "num_workers" in call.keywords or call.open):
+        if obj.lib is not None and self.libraries.returns_loader(f"{obj.lib}.{call.name}",
+                                                                 "num_workers" in call.keywords):
             return self.library_loader(call, f"{obj.lib.rsplit('.', 1)[-1]}.{call.name}()")
         return None
 
@@ -569,19 +572,32 @@ class CallWalker(BodyRunner):
         keys: list[Value] = [Const(k) for k in obj.items] + ([Unknown()] if obj.default is not None else [])
         return Seq([Seq([k, v]) for k, v in zip(keys, values)])
 
-    def inherits_loader(self, cls: ClassInfo, depth: int = 0) -> bool:
-        """Whether a class of the walk derives from a DataLoader class, a library's included."""
+    def inherits_loader(self, cls: ClassInfo, read: bool, depth: int = 0) -> bool:
+        """Whether a class of the walk derives from a DataLoader class, a library's included (its
+        source read only with `read`: when the class or the call may set num_workers)."""
         for base in cls.bases:
-            if isinstance(base, QualName) and self.libraries.is_loader_class(base.name):
+            if isinstance(base, QualName) and self.libraries.is_loader_class(base.name, read):
                 return True
-            if isinstance(base, ClassInfo) and depth < 16 and self.inherits_loader(base, depth + 1):
+            if isinstance(base, ClassInfo) and depth < 16 and self.inherits_loader(base, read, depth + 1):
                 return True
         return False
+
+    def may_set_workers(self, cls: ClassInfo, keywords: dict[str, Value]) -> bool:
+        """The call passes num_workers, or the class's own source names it (`super().__init__(ds, num_workers=4)`)."""
+        if "num_workers" in keywords:
+            return True
+        known: bool | None = getattr(cls.node, "_envdoctor_workers", None)
+        if known is None:
+            lines = cls.module.lines if cls.module is not None else []
+            text = "\n".join(lines[cls.node.lineno - 1:cls.node.end_lineno or len(lines)])
+            known = "num_workers" in text
+            setattr(cls.node, "_envdoctor_workers", known)  # noqa: B010 - a mark of our own on the node
+        return known
 
     def instantiate(self, cls: ClassInfo, node: ast.Call, frame: Frame, positional: list[Value],
                     keywords: dict[str, Value], open_: bool, site: Site) -> Value:
         init = cls.lookup("__init__")
-        if self.inherits_loader(cls):
+        if self.inherits_loader(cls, self.may_set_workers(cls, keywords)):
             loader = self.loader_from_args(cls.node.name, positional, keywords, open_, site)
             if isinstance(init, Function):
                 # A custom __init__ passes its own values on through super().__init__().

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import ast
 import os
+import sys
 from dataclasses import dataclass
 from functools import cache
 
@@ -30,6 +31,7 @@ MAX_FILES = 300
 MAX_FILE_BYTES = 2 * 1024 * 1024
 MAX_DEPTH = 12
 #: Libraries never read: the standard library's and torch's own names are known by the tables.
+STDLIB = frozenset(getattr(sys, "stdlib_module_names", ()))
 NEVER_READ = frozenset({"torch", "numpy", "builtins", "typing", "typing_extensions", "functools", "itertools",
                         "multiprocessing", "concurrent", "os", "sys", "collections", "abc"})
 
@@ -145,7 +147,8 @@ class LibraryLoaders:
         top = name.split(".")[0]
         known = self._tops.get(top)
         if known is None:
-            known = self._tops[top] = top not in NEVER_READ and self._find(top) is not None
+            known = self._tops[top] = (top not in NEVER_READ and top not in STDLIB
+                                       and self._find(top) is not None)
         return known
 
     def _find(self, dotted: str) -> tuple[str, str] | None:

@@ -358,7 +358,7 @@ class _Watcher:
             except Exception as exc:
                 sys.stderr.write("envdoctor run: could not observe DataLoaders: %s: %s\n" % (type(exc).__name__, exc))
 
-        spec.loader.exec_module = exec_and_patch  # type: ignore[method-assign]
+        spec.loader.exec_module = exec_and_patch  # type: ignore[method-assign]  # wrapped on this one loader object, on purpose
         return spec
 
 

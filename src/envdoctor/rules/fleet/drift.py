@@ -157,6 +157,8 @@ def expected_environ_drift(fleet: FleetFacts) -> list[dict[str, Any]]:
     return found
 
 
+# complexity: 25 — pip and conda tables are compared by the same loop, versions and presence apart, with conda names
+#   canonicalised against pip's.
 def package_drift(fleet: FleetFacts) -> dict[str, list[dict[str, Any]]]:
     """Packages at different versions ("versions") and packages on some nodes only ("presence").
 

@@ -76,7 +76,10 @@ def find_worker_memory_growth(facts: Facts) -> Iterator[Hit]:
     if fitted is None:
         return
     slope, stderr, measured = fitted
-    if slope <= SIGNIFICANCE * stderr or _observed_growth(memory) < MIN_OBSERVED_BYTES:
+    observed = _observed_growth(memory)
+    # A random order can copy nearly everything within the measurement: then the slope flattens (and its
+    # error grows) while what the workers already copied says enough.
+    if not (slope > SIGNIFICANCE * stderr and observed >= MIN_OBSERVED_BYTES) and observed < MIN_GROWTH_BYTES:
         return
     nw, workers_from = _worker_count(section, memory)
     length = int(section.get("length") or 0)
@@ -84,7 +87,7 @@ def find_worker_memory_growth(facts: Facts) -> Iterator[Hit]:
     linear = slope * per_worker_samples
     python_bytes = int((section.get("hazards") or {}).get("python_bytes") or 0)
     capped = bool(memory.get("shuffled")) and python_bytes > 0 and linear > python_bytes
-    growth = float(python_bytes) if capped else linear
+    growth = max(float(python_bytes) if capped else linear, float(observed))
     recurring = python_bytes == 0 or growth > BEYOND_COPY * python_bytes
     persistent = bool((section.get("current") or {}).get("persistent_workers"))
     start = max(int(w.get("uss_start_bytes", 0)) for w in memory.get("workers", [])) if memory.get("workers") else 0
@@ -118,7 +121,8 @@ def find_worker_memory_growth(facts: Facts) -> Iterator[Hit]:
         evidence={"bytes_per_sample": slope, "stderr_bytes_per_sample": stderr, "measured_samples": measured,
                   "num_workers": nw, "workers_from": workers_from, "dataset_length": length,
                   "samples_per_worker_epoch": round(per_worker_samples),
-                  "projected_growth_per_worker_bytes": int(growth), "projected_epoch_bytes": int(one_epoch),
+                  "observed_growth_bytes": observed, "projected_growth_per_worker_bytes": int(growth),
+                  "projected_epoch_bytes": int(one_epoch),
                   "capped": capped, "recurring": recurring, "persistent_workers": persistent,
                   "epochs_until_full": epochs_left if recurring and persistent else None,
                   "available_bytes": available, "python_bytes": python_bytes,

@@ -130,6 +130,8 @@ def _broken_by(packages: PackagesFacts, key: str, version: str) -> list[str]:
             if req.specifier and parsed is not None and not req.specifier.contains(parsed, prereleases=True)]
 
 
+# complexity: 23 — the fix depends on who owns each copy (conda, pip, the OS, an editable install): one branch per
+#   owner pair.
 def _doubled_fix(packages: PackagesFacts, dists: list[Distribution], record: CondaRecord | None,
                  imported: Distribution | None, same_dir: bool) -> tuple[Fix, str]:
     """The fix for one doubled distribution, by who owns each copy, and the copy it keeps."""
@@ -191,6 +193,8 @@ def _whose_files(dists: list[Distribution], import_name: str) -> str:
             "and `pip list` reads one of the metadata folders")
 
 
+# complexity: 23 — which copy `import` loads (imported, told by its files, or unknown), what it breaks and whether the
+#   copies share a folder each change the finding's words and severity.
 def find_duplicate_distributions(facts: Facts) -> Iterator[Hit]:
     packages = facts["packages"]
     groups: dict[str, list[Distribution]] = {}
@@ -280,6 +284,8 @@ def _other_major(req: Any, version: str) -> bool:
     return not any(req.specifier.contains(p, prereleases=True) for p in probes)
 
 
+# complexity: 29 — each requirement line is parsed once, then passed over for an unparsable line, a marker that does not
+#   hold here or a satisfied specifier before it is judged missing or mismatched: pip check's guards, in its order.
 def find_broken_requirements(facts: Facts) -> Iterator[Hit]:
     packages = facts["packages"]
     markers = packages["markers"]

@@ -19,6 +19,8 @@ from envdoctor.rules import Hit
 from envdoctor.rules.packages.states import OWN_LOCATIONS, SHADOW_LOCATIONS
 
 
+# complexity: 24 — each place a shadowing copy sits (the user site, PYTHONPATH, the working directory, another sys.path
+#   folder) has its own fix; the branches are the fixes.
 def find_shadowed_packages(facts: Facts) -> Iterator[Hit]:
     packages = facts["packages"]
     outside = [d for d in packages["site_dirs"] if d["location"] in SHADOW_LOCATIONS and d["modules"]]

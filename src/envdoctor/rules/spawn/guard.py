@@ -227,6 +227,8 @@ def _script_fix(script: ScriptFile, starts: list[WorkerStart]) -> str:
             f"so the workers, which re-import {script['path']}, run none of them.")
 
 
+# complexity: 27 — the message is worded from the worker count's source and the start method (Windows, spawn or
+#   forkserver, unknown, forced fork, default fork); the branches are the wording's.
 def _missing_guard_hit(script: ScriptFile, start: WorkerStart, default: str | None, default_reason: str,
                        on_windows: bool = False) -> Hit:
     method, method_source = effective_method(start, script, default)
@@ -307,6 +309,8 @@ def _missing_guard_hit(script: ScriptFile, start: WorkerStart, default: str | No
     )
 
 
+# complexity: 29 — the start method comes from the target's default or from each script's loaders and calls, and spawn
+#   and forkserver each give their own finding; the branches follow those sources.
 def find_start_method(facts: Facts) -> Iterator[Hit]:
     """SPW002: the start method DataLoader workers will use, its cost, and CUDA before fork."""
     python, platform = _target(facts)
@@ -481,6 +485,8 @@ def _unreadable_modules_and_cells(facts: Facts) -> Iterator[Hit]:
             )
 
 
+# complexity: 21 — each worker start of each notebook is reported once, worded by the start method and the kind of
+#   object (a lambda, a function, a class) the workers cannot unpickle.
 def find_notebook_main_objects(facts: Facts) -> Iterator[Hit]:
     """SPW005: a notebook defines what DataLoader workers must unpickle; spawn cannot find it there."""
     python, platform = _target(facts)

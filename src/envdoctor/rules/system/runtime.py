@@ -122,6 +122,8 @@ def main_process_contention(facts: Facts) -> Hit | None:
     )
 
 
+# complexity: 30 — three findings from one thread-pool probe (a busy main process, two OpenMP runtimes, workers ×
+#   inherited threads over the usable CPUs) share its pools; split, each would re-read them.
 def find_thread_oversubscription(facts: Facts) -> Iterator[Hit]:
     contention = main_process_contention(facts)
     if contention is not None:

@@ -259,3 +259,18 @@ def test_health_refuses_a_bad_expected_values_file(tmp_path: Path) -> None:
         assert "Traceback" not in proc.stderr
     missing = run_envdoctor("health", "--expect", str(tmp_path / "none.toml"), env=NO_SLURM)
     assert missing.returncode == 2 and "cannot read the expected values" in missing.stderr
+
+
+def test_health_output_takes_the_placeholders_and_one_file_per_task(tmp_path: Path) -> None:
+    env = _task_env("node04", procid="0", tasks=2, nodes=2)
+    first = run_envdoctor("health", "--output", "{node}.json", env=env, cwd=str(tmp_path))
+    assert first.returncode == 0, first.stderr
+    assert json_report(subprocess_like((tmp_path / "node04.json").read_text()))["host"]["scheduler"]["node"] == "node04"
+    again = run_envdoctor("health", "--output", "{node}.json", env={**env, "SLURM_PROCID": "1"}, cwd=str(tmp_path))
+    assert again.returncode == 2 and "already written by another task of this job step" in again.stderr
+
+
+def subprocess_like(stdout: str) -> Any:
+    import subprocess
+
+    return subprocess.CompletedProcess([], 0, stdout, "")

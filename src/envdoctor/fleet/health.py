@@ -167,18 +167,20 @@ def handle(args: argparse.Namespace, check_writable: Callable[[str], None],
     from envdoctor.model import Severity
 
     started = time.monotonic()
-    output = None
+    output, claim = None, None
     if args.output:
         from envdoctor.fleet.placement import output_for_task
 
-        output, _claim = output_for_task(args.output)
+        output, claim = output_for_task(args.output)
         check_writable(output)
     report = run_health(args)
     if output is not None or args.format == "json":
         from envdoctor.report import render
 
         text = render(report, "json")
-        if output is not None:
+        if claim is not None:  # one of several tasks of a step: created exclusively
+            claim.write(text)
+        elif output is not None:
             write_report(output, text)
         else:
             print(text, end="")

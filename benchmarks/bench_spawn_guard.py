@@ -44,6 +44,10 @@ sgrvinod/a-PyTorch-Tutorial-to-Object-Detection 5d5b7596,
 utkuozbulak/pytorch-cnn-visualizations ba22fa07, yunjey/pytorch-tutorial 0500d3df,
 znxlwm/pytorch-MNIST-CelebA-GAN-DCGAN c88438c7 (facebookresearch/moco's tree was empty).
 
+Issue 29's trees (read-only snapshots, HEAD commits): pyg-team/pytorch_geometric 5c6461b23
+(`torch_geometric/`, 117,382 lines), dmlc/dgl 3d16000b41 (`examples/`, 111,713 lines),
+NVIDIA/NeMo 8cfedd7203 (every .py file, 667,321 lines); figures in docs/spawn-guard.md.
+
 `--tree DIR` (repeatable) measures each tree as one check, CPU time and peak memory against
 ast.parse on the same files in the same run; `--source CHECKOUT` measures another envdoctor
 checkout's `src/` (before/after a change).

@@ -7,7 +7,8 @@ fresh clone; tests/test_readme.py: the test suite's own). Each line of the READM
 from README.md (so the two cannot drift apart: a line this script does not know how to run is a
 failure) and run with its placeholders made real in a scratch folder: `train.py` is a small
 guarded training script with a `make_dataset` factory (320 steps), `/data/train` a folder of small sample
-files, `~/envs/train` the venv itself, `reports/` two reports of this machine. Each command must
+files, `~/envs/train` the venv itself, `reports/` two reports of this machine, `expected.toml` the
+values `envdoctor health` checks a node against (the venv's own Python). Each command must
 end with an exit code its docs allow (0, or 1 for findings; `fix --undo` with no fix to undo is
 refused with 2 and says so) and print no traceback.
 
@@ -84,7 +85,8 @@ def concrete(command: str, venv: Path, work: Path) -> tuple[list[str], str | Non
     argv = [str(bin_dir / "envdoctor")]
     for word in words[1:]:
         word = {"train.py": str(work / "train.py"), "~/envs/train": str(venv), "/data/train": str(work / "data"),
-                "reports/": str(work / "reports"), "python": str(bin_dir / "python")}.get(word, word)
+                "reports/": str(work / "reports"), "python": str(bin_dir / "python"),
+                "expected.toml": str(work / "expected.toml")}.get(word, word)
         argv.append(word)
     if ">" in argv:  # `report --json > report.json`: the shell's redirection, done by the caller
         argv = argv[:argv.index(">")]
@@ -102,6 +104,9 @@ def prepare(work: Path, venv: Path) -> None:
     data.mkdir()
     for index in range(64):
         (data / f"sample{index:03d}.bin").write_bytes(bytes([index]) * 4096)
+    version = subprocess.run([str(venv / "bin" / "python"), "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+                             capture_output=True, text=True, check=True).stdout.strip()
+    (work / "expected.toml").write_text(f'[expect]\npython = "{version}"\n')
     (work / "reports").mkdir()
     for name in ("node1", "node2"):
         subprocess.run([str(venv / "bin" / "envdoctor"), "report", "--json", "--no-loader", "--output",

@@ -9,7 +9,7 @@ report's `loader` object as `LoaderReport`.
 """
 from __future__ import annotations
 
-from typing import Literal, TypedDict
+from typing import Literal, TypedDict, final
 
 
 class _RunBase(TypedDict):
@@ -140,6 +140,7 @@ class PickleFacts(TypedDict, total=False):
     problems: list[PickleProblem]
 
 
+@final  # no subclass adds keys: `"…" in window` tells it from envdoctor run's LoopProofWindow
 class PairedWindow(TypedDict):
     """One pair of back-to-back windows: the current setting and the candidate, in `order`."""
 
@@ -148,30 +149,15 @@ class PairedWindow(TypedDict):
     candidate_samples_per_s: float
 
 
-class LoopWindow(TypedDict):
-    """One pair of bounded runs of the user's own loop (`envdoctor run --prove`): steps, a batch each, per second."""
-
-    order: Literal["current-first", "candidate-first"]
-    current_batches_per_s: float
-    candidate_batches_per_s: float
-
-
-class PairedWindows(TypedDict, total=False):
-    """A candidate setting measured against the current one in paired windows: the loader's (`PairedFacts`, in
-    samples per second) or the loop's (`envdoctor run --prove`, `facts.loop.LoopProof`, in batches per second);
-    judged alike by their ratios (`envdoctor.judge.pairing`)."""
+class PairedFacts(TypedDict, total=False):
+    """The candidate setting re-measured against the current one in interleaved, paired windows."""
 
     current: int
     candidate: int
-    windows: list[PairedWindow] | list[LoopWindow]
+    window_s: float
+    windows: list[PairedWindow]
     #: Why fewer pairs than planned were measured (the budget), if so.
     cut: str | None
-
-
-class PairedFacts(PairedWindows, total=False):
-    """The candidate setting re-measured against the current one in interleaved, paired windows."""
-
-    window_s: float
 
 
 class DuplicatesFacts(TypedDict, total=False):

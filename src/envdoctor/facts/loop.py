@@ -14,9 +14,8 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from typing import Any, TypedDict
+from typing import Any, Literal, TypedDict, final
 
-from envdoctor.facts.loader import PairedWindows
 from envdoctor.redact import redact_command, redact_environ
 
 
@@ -81,10 +80,24 @@ class LoopGpu(TypedDict, total=False):
     samples: int
 
 
-class LoopProof(PairedWindows, total=False):
-    """`--prove`'s paired bounded runs: a window's rates are the loop's batches/s (in `*_samples_per_s`, the
-    loader's paired windows' keys, so both are judged alike)."""
+@final  # no subclass adds keys: `"…" in window` tells it from the loader's PairedWindow
+class LoopProofWindow(TypedDict):
+    """One pair of `--prove`'s bounded runs: the loop's steps per second, a batch each, with either setting."""
 
+    order: Literal["current-first", "candidate-first"]
+    current_batches_per_s: float
+    candidate_batches_per_s: float
+
+
+class LoopProof(TypedDict, total=False):
+    """`--prove`'s paired bounded runs of the command, the candidate injected against the user's settings (judged
+    as the smoke test's paired windows are: `envdoctor.judge.pairing`)."""
+
+    current: int
+    candidate: int
+    windows: list[LoopProofWindow]
+    #: Why fewer pairs than planned were measured, if so.
+    cut: str | None
     #: Each bounded run's window, in steps.
     steps: int
     #: Why nothing was proved (no setting was predicted to remove the wait).
@@ -131,7 +144,7 @@ def _loader_row(event: Mapping[str, Any]) -> LoopLoader:
         "rank": event.get("rank"),
         "local_rank": event.get("local_rank"),
         "framework": event.get("framework"),
-        "settings": dict(event.get("settings") or {}),  # type: ignore[typeddict-item]  # the observer writes LoopSettings' keys
+        "settings": dict(event.get("settings") or {}),  # type: ignore[typeddict-item]
         "steps": len(steps),
         "complete": event.get("event") == "window",
         "wait_total_s": round(wait, 6),
@@ -200,8 +213,6 @@ def gpu_summary(samples: Sequence[tuple[float, Sequence[Mapping[str, Any]]]], st
     return {"devices": out}
 
 
-# complexity: 25 — a run's outcome (start failed, no bootstrap, no loader, too short, measured) and its optional CPU and
-#   CUDA windows are filed in one pass over its events.
 def loop_facts(run: Any, plan: Mapping[str, Any], environ: Mapping[str, str] | None = None) -> LoopFacts:
     """File one observed run (`CommandRun`) into the section."""
     by_loader: dict[tuple[int, Any], Mapping[str, Any]] = {}

@@ -35,7 +35,7 @@ from envdoctor.facts.loader import (
 )
 from envdoctor.inside.loader_knee import computes_past_cpus, eligible_runs, knee, recommended
 from envdoctor.judge.bottleneck import classify, measured_runs, others_cpus, pool_contention
-from envdoctor.judge.pairing import judge_pairing, paired_median, sample_windows
+from envdoctor.judge.pairing import judge_pairing, paired_median
 
 if TYPE_CHECKING:  # pragma: no cover
     from envdoctor.facts import Facts
@@ -307,7 +307,7 @@ def with_paired_baseline(section: LoaderFacts) -> LoaderFacts:
     kept as the run's `sweep_samples_per_s`. Unchanged without at least two paired windows."""
     paired = section.get("paired") or {}
     current = paired.get("current")
-    rates = sorted(w["current_samples_per_s"] for w in sample_windows(paired) if w["current_samples_per_s"] > 0)
+    rates = sorted(w["current_samples_per_s"] for w in paired.get("windows") or [] if w["current_samples_per_s"] > 0)
     median = paired_median(paired, "current_samples_per_s")
     if current is None or median is None:
         return section

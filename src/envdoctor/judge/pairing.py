@@ -8,34 +8,35 @@ both are judged here, with one interval and one rule for what it says.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
-from typing import Any, Literal, cast
+from typing import Literal
 
-from envdoctor.facts.loader import PairedWindow, PairedWindows, Trust
+from envdoctor.facts.loader import PairedFacts, PairedWindow, Trust
+from envdoctor.facts.loop import LoopProof, LoopProofWindow
 from envdoctor.inside.loader_knee import KNEE_FRACTION, MIN_PAIRS
 
 #: A candidate with fewer workers than the current setting may lose this much (fewer processes for it).
 FEWER_WORKERS_TOLERANCE = KNEE_FRACTION
+#: A candidate measured against the current setting in pairs: the smoke test's windows, or `--prove`'s runs.
+Pairing = PairedFacts | LoopProof
 #: Two-sided 95% quantiles of Student's t by degrees of freedom (the paired windows are few).
 T95 = {1: 12.71, 2: 4.30, 3: 3.18, 4: 2.78, 5: 2.57, 6: 2.45, 7: 2.36, 8: 2.31, 9: 2.26, 10: 2.23}
 
 
-def pair_ratios(paired: PairedWindows) -> list[float]:
-    """Each paired window's candidate throughput over the current one's (windows that measured both).
-
-    The smoke test's windows count samples per second, `envdoctor run --prove`'s the batches per second of the
-    real loop (`*_batches_per_s`): a ratio is the same in either unit."""
-    ratios = []
-    for window in paired.get("windows", []):
-        rates: Mapping[str, Any] = window
-        unit = "samples" if "current_samples_per_s" in rates else "batches"
-        current, candidate = rates[f"current_{unit}_per_s"], rates[f"candidate_{unit}_per_s"]
-        if current > 0 and candidate > 0:
-            ratios.append(candidate / current)
-    return ratios
+def window_rates(window: PairedWindow | LoopProofWindow) -> tuple[float, float]:
+    """(current, candidate) of one pair: the smoke test's samples/s, or `--prove`'s batches/s of the real loop (a
+    ratio is the same in either unit)."""
+    if "current_samples_per_s" in window:
+        return window["current_samples_per_s"], window["candidate_samples_per_s"]
+    return window["current_batches_per_s"], window["candidate_batches_per_s"]
 
 
-def gain_interval(paired: PairedWindows) -> tuple[float, float, float] | None:
+def pair_ratios(paired: Pairing) -> list[float]:
+    """Each paired window's candidate throughput over the current one's (windows that measured both)."""
+    rates = [window_rates(w) for w in paired.get("windows") or []]
+    return [candidate / current for current, candidate in rates if current > 0 and candidate > 0]
+
+
+def gain_interval(paired: Pairing) -> tuple[float, float, float] | None:
     """(low, gain, high): the candidate's throughput over the current one's, geometric mean of the
     paired windows' ratios with its 95% interval; None with fewer than two pairs."""
     ratios = pair_ratios(paired)
@@ -49,7 +50,7 @@ def gain_interval(paired: PairedWindows) -> tuple[float, float, float] | None:
     return math.exp(mean - half), math.exp(mean), math.exp(mean + half)
 
 
-def judge_pairing(paired: PairedWindows | None, candidate: int, current: int) -> tuple[Trust, tuple[float, ...] | None]:
+def judge_pairing(paired: Pairing | None, candidate: int, current: int) -> tuple[Trust, tuple[float, ...] | None]:
     """What the paired re-measurement says of moving from `current` to `candidate` workers."""
     if candidate == current:
         return "same", None
@@ -74,15 +75,10 @@ def judge_pairing(paired: PairedWindows | None, candidate: int, current: int) ->
     return "too-noisy", interval
 
 
-def sample_windows(paired: PairedWindows) -> list[PairedWindow]:
-    """The smoke test's windows (samples per second); a loop's proof (batches per second) has none."""
-    return [cast(PairedWindow, w) for w in paired.get("windows") or [] if "current_samples_per_s" in w]
-
-
-def paired_median(paired: PairedWindows, side: Literal["current_samples_per_s", "candidate_samples_per_s"]
+def paired_median(paired: PairedFacts, side: Literal["current_samples_per_s", "candidate_samples_per_s"]
                    ) -> float | None:
     """The median rate of one side of the paired windows (rounded as the runner's), or None with fewer than two."""
-    rates = sorted(w[side] for w in sample_windows(paired) if w[side] > 0)
+    rates = sorted(w[side] for w in paired.get("windows") or [] if w[side] > 0)
     if len(rates) < 2:
         return None
     middle = len(rates) // 2

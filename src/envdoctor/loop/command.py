@@ -22,8 +22,7 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # pragma: no cover
-    from envdoctor.facts.loader import LoopWindow
-    from envdoctor.facts.loop import LoopFacts, LoopProof
+    from envdoctor.facts.loop import LoopFacts, LoopProof, LoopProofWindow
 
 #: The window after warm-up when neither --steps nor --seconds is given: whichever closes first.
 DEFAULT_STEPS, DEFAULT_SECONDS, DEFAULT_WARMUP = 200, 30.0, 10
@@ -285,7 +284,7 @@ def script_runs_at_import(main_path: str | None) -> str | None:
 
 def _usable_cpus() -> int:
     try:
-        return max(1, len(os.sched_getaffinity(0)))  # type: ignore[attr-defined,unused-ignore]  # Linux only: macOS/Windows lack it
+        return max(1, len(os.sched_getaffinity(0)))  # type: ignore[attr-defined,unused-ignore]
     except (AttributeError, OSError):
         return max(1, os.cpu_count() or 1)
 
@@ -356,7 +355,7 @@ def prove_in_loop(argv: Sequence[str], section: LoopFacts, usable: int) -> LoopP
     candidate = {"num_workers": rec["num_workers"], "prefetch_factor": rec["prefetch_factor"],
                  "persistent_workers": rec["persistent_workers"], "dataset": settings.get("dataset"),
                  "batch_size": settings.get("batch_size")}
-    windows: list[LoopWindow] = []
+    windows: list[LoopProofWindow] = []
     for pair in range(PROVE_PAIRS):
         order = ("candidate", "current") if pair % 2 == 0 else ("current", "candidate")
         rates: dict[str, float] = {}

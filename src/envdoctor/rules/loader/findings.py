@@ -359,15 +359,28 @@ def find_loader_settings(facts: Facts) -> Iterator[Hit]:
     if judged.bottleneck == "cpu-contended":
         past_cpus += (f"; other processes kept {others} of the {usable} usable CPU(s) busy meanwhile, so part of "
                       "the gain is CPU share taken from them: check again on the training node")
+    wsl = _wsl_pin_note(facts, rec, current)
+    if wsl:
+        evidence.update(wsl_version=facts["system"]["wsl"]["version"])
     yield Hit(
         message=(f"recommended: {', '.join(changes)} — measured {_rate(rec['samples_per_s'])}{gain_text} "
                  f"({why})" + _trust_text(rec) + past_cpus
                  + (" on the built-in synthetic dataset, which shows how this machine scales workers; "
                     "pass --dataset or --data to measure your own" if synthetic else "")
-                 + _undecoded_note(section)),
+                 + _undecoded_note(section) + wsl),
         evidence=evidence,
         fix=_settings_text(rec, current.get("batch_size")),
     )
+
+
+def _wsl_pin_note(facts: Facts, rec: Recommendation, current: CurrentSettings) -> str:
+    """Under WSL, pinned host memory is capped: a recommendation to turn pin_memory on says so (SYS009)."""
+    system = facts.get("system") or {}
+    wsl = system.get("wsl") if isinstance(system, dict) else None
+    if not rec["pin_memory"] or current.get("pin_memory") or not wsl or not wsl.get("version"):
+        return ""
+    return (f"; under WSL {wsl['version']} pinned host memory is capped, so pin_memory=True may fail ('pin memory "
+            "thread exited unexpectedly') or slow copies: keep pin_memory=False if it does (SYS009)")
 
 
 _FAILURE_WORDS = {

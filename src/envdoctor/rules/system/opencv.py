@@ -29,6 +29,8 @@ def find_opencv_threads(facts: Facts) -> Iterator[Hit]:
     if not threads or threads <= 1 or not workers or workers * threads <= usable:
         return
     calls = opencv.get("set_num_threads_calls") or []
+    if not measured_in_workers and any(c.get("value") in (0, 1) for c in calls):
+        return  # read in the main process only: a call that limits the pool may be what runs in the workers
     where = ("read in the workers" if measured_in_workers
              else "read in the main process; the workers inherit it")
     said = ("; the code calls cv2.setNumThreads at " + ", ".join(f"{c['file']}:{c['line']} ({c['where']})"

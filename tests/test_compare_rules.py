@@ -135,3 +135,33 @@ def test_channel_names_are_normalized(channel: str, expected: str) -> None:
     from envdoctor.facts.fleet import channel_name
 
     assert channel_name(channel) == expected
+
+
+def _expecting(fleet: dict[str, Any], names: list[str], source: str) -> dict[str, Any]:
+    seen = {n["node"] for n in fleet["nodes"]}
+    fleet["expected"] = {"source": source, "nodes": names, "count": len(names),
+                         "missing": [n for n in names if n not in seen], "reported": len(fleet["nodes"])}
+    return fleet
+
+
+def test_an_expected_node_without_a_report_is_flt010() -> None:
+    fleet = _expecting(_fleet(node01=_report(), node02=_report()), ["node01", "node02", "node03"],
+                       "--nodes node[01-03]")
+    (missing,) = _rule(fleet, "FLT010")
+    assert missing.severity.value == "error"
+    assert missing.message == "node03 has no readable report (--nodes node[01-03]; 2 of 3 nodes reported)"
+    assert missing.evidence == {"node": "node03", "expected_from": "--nodes node[01-03]", "expected": 3,
+                                "reported": 2}
+    assert "srun -w node03" in missing.fix
+
+
+def test_every_expected_node_reported_is_quiet_for_flt010() -> None:
+    fleet = _expecting(_fleet(node01=_report(), node02=_report()), ["node01", "node02"], "SLURM_JOB_NODELIST=node[01-02]")
+    assert _rule(fleet, "FLT010") == []
+    # A count, and no expectation at all: one report is never a silent pass.
+    counted = _fleet(a=_report(), b=_report())
+    counted["expected"] = {"source": "--expect 3", "nodes": [], "count": 3, "missing": [], "reported": 2}
+    assert [f.message for f in _rule(counted, "FLT010")] == ["2 of 3 expected reports (--expect 3)"]
+    alone = _fleet(a=_report())
+    alone["expected"] = {"source": None, "nodes": [], "count": None, "missing": [], "reported": 1}
+    assert [f.evidence for f in _rule(alone, "FLT010")] == [{"expected": 2, "reported": 1}]

@@ -436,8 +436,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 def _cmd_health(args: argparse.Namespace) -> int:
     from envdoctor.fleet.health import handle
+    from envdoctor.report import render
 
-    return handle(args, check_writable, write_report)
+    return handle(args, check_writable, write_report, lambda report: render(report, "json"))
 
 
 def _cmd_mcp(args: argparse.Namespace) -> int:

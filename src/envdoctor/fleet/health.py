@@ -162,7 +162,7 @@ def short_line(finding: Finding) -> str:
 
 
 def handle(args: argparse.Namespace, check_writable: Callable[[str], None],
-           write_report: Callable[[str, str], None]) -> int:
+           write_report: Callable[[str, str], None], render_json: Callable[[Report], str]) -> int:
     """Run the node check; the command line hands in how it checks and writes an --output file."""
     from envdoctor.model import Severity
 
@@ -175,9 +175,7 @@ def handle(args: argparse.Namespace, check_writable: Callable[[str], None],
         check_writable(output)
     report = run_health(args)
     if output is not None or args.format == "json":
-        from envdoctor.report import render
-
-        text = render(report, "json")
+        text = render_json(report)
         if claim is not None:  # one of several tasks of a step: created exclusively
             claim.write(text)
         elif output is not None:

@@ -25,10 +25,10 @@ from envdoctor.facts.readfile import read_bytes
 NUMPY2_MARK = b"numpy._core._multiarray_umath\x00"
 NUMPY1_MARK = b"numpy.core._multiarray_umath\x00"
 #: How much of one extension module is read (its string table is seldom past this).
-MAX_EXTENSION_BYTES = 64 << 20
+MAX_EXTENSION_BYTES = 32 << 20
 #: Extension modules read per distribution, and bytes read across all distributions of one run.
 MAX_EXTENSIONS = 48
-MAX_TOTAL_BYTES = 512 << 20
+MAX_TOTAL_BYTES = 256 << 20
 #: The most of a dpkg `status` file that is read.
 MAX_STATUS_BYTES = 64 << 20
 MAX_RECORD_BYTES = 32 << 20
@@ -108,7 +108,14 @@ def _extension_paths(dist_path: str, import_names: list[str]) -> list[str]:
 def from_extensions(dist_path: str, import_names: list[str], budget: _Budget) -> NumpyBuild | None:
     """The first extension module that names NumPy's C API module tells the build's major."""
     site = os.path.dirname(dist_path)
+    sized = []
     for rel in _extension_paths(dist_path, import_names):
+        try:
+            sized.append((os.stat(os.path.join(site, rel)).st_size, rel))
+        except OSError:
+            continue
+    # The smallest first: a module that calls import_array() is decisive, and small ones cost least to read.
+    for _size, rel in sorted(sized):
         if budget.left <= 0:
             return None
         try:

@@ -15,6 +15,7 @@ import re
 from pathlib import Path
 from typing import TypedDict
 
+from envdoctor.facts.numpy_build import NumpyBuild
 from envdoctor.facts.owners import Owner
 from envdoctor.facts.readfile import _FILE_KINDS, read_bytes
 
@@ -69,6 +70,9 @@ class Distribution(_DistRequired, total=False):
     owner: Owner
     #: whether it ships compiled extensions (.so/.pyd in RECORD); read only for distributions that require numpy
     compiled: bool
+    #: for a compiled dependant of numpy: the NumPy major it was built against and what says so
+    #: (facts/numpy_build.py: the OS package's Depends, or its extension modules' strings)
+    numpy_build: NumpyBuild
     #: for a copy doubled in its own folder: how many files its RECORD hashes under its import names
     #: ("listed") hold those bytes on disk ("matching"), which tells whose files `import` runs
     files_on_disk: dict[str, int]

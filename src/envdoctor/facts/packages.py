@@ -271,6 +271,7 @@ def gather_packages(facts: Any) -> PackagesFacts:
         # A compiled dependant of numpy breaks at import when numpy's major moves under it (PKG003 says error).
         if any(_NUMPY_REQUIREMENT.match(text) for text in dist["requires"]):
             dist["compiled"] = ships_extensions(dist["path"], dist["import_names"])
+    _read_numpy_builds(distributions, os_owned)
     pth_files: list[PthFact] = [
         {"path": pth["path"], "site_dir": pth["site_dir"], "code_lines": pth["code_lines"],
          "code_line_count": pth["code_line_count"],
@@ -293,6 +294,20 @@ def gather_packages(facts: Any) -> PackagesFacts:
                       "has_pip": visible_pip},
         "os_database": os_owned["database"] if os_owned else None,
     }
+
+
+def _read_numpy_builds(distributions: list[Distribution], os_owned: OsPackages | None) -> None:
+    """The NumPy major each compiled dependant of numpy was built against (PKG008 names a mismatch)."""
+    from envdoctor.facts.numpy_build import numpy_builds, read_dpkg_depends
+
+    compiled = [d for d in distributions if d.get("compiled") and d["key"] != "numpy"]
+    if not compiled:
+        return
+    depends = read_dpkg_depends(os_owned["database"]) if os_owned and os_owned["manager"] == "dpkg" else {}
+    builds = numpy_builds(compiled, depends)
+    for dist in compiled:
+        if dist["path"] in builds:
+            dist["numpy_build"] = builds[dist["path"]]
 
 
 def _os_packages_for(target: TargetFacts, kind: str, site_dirs: list[SiteDir]) -> OsPackages | None:

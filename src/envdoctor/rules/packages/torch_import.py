@@ -153,6 +153,6 @@ def find_torch_import_failure(facts: Facts) -> Iterator[Hit]:
 
 
 RULES = {
-    "PKG008": find_numpy_abi_mismatch,
+    "PKG008": find_numpy_abi_mismatch,  # with the static half: numpy_builds.RULES
     "PKG010": find_torch_import_failure,
 }

@@ -26,6 +26,8 @@ from typing import TYPE_CHECKING, Any
 import psutil
 import pytest
 
+from loadersupport import skip_if_torch_outlasted_the_budget
+
 anyio = pytest.importorskip("anyio", reason="the mcp extra is not installed (pip install -e '.[test]')")
 if TYPE_CHECKING:
     from mcp.client.stdio import StdioServerParameters
@@ -345,6 +347,7 @@ def test_the_loader_tool_profiles_the_projects_own_dataset(project: Path, projec
     assert not profiled.is_error
     report = profiled.structured_content
     section = report["loader"]
+    skip_if_torch_outlasted_the_budget(section, 0.0)  # a machine too busy to import torch in 6 s: its speed
     assert section["dataset"] == "shapes:make (Shapes)" and section["source"] == {"kind": "factory"}
     assert section["length"] == 300 and section["batch_size"] == 10
     assert section["runs"] and section["runs"][0]["num_workers"] == 0 and section["runs"][0]["samples_per_s"] > 0

@@ -40,7 +40,6 @@ BEING_REFACTORED = {
     "envdoctor/inside/loader_outcomes.py::read_failure",
     "envdoctor/inside/loader_paired.py::paired_windows",
     "envdoctor/rules/loader/memory.py::find_worker_memory_growth",
-    "envdoctor/rules/loader/verdict.py::recommend",
 }
 
 #: Functions above EXPLAIN_ABOVE, without their comment yet, in code being refactored elsewhere (issue 28).
@@ -211,7 +210,6 @@ SUPPRESSIONS_WITHOUT_REASON = {
     "envdoctor/inside/loader_protocol.py": 1,
     "envdoctor/inside/loader_timing.py": 1,
     "envdoctor/inside/loader_workloads.py": 1,
-    "envdoctor/rules/loader/loop.py": 1,
 }
 
 #: A type-ignore with its codes, or a no-qa comment with its codes, and what follows it on the line.

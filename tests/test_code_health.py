@@ -33,13 +33,7 @@ EXPLAIN_ABOVE = 20
 #: Functions above MAX_COMPLEXITY that are being refactored elsewhere (issue 28). Delete an entry
 #: once its function is back under the line (the test says which).
 BEING_REFACTORED = {
-    "envdoctor/fix/undo.py::check_journal",
-    "envdoctor/fix/undo.py::undo",
-    "envdoctor/inside/loader_getitem.py::probe",
     "envdoctor/inside/loader_measure.py::measure",
-    "envdoctor/inside/loader_outcomes.py::read_failure",
-    "envdoctor/inside/loader_paired.py::paired_windows",
-    "envdoctor/rules/loader/memory.py::find_worker_memory_growth",
 }
 
 #: Functions above EXPLAIN_ABOVE, without their comment yet, in code being refactored elsewhere (issue 28).

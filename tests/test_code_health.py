@@ -33,14 +33,7 @@ EXPLAIN_ABOVE = 20
 #: Functions above MAX_COMPLEXITY that are being refactored elsewhere (issue 28). Delete an entry
 #: once its function is back under the line (the test says which).
 BEING_REFACTORED = {
-    "envdoctor/fix/undo.py::check_journal",
-    "envdoctor/fix/undo.py::undo",
-    "envdoctor/inside/loader_getitem.py::probe",
     "envdoctor/inside/loader_measure.py::measure",
-    "envdoctor/inside/loader_outcomes.py::read_failure",
-    "envdoctor/inside/loader_paired.py::paired_windows",
-    "envdoctor/rules/loader/memory.py::find_worker_memory_growth",
-    "envdoctor/rules/loader/verdict.py::recommend",
 }
 
 #: Functions above EXPLAIN_ABOVE, without their comment yet, in code being refactored elsewhere (issue 28).
@@ -211,7 +204,6 @@ SUPPRESSIONS_WITHOUT_REASON = {
     "envdoctor/inside/loader_protocol.py": 1,
     "envdoctor/inside/loader_timing.py": 1,
     "envdoctor/inside/loader_workloads.py": 1,
-    "envdoctor/rules/loader/loop.py": 1,
 }
 
 #: A type-ignore with its codes, or a no-qa comment with its codes, and what follows it on the line.

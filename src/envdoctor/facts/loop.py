@@ -144,7 +144,7 @@ def _loader_row(event: Mapping[str, Any]) -> LoopLoader:
         "rank": event.get("rank"),
         "local_rank": event.get("local_rank"),
         "framework": event.get("framework"),
-        "settings": dict(event.get("settings") or {}),  # type: ignore[typeddict-item]
+        "settings": dict(event.get("settings") or {}),  # type: ignore[typeddict-item]  # the observer writes the LoopSettings keys as JSON
         "steps": len(steps),
         "complete": event.get("event") == "window",
         "wait_total_s": round(wait, 6),
@@ -213,28 +213,37 @@ def gpu_summary(samples: Sequence[tuple[float, Sequence[Mapping[str, Any]]]], st
     return {"devices": out}
 
 
-def loop_facts(run: Any, plan: Mapping[str, Any], environ: Mapping[str, str] | None = None) -> LoopFacts:
-    """File one observed run (`CommandRun`) into the section."""
+def _last_window_per_loader(events: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """Each loader's closing `window` event, or its last `partial` one when it never closed."""
     by_loader: dict[tuple[int, Any], Mapping[str, Any]] = {}
-    for event in run.events:
+    for event in events:
         if event.get("event") in ("window", "partial"):
             key = (int(event.get("pid") or 0), event.get("loader"))
             if key not in by_loader or by_loader[key].get("event") != "window":
                 by_loader[key] = event
-    seen = {(int(e.get("pid") or 0), e.get("loader")) for e in run.events if e.get("event") == "loader"}
-    loaders = [_loader_row(event) for event in by_loader.values()]
+    return list(by_loader.values())
+
+
+def _outcome(run: Any, loaders: Sequence[LoopLoader], windows: Sequence[LoopLoader]) -> str:
+    """How far the observation got: start-failed, no-bootstrap, no-loader, too-short or measured."""
+    seen = any(e.get("event") == "loader" for e in run.events)
+    if run.start_error:
+        return "start-failed"
+    if not run.loaded:
+        return "no-bootstrap"
+    if not seen and not loaders:
+        return "no-loader"
+    if not windows:
+        return "too-short"
+    return "measured"
+
+
+def loop_facts(run: Any, plan: Mapping[str, Any], environ: Mapping[str, str] | None = None) -> LoopFacts:
+    """File one observed run (`CommandRun`) into the section."""
+    loaders = [_loader_row(event) for event in _last_window_per_loader(run.events)]
     loaders.sort(key=lambda row: (row["rank"] if row["rank"] is not None else -1, row["pid"], -row["steps"]))
     windows = [row for row in loaders if row["complete"]]
-    if run.start_error:
-        outcome = "start-failed"
-    elif not run.loaded:
-        outcome = "no-bootstrap"
-    elif not seen and not loaders:
-        outcome = "no-loader"
-    elif not windows:
-        outcome = "too-short"
-    else:
-        outcome = "measured"
+    outcome = _outcome(run, loaders, windows)
     cpu = cuda = None
     if windows:
         start = min(row["window_start"] or 0.0 for row in windows)

@@ -233,25 +233,42 @@ def check_journal(journal: Journal, prefix: Path, own_roots: Callable[[], list[s
             not all(_is_clean_absolute(r) for r in state["roots"]):
         return "its before-state names no roots"
     roots: list[str] = state["roots"]
+    return (_stray_roots(roots, prefix, own_roots) or _check_before_state(journal, state, roots)
+            or _check_listings(journal, state, roots) or _check_recorded_paths(manifest, roots))
+
+
+def _stray_roots(roots: list[str], prefix: Path, own_roots: Callable[[], list[str]] | None) -> str | None:
+    """Why the roots outside `prefix` are not the environment's own (its site folders, user site), or None."""
     real = os.path.realpath(prefix)
     outside = [r for r in roots if not _under(r, real)]
-    if outside:
-        try:
-            own = own_roots() if own_roots is not None else own_roots_of(prefix)
-        except Exception as exc:  # the interpreter cannot answer: the roots outside the prefix cannot be vouched for
-            return (f"it names roots outside {prefix} ({', '.join(outside)}) and the environment's own cannot be "
-                    f"read now ({exc})")
-        stray = [r for r in outside if not any(_under(r, o) for o in own)]
-        if stray:
-            return (f"it names roots that are not {prefix}'s own (its prefix, site folders, user site): "
-                    f"{', '.join(stray)}")
+    if not outside:
+        return None
+    try:
+        own = own_roots() if own_roots is not None else own_roots_of(prefix)
+    except Exception as exc:  # the interpreter cannot answer: the roots outside the prefix cannot be vouched for
+        return (f"it names roots outside {prefix} ({', '.join(outside)}) and the environment's own cannot be "
+                f"read now ({exc})")
+    stray = [r for r in outside if not any(_under(r, o) for o in own)]
+    if stray:
+        return (f"it names roots that are not {prefix}'s own (its prefix, site folders, user site): "
+                f"{', '.join(stray)}")
+    return None
+
+
+def _check_before_state(journal: Journal, state: dict[str, Any], roots: list[str]) -> str | None:
+    """Why the before-state's folders left out and folders to remove cannot be trusted, or None."""
     if state.get("leave_out") not in (None, [str(journal.path.parent)]):
         return "its before-state leaves out other folders than the journal's"
     anchors = state.get("absent_anchors") or {}
     if not isinstance(anchors, dict) or any(r not in roots or not isinstance(a, str) or not _under(r, a)
                                             for r, a in anchors.items()):
         return "its before-state names folders to remove that are not above its roots"
-    for part, what in ((state, "its before-state"), (manifest.get("after"), "its after-state")):
+    return None
+
+
+def _check_listings(journal: Journal, state: dict[str, Any], roots: list[str]) -> str | None:
+    """Why the before- or after-state's listing cannot be read or names paths outside the roots, or None."""
+    for part, what in ((state, "its before-state"), (journal.manifest.get("after"), "its after-state")):
         if not part:
             continue
         try:
@@ -261,6 +278,11 @@ def check_journal(journal: Journal, prefix: Path, own_roots: Callable[[], list[s
         wrong = check_listing(listing, roots, what)
         if wrong:
             return wrong
+    return None
+
+
+def _check_recorded_paths(manifest: dict[str, Any], roots: list[str]) -> str | None:
+    """Why a step's move or a removed file the verification records lies outside the roots, or None."""
     for record in manifest.get("steps") or []:
         moved = record.get("moved") if isinstance(record, dict) else None
         if isinstance(moved, dict) and not all(_is_clean_absolute(moved.get(k)) and
@@ -351,6 +373,60 @@ def _stopped_hint(exc: OSError) -> str:
     return "see the error"
 
 
+def _resuming_note(journal: Journal, progress: dict[str, Any]) -> str:
+    """What the undo resumes: when the stopped one began, how far it got and why it stopped."""
+    done = max(int(progress.get("done") or 0), _noted_progress(journal, progress.get("attempt")))
+    return (f"resuming the undo begun {progress.get('started')}, which stopped after "
+            f"{done} of {progress.get('total', '?')} changes"
+            + (f" ({progress['reason']})" if progress.get("reason") else " (interrupted)"))
+
+
+def _note_stopped(result: UndoResult, journal: Journal, record: dict[str, Any], plan: RestorePlan,
+                  exc: OSError | JournalError) -> None:
+    """Keep where the restore stopped (for the next undo to resume) and tell the user what to do."""
+    where = getattr(exc, "filename", None)
+    reason = f"{str(where) + ': ' if where else ''}{getattr(exc, 'strerror', None) or exc}"
+    record.update(status="stopped", reason=reason)
+    try:
+        journal.save()
+    except JournalError:
+        pass  # the manifest on disk says "running": the next undo resumes all the same
+    result.stopped = True
+    hint = _stopped_hint(exc) if isinstance(exc, OSError) else "free some space for the journal"
+    result.problems.append(f"the undo stopped after {record['done']} of {plan.changes} changes: {reason}; "
+                           f"{hint}, then run `envdoctor fix --undo` again: it finishes from where this one stopped")
+
+
+def _verify_restored(result: UndoResult, journal: Journal, state: dict[str, Any], before: Listing, now: Listing) -> None:
+    """Compare the roots now with the before-state, and name the steps whose tool changed files outside them."""
+    roots = state["roots"]
+    result.after_hash = tree_hash(now)
+    if result.after_hash == state["hash"]:
+        result.restored.append(f"restored: {len(roots)} root(s) ({', '.join(roots)}) hold exactly what they held "
+                               f"before the fix: {len(before)} path(s), tree hash {state['hash'][:16]} equal")
+    else:
+        result.problems += differences(before, now)
+    for step in journal.manifest["steps"]:
+        if step.get("status") in _TOUCHED and step.get("tool") in _OUTSIDE_ROOTS:
+            result.problems.append(f"step {step['step']} ran `{' '.join(step.get('argv') or [])}`: {step['tool']} "
+                                   "also changed files outside the folders envdoctor keeps (its package database); "
+                                   f"reverse it with {step['tool']}")
+
+
+def _refusals(journal: Journal, plan: RestorePlan, roots: list[str], left: Listing | None, resuming: bool) -> list[str]:
+    """Why the restore must not start: files changed since the fix (`left`, what it left; None to not compare),
+    or no room for it; nothing when it may."""
+    if left is not None and not resuming:
+        # A half-restored tree differs from what the fix left by design: only a fresh undo compares.
+        conflicts = find_conflicts(left, plan.now)
+        if conflicts:
+            return conflicts
+    short = _room(journal, plan, roots)
+    if short:
+        return [*short, "nothing " + ("more " if resuming else "") + "was changed"]
+    return []
+
+
 def undo(journal: Journal, check_conflicts: bool = True) -> UndoResult:
     """Restore the before-state `journal` kept; `check_conflicts` False for the fix's own rollback."""
     result = UndoResult(journal=str(journal.path))
@@ -372,20 +448,11 @@ def undo(journal: Journal, check_conflicts: bool = True) -> UndoResult:
     resuming = progress is not None and progress.get("status") in ("running", "stopped")
     if resuming:
         assert progress is not None
-        done = max(int(progress.get("done") or 0), _noted_progress(journal, progress.get("attempt")))
-        result.resumed = (f"resuming the undo begun {progress.get('started')}, which stopped after "
-                          f"{done} of {progress.get('total', '?')} changes"
-                          + (f" ({progress['reason']})" if progress.get("reason") else " (interrupted)"))
+        result.resumed = _resuming_note(journal, progress)
     plan = plan_restore(journal, before, state, known)
-    if check_conflicts and left is not None and not resuming:
-        # A half-restored tree differs from what the fix left by design: only a fresh undo compares.
-        conflicts = find_conflicts(left, plan.now)
-        if conflicts:
-            result.refused = conflicts
-            return result
-    short = _room(journal, plan, roots)
-    if short:
-        result.refused = [*short, "nothing " + ("more " if resuming else "") + "was changed"]
+    refused = _refusals(journal, plan, roots, left if check_conflicts else None, resuming)
+    if refused:
+        result.refused = refused
         return result
     attempt = int((progress or {}).get("attempt", 0)) + 1
     record: dict[str, Any] = {"status": "running", "started": (progress or {}).get("started") or _now(),
@@ -412,30 +479,9 @@ def undo(journal: Journal, check_conflicts: bool = True) -> UndoResult:
         for root, anchor in (state.get("absent_anchors") or {}).items():
             _remove_empty_parents(root, anchor)
     except (OSError, JournalError) as exc:
-        where = getattr(exc, "filename", None)
-        reason = f"{str(where) + ': ' if where else ''}{getattr(exc, 'strerror', None) or exc}"
-        record.update(status="stopped", reason=reason)
-        try:
-            journal.save()
-        except JournalError:
-            pass  # the manifest on disk says "running": the next undo resumes all the same
-        result.stopped = True
-        hint = _stopped_hint(exc) if isinstance(exc, OSError) else "free some space for the journal"
-        result.problems.append(f"the undo stopped after {record['done']} of {plan.changes} changes: {reason}; "
-                               f"{hint}, then run `envdoctor fix --undo` again: it finishes from where this one stopped")
+        _note_stopped(result, journal, record, plan, exc)
         return result
-    now = list_roots(roots, leave_out, known)
-    result.after_hash = tree_hash(now)
-    if result.after_hash == state["hash"]:
-        result.restored.append(f"restored: {len(roots)} root(s) ({', '.join(roots)}) hold exactly what they held "
-                               f"before the fix: {len(before)} path(s), tree hash {state['hash'][:16]} equal")
-    else:
-        result.problems += differences(before, now)
-    for step in journal.manifest["steps"]:
-        if step.get("status") in _TOUCHED and step.get("tool") in _OUTSIDE_ROOTS:
-            result.problems.append(f"step {step['step']} ran `{' '.join(step.get('argv') or [])}`: {step['tool']} "
-                                   "also changed files outside the folders envdoctor keeps (its package database); "
-                                   f"reverse it with {step['tool']}")
+    _verify_restored(result, journal, state, before, list_roots(roots, leave_out, known))
     record["status"] = "done"
     journal.manifest["status"] = "undone" if not result.problems else "undone-with-problems"
     journal.save()

@@ -85,17 +85,21 @@ def thread_retime(s: Session, indices: list[Any]) -> dict[str, Any]:
     return out
 
 
+# complexity: 29 — one timed loop whose state is shared by its steps: the stop conditions (budget, batch, end of
+# the data), the per-sample clocks (wall, thread CPU, scheduler wait), and the early re-time that may switch the rest
+# of the batch to one untimed thread. Fetching, the figures and the collate are steps of their own.
 def probe(s: Session) -> None:
     """Time `__getitem__` in this process (num_workers=0), then collate one batch the user's way."""
     torch = s.torch
-    from torch.utils.data import default_collate
-
     budget = max(0.3, min(1.0, 0.06 * float(s.plan["budget_s"])))
     limit = max(3.0, min(0.35 * float(s.plan["budget_s"]), s.left() - 1.0))
     s.guarded(limit, "fetching samples in the main process", "getitem", limit_per_sample=True)
     s.failure_workers = 0
     samples: list[Any] = []
-    times, cpu, read_s, decode_s = [], [], [], []
+    times: list[float] = []
+    cpu: list[float] = []
+    read_s: list[float] = []
+    decode_s: list[float] = []
     indices: list[Any] = []
     process0 = time.process_time()
     process_cpu = loop_s = 0.0
@@ -121,18 +125,7 @@ def probe(s: Session) -> None:
         sched0 = schedstat("thread-self")
         t0, c0 = time.perf_counter(), time.thread_time()
         try:
-            if s.iterable:
-                item = next(stream)
-            elif split:
-                s.tracked.current[0] = index
-                raw = s.dataset.read_sample(index)
-                t_mid = time.perf_counter()
-                item = s.dataset.decode_sample(index, raw)
-                read_s.append(t_mid - t0)
-                decode_s.append(time.perf_counter() - t_mid)
-                s.tracked.current[0] = -1
-            else:
-                item = s.tracked[index]
+            item = _fetch_sample(s, stream, index, split, t0, read_s, decode_s)
         except StopIteration:
             break
         except Exception as exc:
@@ -168,18 +161,7 @@ def probe(s: Session) -> None:
     s.watchdog.disarm()
     if not times:
         raise DatasetFailure("empty", "the dataset yielded no samples", index=None, num_workers=0)
-    total = sum(times)
-    getitem = {
-        "samples": len(times),
-        "per_sample_s": total / len(times),
-        "median_s": sorted(times)[len(times) // 2],
-        "max_s": max(times),
-        "cpu_fraction": round(min(1.0, sum(cpu) / total), 3) if total > 0 else None,
-        "blocked_fraction": round(min(1.0, blocked / total), 3) if total > 0 else None,
-    }
-    if split and read_s:
-        getitem["read_s"] = sum(read_s) / len(read_s)
-        getitem["decode_s"] = sum(decode_s) / len(decode_s)
+    getitem = _timings(times, cpu, blocked, read_s, decode_s)
     # Every thread of this process (torch's intra-op pool too) against the wall time, per sample.
     getitem["process_cpu_per_sample_s"] = process_cpu / len(times)
     getitem["wall_per_sample_s"] = loop_s / len(times)
@@ -190,7 +172,49 @@ def probe(s: Session) -> None:
     # make every later estimate a second long.
     s.per_sample_s = getitem["median_s"]
     s.events.result("getitem", getitem)
-    # One batch, collated the way the user's loader does it.
+    _collate_one_batch(s, samples)
+
+
+def _fetch_sample(s: Session, stream: Any, index: Any, split: bool, t0: float, read_s: list[float], decode_s: list[float]
+           ) -> Any:
+    """One sample: the next of an iterable dataset, else dataset[index], its read and decode timed apart (from
+    `t0`) when the dataset splits them."""
+    if s.iterable:
+        return next(stream)
+    if split:
+        s.tracked.current[0] = index
+        raw = s.dataset.read_sample(index)
+        t_mid = time.perf_counter()
+        item = s.dataset.decode_sample(index, raw)
+        read_s.append(t_mid - t0)
+        decode_s.append(time.perf_counter() - t_mid)
+        s.tracked.current[0] = -1
+        return item
+    return s.tracked[index]
+
+
+def _timings(times: list[float], cpu: list[float], blocked: float, read_s: list[float], decode_s: list[float]
+             ) -> dict[str, Any]:
+    """The timed samples' figures: mean, median and slowest, the CPU and blocked shares, the read/decode split."""
+    total = sum(times)
+    getitem = {
+        "samples": len(times),
+        "per_sample_s": total / len(times),
+        "median_s": sorted(times)[len(times) // 2],
+        "max_s": max(times),
+        "cpu_fraction": round(min(1.0, sum(cpu) / total), 3) if total > 0 else None,
+        "blocked_fraction": round(min(1.0, blocked / total), 3) if total > 0 else None,
+    }
+    if read_s:  # only a dataset that splits read and decode fills these
+        getitem["read_s"] = sum(read_s) / len(read_s)
+        getitem["decode_s"] = sum(decode_s) / len(decode_s)
+    return getitem
+
+
+def _collate_one_batch(s: Session, samples: list[Any]) -> None:
+    """One batch, collated the way the user's loader does it (result `batch`)."""
+    from torch.utils.data import default_collate
+
     s.guarded(max(2.0, min(10.0, s.left() - 0.5)), "collating one batch in the main process", "collate")
     collate = s.kwargs.get("collate_fn") or default_collate
     try:
@@ -203,7 +227,7 @@ def probe(s: Session) -> None:
             f"{first_line(exc)} (__getitem__ returns {', '.join(kinds)})",
             index=None, num_workers=0, where="collate_fn", exception=type(exc).__name__) from None
     s.watchdog.disarm()
-    stats = batch_stats(batch, torch)
+    stats = batch_stats(batch, s.torch)
     stats["sample_types"] = sorted({type(s).__module__ + "." + type(s).__qualname__ for s in samples[:4]})
     s.events.result("batch", stats)
 

@@ -144,33 +144,54 @@ def read_failure(exc: BaseException, nw: int, iterator: Any, tracked: Any, *, le
                               num_workers=nw, where="shared memory", exception=type(exc).__name__,
                               signal_name="SIGBUS" if "Bus error" in text else None)
     if was_timeout:
-        index = next(iter(busy.values()), None)
-        if not delivered and not busy and not failed:
-            # No worker had begun a __getitem__: still starting (importing, unpickling the dataset).
-            return SlowStart(nw, waited_s)
-        return DatasetFailure("hung", f"no batch arrived within the DataLoader timeout ({first_line(exc)})"
-                              + (f"; index {index} was still being fetched" if index is not None else ""),
-                              index=index, num_workers=nw)
-    dead = {pid: code for pid, code in exitcodes.items() if code not in (None, 0)}
-    if dead or "exited unexpectedly" in text or "killed by signal" in text:
-        pid, code = next(iter(dead.items()), (None, None))
-        match = re.search(r"pid\(?s?\)? (\d+)", text)
-        if pid is None and match:
-            pid = int(match.group(1))
-        slot = tracked.slot_of_pid(pid) if (tracked is not None and pid) else None
-        index = busy.get(slot) if slot is not None else next(iter(busy.values()), None)
-        signame = _signal_name(code)
-        how = f"was killed by {signame}" if signame else (f"exited with status {code}" if code is not None
-                                                          else "exited unexpectedly")
-        return DatasetFailure("crashed", f"a worker process {how}"
-                              + (f" while fetching index {index}" if index is not None else ""),
-                              index=index, num_workers=nw, signal_name=signame)
+        return _timed_out(exc, nw, busy, failed, delivered, waited_s)
+    crashed = _crashed(text, nw, exitcodes, tracked, busy)
+    if crashed is not None:
+        return crashed
     if isinstance(exc, MemoryError):
         return DatasetFailure("memory", f"MemoryError: {first_line(exc)}", num_workers=nw,
                               index=next(iter(failed.values()), None), exception="MemoryError")
     if looks_like_pickling(exc) and nw > 0 and start_method in ("spawn", "forkserver"):
         return DatasetFailure("pickle", f"starting {start_method} workers failed: {type(exc).__name__}: "
                               f"{first_line(exc)}", num_workers=nw, where="pickling", exception=type(exc).__name__)
+    return _raised_in_a_worker(exc, text, nw, failed, length)
+
+
+def _timed_out(exc: BaseException, nw: int, busy: dict[Any, Any], failed: dict[Any, Any], delivered: bool,
+               waited_s: float) -> Exception:
+    """No batch within the DataLoader's timeout: a hang, or workers still starting (SlowStart)."""
+    index = next(iter(busy.values()), None)
+    if not delivered and not busy and not failed:
+        # No worker had begun a __getitem__: still starting (importing, unpickling the dataset).
+        return SlowStart(nw, waited_s)
+    return DatasetFailure("hung", f"no batch arrived within the DataLoader timeout ({first_line(exc)})"
+                          + (f"; index {index} was still being fetched" if index is not None else ""),
+                          index=index, num_workers=nw)
+
+
+def _crashed(text: str, nw: int, exitcodes: dict[int, int | None], tracked: Any, busy: dict[Any, Any]
+             ) -> DatasetFailure | None:
+    """A worker that died (its exit status or signal, the index it was fetching), or None when none did."""
+    dead = {pid: code for pid, code in exitcodes.items() if code not in (None, 0)}
+    if not (dead or "exited unexpectedly" in text or "killed by signal" in text):
+        return None
+    pid, code = next(iter(dead.items()), (None, None))
+    match = re.search(r"pid\(?s?\)? (\d+)", text)
+    if pid is None and match:
+        pid = int(match.group(1))
+    slot = tracked.slot_of_pid(pid) if (tracked is not None and pid) else None
+    index = busy.get(slot) if slot is not None else next(iter(busy.values()), None)
+    signame = _signal_name(code)
+    how = f"was killed by {signame}" if signame else (f"exited with status {code}" if code is not None
+                                                      else "exited unexpectedly")
+    return DatasetFailure("crashed", f"a worker process {how}"
+                          + (f" while fetching index {index}" if index is not None else ""),
+                          index=index, num_workers=nw, signal_name=signame)
+
+
+def _raised_in_a_worker(exc: BaseException, text: str, nw: int, failed: dict[Any, Any], length: int | None
+                        ) -> DatasetFailure:
+    """What raised in a worker: a __getitem__ (its index), or else collate_fn, the sampler or worker_init_fn."""
     original = original_error(text) or f"{type(exc).__name__}: {first_line(exc)}"
     if failed:
         _, index = next(iter(failed.items()))

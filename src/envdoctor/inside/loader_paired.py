@@ -74,24 +74,26 @@ class _Side:
         shutdown(self.iterator)
 
 
-def paired_windows(s: Session) -> None:
-    """Re-measure the candidate against the current setting in alternating windows (result `paired`)."""
+def _pair(s: Session) -> tuple[int, int] | None:
+    """(your num_workers, the candidate) to re-measure, or None when there is nothing to pair."""
     forced = s.plan.get("pair")  # [current, candidate] given by the plan (benchmarks/bench_loader.py)
     if (s.plan.get("workers") and not forced) or not s.runs:
-        return
+        return None
     current = int(forced[0]) if forced else int(s.current["num_workers"])
     chosen = int(forced[1]) if forced else candidate(s)
-    measured = {r["num_workers"]: r for r in s.runs if r.get("samples_per_s")}
     if chosen is not None and chosen == current and not forced:
         # The sweep points at the user's own setting: check it against the runner-up, so noise that
         # sank a better setting in its one sweep point is caught too.
+        measured = {r["num_workers"]: r for r in s.runs if r.get("samples_per_s")}
         others = [r for nw, r in measured.items() if nw != current and nw <= max(s.usable, current)]
         chosen = max(others, key=lambda r: r["samples_per_s"])["num_workers"] if others else None
     if chosen is None or chosen == current:
-        return
-    if current not in measured:
-        s.events.skip("paired windows", f"your num_workers={current} could not be measured in the sweep")
-        return
+        return None
+    return current, chosen
+
+
+def _window_seconds(s: Session, measured: dict[int, dict[str, Any]], current: int, chosen: int) -> float | None:
+    """Each window's length in what the budget leaves after both settings start, or None (skipped, said why)."""
     startup = sum((measured[nw].get("first_batch_s") or 0.0) for nw in {current, chosen} if nw in measured)
     room = s.left() - startup - 0.6
     window_s = min(MAX_WINDOW_S, room / (2 * PAIRS))
@@ -100,13 +102,12 @@ def paired_windows(s: Session) -> None:
         if room < 2 * MIN_PAIRS * window_s:
             s.events.skip("paired windows", f"not enough of the budget left ({s.left():.1f} s) to re-measure "
                           f"num_workers={chosen} against your num_workers={current}")
-            return
-    slowest = min(measured[nw]["samples_per_s"] for nw in (current, chosen))
-    timeout = max(3.0, 10 * s.batch_size / slowest)
-    # Both settings ran in the sweep under the same watch: overstaying here is the budget's end, not a hang.
-    s.guarded(max(1.0, s.left() - 0.2), f"the paired windows of num_workers={current} and {chosen}", "paired",
-              check="paired windows", num_workers=chosen)
-    sides = {"current": _Side(s, current, timeout), "candidate": _Side(s, chosen, timeout)}
+            return None
+    return window_s
+
+
+def _alternate(s: Session, sides: dict[str, _Side], window_s: float) -> tuple[list[dict[str, Any]], str | None]:
+    """Up to PAIRS pairs of windows, the order alternating: (the windows, why they were cut or None)."""
     windows: list[dict[str, Any]] = []
     cut = None
     try:
@@ -126,5 +127,28 @@ def paired_windows(s: Session) -> None:
         s.watchdog.disarm()
         for side in sides.values():
             side.close()
+    return windows, cut
+
+
+def paired_windows(s: Session) -> None:
+    """Re-measure the candidate against the current setting in alternating windows (result `paired`)."""
+    pair = _pair(s)
+    if pair is None:
+        return
+    current, chosen = pair
+    measured = {r["num_workers"]: r for r in s.runs if r.get("samples_per_s")}
+    if current not in measured:
+        s.events.skip("paired windows", f"your num_workers={current} could not be measured in the sweep")
+        return
+    window_s = _window_seconds(s, measured, current, chosen)
+    if window_s is None:
+        return
+    slowest = min(measured[nw]["samples_per_s"] for nw in (current, chosen))
+    timeout = max(3.0, 10 * s.batch_size / slowest)
+    # Both settings ran in the sweep under the same watch: overstaying here is the budget's end, not a hang.
+    s.guarded(max(1.0, s.left() - 0.2), f"the paired windows of num_workers={current} and {chosen}", "paired",
+              check="paired windows", num_workers=chosen)
+    sides = {"current": _Side(s, current, timeout), "candidate": _Side(s, chosen, timeout)}
+    windows, cut = _alternate(s, sides, window_s)
     s.events.result("paired", {"current": current, "candidate": chosen, "window_s": round(window_s, 3),
                                "windows": windows, "cut": cut})

@@ -284,7 +284,7 @@ def script_runs_at_import(main_path: str | None) -> str | None:
 
 def _usable_cpus() -> int:
     try:
-        return max(1, len(os.sched_getaffinity(0)))  # type: ignore[attr-defined,unused-ignore]
+        return max(1, len(os.sched_getaffinity(0)))  # type: ignore[attr-defined,unused-ignore]  # Linux only; the except covers the rest
     except (AttributeError, OSError):
         return max(1, os.cpu_count() or 1)
 

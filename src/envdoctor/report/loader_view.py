@@ -113,6 +113,33 @@ def _said_by(text: str | None, said: Mapping[str, str]) -> str | None:
     return next((rule for rule, message in said.items() if text in message), None)
 
 
+def _getitem_line(loader: LoaderReport) -> str | None:
+    """The main process's time a sample (and its read/decode split, its blocked share), or None unmeasured."""
+    getitem = loader.get("getitem", {})
+    if "per_sample_s" not in getitem:
+        return None
+    text = f"{getitem['per_sample_s'] * 1e3:.2f} ms a sample in the main process"
+    if "read_s" in getitem and "decode_s" in getitem:
+        text += f" (read {getitem['read_s'] * 1e3:.2f} ms, decode {getitem['decode_s'] * 1e3:.2f} ms)"
+    blocked = getitem.get("blocked_fraction")
+    if blocked is not None:
+        text += f", blocked {blocked:.0%} of the time"
+    return text
+
+
+def _persistent_line(loader: LoaderReport) -> str | None:
+    """What persistent_workers saves each epoch, measured or estimated, or None when not known."""
+    persistent = loader.get("persistent", {})
+    saving = persistent.get("saving_s")
+    if saving is None:
+        return None
+    first = persistent.get("epoch2_first_batch_s", {})
+    if persistent.get("measured", True) and first:
+        return (f"second epoch's first batch {_fmt_s(first.get('false'))} s without, "
+                f"{_fmt_s(first.get('true'))} s with persistent_workers")
+    return f"about {_fmt_s(saving)} s saved each epoch (estimated from the measured start-up)"
+
+
 def _summary_lines(loader: LoaderReport, said: Mapping[str, str] | None = None) -> list[tuple[str, str]]:
     """(label, text) pairs shown under the curve; `said` (rule → the messages shown above) keeps an explanation
     a finding already gave from being told again."""
@@ -122,15 +149,9 @@ def _summary_lines(loader: LoaderReport, said: Mapping[str, str] | None = None) 
     if failure:
         at = f" at index {failure['index']}" if failure.get("index") is not None else ""
         lines.append(("failure", f"{failure.get('kind')}{at}: {failure.get('message')}"))
-    getitem = loader.get("getitem", {})
-    if "per_sample_s" in getitem:
-        text = f"{getitem['per_sample_s'] * 1e3:.2f} ms a sample in the main process"
-        if "read_s" in getitem and "decode_s" in getitem:
-            text += f" (read {getitem['read_s'] * 1e3:.2f} ms, decode {getitem['decode_s'] * 1e3:.2f} ms)"
-        blocked = getitem.get("blocked_fraction")
-        if blocked is not None:
-            text += f", blocked {blocked:.0%} of the time"
-        lines.append(("__getitem__", text))
+    getitem = _getitem_line(loader)
+    if getitem:
+        lines.append(("__getitem__", getitem))
     bottleneck = loader.get("bottleneck")
     if bottleneck is not None:
         reason = loader.get("bottleneck_reason")
@@ -153,16 +174,9 @@ def _summary_lines(loader: LoaderReport, said: Mapping[str, str] | None = None) 
         if loader.get("worker_rss_bytes"):
             text += f"; peak worker memory {human_bytes(loader['worker_rss_bytes'])}"
         lines.append(("batch", text))
-    persistent = loader.get("persistent", {})
-    saving = persistent.get("saving_s")
-    if saving is not None:
-        first = persistent.get("epoch2_first_batch_s", {})
-        if persistent.get("measured", True) and first:
-            lines.append(("persistent", f"second epoch's first batch {_fmt_s(first.get('false'))} s without, "
-                                        f"{_fmt_s(first.get('true'))} s with persistent_workers"))
-        else:
-            lines.append(("persistent", f"about {_fmt_s(saving)} s saved each epoch "
-                                        "(estimated from the measured start-up)"))
+    persistent = _persistent_line(loader)
+    if persistent:
+        lines.append(("persistent", persistent))
     for skipped in loader.get("skipped", []):
         lines.append(("skipped", f"{skipped['what']}: {skipped['reason']}"))
     return lines

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from statistics import median
+from typing import NamedTuple
 
 from envdoctor.facts import Facts
 from envdoctor.facts.loader import ContainerFacts, LoaderFacts, MemoryGrowthFacts
@@ -64,6 +65,60 @@ def _worker_count(section: LoaderFacts, memory: MemoryGrowthFacts) -> tuple[int,
     return int(memory.get("num_workers") or 2), "the measured num_workers (yours is 0)"
 
 
+class _Projection(NamedTuple):
+    """One epoch's worker memory, projected from the measured growth."""
+
+    nw: int
+    workers_from: str
+    length: int
+    per_worker_samples: float
+    python_bytes: int
+    capped: bool
+    growth: float
+    recurring: bool
+    persistent: bool
+    available: int
+    one_epoch: float
+    epochs_left: int
+    share: float | None
+
+
+def _project(facts: Facts, section: LoaderFacts, memory: MemoryGrowthFacts, slope: float, observed: int) -> _Projection:
+    """Each worker's growth over an epoch (capped at the Python objects' size when a random order reaches them all
+    early), whether it recurs, and what it leaves of the memory available."""
+    nw, workers_from = _worker_count(section, memory)
+    length = int(section.get("length") or 0)
+    per_worker_samples = length / nw
+    linear = slope * per_worker_samples
+    python_bytes = int((section.get("hazards") or {}).get("python_bytes") or 0)
+    capped = bool(memory.get("shuffled")) and python_bytes > 0 and linear > python_bytes
+    growth = max(float(python_bytes) if capped else linear, float(observed))
+    start = max(int(w.get("uss_start_bytes", 0)) for w in memory.get("workers", [])) if memory.get("workers") else 0
+    available = int(facts["system"]["memory"]["effective_available"])
+    return _Projection(
+        nw=nw, workers_from=workers_from, length=length, per_worker_samples=per_worker_samples,
+        python_bytes=python_bytes, capped=capped, growth=growth,
+        recurring=python_bytes == 0 or growth > BEYOND_COPY * python_bytes,
+        persistent=bool((section.get("current") or {}).get("persistent_workers")),
+        available=available, one_epoch=nw * (start + growth),
+        epochs_left=int((available - nw * start) // max(1.0, nw * growth)) if available > nw * start else 0,
+        share=growth / python_bytes if python_bytes else None)
+
+
+def _verdict(p: _Projection) -> tuple[Severity | None, str] | None:
+    """What the projected growth does (an epoch over the memory, a recurring fill, a private copy), or None."""
+    if p.one_epoch > p.available:
+        return Severity.ERROR, (f"{p.nw} workers reach about {human_bytes(p.one_epoch)} within one epoch, above the "
+                                f"{human_bytes(p.available)} available")
+    if p.persistent and p.recurring and p.epochs_left <= EPOCHS_HORIZON:
+        return None, (f"with persistent_workers the growth recurs every epoch: {p.nw} workers fill the "
+                      f"{human_bytes(p.available)} available after about {p.epochs_left} epoch(s)")
+    if p.share is not None and p.share >= PYTHON_SHARE and p.growth >= MIN_GROWTH_BYTES and not p.recurring:
+        return None, (f"each worker ends the epoch holding its own copy of {p.share:.0%} of the dataset's Python "
+                      f"objects: {p.nw} workers × {human_bytes(p.growth)}")
+    return None
+
+
 def find_worker_memory_growth(facts: Facts) -> Iterator[Hit]:
     """DL010: worker memory grows with the samples produced, and the projection does not fit."""
     section = facts["loader"]
@@ -81,33 +136,15 @@ def find_worker_memory_growth(facts: Facts) -> Iterator[Hit]:
     # error grows) while what the workers already copied says enough.
     if not (slope > SIGNIFICANCE * stderr and observed >= MIN_OBSERVED_BYTES) and observed < MIN_GROWTH_BYTES:
         return
-    nw, workers_from = _worker_count(section, memory)
-    length = int(section.get("length") or 0)
-    per_worker_samples = length / nw
-    linear = slope * per_worker_samples
-    python_bytes = int((section.get("hazards") or {}).get("python_bytes") or 0)
-    capped = bool(memory.get("shuffled")) and python_bytes > 0 and linear > python_bytes
-    growth = max(float(python_bytes) if capped else linear, float(observed))
-    recurring = python_bytes == 0 or growth > BEYOND_COPY * python_bytes
-    persistent = bool((section.get("current") or {}).get("persistent_workers"))
-    start = max(int(w.get("uss_start_bytes", 0)) for w in memory.get("workers", [])) if memory.get("workers") else 0
-    available = int(facts["system"]["memory"]["effective_available"])
-    one_epoch = nw * (start + growth)
-    epochs_left = int((available - nw * start) // max(1.0, nw * growth)) if available > nw * start else 0
-    share = growth / python_bytes if python_bytes else None
-    severity: Severity | None = None
-    if one_epoch > available:
-        severity = Severity.ERROR
-        verdict = (f"{nw} workers reach about {human_bytes(one_epoch)} within one epoch, above the "
-                   f"{human_bytes(available)} available")
-    elif persistent and recurring and epochs_left <= EPOCHS_HORIZON:
-        verdict = (f"with persistent_workers the growth recurs every epoch: {nw} workers fill the "
-                   f"{human_bytes(available)} available after about {epochs_left} epoch(s)")
-    elif share is not None and share >= PYTHON_SHARE and growth >= MIN_GROWTH_BYTES and not recurring:
-        verdict = (f"each worker ends the epoch holding its own copy of {share:.0%} of the dataset's Python "
-                   f"objects: {nw} workers × {human_bytes(growth)}")
-    else:
+    p = _project(facts, section, memory, slope, observed)
+    said = _verdict(p)
+    if said is None:
         return
+    severity, verdict = said
+    nw, workers_from, length, per_worker_samples = p.nw, p.workers_from, p.length, p.per_worker_samples
+    capped, growth, recurring, persistent = p.capped, p.growth, p.recurring, p.persistent
+    one_epoch, epochs_left, available, python_bytes, share = (p.one_epoch, p.epochs_left, p.available,
+                                                              p.python_bytes, p.share)
     largest = _largest(section)
     holder = (f"; `{largest['path']}` holds them: a {largest['type']} of {largest['length']:,} items, about "
               f"{human_bytes(largest['approx_bytes'])}" if largest else "")

@@ -160,3 +160,31 @@ def test_every_dl005_on_undecoded_images_says_it_measured_reading_only(name: str
     assert "measured on 8 image file(s) read but not decoded (no Pillow in the environment)" in hit.message
     (quiet,) = findings_of(judged(copy.deepcopy(getattr(recorded, name))), "DL005")
     assert "not decoded" not in quiet.message
+
+
+def _longest_shared(one: str, other: str) -> str:
+    from difflib import SequenceMatcher
+
+    match = SequenceMatcher(None, one, other, autojunk=False).find_longest_match(0, len(one), 0, len(other))
+    return one[match.a:match.a + match.size]
+
+
+@pytest.mark.parametrize("name", ["CPU_HEAVY", "CPU_HEAVY_SUNK", "IMAGE_FOLDER"])
+def test_dl003_and_dl005_do_not_repeat_one_explanation(name: str) -> None:
+    """Issue 32: DL003 gives the bottleneck's reason; DL005 on CPUs others hold gives its own figures (the CPUs
+    others held, the paired windows' interval), not that reason again. What both say is a phrase, not a clause."""
+    data = judged(recorded.__dict__[name])
+    config = Config(select=("DL003", "DL005"))
+    facts = Facts.from_dict({"loader": copy.deepcopy(data), "system": SYSTEM, "target": TARGET}, config)
+    report = run_check(config, facts=facts)
+    (getitem,), (settings,) = report.by_rule("DL003"), report.by_rule("DL005")
+    assert data["bottleneck_reason"] in getitem.message
+    assert data["bottleneck_reason"] not in settings.message
+    shared = _longest_shared(getitem.message, settings.message)
+    assert len(shared) < 60, shared  # a figure both give (the CPUs others held), never a clause of reasons
+    if "cannot be told" in settings.message:  # the "cannot tell" verdict still carries its own numbers
+        others = settings.evidence["others_cpu"]
+        assert f"other processes kept {others:.1f} of the 2 usable CPU(s) busy" in settings.message
+        interval = settings.evidence["gain_interval"]
+        if interval is not None:
+            assert f"95% interval {interval[0]:.2f}–{interval[1]:.2f}" in settings.message

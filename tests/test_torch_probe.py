@@ -478,9 +478,8 @@ def test_version_module_that_is_a_fifo_does_not_block(tmp_path: Path) -> None:
     site = tmp_path / "site"
     (site / "torch").mkdir(parents=True)
     os.mkfifo(site / "torch" / "version.py")
-    start = time.monotonic()
+    # Reading torch's files enforces no time limit: what shows it never blocked is that it returned, naming the FIFO.
     section = read_torch_files({"site_packages": [str(site)], "sys_path": []})
-    assert time.monotonic() - start < 5
     assert section["installed"] is True and "not a regular file" in section["version_module_error"]
 
 

@@ -299,8 +299,11 @@ def find_loader_settings(facts: Facts) -> Iterator[Hit]:
                         else "it lost to your setting")
         others = judged.others_cpus
         if judged.bottleneck == "cpu-contended":
+            # Its own figures, not the bottleneck's whole reason: DL003 and the summary give that once.
+            why = (f"other processes kept {others:.1f} of the {section.get('usable_cpus')} usable CPU(s) busy"
+                   + _trust_text(rec) if others is not None else judged.judgement["bottleneck_reason"])
             message = (f"whether num_workers={candidate} beats your num_workers={current.get('num_workers', 0)} "
-                       f"cannot be told from this run: {judged.judgement['bottleneck_reason']}; keep your settings")
+                       f"cannot be told from this run: {why}; keep your settings")
         else:
             message = (f"num_workers={candidate} measured best in the sweep, but re-measured in interleaved paired "
                        f"windows against your num_workers={current.get('num_workers', 0)} {said_text}"

@@ -52,9 +52,12 @@ def _project(tmp_path: Path, *, module_level: str = "", worker_init: str = "", p
     return train
 
 
-def _check(script: Path) -> tuple[list, dict]:
+def _check(script: Path, workers: int = 4) -> tuple[list, dict]:
     report = run_check(Config(scripts=(str(script),), select=("SYS007",), no_loader=True))
     assert report.errors == [], report.errors
+    usable = report.facts["system"]["cpu"]["usable"] if workers else 0
+    if workers and workers * _threads() <= usable:
+        pytest.skip(f"{workers} workers × OpenCV's threads do not exceed {usable} usable CPUs here")
     return report.by_rule("SYS007"), report.facts["scripts"]
 
 
@@ -115,5 +118,23 @@ def test_a_script_without_opencv_asks_the_target_nothing(tmp_path: Path) -> None
     script = tmp_path / "train.py"
     script.write_text("from torch.utils.data import DataLoader\nfor b in DataLoader(range(8), num_workers=4):\n"
                       "    pass\n")
-    hits, scripts = _check(script)
+    hits, scripts = _check(script, workers=0)
     assert hits == [] and scripts["opencv_target"] is None and "opencv" not in scripts["files"][0]
+
+
+def test_a_notebook_that_imports_opencv_fires_with_its_cell(tmp_path: Path) -> None:
+    import json
+
+    threads = _threads()
+    cells = ["import cv2\nimport numpy as np\nfrom torch.utils.data import DataLoader, Dataset",
+             "class Images(Dataset):\n    def __len__(self):\n        return 8\n\n"
+             "    def __getitem__(self, i):\n        return cv2.resize(np.zeros((8, 8), np.uint8), (4, 4))",
+             "for batch in DataLoader(Images(), num_workers=3):\n    pass"]
+    notebook = tmp_path / "explore.ipynb"
+    notebook.write_text(json.dumps({"nbformat": 4, "nbformat_minor": 5, "metadata": {}, "cells": [
+        {"cell_type": "code", "metadata": {}, "execution_count": None, "outputs": [], "source": c}
+        for c in cells]}))
+    (hit,) = _check(notebook, workers=3)[0]
+    assert hit.evidence["opencv_threads"] == threads
+    assert hit.evidence["imports"] == [{"path": str(notebook), "line": 1, "cell": 1}]
+    assert hit.evidence["num_workers"] == 3 and "cell 1" in hit.message

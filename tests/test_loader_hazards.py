@@ -113,9 +113,15 @@ def test_handles_opened_in_init_and_opencv_threads(tmp_path: Path) -> None:
 @pytest.mark.slow
 @linux_only
 def test_handles_opened_lazily_and_one_opencv_thread_stay_quiet(tmp_path: Path) -> None:
-    report = _live("lazy_handles", "DL011,SYS007", env={"ENVDOCTOR_FIXTURE_DIR": str(tmp_path)})
-    assert findings(report, "DL011") == [] and findings(report, "SYS007") == []
+    # The usual lazy pattern, nothing more: the smoke test reads samples in its own process first (the
+    # handles open there), and puts the dataset back as built before workers fork, as training's main
+    # process, which reads nothing, leaves it. Were the LMDB environment left open in this process, the
+    # forked workers could not open it again ("already open in this process"): a false DL006.
+    report = _live("lazy_handles", "DL006,DL011,SYS007", env={"ENVDOCTOR_FIXTURE_DIR": str(tmp_path)})
+    assert findings(report, "DL006") == [] and findings(report, "DL011") == [] and findings(report, "SYS007") == []
     assert report["loader"]["hazards"]["handles"] == []
+    assert report["loader"]["getitem"]["samples"] > 0  # read in the main process first …
+    assert any(r["num_workers"] > 0 and r.get("samples_per_s") for r in report["loader"]["runs"]), dump(report)
     opencv = report["loader"]["opencv"]
     (call,) = opencv["set_num_threads_calls"]
     assert call["where"] == "opencv_one_thread" and call["value"] == 1 and call["file"].endswith("handles.py")
@@ -123,6 +129,69 @@ def test_handles_opened_lazily_and_one_opencv_thread_stay_quiet(tmp_path: Path) 
     if "worker memory growth (DL010)" in skipped:  # the run that reads the workers' threads (a busy machine)
         pytest.skip(f"the workers' threads were not read: {skipped['worker memory growth (DL010)']}")
     assert opencv["worker_threads"] == 1, dump(report)  # read in the workers, after worker_init_fn
+
+
+# -- the dataset as built, put back before workers fork -------------------
+
+class _LazyLMDB:
+    """Opens its LMDB environment on first read in each process, in a reader object it holds (one level
+    down)."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.reader = _Holder(env=None, pid=None)
+        self.reads = 0
+
+    def read(self) -> bytes:
+        import os
+
+        import lmdb
+
+        if self.reader.env is None or self.reader.pid != os.getpid():
+            self.reader.env = lmdb.open(self.path, readonly=True, lock=False)
+            self.reader.pid = os.getpid()
+        self.reads += 1
+        with self.reader.env.begin() as txn:
+            return bytes(txn.get(b"k"))
+
+
+def _read_in_a_forked_child(dataset: _LazyLMDB) -> str:
+    """What a forked worker gets reading the dataset: the value, or LMDB's error."""
+    ctx = multiprocessing.get_context("fork")
+    queue = ctx.SimpleQueue()
+
+    def child() -> None:
+        try:
+            queue.put(dataset.read().decode())
+        except Exception as exc:
+            queue.put(f"{type(exc).__name__}: {exc}")
+
+    process = ctx.Process(target=child)
+    process.start()
+    process.join(30)
+    return queue.get()
+
+
+@linux_only
+def test_the_dataset_is_put_back_as_built_before_workers_fork(tmp_path: Path) -> None:
+    import lmdb
+
+    env = lmdb.open(str(tmp_path / "db"), map_size=1 << 20)
+    with env.begin(write=True) as txn:
+        txn.put(b"k", b"value")
+    env.close()
+    dataset = _LazyLMDB(str(tmp_path / "db"))
+    state = loader_hazards.built_state(dataset)
+    assert [type(obj).__name__ for obj, _ in state] == ["_LazyLMDB", "_Holder"]
+    assert dataset.read() == b"value"  # read in this process: the environment is open here now
+    # Left as it is, the forked worker cannot open the environment again: the false DL006 of the smoke test.
+    assert "already open in this process" in _read_in_a_forked_child(dataset)
+    assert sorted(loader_hazards.restore(state)) == ["_Holder.env", "_Holder.pid", "_LazyLMDB.reads"]
+    assert dataset.reader.env is None and dataset.reads == 0
+    assert _read_in_a_forked_child(dataset) == "value"  # the worker opens its own, as in training
+    assert loader_hazards.restore(state) == []  # nothing changed since: nothing to put back
+    dataset.extra = 1
+    assert loader_hazards.restore(state) == ["_LazyLMDB.extra"] and not hasattr(dataset, "extra")
 
 
 # -- the walk, on real handles in this process ---------------------------

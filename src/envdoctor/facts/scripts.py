@@ -30,6 +30,7 @@ from typing import Any, Literal, TypedDict, cast
 from envdoctor.analysis.spawn.project import ModuleProblem, SharedModules
 from envdoctor.analysis.spawn.reading import SourceProblem, decode_source, read_bytes, read_source
 from envdoctor.facts.kernels import NotebookKernel, NotebookTarget, notebook_kernel, notebook_target
+from envdoctor.facts.opencv_use import ScriptOpenCV, TargetOpenCV, begin, finish, target_opencv
 
 
 class CodeAt(TypedDict, total=False):
@@ -130,6 +131,9 @@ class ScriptFile(_ScriptBase, total=False):
     skipped_cells: list[dict[str, Any]]
     #: A notebook's kernel as Jupyter resolves it (facts.kernels).
     kernel: NotebookKernel | None
+    #: cv2 imported, `cv2.setNumThreads` calls and worker_init_fn names in it and its project modules
+    #: (facts.opencv_use); absent when it neither imports cv2 nor calls setNumThreads.
+    opencv: ScriptOpenCV
 
 
 class ScriptsFacts(TypedDict):
@@ -140,6 +144,8 @@ class ScriptsFacts(TypedDict):
     #: The checked environment: its interpreter and prefix, and whether it has ipykernel
     #: (only when a notebook was given; facts.kernels resolves each notebook's kernel against it).
     notebook_target: NotebookTarget | None
+    #: cv2 in the target (its default thread count), asked only when a script imports cv2.
+    opencv_target: TargetOpenCV | None
 
 
 #: Folders never descended into when a directory is given.
@@ -227,8 +233,20 @@ def analyse_script(path: str, project: bool = True, shared: SharedModules | None
     tree = _parse(text, path, info, shared)
     if tree is None:
         return info
+    opencv = begin(tree, path)
     info.update(cast(ScriptFile, analyse_source(tree, text, path=path, project=project, shared=shared)))
+    _add_opencv(info, finish(opencv, path, info.get("modules_followed", [])))
     return info
+
+
+def _add_opencv(info: ScriptFile, opencv: ScriptOpenCV | None, place: Any = None) -> None:
+    if opencv is None:
+        return
+    if place is not None:
+        for where in [*opencv["imports"], *opencv["set_num_threads_calls"]]:
+            if where["path"] == info["path"]:
+                where["cell"], where["line"] = place(where["line"])
+    info["opencv"] = opencv
 
 
 def analyse_notebook(path: str, project: bool = True, shared: SharedModules | None = None) -> ScriptFile:
@@ -252,11 +270,13 @@ def analyse_notebook(path: str, project: bool = True, shared: SharedModules | No
     tree = _parse(notebook.text, path, info)
     if tree is None:
         return info
+    opencv = begin(tree, path)
     found = analyse_source(tree, notebook.text, path=path, project=project, reruns=False, shared=shared)
     for key in ("worker_starts", "start_method_calls", "cuda_inits"):
         for event in found[key]:
             _place_in_cells(event, path, notebook.place)
     info.update(cast(ScriptFile, found))
+    _add_opencv(info, finish(opencv, path, info.get("modules_followed", [])), notebook.place)
     return info
 
 
@@ -299,7 +319,18 @@ def gather_scripts(facts: Any) -> ScriptsFacts | None:
     for info in notebooks:
         text = read_script(info["path"])[0]
         info["kernel"] = notebook_kernel(text, os.environ, [target["prefix"]]) if text and target else None
-    return {"given": list(scripts), "files": files, "notebook_target": target}
+    opencv = None
+    if any(info.get("opencv", {}).get("imports") for info in files):
+        opencv = target_opencv(_target_interpreter(facts))
+    return {"given": list(scripts), "files": files, "notebook_target": target, "opencv_target": opencv}
+
+
+def _target_interpreter(facts: Any) -> str | None:
+    try:
+        interpreter = facts["target"].get("interpreter") or facts["target"].get("executable")
+    except Exception:  # a failed target probe: its own error says why
+        return None
+    return str(interpreter) if interpreter else None
 
 
 def _target_path(facts: Any) -> list[str] | None:

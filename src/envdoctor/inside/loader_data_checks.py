@@ -99,6 +99,7 @@ def duplicates(s: Session) -> None:
     together: list[str] = []
     iterator = None
     try:
+        s.as_built()
         loader = s.DataLoader(s.dataset, **_worker_options(s, timeout=_startup_allowance(s) + DUP_MAX_S))
         iterator = iter(loader)
         end = time.monotonic() + DUP_MAX_S + _startup_allowance(s)
@@ -140,6 +141,7 @@ def cloned_rng(s: Session, first_index: Any) -> None:
         if record["main_differs"]:
             # Indices go to the workers in turn: worker 0 gets the first, worker 1 the second.
             options = _worker_options(s, timeout=need)
+            s.as_built()
             loader = s.DataLoader(s.dataset, sampler=[first_index] * CHECK_WORKERS, **options)
             iterator = iter(loader)
             drawn = [sample_identity(sample, s.torch) for sample in iterator]

@@ -392,3 +392,73 @@ def before_workers(s: Any) -> None:
     s.events.result("hazards", found)
     if opencv is not None:
         s.events.result("opencv", opencv)
+
+
+# -- the dataset as built, for every worker start (fork) -----------------
+
+#: How deep from the dataset, and how many objects at most, the state kept as built reaches.
+STATE_DEPTH = 2
+STATE_OBJECTS = 64
+
+
+def _kept_as_built(obj: Any) -> bool:
+    """Objects whose attributes are kept: the user's, and torch's dataset wrappers (Subset …)."""
+    if isinstance(obj, _LEAVES) or inspect.ismodule(obj) or isinstance(obj, type) or inspect.isroutine(obj):
+        return False
+    module = _module_of(obj)
+    if module.startswith("torch.utils.data"):
+        return True
+    return not module.startswith(("torch", "numpy", "multiprocessing", "threading", "logging", "h5py", "lmdb")) \
+        and handle_kind(obj) is None
+
+
+def built_state(dataset: Any) -> list[tuple[Any, dict[str, Any]]]:
+    """The instance attributes of the dataset and of the objects it holds (bounded: STATE_DEPTH,
+    STATE_OBJECTS), as they are right after the dataset is built: shallow copies of their `__dict__`s.
+
+    The smoke test reads samples in its own process (num_workers=0) before and between worker runs;
+    a dataset that opens its handles lazily, on first `__getitem__` (the right way), then holds them
+    open in this process, and forked workers inherit them, which training never does (its main process
+    reads no sample before workers start). LMDB even refuses to open, in the worker, an environment
+    the process it was forked from holds. `restore` puts these attributes back before workers start.
+    """
+    kept: list[tuple[Any, dict[str, Any]]] = []
+    seen: set[int] = set()
+    queue: deque[tuple[Any, int]] = deque([(dataset, 0)])
+    while queue and len(kept) < STATE_OBJECTS:
+        obj, depth = queue.popleft()
+        if id(obj) in seen or not _kept_as_built(obj):
+            continue
+        seen.add(id(obj))
+        attributes = getattr(obj, "__dict__", None)
+        if not isinstance(attributes, dict):
+            continue
+        kept.append((obj, dict(attributes)))
+        if depth + 1 <= STATE_DEPTH:
+            queue.extend((value, depth + 1) for value in list(attributes.values())[:MAX_ELEMENTS]
+                         if not isinstance(value, (*_LEAVES, list, tuple, dict, set, frozenset, deque)))
+    return kept
+
+
+def restore(state: list[tuple[Any, dict[str, Any]]]) -> list[str]:
+    """Put the attributes `built_state` kept back where reading samples in this process changed them;
+    the names of those changed (`Type.attribute`). What they held (a handle opened lazily) is released
+    here, before workers fork."""
+    changed: list[str] = []
+    for obj, saved in state:
+        current = obj.__dict__
+        names = [k for k in current if k not in saved or current[k] is not saved[k]]
+        names += [k for k in saved if k not in current]
+        if not names:
+            continue
+        changed += [f"{type(obj).__qualname__}.{k}" for k in names]
+        for k in names:
+            if k in saved:
+                current[k] = saved[k]
+            else:
+                del current[k]
+    if changed:
+        import gc
+
+        gc.collect()  # handles held in reference cycles are closed now, not after the fork
+    return changed

@@ -175,6 +175,7 @@ def growth(s: Session) -> None:
     start = time.perf_counter()
     epoch_done = False
     try:
+        s.as_built()
         loader = s.DataLoader(s.dataset, **_options(s, nw, timeout=need))
         iterator = iter(loader)
         end = None

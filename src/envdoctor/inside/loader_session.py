@@ -169,6 +169,8 @@ class Session:
     runs: list[dict[str, Any]] = field(default_factory=list)
     workers_ok: bool = True
     failure_workers: int | None = None
+    #: The dataset's attributes as built (loader_hazards.built_state), put back before workers start.
+    built: list[tuple[Any, dict[str, Any]]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.deadline = time.monotonic() + float(self.plan["budget_left_s"])
@@ -196,6 +198,14 @@ class Session:
                                                                 if index is not None else "")),
                 "exception": None, "signal": None, "in_progress": {str(k): v for k, v in busy.items()}}
 
+    def as_built(self) -> None:
+        """Before workers start: the dataset as it was built, not as reading samples in this process left
+        it (a handle opened lazily by `__getitem__` here is released, not inherited by forked workers)."""
+        if self.built:
+            import loader_hazards
+
+            loader_hazards.restore(self.built)
+
     def loader(self, nw: int, dataset: Any, timeout: float, *, persistent: bool = False, pin: bool = False,
                kwargs: dict[str, Any] | None = None) -> Any:
         """A DataLoader with the user's settings and the ones under test."""
@@ -203,6 +213,7 @@ class Session:
         options["num_workers"] = nw
         options["pin_memory"] = pin
         if nw > 0:
+            self.as_built()
             options["prefetch_factor"] = self.current.get("prefetch_factor") or 2
             options["persistent_workers"] = persistent
             options["timeout"] = timeout

@@ -28,6 +28,12 @@ def build(s: Session, given: tuple[Any, Any, Any]) -> list[dict[str, str]]:
     dataset, kwargs, description = build_dataset(s, given)
     s.dataset = dataset
     s.user_kwargs = kwargs
+    try:
+        import loader_hazards
+
+        s.built = loader_hazards.built_state(dataset)
+    except Exception:  # the user's objects may answer anything; workers then see what this process left
+        s.built = []
     s.iterable = isinstance(dataset, IterableDataset)
     s.kwargs = _base_kwargs(s, kwargs)
     s.current = _current_settings(s, kwargs)

@@ -7,6 +7,12 @@ loader's code imported cv2: in the runner once the dataset is built, and in
 the workers themselves (after worker_init_fn and `__getitem__`), and lists
 the `cv2.setNumThreads(...)` calls in the source of the dataset's and
 worker_init_fn's modules.
+
+From static facts too (`envdoctor check train.py`): a script or notebook
+that imports cv2 (itself or in the project modules it imports) and starts
+DataLoader workers, with cv2's default thread count read from the target
+(facts.opencv_use). A `cv2.setNumThreads(0|1)` at module level, or in a
+function the code passes as `worker_init_fn=`, keeps it quiet.
 """
 from __future__ import annotations
 
@@ -51,4 +57,65 @@ def find_opencv_threads(facts: Facts) -> Iterator[Hit]:
     )
 
 
-RULES = {"SYS007": find_opencv_threads}
+def _limits_workers(opencv: dict) -> bool:
+    """A literal setNumThreads(0|1) that runs in every worker: at module level (fork inherits it, spawn
+    re-runs it), or in a function passed as worker_init_fn."""
+    named = set(opencv.get("worker_init_fns") or ())
+    return any(c.get("value") in (0, 1) and (c.get("where") == "module level" or c.get("where") in named)
+               for c in opencv.get("set_num_threads_calls") or ())
+
+
+def _place(where: dict) -> str:
+    cell = f"cell {where['cell']}, " if where.get("cell") is not None else ""
+    return f"{where['path']}:{cell}{where['line']}" if not cell else f"{where['path']} ({cell}line {where['line']})"
+
+
+def find_opencv_in_scripts(facts: Facts) -> Iterator[Hit]:
+    """SYS007 from the scripts given: cv2 imported, workers started, OpenCV's threads never limited."""
+    scripts = facts.get("scripts")
+    target = (scripts or {}).get("opencv_target") or {}
+    threads = target.get("threads")
+    if not scripts or not threads or threads <= 1:
+        return
+    usable = facts["system"]["cpu"]["usable"]
+    for info in scripts["files"]:
+        opencv = info.get("opencv")
+        if not opencv or not opencv.get("imports") or _limits_workers(opencv):
+            continue
+        starts = [w for w in info.get("worker_starts") or () if isinstance(w.get("num_workers"), int)
+                  and w["num_workers"] > 0]
+        if starts and max(w["num_workers"] for w in starts) * threads > usable:
+            yield _script_hit(info, max(starts, key=lambda w: w["num_workers"]), threads, usable,
+                              target.get("version"))
+
+
+def _script_hit(info: dict, start: dict, threads: int, usable: int, version: str | None) -> Hit:
+    opencv = info["opencv"]
+    workers = start["num_workers"]
+    calls = opencv.get("set_num_threads_calls") or []
+    said = ("; its cv2.setNumThreads calls (" + ", ".join(f"{_place(c)} in {c['where']}" for c in calls)
+            + ") do not limit every worker to 0 or 1" if calls else "; it never calls cv2.setNumThreads")
+    return Hit(
+        message=(f"{info['path']} imports cv2 ({_place(opencv['imports'][0])}) and starts {workers} DataLoader "
+                 f"workers ({_place(start)}): {workers} × {threads} OpenCV threads each (cv2's default "
+                 f"in this environment) = {workers * threads} threads on {usable} usable CPU(s){said}"),
+        evidence={"script": info["path"], "num_workers": workers, "opencv_threads": threads,
+                  "measured_in_workers": False, "total_threads": workers * threads, "usable_cpus": usable,
+                  "worker_start": {"path": start["path"], "line": start["line"]},
+                  "imports": [dict(i) for i in opencv["imports"]],
+                  "set_num_threads_calls": [dict(c) for c in calls],
+                  "worker_init_fns": list(opencv.get("worker_init_fns") or ()),
+                  "opencv_version": version},
+        fix=("call cv2.setNumThreads(0) at the top of the module that imports cv2 (before the DataLoader "
+             "forks; re-run by spawn workers on import), or in a module-level worker_init_fn: "
+             "`def worker_init_fn(_): cv2.setNumThreads(1)` and DataLoader(..., worker_init_fn=worker_init_fn)"),
+    )
+
+
+def find_opencv(facts: Facts) -> Iterator[Hit]:
+    """SYS007: measured by the smoke test (the loader section), or from the scripts given."""
+    yield from find_opencv_threads(facts)
+    yield from find_opencv_in_scripts(facts)
+
+
+RULES = {"SYS007": find_opencv}

@@ -32,9 +32,7 @@ EXPLAIN_ABOVE = 20
 
 #: Functions above MAX_COMPLEXITY that are being refactored elsewhere (issue 28). Delete an entry
 #: once its function is back under the line (the test says which).
-BEING_REFACTORED = {
-    "envdoctor/inside/loader_measure.py::measure",
-}
+BEING_REFACTORED: set[str] = set()
 
 #: Functions above EXPLAIN_ABOVE, without their comment yet, in code being refactored elsewhere (issue 28).
 NOT_YET_EXPLAINED = BEING_REFACTORED | {

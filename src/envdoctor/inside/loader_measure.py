@@ -82,6 +82,8 @@ class _Stamps:
         return [self.stamps[bounds[k]:bounds[k + 1]] for k in range(len(self.epoch_marks))]
 
 
+# complexity: 27 — one loop over epochs and their batches, whose stop conditions (the epoch's end, a first batch
+# that is measure enough, the steady slice, the hang limit, the epochs asked for) and timeouts share its state.
 def measure(s: Session, spec: RunSpec, span: SteadySlice | WholeEpochs) -> dict[str, Any]:
     """One timed run (see the module's docstring); the run's record, as the `run` result carries it."""
     nw = spec.num_workers
@@ -93,18 +95,7 @@ def measure(s: Session, spec: RunSpec, span: SteadySlice | WholeEpochs) -> dict[
     first_timeout = round(max(timeout, s.left() - 0.5), 2)
     steady = isinstance(span, SteadySlice)
     persistent = nw > 0 if steady else spec.persistent
-    s.guarded(span.limit_s(spec, timeout, first_timeout), f"the run with num_workers={nw}", "run",
-              num_workers=nw, slice_s=round(span.seconds if isinstance(span, SteadySlice) else 0.0, 3),
-              label=spec.label)
-    s.failure_workers = nw
-    if s.tracked is not None:
-        s.tracked.reset()
-    data = spec.dataset if spec.dataset is not None else (s.tracked if s.tracked is not None else s.dataset)
-    try:
-        loader = s.loader(nw, data, first_timeout, persistent=persistent, pin=spec.pin_memory, kwargs=spec.kwargs)
-    except (TypeError, ValueError) as exc:
-        s.watchdog.disarm()
-        raise FactoryProblem(f"DataLoader rejects the settings it was given: {type(exc).__name__}: {exc}") from None
+    loader = _guarded_loader(s, spec, span, timeout, first_timeout, persistent)
     record = _Stamps()
     if nw == 0:
         # Nothing starts without workers: the processes' account covers the first batch too (which may be
@@ -153,12 +144,9 @@ def measure(s: Session, spec: RunSpec, span: SteadySlice | WholeEpochs) -> dict[
                 # so slow (torch's threads contending with other load at num_workers=0) that those rounds
                 # would eat the budget of the worker counts still to time, twice the slice and one round
                 # (two batches of every worker; one batch past the first without workers).
-                if isinstance(span, SteadySlice) and len(record.stamps) > warmup + (max(2, nw) if nw else 1):
-                    steady_s = now - record.stamps[warmup][0]
-                    if (len(record.stamps) > warmup + max(4, 3 * nw) and steady_s >= span.seconds) \
-                            or steady_s >= 2 * span.seconds:
-                        done = True
-                        break
+                if isinstance(span, SteadySlice) and _slice_done(span, record, warmup, nw, now):
+                    done = True
+                    break
                 if now > hard_end:
                     done = True
                     break
@@ -175,20 +163,64 @@ def measure(s: Session, spec: RunSpec, span: SteadySlice | WholeEpochs) -> dict[
         raise
     except Exception as exc:
         waited = time.perf_counter() - (record.stamps[-1][0] if record.stamps else start)
-        was_timeout = timed_out(exc, iterator, waited, waiting_up_to)
-        failure: Exception
-        if was_timeout and epoch_started and waited < hang_s - 0.05:
-            failure = BudgetEnd(nw, waited)  # the budget ran out before a wait could become a hang
-        else:
-            failure = read_failure(exc, nw, iterator, s.tracked, length=s.length, start_method=s.start_method,
-                                   was_timeout=was_timeout, delivered=epoch_started,
-                                   waited_s=time.perf_counter() - start)
+        failure = _failure(s, exc, nw, iterator, waited, waiting_up_to, hang_s, epoch_started, start)
         if isinstance(failure, SlowStart):
             abandon_workers(iterator)
         raise failure from None
     finally:
         s.watchdog.disarm()
     shutdown(iterator)
+    return _run_record(spec, span, record, warmup, persistent, start, usage)
+
+
+def _guarded_loader(s: Session, spec: RunSpec, span: SteadySlice | WholeEpochs, timeout: float, first_timeout: float,
+                    persistent: bool) -> Any:
+    """Arm the watch for the run and build its DataLoader (FactoryProblem when the settings are refused)."""
+    nw = spec.num_workers
+    s.guarded(span.limit_s(spec, timeout, first_timeout), f"the run with num_workers={nw}", "run",
+              num_workers=nw, slice_s=round(span.seconds if isinstance(span, SteadySlice) else 0.0, 3),
+              label=spec.label)
+    s.failure_workers = nw
+    if s.tracked is not None:
+        s.tracked.reset()
+    data = _dataset_of(s, spec)
+    try:
+        return s.loader(nw, data, first_timeout, persistent=persistent, pin=spec.pin_memory, kwargs=spec.kwargs)
+    except (TypeError, ValueError) as exc:
+        s.watchdog.disarm()
+        raise FactoryProblem(f"DataLoader rejects the settings it was given: {type(exc).__name__}: {exc}") from None
+
+
+def _dataset_of(s: Session, spec: RunSpec) -> Any:
+    """What the run's loader reads: the spec's own dataset, else the tracked wrapper, else the user's."""
+    if spec.dataset is not None:
+        return spec.dataset
+    return s.tracked if s.tracked is not None else s.dataset
+
+
+def _slice_done(span: SteadySlice, record: _Stamps, warmup: int, nw: int, now: float) -> bool:
+    """Whether the steady slice is measured: three rounds of every worker's batch past the warm-up and the slice's
+    time, or twice the slice for batches so slow those rounds would eat the budget."""
+    if len(record.stamps) <= warmup + (max(2, nw) if nw else 1):
+        return False
+    steady_s = now - record.stamps[warmup][0]
+    return (len(record.stamps) > warmup + max(4, 3 * nw) and steady_s >= span.seconds) or steady_s >= 2 * span.seconds
+
+
+def _failure(s: Session, exc: Exception, nw: int, iterator: Any, waited: float, waiting_up_to: float, hang_s: float,
+             epoch_started: bool, start: float) -> Exception:
+    """What a run that raised means: the budget's end (BudgetEnd), or what read_failure makes of it."""
+    was_timeout = timed_out(exc, iterator, waited, waiting_up_to)
+    if was_timeout and epoch_started and waited < hang_s - 0.05:
+        return BudgetEnd(nw, waited)  # the budget ran out before a wait could become a hang
+    return read_failure(exc, nw, iterator, s.tracked, length=s.length, start_method=s.start_method,
+                        was_timeout=was_timeout, delivered=epoch_started, waited_s=time.perf_counter() - start)
+
+
+def _run_record(spec: RunSpec, span: SteadySlice | WholeEpochs, record: _Stamps, warmup: int, persistent: bool,
+                start: float, usage: dict[str, Any]) -> dict[str, Any]:
+    """The run's record from its stamps: the steady state, the first batch, and each epoch's times."""
+    nw = spec.num_workers
     epochs = record.epochs(separate=isinstance(span, WholeEpochs))
     first = record.first_batch
     run: dict[str, Any] = {

@@ -157,7 +157,7 @@ def read_failure(exc: BaseException, nw: int, iterator: Any, tracked: Any, *, le
     return _raised_in_a_worker(exc, text, nw, failed, length)
 
 
-def _timed_out(exc: BaseException, nw: int, busy: dict[Any, Any], failed: dict[Any, Any], delivered: bool,
+def _timed_out(exc: BaseException, nw: int, busy: dict[int, int], failed: dict[int, int], delivered: bool,
                waited_s: float) -> Exception:
     """No batch within the DataLoader's timeout: a hang, or workers still starting (SlowStart)."""
     index = next(iter(busy.values()), None)
@@ -169,7 +169,7 @@ def _timed_out(exc: BaseException, nw: int, busy: dict[Any, Any], failed: dict[A
                           index=index, num_workers=nw)
 
 
-def _crashed(text: str, nw: int, exitcodes: dict[int, int | None], tracked: Any, busy: dict[Any, Any]
+def _crashed(text: str, nw: int, exitcodes: dict[int, int | None], tracked: Any, busy: dict[int, int]
              ) -> DatasetFailure | None:
     """A worker that died (its exit status or signal, the index it was fetching), or None when none did."""
     dead = {pid: code for pid, code in exitcodes.items() if code not in (None, 0)}
@@ -189,7 +189,7 @@ def _crashed(text: str, nw: int, exitcodes: dict[int, int | None], tracked: Any,
                           index=index, num_workers=nw, signal_name=signame)
 
 
-def _raised_in_a_worker(exc: BaseException, text: str, nw: int, failed: dict[Any, Any], length: int | None
+def _raised_in_a_worker(exc: BaseException, text: str, nw: int, failed: dict[int, int], length: int | None
                         ) -> DatasetFailure:
     """What raised in a worker: a __getitem__ (its index), or else collate_fn, the sampler or worker_init_fn."""
     original = original_error(text) or f"{type(exc).__name__}: {first_line(exc)}"

@@ -401,15 +401,15 @@ def serve(roots: Sequence[str] = ()) -> int:
     A check still running then is stopped, with its loader workers: the
     server leaves nothing behind, whichever way it ends.
     """
-    import anyio
-
-    from envdoctor.integrations.mcp_wire import serve_stdio
-
     try:
         _SERVER_ROOTS[:] = [arg.server_roots(roots)]
     except ArgumentProblem as exc:
         raise UsageError(str(exc)) from None
-    server = build_server()
+    server = build_server()  # first: without the mcp extra it says which to install
+    import anyio
+
+    from envdoctor.integrations.mcp_wire import serve_stdio
+
     try:
         stopped = anyio.run(serve_stdio, server, _stop_for_sigterm)
     finally:

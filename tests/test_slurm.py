@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 
+from envdoctor.loop.supervisor import become_subreaper
 from slurm_cluster import Cluster, free_ports, missing_programs
 
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "clusters.md"
@@ -49,6 +50,10 @@ def doc_block(name: str) -> str:
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
     if resource.getrlimit(resource.RLIMIT_NOFILE)[0] < 4096:
         pytest.skip("this test's own open-file limit is below 4096, so no node would differ from node03")
+    # The daemons are this process's children: were it a subreaper (an in-process `envdoctor run` of another
+    # test module on this worker), a job step's orphans would be adopted here and never reaped, and slurmstepd
+    # would wait on their process group until it drains the node ("Kill task failed").
+    become_subreaper(on=False)
     root = tmp_path_factory.mktemp("slurm")
     made = Cluster(root, NODES, low_nofile={"node03": LOW_NOFILE})
     # envdoctor and torchrun from this interpreter's environment; one thread count on every node.

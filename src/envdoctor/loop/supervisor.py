@@ -330,17 +330,27 @@ class _Tracker:
         return list(found.values())
 
 
-def become_subreaper() -> bool:
-    """Linux: orphans of the command are re-parented to envdoctor rather than init (so they stay findable)."""
+def become_subreaper(on: bool = True) -> bool | None:
+    """Linux: orphans of the command are re-parented to envdoctor rather than init (so they stay findable).
+
+    Returns whether this process was a subreaper before (None where that cannot be read or set), so the
+    caller can put it back: a process that runs a command in-process (`preflight`, a test, an agent's
+    server) must not go on adopting orphans it never reaps, which would leave them zombies for good."""
     if not sys.platform.startswith("linux"):
-        return False
+        return None
     import ctypes
 
-    pr_set_child_subreaper = 36
+    pr_set_child_subreaper, pr_get_child_subreaper = 36, 37
     try:
-        return int(ctypes.CDLL(None, use_errno=True).prctl(pr_set_child_subreaper, 1, 0, 0, 0)) == 0
+        libc = ctypes.CDLL(None, use_errno=True)
+        was = ctypes.c_int(0)
+        if int(libc.prctl(pr_get_child_subreaper, ctypes.byref(was), 0, 0, 0)) != 0:
+            return None
+        if int(libc.prctl(pr_set_child_subreaper, 1 if on else 0, 0, 0, 0)) != 0:
+            return None
+        return bool(was.value)
     except (OSError, AttributeError):
-        return False
+        return None
 
 
 def _reap_orphans(command_pid: int) -> None:
@@ -455,9 +465,10 @@ def run_command(argv: Sequence[str], plan: Mapping[str, Any], *, stop: bool = Fa
     run = CommandRun(argv=tuple(argv), usable_cpus=usable_cpus)
     events_dir = tempfile.mkdtemp(prefix="envdoctor-run-")
     started = time.monotonic()
+    was_subreaper: bool | None = None
     try:
         env = child_environment(os.environ if environ is None else environ, events_dir, plan)
-        become_subreaper()
+        was_subreaper = become_subreaper()
         with _forwarding(run) as forward_to:
             try:
                 proc = subprocess.Popen(list(argv), env=env)
@@ -479,5 +490,7 @@ def run_command(argv: Sequence[str], plan: Mapping[str, Any], *, stop: bool = Fa
         run.tune = _take_tune(run.events, events_dir)
         return run
     finally:
+        if was_subreaper is False:  # as it was: this process adopts no orphan after the run
+            become_subreaper(on=False)
         run.wall_s = time.monotonic() - started
         shutil.rmtree(events_dir, ignore_errors=True)

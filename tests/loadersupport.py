@@ -126,3 +126,23 @@ def assert_honest_too_noisy(report: dict[str, Any], dl005_message: str, current_
     else:
         assert any(w["candidate_samples_per_s"] <= w["current_samples_per_s"] for w in windows), dump(report)
     assert "too noisy to tell" in dl005_message, dl005_message
+
+
+def measured_loop(batch_size: int, wait_s: float, step_s: float, workers: int = 0, dataset: str = "Recorded",
+                  intra_op_threads: int = 1) -> dict[str, Any]:
+    """A loop section as `envdoctor run` records it: one process, its window filled, waiting `wait_s` a step."""
+    steps = 40
+    loader = {"pid": 100, "rank": None, "local_rank": None, "framework": None, "steps": steps, "complete": True,
+              "settings": {"num_workers": workers, "batch_size": batch_size, "prefetch_factor": 2 if workers else None,
+                           "pin_memory": False, "persistent_workers": False, "start_method": None,
+                           "dataset": dataset},
+              "wait_total_s": wait_s * steps, "step_total_s": step_s * steps,
+              "data_wait_share": round(wait_s / (wait_s + step_s), 4),
+              "batches_per_s": round(1 / (wait_s + step_s), 3), "first_batch_s": [0.05], "interrupted": 0,
+              "window_start": 1.0, "window_end": 2.0, "intra_op_threads": intra_op_threads, "omp_num_threads": None}
+    return {"command": ["python", "train.py"], "returncode": 0, "start_error": None, "stopped": False,
+            "outcome": "measured", "plan": {"steps": steps, "seconds": None, "warmup_steps": 5},
+            "python_processes": 1, "loaders": [loader],
+            "cpu": {"cpu_s": 0.9, "window_s": 1.0, "usable_cpus": 2, "busy_share": 0.45, "processes": 1,
+                    "machine_busy_share": 0.5},
+            "cuda": None, "environment": {}, "wall_s": 3.0, "proof": None, "tune": None}

@@ -20,29 +20,12 @@ import envdoctor.judge.loop as judge_loop_module
 from envdoctor.config import Config
 from envdoctor.engine import run_check
 from envdoctor.facts import Facts
+from loadersupport import measured_loop
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 REPORT = json.loads((FIXTURES / "reports" / "loader-ok.json").read_text(encoding="utf-8"))
 #: A torch section the probe gathered (a CPU build), for the SYS rules that read torch's settings.
 TORCH = json.loads((FIXTURES / "torch" / "cpu_build_section.json").read_text(encoding="utf-8"))
-
-
-def _loop(step_s: float, wait_s: float) -> dict[str, Any]:
-    steps = 40
-    loader = {"pid": 100, "rank": None, "local_rank": None, "framework": None, "steps": steps, "complete": True,
-              "settings": {"num_workers": 0, "batch_size": REPORT["loader"]["batch_size"], "prefetch_factor": None,
-                           "pin_memory": False, "persistent_workers": False, "start_method": None,
-                           "dataset": "Synthetic"},
-              "wait_total_s": wait_s * steps, "step_total_s": step_s * steps,
-              "data_wait_share": round(wait_s / (wait_s + step_s), 4),
-              "batches_per_s": round(1 / (wait_s + step_s), 3), "first_batch_s": [0.05], "interrupted": 0,
-              "window_start": 1.0, "window_end": 2.0, "intra_op_threads": 2, "omp_num_threads": None}
-    return {"command": ["python", "train.py"], "returncode": 0, "start_error": None, "stopped": False,
-            "outcome": "measured", "plan": {"steps": steps, "seconds": None, "warmup_steps": 5},
-            "python_processes": 1, "loaders": [loader],
-            "cpu": {"cpu_s": 0.9, "window_s": 1.0, "usable_cpus": 2, "busy_share": 0.45, "processes": 1,
-                    "machine_busy_share": 0.5},
-            "cuda": None, "environment": {}, "wall_s": 3.0, "proof": None, "tune": None}
 
 
 @pytest.fixture
@@ -70,7 +53,9 @@ def _check(select: tuple[str, ...]) -> tuple[Any, Facts]:
                     loader_source={"kind": "pickle", "path": "loader.pickle", "sys_path": [], "main_path": None,
                                    "description": "your DataLoader in train.py"})
     sections = {"system": copy.deepcopy(REPORT["facts"]["system"]), "target": copy.deepcopy(REPORT["target"]),
-                "loader": copy.deepcopy(REPORT["loader"]), "loop": _loop(step, 0.012),
+                "loader": copy.deepcopy(REPORT["loader"]),
+                "loop": measured_loop(REPORT["loader"]["batch_size"], 0.012, step, dataset="Synthetic",
+                                      intra_op_threads=2),
                 "torch": copy.deepcopy(TORCH)}
     facts = Facts.from_dict(sections, config)
     return run_check(config, facts=facts), facts

@@ -32,6 +32,7 @@ import pytest
 
 import envdoctor.inside.loader_knee as host_knee
 from envdoctor.judge.loader import recommend
+from loadersupport import measured_loop
 
 ROOT = Path(__file__).resolve().parents[1]
 #: The folder the runner is started from: beside the installed envdoctor, as loader.supervisor finds it.
@@ -82,25 +83,6 @@ def _runner_pick(runner_paired: ModuleType, sweep: dict[str, Any], step: float |
     return candidate
 
 
-def _loop_section(batch_size: int, wait_s: float, step_s: float, workers: int) -> dict[str, Any]:
-    """A loop that `envdoctor run` measured: one process, its window filled, waiting `wait_s` a step."""
-    steps = 40
-    loader = {"pid": 100, "rank": None, "local_rank": None, "framework": None, "steps": steps, "complete": True,
-              "settings": {"num_workers": workers, "batch_size": batch_size, "prefetch_factor": 2 if workers else None,
-                           "pin_memory": False, "persistent_workers": False, "start_method": None,
-                           "dataset": "Recorded"},
-              "wait_total_s": wait_s * steps, "step_total_s": step_s * steps,
-              "data_wait_share": round(wait_s / (wait_s + step_s), 4),
-              "batches_per_s": round(1 / (wait_s + step_s), 3), "first_batch_s": [0.05], "interrupted": 0,
-              "window_start": 1.0, "window_end": 2.0, "intra_op_threads": 1, "omp_num_threads": None}
-    return {"command": ["python", "train.py"], "returncode": 0, "start_error": None, "stopped": False,
-            "outcome": "measured", "plan": {"steps": steps, "seconds": None, "warmup_steps": 5},
-            "python_processes": 1, "loaders": [loader],
-            "cpu": {"cpu_s": 0.9, "window_s": 1.0, "usable_cpus": 2, "busy_share": 0.45, "processes": 1,
-                    "machine_busy_share": 0.5},
-            "cuda": None, "environment": {}, "wall_s": 3.0, "proof": None}
-
-
 def _tune_report(sweep: dict[str, Any], step: float) -> Any:
     """`envdoctor run --tune`'s report: the loop measured, then the smoke test of its loader (the sweep) judged with
     the loop's step as consumer, through `tuning_config` and the engine as `run_and_report` does."""
@@ -112,7 +94,7 @@ def _tune_report(sweep: dict[str, Any], step: float) -> Any:
     best = max(r["samples_per_s"] for r in sweep["runs"])
     # The loop waits as long as its loader at LOOP_WORKERS would make a batch: well over DL009's threshold.
     wait = sweep["batch_size"] / best
-    loop = _loop_section(sweep["batch_size"], wait, step, LOOP_WORKERS)
+    loop = measured_loop(sweep["batch_size"], wait, step, LOOP_WORKERS)
     config = Config(format="json", select=("DL009",), no_loader=True)
     # A real pickle that needs nothing of `__main__`, as the observer writes for a library-built loader.
     with tempfile.NamedTemporaryFile(suffix=".pickle", delete=False) as handle:

@@ -362,13 +362,19 @@ def opencv_facts(roots: list[tuple[str, Any]]) -> dict[str, Any] | None:
     cv2 = sys.modules.get("cv2")
     if cv2 is None and not calls:
         return None
-    threads = None
-    if cv2 is not None:
-        try:
-            threads = int(cv2.getNumThreads())
-        except Exception:
-            threads = None
-    return {"version": getattr(cv2, "__version__", None), "main_threads": threads, "set_num_threads_calls": calls}
+    return {"version": getattr(cv2, "__version__", None), "main_threads": opencv_threads(),
+            "set_num_threads_calls": calls}
+
+
+def opencv_threads() -> int | None:
+    """`cv2.getNumThreads()` in this process (the runner's or a worker's) once OpenCV is imported, else None."""
+    cv2 = sys.modules.get("cv2")
+    if cv2 is None:
+        return None
+    try:
+        return int(cv2.getNumThreads())
+    except Exception:  # a broken or stub cv2: no figure, never a failed measurement
+        return None
 
 
 def before_workers(s: Any) -> None:

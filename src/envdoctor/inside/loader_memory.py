@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import math
 import os
-import sys
 import threading
 import time
 from typing import Any
 
+from loader_hazards import opencv_threads
 from loader_session import Session
 from loader_timing import shutdown, worker_pids
 
@@ -60,15 +60,8 @@ class Tally:
         self.batched = batched
 
     def __call__(self, batch: Any) -> tuple[int, int, int | None]:
-        cv2 = sys.modules.get("cv2")
-        threads = None
-        if cv2 is not None:
-            try:
-                threads = int(cv2.getNumThreads())
-            except Exception:
-                threads = None
         count = len(batch) if self.batched and hasattr(batch, "__len__") else 1
-        return os.getpid(), count, threads
+        return os.getpid(), count, opencv_threads()
 
 
 class _Reader:

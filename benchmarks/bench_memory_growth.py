@@ -121,6 +121,9 @@ def run_side(kind: str, share: float) -> None:
     run.progress = {key: _cut(series, until) for key, series in run.progress.items()}
     section = loop_facts(run, {})
     facts = Facts(Config(select=("DL010",), no_loader=True), preset={"loop": section})
+    if not measurements(facts):
+        counts = [len(series) for series in run.worker_uss.values()]
+        print(f"run {kind}: {wall:.0f} s; the first {share:.0%} of the run holds too few readings a worker ({counts})")
     for m in measurements(facts):
         slopes = [w["bytes_per_sample"] for w in m.memory["workers"]]
         samples = [w["samples"] for w in m.memory["workers"]]

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Callable, Iterable
+from dataclasses import replace
 from typing import NamedTuple
 
 from envdoctor.analysis.spawn.bodies import BodyRunner
@@ -299,6 +300,7 @@ class CallWalker(BodyRunner):
             made = self.call_unknown(call.node, call.positional, call.keywords)
             if isinstance(made, Unknown):
                 made.lib = name  # its methods may return loaders (`Node2Vec(...).loader(...)`)
+                made.workers = call.keywords.get("num_workers")
             return made
         return None
 
@@ -480,6 +482,11 @@ class CallWalker(BodyRunner):
         if call.name == "__iter__":
             self.start_loader(obj, call.node, call.frame, "__iter__()")
             return Iterating(obj, started=True)
+        if obj.guessed and call.name in iterating_callees().loader_hooks:
+            # A library object known only by the num_workers= it was given, which the walk cannot
+            # read (`EuroSATDataModule(num_workers=2)`): its loader hooks (`train_dataloader()`, a
+            # Lightning data module's) hand back loaders with that count.
+            return replace(obj, site=call.site, class_name=f"{obj.class_name}.{call.name}()")
         return None
 
     def m_process(self, call: Call, obj: ProcessObj) -> Value | None:
@@ -551,10 +558,16 @@ class CallWalker(BodyRunner):
         return Const(None)
 
     def m_library(self, call: Call, obj: Unknown) -> Value | None:
-        """`Node2Vec(...).loader(num_workers=4)`: a method of a library object that returns a loader."""
-        if obj.lib is not None and self.libraries.returns_loader(f"{obj.lib}.{call.name}",
-                                                                 "num_workers" in call.keywords):
-            return self.library_loader(call, f"{obj.lib.rsplit('.', 1)[-1]}.{call.name}()")
+        """`Node2Vec(...).loader(num_workers=4)`: a method of a library object that returns a loader;
+        `DataModule(num_workers=2).train_dataloader()`: one whose loader takes the object's count."""
+        if obj.lib is None:
+            return None
+        keywords = call.keywords
+        if "num_workers" not in keywords and obj.workers is not None:
+            keywords = {**keywords, "num_workers": obj.workers}
+        if self.libraries.returns_loader(f"{obj.lib}.{call.name}", "num_workers" in keywords):
+            return self.loader_from_args(f"{obj.lib.rsplit('.', 1)[-1]}.{call.name}()", call.positional[:1],
+                                         keywords, call.open, call.site)
         return None
 
     def mapping_method(self, obj: Mapping_, attr: str, positional: list[Value]) -> Value:

@@ -20,6 +20,7 @@ from envdoctor.analysis.spawn.names import (
     SET_START_METHOD,
     TENSOR_FACTORIES,
     TORCH_SPAWN,
+    TrainerSpec,
     iterating_callees,
 )
 from envdoctor.analysis.spawn.values import (
@@ -444,7 +445,7 @@ class CallWalker(BodyRunner):
         return {Loader: CallWalker.m_loader, ProcessObj: CallWalker.m_process, Executor: CallWalker.m_executor,
                 TrainerObj: CallWalker.m_trainer, ParserObj: CallWalker.m_parser, Context: CallWalker.m_context,
                 Mapping_: CallWalker.m_mapping, Seq: CallWalker.m_seq, SuperObj: CallWalker.m_super,
-                Unknown: CallWalker.m_library}
+                Unknown: CallWalker.m_library, Instance: CallWalker.m_instance}
 
     # complexity: 21 — the methods no value type owns (`.cuda()`/`.to("cuda")`, `run_until_complete`, a config's
     # `get`, an iterating wrapper, a library object's loader factory) are tried in this order around the per-type
@@ -501,6 +502,25 @@ class CallWalker(BodyRunner):
             self.record("process-pool", call.node, call.frame,
                         starts=f"ProcessPoolExecutor.{call.name}() starts worker processes", context=obj.context)
             return Unknown(node=call.node)
+        return None
+
+    def m_instance(self, call: Call, obj: Instance) -> Value | None:
+        """`MyRunner().run()`: a run method a project class inherits from a library trainer (Catalyst's
+        IRunner) iterates the loaders the instance's own hooks return (`get_loaders()`)."""
+        spec = self.trainer_base(obj.cls)
+        if spec is None or call.name not in spec.runs:
+            return None
+        return self.run_trainer(TrainerObj(call.site, spec, [obj], {}), call.name, call.node, call.frame,
+                                call.positional, call.keywords)
+
+    def trainer_base(self, cls: ClassInfo, depth: int = 0) -> TrainerSpec | None:
+        """The catalog's trainer a class of the walk derives from, if any."""
+        trainers = iterating_callees().trainers
+        for base in cls.bases:
+            if isinstance(base, QualName) and base.name in trainers:
+                return trainers[base.name]
+            if isinstance(base, ClassInfo) and depth < 16 and (found := self.trainer_base(base, depth + 1)):
+                return found
         return None
 
     def m_trainer(self, call: Call, obj: TrainerObj) -> Value | None:

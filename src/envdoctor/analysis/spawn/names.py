@@ -94,6 +94,8 @@ class IteratingCallees:
     #: Settings objects a trainer reads its loaders' num_workers from (TrainingArguments).
     settings_classes: frozenset[str]
     fork_launchers: frozenset[str]
+    #: The methods of a model or data module that return its loaders (every trainer's `hooks`).
+    loader_hooks: frozenset[str] = frozenset()
 
 
 @cache
@@ -128,4 +130,5 @@ def iterating_callees() -> IteratingCallees:
         trainers=trainers,
         settings_classes=frozenset(settings),
         fork_launchers=frozenset(data.get("fork_launchers", {}).get("names", ())),
+        loader_hooks=frozenset(hook for spec in trainers.values() for hook in spec.hooks),
     )

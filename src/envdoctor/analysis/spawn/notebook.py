@@ -3,7 +3,7 @@
 The kernel runs the cells as `__main__` in the order given; envdoctor reads them
 in the file's order. IPython syntax that is not Python — line magics (`%time`,
 `%matplotlib inline`), shell escapes (`!pip install x`, `files = !ls`), help
-(`obj?`) and cell magics (`%%bash`) — is blanked out, keeping the line numbers;
+(`obj?`) and cell magics (`%%bash`) — is blanked out (`pass` where indented), keeping the line numbers;
 the cell magics whose body is Python (`%%time`, `%%capture` …) keep the body.
 A cell that still does not parse is skipped and named, the others are read.
 """
@@ -116,7 +116,7 @@ class _Continuation:
 
 
 def python_of_cell(lines: list[str]) -> list[str]:
-    """The cell's lines with IPython-only syntax blanked (same number of lines)."""
+    """The cell's lines with IPython-only syntax blanked, or `pass` where indented (same number of lines)."""
     if lines and lines[0].lstrip().startswith("%%"):
         magic = lines[0].lstrip()[2:].split(None, 1)[0] if lines[0].strip() != "%%" else ""
         if magic not in PYTHON_CELL_MAGICS:
@@ -128,8 +128,10 @@ def python_of_cell(lines: list[str]) -> list[str]:
     for line in lines:
         stripped = line.strip()
         if not continued and not python.open and _is_ipython_line(stripped):
-            # A magic line continued with a backslash blanks its continuation too.
-            out.append("")
+            # A magic line continued with a backslash blanks its continuation too. An indented one
+            # (`if in_notebook:` then `    %load_ext autoreload`) is a statement of its block: `pass` there.
+            indent = line[:len(line) - len(line.lstrip())]
+            out.append(f"{indent}pass" if indent else "")
             continued = line.rstrip().endswith("\\")
             continue
         if continued:

@@ -387,6 +387,8 @@ class CallWalker(BodyRunner):
             received.append(trainer.model)
         loaders: list[Loader] = []
         for value in received:
+            if isinstance(value, Instance):
+                self.prepare(value, spec, attr, node, frame)
             loaders += self.loaders_in(value, spec, node, frame)
         if spec.workers_from is not None:
             loaders += self.built_loaders(trainer)
@@ -397,6 +399,15 @@ class CallWalker(BodyRunner):
             loader = max(started, key=lambda lo: isinstance(lo.num_workers, Const))
             self.start_loader(loader, node, frame, f"{spec.name}.{attr}()", trainer=spec.name)
         return Unknown(node=node)
+
+    def prepare(self, module: Instance, spec: TrainerSpec, stage: str, node: ast.Call, frame: Frame) -> None:
+        """What the trainer runs on a model or data module before it asks for the loaders: Lightning's
+        `prepare_data()` and `setup(stage)`, where a data module builds the datasets its hooks hand out."""
+        for hook in spec.prepares:
+            method = module.cls.lookup(hook)
+            if isinstance(method, Function):
+                arguments: list[Value] = [Const(stage)] if hook == "setup" else []
+                self.call_function(method, node, frame, arguments, {}, module)
 
     def loaders_in(self, value: Value, spec: object, node: ast.Call, frame: Frame, depth: int = 0) -> list[Loader]:
         """The DataLoaders a value holds: itself, a list or dict of them, or a model's loader hooks."""

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Iterable
-from typing import Any
 
 from envdoctor.model import Report, Severity
 
@@ -23,7 +22,7 @@ class PreflightError(RuntimeError):
 
 
 def check(*, scripts: Iterable[str] = (), budget_s: float | None = None, step_time_s: float | None = None,
-          **settings: Any) -> Report:
+          **settings: object) -> Report:
     """Run the checks and return the Report (nothing is printed).
 
     `settings` are the settings of `envdoctor check` by their Config names
@@ -41,7 +40,7 @@ def check(*, scripts: Iterable[str] = (), budget_s: float | None = None, step_ti
 
 
 def preflight(
-    loader: Any = None,
+    loader: object = None,
     *,
     fail_on: str = "error",
     budget_s: float = 15.0,

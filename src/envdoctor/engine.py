@@ -9,7 +9,6 @@ from __future__ import annotations
 import datetime as _dt
 import socket
 from collections.abc import Iterable
-from typing import Any
 
 from envdoctor._version import __version__
 from envdoctor.catalog import Catalog, RuleMeta, load_catalog
@@ -85,9 +84,9 @@ def _to_finding(meta: RuleMeta, hit: Hit, overrides: dict[str, Severity]) -> Fin
 
 
 def run_rules(catalog: Catalog, metas: list[RuleMeta], facts: Facts,
-              overrides: dict[str, Severity]) -> tuple[list[Finding], list[dict[str, Any]]]:
+              overrides: dict[str, Severity]) -> tuple[list[Finding], list[dict[str, object]]]:
     findings: list[Finding] = []
-    errors: list[dict[str, Any]] = []
+    errors: list[dict[str, object]] = []
     # Looked up before any rule runs: a family module that is missing a function is a broken
     # catalog (CatalogError, exit 2), not one rule's error.
     functions = {meta.id: catalog.functions[meta.id] for meta in metas}
@@ -121,7 +120,7 @@ def utc_now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def assemble_report(facts: Facts, findings: list[Finding], errors: list[dict[str, Any]],
+def assemble_report(facts: Facts, findings: list[Finding], errors: list[dict[str, object]],
                     checked: list[str] | None = None) -> Report:
     """The Report of one run, its verdict decided (`envdoctor.verdict`): the one place it is."""
     from envdoctor.verdict import decide
@@ -163,12 +162,12 @@ def assemble_report(facts: Facts, findings: list[Finding], errors: list[dict[str
     return report
 
 
-def _host_record() -> dict[str, Any]:
+def _host_record() -> dict[str, object]:
     """The host name and platform, and inside a Slurm job its node name, job and step (fleet.placement)."""
     from envdoctor.facts.target import conda_platform
     from envdoctor.fleet.placement import scheduler_record
 
-    host: dict[str, Any] = {"hostname": socket.gethostname(), "platform": conda_platform()}
+    host: dict[str, object] = {"hostname": socket.gethostname(), "platform": conda_platform()}
     scheduler = scheduler_record()
     if scheduler:
         host["scheduler"] = scheduler

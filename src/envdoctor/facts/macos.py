@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import re
 import sys
-from typing import Any
 
 from envdoctor.process import run_bounded
 
@@ -52,7 +51,7 @@ def read_core_counts() -> tuple[int | None, int | None]:
     return core_counts(parse_sysctl(run.stdout))
 
 
-def parse_mount(text: str) -> list[dict[str, Any]]:
+def parse_mount(text: str) -> list[dict[str, object]]:
     """`mount` output as mounts shaped like storage.parse_mountinfo's (no device numbers, no bind roots)."""
     mounts = []
     for index, line in enumerate(text.splitlines()):
@@ -66,7 +65,7 @@ def parse_mount(text: str) -> list[dict[str, Any]]:
     return mounts
 
 
-def read_mounts() -> list[dict[str, Any]]:
+def read_mounts() -> list[dict[str, object]]:
     if sys.platform != "darwin":
         return []
     run = run_bounded(["/sbin/mount"], SYSCTL_TIMEOUT_S)

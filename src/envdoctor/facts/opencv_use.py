@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import ast
 import json
-from typing import Any, TypedDict
+from typing import TypedDict
 
 #: Project modules read for OpenCV at most per script, and the largest read.
 MAX_MODULES = 50
@@ -141,11 +141,11 @@ def target_opencv(interpreter: str | None) -> TargetOpenCV:
     if done.timed_out:
         return {"version": None, "threads": None, "error": f"importing cv2 took over {PROBE_TIMEOUT_S:.0f} s"}
     try:
-        answer: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+        answer: dict[str, object] = json.loads(done.stdout.strip().splitlines()[-1])
     except (ValueError, IndexError):
         return {"version": None, "threads": None,
                 "error": f"the target's interpreter answered nothing readable (exit {done.returncode})"}
-    threads = answer.get("threads")
-    return {"version": answer.get("version") if isinstance(answer.get("version"), str) else None,
+    threads, version, error = answer.get("threads"), answer.get("version"), answer.get("error")
+    return {"version": version if isinstance(version, str) else None,
             "threads": threads if isinstance(threads, int) else None,
-            "error": answer.get("error") if isinstance(answer.get("error"), str) else None}
+            "error": error if isinstance(error, str) else None}

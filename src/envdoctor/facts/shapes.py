@@ -18,9 +18,9 @@ from typing import Any, Literal, Union, get_args, get_origin, get_type_hints, is
 
 # complexity: 25 — one branch per kind of annotation (Union, Literal, list, dict, TypedDict, plain types): the
 #   dispatch is the function.
-def conforms(value: Any, expected: Any) -> bool:
+def conforms(value: object, expected: object) -> bool:
     """True when a JSON value has the annotated type (TypedDicts checked key by key)."""
-    if expected is Any:
+    if expected is Any or expected is object:  # an untyped field, or one that takes anything
         return True
     if expected is None or expected is type(None):
         return value is None
@@ -30,10 +30,10 @@ def conforms(value: Any, expected: Any) -> bool:
     if origin is Literal:
         return value in get_args(expected)
     if origin is list:
-        (item,) = get_args(expected) or (Any,)
+        (item,) = get_args(expected) or (object,)
         return isinstance(value, list) and all(conforms(v, item) for v in value)
     if origin is dict:
-        key, item = get_args(expected) or (Any, Any)
+        key, item = get_args(expected) or (object, object)
         return isinstance(value, dict) and all(conforms(k, key) and conforms(v, item) for k, v in value.items())
     if is_typeddict(expected):
         hints = get_type_hints(expected)
@@ -47,7 +47,7 @@ def conforms(value: Any, expected: Any) -> bool:
     return True  # an annotation this checker does not know: trust it
 
 
-def conform_typeddict(value: dict[str, Any], declared: Any, path: str = "") -> tuple[dict[str, Any], list[str]]:
+def conform_typeddict(value: dict[str, object], declared: object, path: str = "") -> tuple[dict[str, object], list[str]]:
     """`value` with the keys whose values have the wrong type removed, and those keys' paths.
 
     Keys the TypedDict does not declare are dropped without comment (a newer
@@ -56,7 +56,7 @@ def conform_typeddict(value: dict[str, Any], declared: Any, path: str = "") -> t
     its siblings; in a list, one bad element makes the whole list unknown.
     """
     hints = get_type_hints(declared)
-    clean: dict[str, Any] = {}
+    clean: dict[str, object] = {}
     problems: list[str] = []
     for key, item in value.items():
         where = f"{path}{key}"
@@ -74,7 +74,7 @@ def conform_typeddict(value: dict[str, Any], declared: Any, path: str = "") -> t
     return clean, problems
 
 
-def _describe(expected: Any) -> str:
+def _describe(expected: object) -> str:
     """An annotation as its source reads: list[ThreadPool] | None, not list[envdoctor.facts.torch.ThreadPool]."""
     text = getattr(expected, "__name__", None) if not get_args(expected) else None
     return text or re.sub(r"\b(?:\w+\.)+(?=\w)", "", str(expected))

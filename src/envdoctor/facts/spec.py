@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import TYPE_CHECKING, TypedDict
+
+if TYPE_CHECKING:  # pragma: no cover
+    from envdoctor.facts import Facts
 
 
 class CondaWanted(TypedDict):
@@ -294,7 +297,7 @@ def is_environment_file(path: Path, text: str) -> bool:
     return bool(re.search(r"^dependencies\s*:", text, re.MULTILINE))
 
 
-def gather_spec(facts: Any) -> SpecFacts | None:
+def gather_spec(facts: Facts) -> SpecFacts | None:
     """The "spec" section, or None when no --against file was given."""
     against = facts.config.against
     if not against:

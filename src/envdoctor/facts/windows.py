@@ -17,7 +17,7 @@ from __future__ import annotations
 import functools
 import json
 import sys
-from typing import Any, TypedDict
+from typing import TypedDict
 
 from envdoctor.process import run_bounded
 
@@ -51,9 +51,9 @@ class WindowsCim(TypedDict):
     drives: list[WindowsDrive]
 
 
-def _kib(value: Any) -> int | None:
+def _kib(value: object) -> int | None:
     try:
-        return int(value) * 1024 if value is not None else None
+        return int(value) * 1024 if isinstance(value, (int, float, str)) else None
     except (TypeError, ValueError):
         return None
 
@@ -66,7 +66,7 @@ def parse_cim(text: str) -> WindowsCim | None:
         return None
     if not isinstance(data, dict):
         return None
-    os_info: dict[str, Any] = data["os"] if isinstance(data.get("os"), dict) else {}
+    os_info: dict[str, object] = data["os"] if isinstance(data.get("os"), dict) else {}
     disks = data.get("disks")
     if isinstance(disks, dict):  # ConvertTo-Json writes a one-element array as the element itself
         disks = [disks]

@@ -13,13 +13,16 @@ import os
 import shutil
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 from envdoctor.fix.journal import Journal, JournalError, boundary, tree
 from envdoctor.fix.plan import Plan, PlannedStep
 from envdoctor.fix.state import take_after, take_before, write_roots
 from envdoctor.fix.tools import Refused, Target, authorize, authorize_move, package_arguments
 from envdoctor.model import Finding, Report
+
+if TYPE_CHECKING:  # pragma: no cover
+    from envdoctor.config import Config
 
 #: Seconds one package command may take (a large reinstall over a slow disk included).
 STEP_TIMEOUT_S = 900.0
@@ -33,7 +36,7 @@ class StepResult:
     status: str  # done, failed, skipped, not-run
     detail: str = ""
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {"step": self.number, "status": self.status, "detail": self.detail}
 
 
@@ -45,12 +48,12 @@ class Outcome:
     remaining: list[Finding] = field(default_factory=list)
     new: list[Finding] = field(default_factory=list)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {"fixed": [f.to_dict() for f in self.fixed], "remaining": [f.to_dict() for f in self.remaining],
                 "new": [f.to_dict() for f in self.new]}
 
 
-def finding_identity(finding: Finding) -> tuple[Any, ...]:
+def finding_identity(finding: Finding) -> tuple[object, ...]:
     """Which problem a finding is about, stable across a re-check whose versions may differ."""
     ev = finding.evidence
     about = tuple(str(ev.get(k)) for k in ("package", "distribution", "dependency", "requirement", "clash", "path")
@@ -156,7 +159,7 @@ class Executor:
         if state is not None:
             self.journal.manifest["after"] = take_after(self.journal, state)
 
-    def _run_one(self, planned: PlannedStep, record: dict[str, Any]) -> StepResult:
+    def _run_one(self, planned: PlannedStep, record: dict[str, object]) -> StepResult:
         step = planned.step
         try:  # the state may have moved on since planning (an earlier step): authorize again
             if step.argv:
@@ -188,12 +191,12 @@ class Executor:
         after = metadata_folders(self.roots)
         # The inverse is the before-state the journal kept: these are what it puts back and takes away.
         record["distributions"] = {"removed": sorted(set(before) - set(after)), "added": sorted(set(after) - set(before))}
-        record["status"] = "done" if run.ok else "failed"
+        status = record["status"] = "done" if run.ok else "failed"
         detail = "exited with status 0" if run.ok else run.describe_failure()
-        return StepResult(planned.number, record["status"], detail)
+        return StepResult(planned.number, status, detail)
 
 
-def recheck(config: Any, plan: Plan, before: Report, run_check: Callable[[Any], Report]) -> Outcome:
+def recheck(config: Config, plan: Plan, before: Report, run_check: Callable[[Config], Report]) -> Outcome:
     """Run the affected rules again on fresh facts and sort the planned findings into fixed and remaining."""
     fresh = run_check(config.with_overrides(select=plan.rules, ignore=()))
     before_same_rules = [f for f in before.findings if f.rule in plan.rules]

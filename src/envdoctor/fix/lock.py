@@ -19,7 +19,7 @@ import stat
 import sys
 from pathlib import Path
 from types import TracebackType
-from typing import IO, Any
+from typing import IO
 
 LOCK_NAME = "fix.lock"
 
@@ -95,7 +95,7 @@ class FixLock:
 
 def _holder(text: str) -> str:
     try:
-        data: Any = json.loads(text)
+        data: object = json.loads(text)
     except ValueError:
         return "holder unknown"
     if not isinstance(data, dict):

@@ -13,7 +13,6 @@ import dataclasses
 import os
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from envdoctor.fix.tools import Refused, Target, authorize, authorize_move
 from envdoctor.model import Finding, FixStep, Report
@@ -42,7 +41,7 @@ class PlannedStep:
             return " ".join(shlex.quote(a) for a in (self.argv or self.step.argv))
         return f"move {shlex.quote(self.step.move or '')} -> {shlex.quote(self.step.to or '')}"
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {"step": self.number, "rule": self.rule, "finding": self.finding, **self.step.to_dict(),
                 "run_argv": list(self.argv) if self.argv else None,
                 "action": "run" if self.runs else "skip", "reason": self.skip}
@@ -52,7 +51,7 @@ class PlannedStep:
 class Plan:
     """The steps, the findings they should clear, and the findings with no step at all."""
 
-    target: dict[str, Any]
+    target: dict[str, object]
     steps: list[PlannedStep] = field(default_factory=list)
     planned: list[Finding] = field(default_factory=list)
     without_steps: list[Finding] = field(default_factory=list)
@@ -65,7 +64,7 @@ class Plan:
     def rules(self) -> tuple[str, ...]:
         return tuple(dict.fromkeys(f.rule for f in self.planned))
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {"steps": [s.to_dict() for s in self.steps],
                 "findings": [f.to_dict() for f in self.planned],
                 "findings_without_steps": [f.to_dict() for f in self.without_steps]}

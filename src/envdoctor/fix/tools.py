@@ -18,7 +18,6 @@ import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from envdoctor.model import FixStep
 
@@ -54,11 +53,11 @@ class Target:
     stdlib: tuple[str, ...] = ()
 
     @classmethod
-    def from_report_target(cls, target: Mapping[str, Any]) -> Target:
+    def from_report_target(cls, target: Mapping[str, object]) -> Target:
         prefix = Path(os.path.realpath(str(target.get("prefix") or "/")))
         return cls(prefix=prefix, kind=str(target.get("kind") or "system"),
-                   interpreter=target.get("interpreter") or None,
-                   stdlib=tuple(target.get("stdlib") or ()))
+                   interpreter=str(interpreter) if (interpreter := target.get("interpreter")) else None,
+                   stdlib=tuple(str(p) for p in stdlib) if isinstance(stdlib := target.get("stdlib"), list) else ())
 
     def contains(self, path: str | os.PathLike[str]) -> bool:
         """Whether `path` lies inside the prefix once every symlink is resolved."""

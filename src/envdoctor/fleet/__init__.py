@@ -15,7 +15,7 @@ renders it from there.
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # pragma: no cover
     from envdoctor.facts.fleet import FleetFacts
@@ -25,9 +25,9 @@ if TYPE_CHECKING:  # pragma: no cover
 def fleet_report(
     fleet: FleetFacts,
     *,
-    target: dict[str, Any] | None = None,
+    target: dict[str, object] | None = None,
     node_findings: Iterable[Finding] = (),
-    errors: Iterable[dict[str, Any]] = (),
+    errors: Iterable[dict[str, object]] = (),
     ignore: Iterable[str] = (),
     overrides: dict[str, Severity] | None = None,
 ) -> Report:

@@ -24,7 +24,6 @@ import re
 import socket
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 #: The variables a report records under host.scheduler, by the key it records them as.
 SLURM_VARIABLES = {
@@ -41,12 +40,12 @@ _PERCENT = re.compile(r"%([Nntj%])")
 _PERCENT_NAMES = {"N": "node", "t": "rank", "j": "job"}
 
 
-def scheduler_record(environ: Mapping[str, str] | None = None) -> dict[str, Any] | None:
+def scheduler_record(environ: Mapping[str, str] | None = None) -> dict[str, object] | None:
     """{"kind": "slurm", "node", "job_id", "step_id", …} inside a Slurm job, else None."""
     env = os.environ if environ is None else environ
     if not env.get("SLURM_JOB_ID") and not env.get("SLURMD_NODENAME"):
         return None
-    record: dict[str, Any] = {"kind": "slurm"}
+    record: dict[str, object] = {"kind": "slurm"}
     for key, name in SLURM_VARIABLES.items():
         if env.get(name):
             record[key] = env[name]
@@ -120,11 +119,11 @@ class OutputClaim:
     another task of this same step is not, and the error says which task wrote it.
     """
 
-    def __init__(self, path: str, scheduler: dict[str, Any] | None) -> None:
+    def __init__(self, path: str, scheduler: dict[str, object] | None) -> None:
         self.path = path
         self.scheduler = scheduler or {}
 
-    def _owner(self) -> dict[str, Any] | None:
+    def _owner(self) -> dict[str, object] | None:
         """The scheduler record of the report at the path, when it is a report of this very step."""
         try:
             with open(self.path, encoding="utf-8") as handle:

@@ -17,7 +17,7 @@ from __future__ import annotations
 import hashlib
 import time
 from collections import Counter
-from typing import Any
+from types import ModuleType
 
 from loader_session import Session
 from loader_timing import leaves, shutdown
@@ -29,7 +29,7 @@ DUP_MAX_S = 0.75
 CHECK_WORKERS = 2
 
 
-def sample_identity(sample: Any, torch: Any) -> str:
+def sample_identity(sample: object, torch: ModuleType) -> str:
     """A hash of what a sample holds: tensor and array bytes, numbers and strings, in order."""
     digest = hashlib.blake2b(digest_size=16)
     for item in leaves(sample, 1000):
@@ -47,8 +47,8 @@ def sample_identity(sample: Any, torch: Any) -> str:
     return digest.hexdigest()
 
 
-def _worker_options(s: Session, timeout: float) -> dict[str, Any]:
-    options: dict[str, Any] = {"batch_size": None, "num_workers": CHECK_WORKERS, "timeout": timeout}
+def _worker_options(s: Session, timeout: float) -> dict[str, object]:
+    options: dict[str, object] = {"batch_size": None, "num_workers": CHECK_WORKERS, "timeout": timeout}
     for key in ("worker_init_fn", "multiprocessing_context", "generator"):
         if s.user_kwargs.get(key) is not None:
             options[key] = s.user_kwargs[key]
@@ -121,7 +121,7 @@ def duplicates(s: Session) -> None:
         "most_repeats_n": max(counts.values(), default=0), "bounded": bounded})
 
 
-def cloned_rng(s: Session, first_index: Any) -> None:
+def cloned_rng(s: Session, first_index: object) -> None:
     """DL008's measurement (result `rng`), for map-style datasets."""
     if s.iterable or not s.workers_ok or first_index is None:
         return
@@ -130,7 +130,7 @@ def cloned_rng(s: Session, first_index: Any) -> None:
         s.events.skip("cloned randomness (DL008)", f"not enough of the budget left ({s.left():.1f} s)")
         return
     _guard(s, f"drawing index {first_index} twice and in two workers", "rng", "cloned randomness (DL008)")
-    record: dict[str, Any] = {"index": first_index, "num_workers": CHECK_WORKERS,
+    record: dict[str, object] = {"index": first_index, "num_workers": CHECK_WORKERS,
                               "worker_init_fn": getattr(s.user_kwargs.get("worker_init_fn"), "__qualname__", None)}
     iterator = None
     try:

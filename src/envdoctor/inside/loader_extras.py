@@ -4,12 +4,17 @@ Part of the standalone runner (see loader_runner.py).
 """
 from __future__ import annotations
 
-from typing import Any
-
 from loader_measure import RunSpec, SteadySlice, WholeEpochs, measure
 from loader_outcomes import DatasetFailure, RunCut
 from loader_session import Session
 from loader_sweep import MIN_SLICE_S
+
+
+def _second_epoch_first_batch(run: dict[str, object]) -> float | None:
+    """How long the run's last epoch waited for its first batch (None when it was not timed)."""
+    waits = run.get("epoch_first_batch_s")
+    last = waits[-1] if isinstance(waits, list) and waits else None
+    return float(last) if isinstance(last, (int, float)) else None
 
 
 def persistence(s: Session) -> None:
@@ -45,7 +50,7 @@ def persistence(s: Session) -> None:
     kwargs = {k: v for k, v in s.kwargs.items() if k not in ("sampler", "batch_sampler", "shuffle")}
     if "batch_size" not in kwargs:
         kwargs["batch_size"] = s.batch_size
-    results: dict[bool, dict[str, Any]] = {}
+    results: dict[bool, dict[str, object]] = {}
     for persistent in (False, True):
         try:
             run = measure(s, RunSpec(nw, startup_s=startup, batch_s=s.per_sample_s * s.batch_size,
@@ -56,8 +61,7 @@ def persistence(s: Session) -> None:
             return
         results[persistent] = run
     off, on = results[False], results[True]
-    second_off = (off.get("epoch_first_batch_s") or [None, None])[-1]
-    second_on = (on.get("epoch_first_batch_s") or [None, None])[-1]
+    second_off, second_on = _second_epoch_first_batch(off), _second_epoch_first_batch(on)
     s.events.result("persistent", {
         "num_workers": nw, "measured": True, "samples_per_epoch": size,
         "epoch2_first_batch_s": {"false": second_off, "true": second_on},

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
 
 from loader_outcomes import BudgetEnd, DatasetFailure, FactoryProblem, SlowStart, read_failure, timed_out
 from loader_session import Session
@@ -40,8 +40,8 @@ class RunSpec:
     pin_memory: bool = False
     persistent: bool = False
     #: Another dataset than the session's (a Subset for the epoch comparison).
-    dataset: Any = None
-    kwargs: dict[str, Any] | None = None
+    dataset: object = None
+    kwargs: dict[str, object] | None = None
     label: str | None = None
 
 
@@ -84,7 +84,7 @@ class _Stamps:
 
 # complexity: 27 — one loop over epochs and their batches, whose stop conditions (the epoch's end, a first batch
 # that is measure enough, the steady slice, the hang limit, the epochs asked for) and timeouts share its state.
-def measure(s: Session, spec: RunSpec, span: SteadySlice | WholeEpochs) -> dict[str, Any]:
+def measure(s: Session, spec: RunSpec, span: SteadySlice | WholeEpochs) -> dict[str, object]:
     """One timed run (see the module's docstring); the run's record, as the `run` result carries it."""
     nw = spec.num_workers
     # A batch that does not come within `timeout` once the workers deliver is a hang. The first
@@ -174,7 +174,7 @@ def measure(s: Session, spec: RunSpec, span: SteadySlice | WholeEpochs) -> dict[
 
 
 def _guarded_loader(s: Session, spec: RunSpec, span: SteadySlice | WholeEpochs, timeout: float, first_timeout: float,
-                    persistent: bool) -> Any:
+                    persistent: bool) -> Iterable[object]:
     """Arm the watch for the run and build its DataLoader (FactoryProblem when the settings are refused)."""
     nw = spec.num_workers
     s.guarded(span.limit_s(spec, timeout, first_timeout), f"the run with num_workers={nw}", "run",
@@ -191,7 +191,7 @@ def _guarded_loader(s: Session, spec: RunSpec, span: SteadySlice | WholeEpochs, 
         raise FactoryProblem(f"DataLoader rejects the settings it was given: {type(exc).__name__}: {exc}") from None
 
 
-def _dataset_of(s: Session, spec: RunSpec) -> Any:
+def _dataset_of(s: Session, spec: RunSpec) -> object:
     """What the run's loader reads: the spec's own dataset, else the tracked wrapper, else the user's."""
     if spec.dataset is not None:
         return spec.dataset
@@ -207,7 +207,7 @@ def _slice_done(span: SteadySlice, record: _Stamps, warmup: int, nw: int, now: f
     return (len(record.stamps) > warmup + max(4, 3 * nw) and steady_s >= span.seconds) or steady_s >= 2 * span.seconds
 
 
-def _failure(s: Session, exc: Exception, nw: int, iterator: Any, waited: float, waiting_up_to: float, hang_s: float,
+def _failure(s: Session, exc: Exception, nw: int, iterator: object, waited: float, waiting_up_to: float, hang_s: float,
              epoch_started: bool, start: float) -> Exception:
     """What a run that raised means: the budget's end (BudgetEnd), or what read_failure makes of it."""
     was_timeout = timed_out(exc, iterator, waited, waiting_up_to)
@@ -218,12 +218,12 @@ def _failure(s: Session, exc: Exception, nw: int, iterator: Any, waited: float, 
 
 
 def _run_record(spec: RunSpec, span: SteadySlice | WholeEpochs, record: _Stamps, warmup: int, persistent: bool,
-                start: float, usage: dict[str, Any]) -> dict[str, Any]:
+                start: float, usage: dict[str, object]) -> dict[str, object]:
     """The run's record from its stamps: the steady state, the first batch, and each epoch's times."""
     nw = spec.num_workers
     epochs = record.epochs(separate=isinstance(span, WholeEpochs))
     first = record.first_batch
-    run: dict[str, Any] = {
+    run: dict[str, object] = {
         "num_workers": nw, "first_batch_s": round(first, 4) if first is not None else None,
         **steady_state(epochs, warmup, max(1, nw)), "batches": len(record.stamps),
         "epochs": len(record.epoch_marks), "seconds": round(time.perf_counter() - start, 3), **usage}

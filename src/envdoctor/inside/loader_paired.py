@@ -12,7 +12,7 @@ interval and decides (envdoctor/judge/loader.py).
 from __future__ import annotations
 
 import time
-from typing import Any
+from collections.abc import Iterator
 
 from loader_knee import MIN_PAIRS, recommended
 from loader_session import Session
@@ -41,10 +41,10 @@ class _Side:
         data = s.tracked if s.tracked is not None else s.dataset
         self.loader = s.loader(nw, data, timeout, persistent=nw > 0)
         self.timeout = timeout
-        self.iterator: Any = None
+        self.iterator: Iterator[object] | None = None
         self.buffered = nw * int(s.current.get("prefetch_factor") or 2) if nw else 0
 
-    def next_batch(self) -> Any:
+    def next_batch(self) -> object:
         while True:
             if self.iterator is None:
                 self.iterator = iter(self.loader)
@@ -92,9 +92,12 @@ def _pair(s: Session) -> tuple[int, int] | None:
     return current, chosen
 
 
-def _window_seconds(s: Session, measured: dict[int, dict[str, Any]], current: int, chosen: int) -> float | None:
+def _window_seconds(s: Session, measured: dict[int, dict[str, object]], current: int, chosen: int) -> float | None:
     """Each window's length in what the budget leaves after both settings start, or None (skipped, said why)."""
-    startup = sum((measured[nw].get("first_batch_s") or 0.0) for nw in {current, chosen} if nw in measured)
+    startup = 0.0
+    for nw in {current, chosen}:
+        seconds = measured[nw].get("first_batch_s") if nw in measured else None
+        startup += float(seconds) if isinstance(seconds, (int, float)) else 0.0
     room = s.left() - startup - 0.6
     window_s = min(MAX_WINDOW_S, room / (2 * PAIRS))
     if window_s < MIN_WINDOW_S:
@@ -106,9 +109,9 @@ def _window_seconds(s: Session, measured: dict[int, dict[str, Any]], current: in
     return window_s
 
 
-def _alternate(s: Session, sides: dict[str, _Side], window_s: float) -> tuple[list[dict[str, Any]], str | None]:
+def _alternate(s: Session, sides: dict[str, _Side], window_s: float) -> tuple[list[dict[str, object]], str | None]:
     """Up to PAIRS pairs of windows, the order alternating: (the windows, why they were cut or None)."""
-    windows: list[dict[str, Any]] = []
+    windows: list[dict[str, object]] = []
     cut = None
     try:
         for side in sides.values():

@@ -8,7 +8,7 @@ library only, and it must run on the oldest Python envdoctor inspects.
 from __future__ import annotations
 
 import json
-from typing import Any, Literal, TypedDict, Union
+from typing import Literal, TypedDict, Union
 
 #: A measuring phase started; `limit_s` is its own time limit (the supervisor's watchdog adds a grace).
 PHASE = "phase"
@@ -39,17 +39,17 @@ class PhaseEvent(TypedDict, total=False):
 class ResultEvent(TypedDict, total=False):
     ev: Literal["result"]
     key: str
-    value: Any
+    value: object
 
 
 class IndexEvent(TypedDict, total=False):
     ev: Literal["index"]
-    i: Any
+    i: object
 
 
 class FailureEvent(TypedDict, total=False):
     ev: Literal["failure"]
-    value: dict[str, Any]
+    value: dict[str, object]
 
 
 class ErrorEvent(TypedDict, total=False):
@@ -67,12 +67,12 @@ class DoneEvent(TypedDict, total=False):
 Event = Union[PhaseEvent, ResultEvent, IndexEvent, FailureEvent, ErrorEvent, DoneEvent]  # noqa: UP007
 
 
-def encode(ev: str, fields: dict[str, Any]) -> bytes:
+def encode(ev: str, fields: dict[str, object]) -> bytes:
     """One event as the line the runner writes (values JSON cannot hold are written as repr)."""
     return (json.dumps({"ev": ev, **fields}, default=repr) + "\n").encode("utf-8")
 
 
-def decode(line: bytes) -> dict[str, Any] | None:
+def decode(line: bytes) -> dict[str, object] | None:
     """The event on one line, or None for anything that is not one (a torn line, stray output).
 
     Returned as a plain dict: its shape is the `Event` member its "ev" names.

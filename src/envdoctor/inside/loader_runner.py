@@ -36,7 +36,6 @@ import json
 import os
 import sys
 import traceback
-from typing import Any
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 if HERE not in sys.path:  # the runner's parts live beside this file
@@ -57,7 +56,7 @@ from loader_timing import schedstat  # noqa: E402 - as above
 __all__ = ["Events", "main", "release_semaphores", "run_plan", "schedstat"]
 
 
-def run_smoke_test(s: Session, given: tuple[Any, Any, Any]) -> None:
+def run_smoke_test(s: Session, given: tuple[object, object, object]) -> None:
     """The whole test, in order; every part writes its own results."""
     loader_setup.build(s, given)
     loader_hazards.before_workers(s)
@@ -76,8 +75,8 @@ def run_smoke_test(s: Session, given: tuple[Any, Any, Any]) -> None:
         loader_extras.pin_memory(s)
 
 
-def run_plan(plan: dict[str, Any], events: Events, dataset: Any = None, loader_kwargs: Any = None,
-             description: Any = None) -> None:
+def run_plan(plan: dict[str, object], events: Events, dataset: object = None, loader_kwargs: object = None,
+             description: object = None) -> None:
     """Run the whole smoke test, writing events; never raises for the dataset's failures."""
     session = Session(plan, events)
     try:

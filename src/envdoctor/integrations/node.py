@@ -12,7 +12,7 @@ import sys
 import warnings
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any, TextIO
+from typing import TextIO
 
 from envdoctor.model import FAIL_ON_CHOICES, Report, Severity
 
@@ -55,7 +55,7 @@ class NodePreflight:
         self.select = tuple(self.select)
         self.ignore = tuple(self.ignore)
 
-    def run(self, loader: Any, *, framework: str, local_rank: int, procs_per_node: int,
+    def run(self, loader: object, *, framework: str, local_rank: int, procs_per_node: int,
             stream: TextIO | None = None) -> Report | None:
         """Profile `loader` on local rank 0, once; None on the other ranks and on later calls.
 
@@ -86,7 +86,7 @@ class NodePreflight:
                           f"({names}); training goes on", PreflightWarning, stacklevel=2)
         return report
 
-    def run_on_every_rank(self, loader: Any, *, framework: str, local_rank: int, procs_per_node: int,
+    def run_on_every_rank(self, loader: object, *, framework: str, local_rank: int, procs_per_node: int,
                           any_rank: Callable[[bool], bool]) -> None:
         """`run`, then agree across the ranks: a failure on local rank 0 stops every rank.
 
@@ -123,15 +123,18 @@ def describe_run(report: Report, framework: str, procs_per_node: int, own_loader
             f"{procs_per_node} training process(es) share this node's {node_cpus} usable CPU(s): {share} each")
 
 
-def first_dataloader(loaders: Any) -> Any:
+def first_dataloader(loaders: object) -> object:
     """The DataLoader in what a trainer holds: a loader, or a dict/list/tuple of them (first one)."""
     if loaders is None or hasattr(loaders, "dataset"):
         return loaders
-    values: Iterable[Any] = loaders.values() if isinstance(loaders, dict) else loaders
-    if isinstance(values, (list, tuple)) or isinstance(loaders, dict):
-        for value in values:
-            found = first_dataloader(value)
-            if found is not None:
-                return found
+    values: Iterable[object] = ()
+    if isinstance(loaders, dict):
+        values = loaders.values()
+    elif isinstance(loaders, (list, tuple)):
+        values = loaders
+    for value in values:
+        found = first_dataloader(value)
+        if found is not None:
+            return found
     return None
 

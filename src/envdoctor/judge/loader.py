@@ -19,7 +19,7 @@ those windows as its rate (`with_paired_baseline`; `current_basis` "paired").
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, cast
+from typing import TYPE_CHECKING, Literal, cast
 
 from envdoctor.facts.loader import (
     Bottleneck,
@@ -110,7 +110,7 @@ def consumer_rate(batch_size: int | None, step_time_s: float | None) -> float | 
 def loader_report(judged: JudgedLoader) -> LoaderReport:
     """The report's `loader` object: the facts (less the torch probe, which belongs under torch) and the
     judgement."""
-    facts = cast(dict[str, Any], {k: v for k, v in judged.section.items() if k != "torch_probe"})
+    facts = cast(dict[str, object], {k: v for k, v in judged.section.items() if k != "torch_probe"})
     return cast(LoaderReport, {**facts, **judged.judgement})
 
 

@@ -8,14 +8,13 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import Any
 
 from envdoctor.model import Report
 
 SCHEMA_PATH = Path(__file__).with_name("schema.json")
 
 
-def _default(value: Any) -> Any:
+def _default(value: object) -> object:
     if isinstance(value, (set, frozenset, tuple)):
         return list(value)
     if isinstance(value, Path):
@@ -47,5 +46,5 @@ def render(report: Report) -> str:
     return escape_surrogates(json.dumps(report.to_dict(), indent=2, default=_default, ensure_ascii=False)) + "\n"
 
 
-def load_schema() -> dict[str, Any]:
+def load_schema() -> dict[str, object]:
     return json.loads(SCHEMA_PATH.read_text(encoding="utf-8"))

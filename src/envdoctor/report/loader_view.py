@@ -9,9 +9,12 @@ it) and as Markdown (CI job summaries).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, cast
+from typing import TYPE_CHECKING, cast
 
 from envdoctor.facts.loader import LoaderReport, Recommendation, RunFacts
+
+if TYPE_CHECKING:  # rich is imported where a report is drawn, not with this module
+    from rich.console import RenderableType
 
 BAR_WIDTH = 20
 #: Between a figure and what it counts: a no-break space, so a wrapped line never splits them.
@@ -35,11 +38,11 @@ def _bar(value: float | None, best: float, width: int = BAR_WIDTH) -> str:
     return ("█" * full + (partial if full < width else "")).rstrip()
 
 
-def _fmt_rate(value: Any) -> str:
+def _fmt_rate(value: object) -> str:
     return f"{value:,.0f}" if isinstance(value, (int, float)) else "—"
 
 
-def _fmt_s(value: Any) -> str:
+def _fmt_s(value: object) -> str:
     return f"{value:.3f}" if isinstance(value, (int, float)) else "—"
 
 
@@ -201,8 +204,8 @@ def _which_median(rec: Recommendation) -> str:
     return "paired median" if rec.get("paired_windows") else SWEEP_MEDIAN
 
 
-def loader_renderables(report_loader: LoaderReport | dict[str, Any], said: Mapping[str, str] | None = None
-                       ) -> list[Any]:
+def loader_renderables(report_loader: LoaderReport | dict[str, object], said: Mapping[str, str] | None = None
+                       ) -> list[RenderableType]:
     """The smoke test for a rich console: the curve as a table, then the summary (`said`: see _summary_lines)."""
     loader = cast(LoaderReport, report_loader)  # the report's `loader` object: the facts and the verdict
     from rich import box
@@ -224,7 +227,7 @@ def loader_renderables(report_loader: LoaderReport | dict[str, Any], said: Mappi
     for row in _rows(loader):
         style = "bold green" if row[0] == str(rec) else None
         table.add_row(*row[:4], Text(row[4], style="green" if style else "blue"), row[5], style=style)
-    out: list[Any] = [Text(_title(loader, NO_BREAK), style="bold"), table, Text(CAPTION)] if loader.get("runs") \
+    out: list[RenderableType] = [Text(_title(loader, NO_BREAK), style="bold"), table, Text(CAPTION)] if loader.get("runs") \
         else []
     for label, text in _summary_lines(loader, said):
         styled = Text()
@@ -234,7 +237,7 @@ def loader_renderables(report_loader: LoaderReport | dict[str, Any], said: Mappi
     return out
 
 
-def loader_markdown(report_loader: LoaderReport | dict[str, Any]) -> str:
+def loader_markdown(report_loader: LoaderReport | dict[str, object]) -> str:
     """The smoke test as Markdown: the curve as a table with bars, then the summary as a list."""
     loader = cast(LoaderReport, report_loader)
     lines = [f"## {_title(loader)}", ""]

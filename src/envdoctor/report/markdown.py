@@ -12,7 +12,6 @@ neutralised wherever they could end a table cell or open a tag.
 from __future__ import annotations
 
 import re
-from typing import Any
 
 from envdoctor.model import Finding, Report
 from envdoctor.report.safe import MAX_ITEMS, clean_report, clean_tree, printable, printable_block
@@ -38,13 +37,13 @@ _SPECIAL = re.compile(r"([\\`*_{}\[\]#!|~<>&:])")
 _CODE = re.compile(r"(`+)(.+?)\1|(?<![\w`])(__\w+__)(?![\w`])", re.DOTALL)
 
 
-def escape_text(value: Any, limit: int = 4000) -> str:
+def escape_text(value: object, limit: int = 4000) -> str:
     """Free text as Markdown that shows exactly that text: every special character escaped."""
     text = printable(value, limit)
     return _SPECIAL.sub(r"\\\1", text)
 
 
-def code_span(value: Any, limit: int = 1000) -> str:
+def code_span(value: object, limit: int = 1000) -> str:
     """`value` as an inline code span, whatever backticks it holds (never HTML, never bold)."""
     text = printable(value, limit).replace("|", "\u2223")  # a `|` would still end a GFM table cell
     longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
@@ -53,7 +52,7 @@ def code_span(value: Any, limit: int = 1000) -> str:
     return f"{fence}{pad}{text}{pad}{fence}"
 
 
-def prose(value: Any, limit: int = 4000) -> str:
+def prose(value: object, limit: int = 4000) -> str:
     """A rule's message: its own code spans (and bare `__dunder__` names) as code, the rest escaped."""
     text = printable(value, limit)
     out, last = [], 0
@@ -65,7 +64,7 @@ def prose(value: Any, limit: int = 4000) -> str:
     return "".join(out)
 
 
-def code_block(value: Any, info: str = "", limit: int = 8000) -> str:
+def code_block(value: object, info: str = "", limit: int = 8000) -> str:
     """A fenced code block holding `value` line for line (a longer fence than any inside)."""
     text = printable_block(value, limit)
     longest = max((len(run) for run in re.findall(r"`{3,}", text)), default=0)
@@ -73,7 +72,7 @@ def code_block(value: Any, info: str = "", limit: int = 8000) -> str:
     return f"{fence}{info}\n{text}\n{fence}"
 
 
-def _cell(value: Any) -> str:
+def _cell(value: object) -> str:
     return escape_text(value, 300)
 
 
@@ -104,7 +103,7 @@ def _group(group: list[Finding]) -> list[str]:
     return lines + [""]
 
 
-def _neutral(tree: Any) -> Any:
+def _neutral(tree: object) -> object:
     """Strings of a nested view (loader, fleet) with nothing that Markdown or HTML would obey."""
     if isinstance(tree, str):
         return escape_text(tree)
@@ -158,7 +157,8 @@ def render(report: Report) -> str:
     if report.loader:
         from envdoctor.report.loader_view import loader_markdown
 
-        lines += [loader_markdown(_neutral(clean_tree(report.loader))), ""]
+        loader = _neutral(clean_tree(report.loader))
+        lines += [loader_markdown(loader if isinstance(loader, dict) else {}), ""]
     if report.errors:
         lines += ["## Could not check", ""]
         for error in report.errors[:MAX_ITEMS]:

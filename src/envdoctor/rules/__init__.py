@@ -16,7 +16,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from envdoctor.model import FixStep, Location, Severity
 
@@ -26,7 +25,7 @@ class Hit:
     """What a rule function reports; the engine adds id, name and severity."""
 
     message: str
-    evidence: Mapping[str, Any] = field(default_factory=dict)
+    evidence: Mapping[str, object] = field(default_factory=dict)
     fix: str = ""
     location: Location | None = None
     #: Set only when this hit is worse (or milder) than the rule's default.

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterator
-from typing import Any
 
 from envdoctor.catalog import load_data
 from envdoctor.facts import Facts
@@ -22,14 +21,14 @@ SUBDIRS = {"noarch", "linux-64", "linux-aarch64", "linux-ppc64le", "linux-s390x"
            "osx-64", "osx-arm64", "win-64", "win-32", "win-arm64", "emscripten-wasm32", "wasi-wasm32"}
 
 
-def channel_name(record: CondaRecord | dict[str, Any]) -> str | None:
+def channel_name(record: CondaRecord | dict[str, object]) -> str | None:
     """A record's channel as people write it: `conda-forge`, `pkgs/main`, `pytorch`, or a file URL.
 
     Read from the record's `channel` field (a name or a URL), else from its `url`.
     """
-    raw = record.get("channel") or ""
+    raw = str(record.get("channel") or "")
     url = record.get("url")
-    if not raw and url:
+    if not raw and isinstance(url, str) and url:
         raw = url.rsplit("/", 1)[0]
     raw = raw.strip().rstrip("/")
     if not raw:
@@ -219,7 +218,7 @@ def find_mixed_blas(facts: Facts) -> Iterator[Hit]:
 
 
 def _blas_evidence(found: dict[str, list[CondaRecord]], libblas: CondaRecord | None, selected: str | None,
-                   keep: str, needed_by: dict[str, list[str]]) -> dict[str, Any]:
+                   keep: str, needed_by: dict[str, list[str]]) -> dict[str, object]:
     return {"implementations": {impl: [_label(r) for r in hits] for impl, hits in sorted(found.items())},
             "libblas": f"{libblas['name']} {libblas['version']} {libblas['build']}" if libblas else None,
             "libblas_selects": selected, "keep": keep,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from typing import Any, NamedTuple
+from typing import NamedTuple, TypedDict
 
 from envdoctor.facts import Facts
 from envdoctor.facts.storage import (
@@ -63,7 +63,7 @@ def _storage(facts: Facts) -> _Located | None:
                     storage.get("sample"))
 
 
-def _where(at: _Located) -> dict[str, Any]:
+def _where(at: _Located) -> dict[str, object]:
     return {"path": at.section["path"], "mount_point": at.mount.get("mount_point"), "fstype": at.mount.get("fstype"),
             "source": at.mount.get("source"), "backing_fstype": at.effective["fstype"] if at.effective else None,
             "backing_mount": at.effective["mount_point"] if at.effective else None}
@@ -170,7 +170,13 @@ def find_many_small_files(facts: Facts) -> Iterator[Hit]:
     )
 
 
-def _needed_rate(facts: Facts, at: _Located) -> dict[str, Any] | None:
+class _NeededRate(TypedDict):
+    samples_per_s: float
+    bytes_per_sample: float
+    mib_per_s: float
+
+
+def _needed_rate(facts: Facts, at: _Located) -> _NeededRate | None:
     """Bytes a second the loader must read to keep up, when the step time and batch size are known."""
     step_time = facts.config.step_time
     loader = facts.get("loader") if not facts.config.no_loader else None
@@ -196,7 +202,7 @@ def find_slow_reads(facts: Facts) -> Iterator[Hit]:
     random_pass: ReadPass = probe.get("random") or {}
     seq_rate = sequential.get("mib_per_s")
     random_rate, random_reads = random_pass.get("mib_per_s"), random_pass.get("reads_per_s")
-    evidence: dict[str, Any] = {
+    evidence: dict[str, object] = {
         "path": at.section["path"], "fstype": at.mount.get("fstype"),
         "sequential_mib_per_s": seq_rate, "random_mib_per_s": random_rate,
         "random_reads_per_s": random_reads, "bytes_read": probe.get("bytes_read"),

@@ -10,12 +10,15 @@ from __future__ import annotations
 import fnmatch
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
+from typing import TYPE_CHECKING
 
 from envdoctor.catalog import load_data
 from envdoctor.facts.conda_meta import CondaRecord
 from envdoctor.facts.distributions import Distribution
 from envdoctor.facts.packages import PackagesFacts, SiteDir
+
+if TYPE_CHECKING:  # pragma: no cover
+    from packaging.version import Version
 
 #: Where an environment's own distributions live (PKG002 looks only here).
 OWN_LOCATIONS = ("env",)
@@ -35,7 +38,7 @@ def same_version(conda_version: str, python_version: str) -> bool:
 
 
 @lru_cache(maxsize=8192)
-def parsed_version(text: str) -> Any:
+def parsed_version(text: str) -> Version | None:
     from packaging.version import InvalidVersion, Version
 
     try:

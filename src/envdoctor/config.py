@@ -36,7 +36,7 @@ import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import MISSING, Field, dataclass, field, fields, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from envdoctor.model import FAIL_ON_CHOICES, FORMATS, Severity
 
@@ -567,3 +567,11 @@ def load_config(cli: Mapping[str, Any], pyproject: Path | None | bool = True,
     if "severity" in base and cli.get("severity"):
         merged["severity"] = {**base["severity"], **cli["severity"]}
     return validate(Config(**merged))
+
+
+class Configured(Protocol):
+    """What a gatherer that reads only the configuration needs of the `Facts` it fills (`facts.config`): named
+    here so those gatherers need not import `envdoctor.facts`, which imports them."""
+
+    @property
+    def config(self) -> Config: ...

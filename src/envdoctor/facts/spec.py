@@ -10,10 +10,9 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING, TypedDict
+from typing import TypedDict
 
-if TYPE_CHECKING:  # pragma: no cover
-    from envdoctor.facts import Facts
+from envdoctor.config import Configured
 
 
 class CondaWanted(TypedDict):
@@ -297,7 +296,7 @@ def is_environment_file(path: Path, text: str) -> bool:
     return bool(re.search(r"^dependencies\s*:", text, re.MULTILINE))
 
 
-def gather_spec(facts: Facts) -> SpecFacts | None:
+def gather_spec(facts: Configured) -> SpecFacts | None:
     """The "spec" section, or None when no --against file was given."""
     against = facts.config.against
     if not against:

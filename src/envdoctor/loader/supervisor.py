@@ -67,7 +67,7 @@ SHM_DIR = "/dev/shm"
 EVENTS_BY_FILE = sys.platform == "win32"
 _SHM_NAME = re.compile(r"^torch_(\d+)_")
 
-ProgressSink = Callable[[dict[str, Any]], None]
+ProgressSink = Callable[[dict[str, object]], None]
 
 
 @dataclass

@@ -106,3 +106,23 @@ def test_spawn_really_fails_where_the_installed_finding_points(script: Path, tmp
     if lines:
         assert BOOTSTRAP in output
         assert lines[0] in script_lines_in_tracebacks(output, script), output[-3000:]
+
+
+def test_framework_training_loops_are_starts_with_their_evidence():
+    """Catalyst's runners iterate the loaders given (or their get_loaders()); detectron2's
+    DefaultTrainer iterates one whose count comes from its config: a warning, never quiet."""
+    spawn = HERE.parent / "spawn"
+    catalyst = run_check(Config(scripts=(str(spawn / "catalyst_runner.py"),), select=("SPW001",), no_loader=True))
+    found = {f.location.line: f for f in catalyst.by_rule("SPW001")}
+    assert sorted(found) == [20, 24, 33]
+    assert "Catalyst runner.train()" in found[20].evidence["starts"]
+    assert found[20].evidence["num_workers"] == 2
+    assert "Catalyst runner.run()" in found[33].evidence["starts"]
+    assert found[33].evidence["num_workers"] == 3
+    d2 = run_check(Config(scripts=(str(spawn / "detectron2_trainer.py"),), select=("SPW001",), no_loader=True))
+    found = {f.location.line: f for f in d2.by_rule("SPW001")}
+    assert sorted(found) == [19, 28]
+    for finding in found.values():
+        assert finding.severity.name.lower() == "warning"
+        assert "DATALOADER.NUM_WORKERS" in finding.message
+        assert "detectron2 DefaultTrainer.train()" in finding.evidence["starts"]

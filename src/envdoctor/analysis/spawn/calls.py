@@ -443,6 +443,8 @@ class CallWalker(BodyRunner):
             workers: Value = Const(default)
         elif isinstance(settings, SettingsObj):
             workers = settings.keywords.get(field_name, Const(default) if not settings.open else Unknown(field_name))
+        elif isinstance(settings, Instance):  # a project subclass of the trainer (`MyTrainer(cfg).train()`)
+            workers = Unknown(f"{field_name} of what {settings.cls.node.name}() was given")
         else:
             workers = Unknown(f"{field_name} of {settings.text()}")
         shipped = {role: value for role, keyword in trainer.spec.ships

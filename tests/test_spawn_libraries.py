@@ -126,3 +126,11 @@ def test_framework_training_loops_are_starts_with_their_evidence():
         assert finding.severity.name.lower() == "warning"
         assert "DATALOADER.NUM_WORKERS" in finding.message
         assert "detectron2 DefaultTrainer.train()" in finding.evidence["starts"]
+    loops = run_check(Config(scripts=(str(spawn / "torchdrug_mmengine_loops.py"),), select=("SPW001",),
+                             no_loader=True))
+    found = {f.location.line: f for f in loops.by_rule("SPW001")}
+    assert sorted(found) == [15, 28]  # the loops built with no workers, or given a loader without, are quiet
+    assert "TorchDrug Engine.train()" in found[15].evidence["starts"]
+    assert found[15].evidence["num_workers"] == 4
+    assert "MMEngine Runner.train()" in found[28].evidence["starts"]
+    assert found[28].evidence["num_workers"] == 2

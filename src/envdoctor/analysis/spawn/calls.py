@@ -439,8 +439,14 @@ class CallWalker(BodyRunner):
         settings = trainer.keywords.get(argument)
         if settings is None and len(trainer.received) > position:
             settings = trainer.received[position]
+        if settings is not None and loaderish(settings) is not None:
+            return []  # given a DataLoader (MMEngine takes one too): it is among the loaders it received
         if settings is None:
             workers: Value = Const(default)
+        elif not field_name:  # the argument is the count itself (TorchDrug's `Engine(..., num_worker=4)`)
+            workers = settings
+        elif isinstance(settings, Mapping_):  # a dict config (MMEngine's `Runner(train_dataloader=dict(...))`)
+            workers = settings.items.get(field_name, Unknown(field_name) if settings.open else Const(default))
         elif isinstance(settings, SettingsObj):
             workers = settings.keywords.get(field_name, Const(default) if not settings.open else Unknown(field_name))
         elif isinstance(settings, Instance):  # a project subclass of the trainer (`MyTrainer(cfg).train()`)

@@ -134,3 +134,23 @@ def test_framework_training_loops_are_starts_with_their_evidence():
     assert found[15].evidence["num_workers"] == 4
     assert "MMEngine Runner.train()" in found[28].evidence["starts"]
     assert found[28].evidence["num_workers"] == 2
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="the venv layout the fixture builds is POSIX")
+def test_a_trainer_given_an_installed_data_module_starts_what_its_hooks_return(target_with_library: Path,
+                                                                                tmp_path: Path):
+    """Read from the installed library: the data module's train_dataloader() returns a loader with the
+    count its constructor was given, so fit() over it is a start; with no workers it is quiet."""
+    script = tmp_path / "fit_module.py"
+    script.write_text(
+        "import lightning\n"
+        "from graphkit import GraphDataModule\n"
+        "trainer = lightning.Trainer(max_epochs=1)\n"
+        "trainer.fit(None, datamodule=GraphDataModule(8))\n"
+        "trainer.fit(None, datamodule=GraphDataModule(8, num_workers=2))\n", encoding="utf-8")
+    report = run_check(Config(scripts=(str(script),), select=("SPW001",), no_loader=True,
+                              prefix=str(target_with_library)))
+    found = report.by_rule("SPW001")
+    assert [f.location.line for f in found] == [5]
+    assert found[0].evidence["num_workers"] == 2
+    assert "GraphDataModule.train_dataloader()" in found[0].evidence["starts"]

@@ -420,6 +420,12 @@ class CallWalker(BodyRunner):
             return [lo for item in value.items for lo in self.loaders_in(item, spec, node, frame, depth + 1)]
         if isinstance(value, Mapping_):
             return [lo for item in value.every_value() for lo in self.loaders_in(item, spec, node, frame, depth + 1)]
+        if isinstance(value, Unknown) and value.lib is not None and value.workers is not None:
+            # A library data module built with num_workers=: the hooks its source says return loaders.
+            site = Site(node.lineno, frame.module.column(node.lineno, node.col_offset), frame.module.path)
+            return [self.loader_from_args(f"{value.lib.rsplit('.', 1)[-1]}.{hook}()", [],
+                                          {"num_workers": value.workers}, False, site)
+                    for hook in getattr(spec, "hooks", ()) if self.libraries.returns_loader(f"{value.lib}.{hook}")]
         if isinstance(value, Instance):
             found: list[Loader] = []
             for hook in getattr(spec, "hooks", ()):

@@ -106,3 +106,51 @@ def test_spawn_really_fails_where_the_installed_finding_points(script: Path, tmp
     if lines:
         assert BOOTSTRAP in output
         assert lines[0] in script_lines_in_tracebacks(output, script), output[-3000:]
+
+
+def test_framework_training_loops_are_starts_with_their_evidence():
+    """Catalyst's runners iterate the loaders given (or their get_loaders()); detectron2's
+    DefaultTrainer iterates one whose count comes from its config: a warning, never quiet."""
+    spawn = HERE.parent / "spawn"
+    catalyst = run_check(Config(scripts=(str(spawn / "catalyst_runner.py"),), select=("SPW001",), no_loader=True))
+    found = {f.location.line: f for f in catalyst.by_rule("SPW001")}
+    assert sorted(found) == [20, 24, 33]
+    assert "Catalyst runner.train()" in found[20].evidence["starts"]
+    assert found[20].evidence["num_workers"] == 2
+    assert "Catalyst runner.run()" in found[33].evidence["starts"]
+    assert found[33].evidence["num_workers"] == 3
+    d2 = run_check(Config(scripts=(str(spawn / "detectron2_trainer.py"),), select=("SPW001",), no_loader=True))
+    found = {f.location.line: f for f in d2.by_rule("SPW001")}
+    assert sorted(found) == [19, 28]
+    for finding in found.values():
+        assert finding.severity.name.lower() == "warning"
+        assert "DATALOADER.NUM_WORKERS" in finding.message
+        assert "detectron2 DefaultTrainer.train()" in finding.evidence["starts"]
+    loops = run_check(Config(scripts=(str(spawn / "torchdrug_mmengine_loops.py"),), select=("SPW001",),
+                             no_loader=True))
+    found = {f.location.line: f for f in loops.by_rule("SPW001")}
+    assert sorted(found) == [15, 28]  # the loops built with no workers, or given a loader without, are quiet
+    assert "TorchDrug Engine.train()" in found[15].evidence["starts"]
+    assert found[15].evidence["num_workers"] == 4
+    assert "MMEngine Runner.train()" in found[28].evidence["starts"]
+    assert found[28].evidence["num_workers"] == 2
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="the venv layout the fixture builds is POSIX")
+def test_a_trainer_given_an_installed_data_module_starts_what_its_hooks_return(target_with_library: Path,
+                                                                                tmp_path: Path):
+    """Read from the installed library: the data module's train_dataloader() returns a loader with the
+    count its constructor was given, so fit() over it is a start; with no workers it is quiet."""
+    script = tmp_path / "fit_module.py"
+    script.write_text(
+        "import lightning\n"
+        "from graphkit import GraphDataModule\n"
+        "trainer = lightning.Trainer(max_epochs=1)\n"
+        "trainer.fit(None, datamodule=GraphDataModule(8))\n"
+        "trainer.fit(None, datamodule=GraphDataModule(8, num_workers=2))\n", encoding="utf-8")
+    report = run_check(Config(scripts=(str(script),), select=("SPW001",), no_loader=True,
+                              prefix=str(target_with_library)))
+    found = report.by_rule("SPW001")
+    assert [f.location.line for f in found] == [5]
+    assert found[0].evidence["num_workers"] == 2
+    assert "GraphDataModule.train_dataloader()" in found[0].evidence["starts"]

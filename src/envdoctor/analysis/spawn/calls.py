@@ -420,6 +420,12 @@ class CallWalker(BodyRunner):
             return [lo for item in value.items for lo in self.loaders_in(item, spec, node, frame, depth + 1)]
         if isinstance(value, Mapping_):
             return [lo for item in value.every_value() for lo in self.loaders_in(item, spec, node, frame, depth + 1)]
+        if isinstance(value, Unknown) and value.lib is not None and value.workers is not None:
+            # A library data module built with num_workers=: the hooks its source says return loaders.
+            site = Site(node.lineno, frame.module.column(node.lineno, node.col_offset), frame.module.path)
+            return [self.loader_from_args(f"{value.lib.rsplit('.', 1)[-1]}.{hook}()", [],
+                                          {"num_workers": value.workers}, False, site)
+                    for hook in getattr(spec, "hooks", ()) if self.libraries.returns_loader(f"{value.lib}.{hook}")]
         if isinstance(value, Instance):
             found: list[Loader] = []
             for hook in getattr(spec, "hooks", ()):
@@ -439,10 +445,18 @@ class CallWalker(BodyRunner):
         settings = trainer.keywords.get(argument)
         if settings is None and len(trainer.received) > position:
             settings = trainer.received[position]
+        if settings is not None and loaderish(settings) is not None:
+            return []  # given a DataLoader (MMEngine takes one too): it is among the loaders it received
         if settings is None:
             workers: Value = Const(default)
+        elif not field_name:  # the argument is the count itself (TorchDrug's `Engine(..., num_worker=4)`)
+            workers = settings
+        elif isinstance(settings, Mapping_):  # a dict config (MMEngine's `Runner(train_dataloader=dict(...))`)
+            workers = settings.items.get(field_name, Unknown(field_name) if settings.open else Const(default))
         elif isinstance(settings, SettingsObj):
             workers = settings.keywords.get(field_name, Const(default) if not settings.open else Unknown(field_name))
+        elif isinstance(settings, Instance):  # a project subclass of the trainer (`MyTrainer(cfg).train()`)
+            workers = Unknown(f"{field_name} of what {settings.cls.node.name}() was given")
         else:
             workers = Unknown(f"{field_name} of {settings.text()}")
         shipped = {role: value for role, keyword in trainer.spec.ships

@@ -25,7 +25,7 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Literal, TypedDict, cast
+from typing import Any, Literal, NotRequired, TypedDict, cast
 
 from envdoctor.analysis.spawn.project import ModuleProblem, SharedModules
 from envdoctor.analysis.spawn.reading import SourceProblem, decode_source, read_bytes, read_source
@@ -58,6 +58,7 @@ class MainObject(TypedDict):
     name: str
     kind: str  # class, function
     line: int
+    local_in: NotRequired[str]  # the function it is defined in: pickle cannot find `f.<locals>.name`
 
 
 class _EventBase(TypedDict):

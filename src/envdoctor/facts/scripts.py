@@ -25,7 +25,7 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Literal, NotRequired, TypedDict, cast
+from typing import Any, Literal, TypedDict, cast
 
 from envdoctor.analysis.spawn.project import ModuleProblem, SharedModules
 from envdoctor.analysis.spawn.reading import SourceProblem, decode_source, read_bytes, read_source
@@ -51,14 +51,17 @@ class ConstructedAt(TypedDict, total=False):
     cell: int
 
 
-class MainObject(TypedDict):
-    """Something a notebook defines that DataLoader workers must unpickle."""
-
+class _MainObjectRequired(TypedDict):
     role: str  # dataset, sampler, batch_sampler, collate_fn, worker_init_fn
     name: str
     kind: str  # class, function
     line: int
-    local_in: NotRequired[str]  # the function it is defined in: pickle cannot find `f.<locals>.name`
+
+
+class MainObject(_MainObjectRequired, total=False):
+    """Something a notebook defines that DataLoader workers must unpickle."""
+
+    local_in: str  # the function it is defined in: pickle cannot find `f.<locals>.name`
 
 
 class _EventBase(TypedDict):

@@ -171,7 +171,12 @@ def test_the_cells_really_fail_under_spawn_exactly_where_spw005_points(path: Pat
         for finding in findings:
             assert (finding.location.cell, finding.location.line) in lines, (finding.location, lines)
             names = [o["name"] for o in finding.evidence["objects"]]
-            if "<lambda>" in names:  # pickled in the notebook itself, before any worker starts
+            local = [o for o in finding.evidence["objects"] if o.get("local_in")]
+            if local:  # pickled in the notebook itself by `f.<locals>.name`, which no module holds
+                text = f"Can't pickle local object '{local[0]['local_in']}.<locals>.{local[0]['name']}'"
+                assert text in output, output[-3000:]
+                assert text in finding.message
+            elif "<lambda>" in names:  # pickled in the notebook itself, before any worker starts
                 assert re.search(r"PicklingError: Can't pickle <function <lambda> at 0x[0-9a-f]+>: "
                                  r"attribute lookup <lambda> on __main__ failed", output), output[-3000:]
                 assert "Can't pickle <function <lambda> at 0x…>: attribute lookup <lambda>" in finding.message

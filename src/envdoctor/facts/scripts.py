@@ -51,13 +51,17 @@ class ConstructedAt(TypedDict, total=False):
     cell: int
 
 
-class MainObject(TypedDict):
-    """Something a notebook defines that DataLoader workers must unpickle."""
-
+class _MainObjectRequired(TypedDict):
     role: str  # dataset, sampler, batch_sampler, collate_fn, worker_init_fn
     name: str
     kind: str  # class, function
     line: int
+
+
+class MainObject(_MainObjectRequired, total=False):
+    """Something a notebook defines that DataLoader workers must unpickle."""
+
+    local_in: str  # the function it is defined in: pickle cannot find `f.<locals>.name`
 
 
 class _EventBase(TypedDict):

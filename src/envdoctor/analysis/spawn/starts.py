@@ -96,12 +96,13 @@ class StartTracker(ExpressionWalker):
         for role, value in loader.shipped.items():
             for obj in defined_in_main(value):
                 if isinstance(obj, Instance):
-                    name, kind, line = obj.cls.node.name, "class", obj.cls.node.lineno
+                    name, kind, line, local = obj.cls.node.name, "class", obj.cls.node.lineno, obj.cls.local_in
                 elif isinstance(obj, Function):
-                    name, kind, line = obj.name, "function", obj.node.lineno
+                    name, kind, line, local = obj.name, "function", obj.node.lineno, obj.local_in
                 else:
                     continue
-                found.append({"role": role, "name": name, "kind": kind, "line": line})
+                found.append({"role": role, "name": name, "kind": kind, "line": line,
+                              **({"local_in": local} if local and name != "<lambda>" else {})})
         return found
 
     def worker_side_uses_cuda(self, loader: Loader) -> bool:

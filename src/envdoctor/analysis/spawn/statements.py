@@ -66,7 +66,7 @@ class StatementWalker(Walker):
         for decorator in stmt.decorator_list:
             self.eval(decorator, frame)
         frame.scope[stmt.name] = Function(stmt, self.eval_defaults(stmt.args, frame), owner=frame.self_class,
-                                          closure=frame.closure(), module=frame.module)
+                                          closure=frame.closure(), module=frame.module, local_in=local_in(frame))
         self.defs.setdefault(stmt.name, []).append((stmt, frame.module.lines))
 
     stmt_AsyncFunctionDef = stmt_FunctionDef
@@ -87,7 +87,7 @@ class StatementWalker(Walker):
         bases = [self.eval(base, frame) for base in stmt.bases]
         for keyword in stmt.keywords:
             self.eval(keyword.value, frame)
-        info = ClassInfo(stmt, bases, {}, module=frame.module)
+        info = ClassInfo(stmt, bases, {}, module=frame.module, local_in=local_in(frame))
         # A class body runs at definition time, in a namespace of its own.
         body_frame = Frame(scope=info.namespace, guarded=frame.guarded, module=frame.module, via=frame.via,
                            function=frame.function, self_class=info, class_body=True,
@@ -361,3 +361,13 @@ _COMPARISONS: dict[type, Callable[[Any, Any], Any]] = {
     ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt, ast.LtE: operator.le,
     ast.Gt: operator.gt, ast.GtE: operator.ge, ast.Is: operator.is_, ast.IsNot: operator.is_not,
 }
+
+
+def local_in(frame: Frame) -> str:
+    """The qualified name of the function a def or class statement runs in ("" at module or class level
+    outside any function): what pickle's `<locals>` names."""
+    function = frame.function
+    if function is None or isinstance(function.node, ast.Lambda):
+        return ""
+    owner = function.owner
+    return f"{owner.node.name}.{function.name}" if owner is not None else function.name

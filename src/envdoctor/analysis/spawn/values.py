@@ -302,6 +302,8 @@ class ClassInfo(Value):
     bases: list[Value]
     namespace: dict[str, Value]
     module: Module | None = None
+    #: The function it is defined in (`load` for `load.<locals>.Frames`): pickle cannot find it by name.
+    local_in: str = ""
 
     def lookup(self, name: str) -> Value | None:
         if name in self.namespace:
@@ -338,6 +340,8 @@ class Function(Value):
     #: The scopes of the functions it is nested in, innermost first (its closure).
     closure: list[dict[str, Value]] = field(default_factory=list)
     module: Module | None = None
+    #: The function it is defined in (`make_loader` for `make_loader.<locals>.stack`).
+    local_in: str = ""
 
     @property
     def name(self) -> str:

@@ -485,8 +485,8 @@ def _unreadable_modules_and_cells(facts: Facts) -> Iterator[Hit]:
             )
 
 
-# complexity: 21 — each worker start of each notebook is reported once, worded by the start method and the kind of
-#   object (a lambda, a function, a class) the workers cannot unpickle.
+# complexity: 23 — each worker start of each notebook is reported once, worded by the start method and the kind of
+#   object (a lambda, a function or class local to a function, one of the notebook's own) the workers cannot unpickle.
 def find_notebook_main_objects(facts: Facts) -> Iterator[Hit]:
     """SPW005: a notebook defines what DataLoader workers must unpickle; spawn cannot find it there."""
     python, platform = _target(facts)
@@ -512,7 +512,14 @@ def find_notebook_main_objects(facts: Facts) -> Iterator[Hit]:
                               for o in objects)
             first = objects[0]
             lambdas = [o for o in objects if o["kind"] == "function" and o["name"] == "<lambda>"]
-            if lambdas:
+            local = next((o for o in objects if o.get("local_in")), None)
+            if local is not None and not lambdas:
+                # Pickled by a qualified name through a function's locals, which no module holds: the
+                # notebook itself fails to start the workers (Python 3.11's words under spawn).
+                failure = f"AttributeError: Can't pickle local object '{local.get('local_in')}.<locals>.{local['name']}'"
+                cause = ("what a function defines is pickled by a name no module holds, so starting spawn/forkserver "
+                         "workers fails in the notebook")
+            elif lambdas:
                 # Pickled by its name, which no module holds: the notebook itself fails to start the
                 # workers (what Python 3.11 prints under spawn, the address elided).
                 failure = ("_pickle.PicklingError: Can't pickle <function <lambda> at 0x…>: "
@@ -561,7 +568,9 @@ def _notebook_fix(objects: list[MainObject]) -> str:
         steps.append(f"Replace the lambda ({roles}) with a function defined in a module next to the notebook "
                      "(e.g. `data_utils.py`) and import it in the notebook.")
     if named:
-        steps.append(f"Move {', '.join(named)} into a module next to the notebook (e.g. `data_utils.py`) and "
+        outside = sorted({o["local_in"] for o in objects if o.get("local_in") and o["name"] != "<lambda>"})
+        where = f", at its top level (out of {', '.join(outside)})," if outside else ""
+        steps.append(f"Move {', '.join(named)} into a module next to the notebook (e.g. `data_utils.py`){where} and "
                      f"import it in the notebook: `from data_utils import {named[0]}`.")
     return " ".join(steps)
 

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import ast
 import json
+import os
+import stat
 from typing import TypedDict
 
 #: Project modules read for OpenCV at most per script, and the largest read.
@@ -111,6 +113,21 @@ def begin(tree: ast.AST, path: str, text: str | None = None) -> ScriptOpenCV:
     return found
 
 
+#: Project modules read that spell neither cv2 nor setNumThreads, by path: (device, inode, size, mtime) when
+#: read. Every script of a repository checked whole imports the same modules: one stat each instead of a read.
+_QUIET: dict[str, tuple[int, int, int, int]] = {}
+_MAX_QUIET = 20_000
+
+
+def _stamp(path: str) -> tuple[int, int, int, int] | None:
+    """What identifies the regular file's content as read (None: not a regular file, or no answer)."""
+    try:
+        st = os.stat(path)
+    except (OSError, ValueError):
+        return None
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns) if stat.S_ISREG(st.st_mode) else None
+
+
 def finish(found: ScriptOpenCV, path: str, modules: list[str]) -> ScriptOpenCV | None:
     """Add the project modules the script imports (read again, only those that mention cv2); None when
     nothing imports cv2 nor calls setNumThreads."""
@@ -119,8 +136,15 @@ def finish(found: ScriptOpenCV, path: str, modules: list[str]) -> ScriptOpenCV |
     for module in modules[:MAX_MODULES]:
         if module == path:
             continue
+        stamp = _stamp(module)
+        if stamp is not None and _QUIET.get(module) == stamp:
+            continue
         data, _ = read_bytes(module)
         if data is None or len(data) > MAX_MODULE_BYTES or b"cv2" not in data and b"setNumThreads" not in data:
+            if data is not None and stamp is not None:
+                if len(_QUIET) >= _MAX_QUIET:
+                    _QUIET.clear()
+                _QUIET[module] = stamp
             continue
         text = decode_source(data)[0]
         try:

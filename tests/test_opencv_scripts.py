@@ -138,3 +138,20 @@ def test_a_notebook_that_imports_opencv_fires_with_its_cell(tmp_path: Path) -> N
     assert hit.evidence["opencv_threads"] == threads
     assert hit.evidence["imports"] == [{"path": str(notebook), "line": 1, "cell": 1}]
     assert hit.evidence["num_workers"] == 3 and "cell 1" in hit.message
+
+
+def test_a_module_changed_between_two_checks_is_read_again(tmp_path: Path) -> None:
+    # The OpenCV pass remembers the project modules that spell no cv2 (one stat instead of a read per
+    # script that imports them): one that gains `import cv2` between two checks of one process is read again.
+    threads = _threads()
+    train = _project(tmp_path)
+    images = tmp_path / "images.py"
+    with_cv2 = images.read_text()
+    images.write_text(with_cv2.replace("import cv2\n", "").replace(
+        "cv2.resize(np.zeros((32, 32), np.uint8), (16, 16))", "np.zeros((16, 16), np.uint8)"))
+    hits, scripts = _check(train, workers=0)
+    assert hits == [] and "opencv" not in scripts["files"][0]
+    images.write_text(with_cv2)
+    (hit,) = _check(train)[0]
+    assert hit.evidence["imports"] == [{"path": str(images), "line": 2}]
+    assert hit.evidence["opencv_threads"] == threads

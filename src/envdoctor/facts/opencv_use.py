@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import ast
 import json
+import os
+import stat
 from typing import TypedDict
 
 #: Project modules read for OpenCV at most per script, and the largest read.
@@ -93,11 +95,37 @@ def _call(call: ast.Call, where: str, path: str, found: ScriptOpenCV) -> None:
                 found["worker_init_fns"].append(named)
 
 
-def begin(tree: ast.AST, path: str) -> ScriptOpenCV:
-    """OpenCV in the script's own tree (read before the spawn analysis releases it)."""
+#: Names `scan` looks for: source that spells none of them gives it nothing to find.
+_MARKERS = ("cv2", "setNumThreads", "worker_init_fn")
+
+
+def begin(tree: ast.AST, path: str, text: str | None = None) -> ScriptOpenCV:
+    """OpenCV in the script's own tree (read before the spawn analysis releases it).
+
+    With the source `text` the tree is walked only when the text spells one of the names looked for
+    (ASCII text: other text may spell an identifier in characters the parser normalises), which
+    most scripts do not: walking every node of every file cost more than a tenth of the check.
+    """
     found: ScriptOpenCV = {"imports": [], "set_num_threads_calls": [], "worker_init_fns": []}
+    if text is not None and text.isascii() and not any(marker in text for marker in _MARKERS):
+        return found
     scan(tree, path, found)
     return found
+
+
+#: Project modules read that spell neither cv2 nor setNumThreads, by path: (device, inode, size, mtime) when
+#: read. Every script of a repository checked whole imports the same modules: one stat each instead of a read.
+_QUIET: dict[str, tuple[int, int, int, int]] = {}
+_MAX_QUIET = 20_000
+
+
+def _stamp(path: str) -> tuple[int, int, int, int] | None:
+    """What identifies the regular file's content as read (None: not a regular file, or no answer)."""
+    try:
+        st = os.stat(path)
+    except (OSError, ValueError):
+        return None
+    return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns) if stat.S_ISREG(st.st_mode) else None
 
 
 def finish(found: ScriptOpenCV, path: str, modules: list[str]) -> ScriptOpenCV | None:
@@ -108,8 +136,15 @@ def finish(found: ScriptOpenCV, path: str, modules: list[str]) -> ScriptOpenCV |
     for module in modules[:MAX_MODULES]:
         if module == path:
             continue
+        stamp = _stamp(module)
+        if stamp is not None and _QUIET.get(module) == stamp:
+            continue
         data, _ = read_bytes(module)
         if data is None or len(data) > MAX_MODULE_BYTES or b"cv2" not in data and b"setNumThreads" not in data:
+            if data is not None and stamp is not None:
+                if len(_QUIET) >= _MAX_QUIET:
+                    _QUIET.clear()
+                _QUIET[module] = stamp
             continue
         text = decode_source(data)[0]
         try:

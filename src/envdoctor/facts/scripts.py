@@ -237,7 +237,7 @@ def analyse_script(path: str, project: bool = True, shared: SharedModules | None
     tree = _parse(text, path, info, shared)
     if tree is None:
         return info
-    opencv = begin(tree, path)
+    opencv = begin(tree, path, text)
     info.update(cast(ScriptFile, analyse_source(tree, text, path=path, project=project, shared=shared)))
     _add_opencv(info, finish(opencv, path, info.get("modules_followed", [])))
     return info
@@ -274,7 +274,7 @@ def analyse_notebook(path: str, project: bool = True, shared: SharedModules | No
     tree = _parse(notebook.text, path, info)
     if tree is None:
         return info
-    opencv = begin(tree, path)
+    opencv = begin(tree, path, notebook.text)
     found = analyse_source(tree, notebook.text, path=path, project=project, reruns=False, shared=shared)
     for key in ("worker_starts", "start_method_calls", "cuda_inits"):
         for event in found[key]:

@@ -46,6 +46,22 @@ def mentions_of(node: ast.AST, lines: list[str]) -> tuple[bool, frozenset[str]]:
     return known
 
 
+#: What may capture a function's scope in a closure: a nested function, lambda or class.
+_NESTED = re.compile(r"\b(?:def|lambda|class)\b")
+
+
+def private_body(node: ast.AST, lines: list[str]) -> bool:
+    """Whether nothing in the function's body after its `def` line (read as text: a mention in a string or
+    comment counts too) can define a function, lambda or class, whose closure would read its scope."""
+    known: bool | None = getattr(node, "_envdoctor_private", None)
+    if known is None:
+        end = getattr(node, "end_lineno", None)
+        known = (isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and end is not None and bool(lines)
+                 and _NESTED.search("\n".join(lines[node.lineno:end])) is None)
+        setattr(node, "_envdoctor_private", known)  # noqa: B010 - a mark of our own on the node
+    return known
+
+
 class BodyRunner(StartTracker):
     """Calls into functions: a generator or coroutine is deferred until consumed, the rest run now."""
 
@@ -91,7 +107,8 @@ class BodyRunner(StartTracker):
         via = frame.via + (call_site,)
         inner = Frame(scope=scope, guarded=frame.guarded, module=func.module or frame.module, via=via,
                       function=func, self_class=func.owner, self_value=self_value, enclosing=func.closure,
-                      forced_method=frame.forced_method, forced_by=frame.forced_by)
+                      forced_method=frame.forced_method, forced_by=frame.forced_by,
+                      private=private_body(node, func.module.lines if func.module is not None else []))
         first = len(self.events)
         self.stack.append(node)
         try:

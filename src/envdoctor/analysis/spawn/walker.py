@@ -63,6 +63,9 @@ class Frame:
     #: The start method a launcher forces on what it runs (accelerate's notebook_launcher: fork).
     forced_method: str | None = None
     forced_by: str | None = None
+    #: A function's own scope that nothing else can read: its body defines no function, lambda or class
+    #: (see BodyRunner.private_body), so no closure ever captures it.
+    private: bool = False
 
     def closure(self) -> list[dict[str, Value]]:
         """The scopes a function defined here can see (not the module's, not a class body's)."""
@@ -260,8 +263,12 @@ class Walker:
         return Unknown(name)
 
     def bind(self, target: ast.AST, value: Value, frame: Frame, line: int | None = None) -> None:
-        if frame.scope is frame.module.scope or not is_plain(value):
-            self.state_version += 1  # what a function sees may have changed: forget its memo
+        if frame.scope is frame.module.scope or not is_plain(value) and not (
+                frame.private and _local_target(target, frame)):
+            # What a function sees may have changed: forget its memo. A name of a function's private
+            # scope is read by that function's own walk only, never by another's: binding it changes
+            # no memo.
+            self.state_version += 1
         binder = _BINDERS.get(type(target))
         if binder is not None:
             binder(self, target, value, frame, line)
@@ -318,6 +325,15 @@ class Walker:
 
     def bind_starred(self, target: ast.Starred, value: Value, frame: Frame, line: int | None) -> None:
         self.bind(target.value, Unknown(node=target), frame, line)
+
+
+def _local_target(target: ast.AST, frame: Frame) -> bool:
+    """Whether binding `target` writes only names of the frame's own scope (no attribute, item or global)."""
+    if isinstance(target, ast.Name):
+        return target.id not in frame.declared_global
+    if isinstance(target, (ast.Tuple, ast.List)):
+        return all(_local_target(element, frame) for element in target.elts)
+    return False
 
 
 #: How each kind of assignment target binds a value.

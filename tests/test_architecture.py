@@ -20,7 +20,9 @@ from pathlib import Path
 
 import pytest
 
-SRC = Path(__file__).resolve().parent.parent / "src"
+from sourcetree import SRC
+from sourcetree import parsed as _parsed_once
+
 PACKAGE = SRC / "envdoctor"
 INSIDE = PACKAGE / "inside"
 
@@ -102,10 +104,14 @@ def _resolve(base: str, level: int, path: Path) -> str:
     return ".".join(package + ([base] if base else []))
 
 
-@cache
 def parsed(path: Path) -> ast.Module:
-    """Each file parsed once for all the rules."""
-    return ast.parse(path.read_text(encoding="utf-8"), str(path))
+    """Each file parsed once for all the rules (and for the other source checks in this process: tests/sourcetree.py)."""
+    return _parsed_once(path)
+
+
+#: The nodes that can hold an import statement: statements, and the `except` and `case` clauses that hold them.
+#: An import is a statement, so the expressions (most of a module's nodes) are never walked.
+_HOLDS_STATEMENTS = (ast.stmt, ast.excepthandler, ast.match_case)
 
 
 @cache
@@ -115,6 +121,8 @@ def imports_of(path: Path) -> tuple[Import, ...]:
 
     def visit(node: ast.AST, in_function: bool, type_only: bool) -> None:
         for child in ast.iter_child_nodes(node):
+            if not isinstance(child, _HOLDS_STATEMENTS):
+                continue
             if isinstance(child, ast.If) and _is_type_checking(child.test):
                 for stmt in child.body:
                     visit_one(stmt, in_function, True)

@@ -16,13 +16,11 @@ from __future__ import annotations
 
 import ast
 import functools
-import io
 import re
-import tokenize
 from collections.abc import Iterator
 from pathlib import Path
 
-SRC = Path(__file__).resolve().parent.parent / "src"
+from sourcetree import SRC, parsed, python_files, text, tokens
 
 #: No function may be more complex than this.
 MAX_COMPLEXITY = 30
@@ -50,8 +48,8 @@ NOT_YET_EXPLAINED = BEING_REFACTORED | {
 }
 
 
-def _modules() -> list[Path]:
-    return sorted(SRC.rglob("*.py"))
+def _modules() -> tuple[Path, ...]:
+    return python_files()
 
 
 def _name(path: Path) -> str:
@@ -86,9 +84,16 @@ def _decisions(node: ast.AST) -> int:
     return count
 
 
+#: The nodes that can hold a `def`: statements, and the `except` and `case` clauses that hold them. A `def` is a
+#: statement (a lambda is no FunctionDef), so the expressions (most of a module's nodes) are never walked for one.
+_HOLDS_STATEMENTS = (ast.stmt, ast.excepthandler, ast.match_case)
+
+
 def _functions(tree: ast.AST, prefix: str = "") -> Iterator[tuple[str, ast.FunctionDef | ast.AsyncFunctionDef]]:
     """(qualified name, node) of every function and method, nested ones included."""
     for node in ast.iter_child_nodes(tree):
+        if not isinstance(node, _HOLDS_STATEMENTS):
+            continue
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             yield prefix + node.name, node
             yield from _functions(node, prefix + node.name + ".")
@@ -108,15 +113,14 @@ def complexities() -> dict[str, tuple[int, Path, ast.FunctionDef | ast.AsyncFunc
     """"path::qualified name" -> (complexity, file, node) of every function under src/."""
     found = {}
     for path in _modules():
-        tree = ast.parse(path.read_text(encoding="utf-8"))
-        for name, node in _functions(tree):
+        for name, node in _functions(parsed(path)):
             found[f"{_name(path)}::{name}"] = (complexity(node), path, node)
     return found
 
 
 def _explained(path: Path, node: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
     """Whether a `# complexity: …` comment sits in the function or on the lines above its def."""
-    lines = path.read_text(encoding="utf-8").splitlines()
+    lines = text(path).splitlines()
     first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
     start = first - 1
     while start > 0 and lines[start - 1].lstrip().startswith("#"):
@@ -210,12 +214,9 @@ _SUPPRESSION = re.compile(r"#\s*(?:type:\s*ignore(?:\[[^\]]*\])?|noqa(?::\s*[A-Z
 _REASON = re.compile(r"^\s*(?:#|—|-|:)\s*\w+\W+\w+")
 
 
-def _comments(path: Path) -> Iterator[tuple[int, str]]:
+def _comments(path: Path) -> tuple[tuple[int, str], ...]:
     """(line, text) of every comment in the file (not the `# noqa` a docstring or a string mentions)."""
-    with path.open(encoding="utf-8") as handle:
-        for token in tokenize.generate_tokens(handle.readline):
-            if token.type == tokenize.COMMENT:
-                yield token.start[0], token.string
+    return tokens(path).comments
 
 
 def suppressions_without_reason(path: Path) -> list[tuple[int, str]]:
@@ -231,10 +232,9 @@ def any_per_100_lines() -> tuple[float, int, int]:
     """(`Any` per 100 lines, how many `Any`, how many lines) over src/, counting the name, not the word in text."""
     count = lines = 0
     for path in _modules():
-        text = path.read_text(encoding="utf-8")
-        lines += len(text.splitlines())
-        count += sum(1 for token in tokenize.generate_tokens(io.StringIO(text).readline)
-                     if token.type == tokenize.NAME and token.string == "Any")
+        found = tokens(path)
+        lines += found.lines
+        count += found.any_names
     return 100 * count / lines, count, lines
 
 

@@ -287,11 +287,12 @@ def test_only_the_command_line_imports_the_cli_module() -> None:
     import ast
 
     import envdoctor
+    from sourcetree import parsed  # each file parsed once for the source checks (tests/sourcetree.py)
 
     src = Path(envdoctor.__file__).parent
     importers = set()
     for path in src.rglob("*.py"):
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        for node in ast.walk(parsed(path)):
             if isinstance(node, ast.Import):
                 names = [a.name for a in node.names]
             elif isinstance(node, ast.ImportFrom):  # `from envdoctor.cli import x` and `from envdoctor import cli`

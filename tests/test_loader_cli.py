@@ -161,7 +161,9 @@ def test_empty_data_folder_is_a_clear_skip(tmp_path: Path) -> None:
 
 
 def test_malformed_dataset_spec_is_a_finding_not_a_traceback() -> None:
-    report, _, proc = loader_report("--dataset", "no_colon_here", "--budget", "5")
+    # Only the rule under test: the spec is refused before any stage starts whatever is selected, and the
+    # torch probe an unselected run also starts (`import torch` in a child, 2-3 s of CPU) is no part of it.
+    report, _, proc = loader_report("--dataset", "no_colon_here", "--budget", "5", "--select", "DL006")
     (hit,) = findings(report, "DL006")
     assert hit["evidence"]["kind"] == "factory"
     assert "MODULE:CALLABLE" in hit["message"]

@@ -90,13 +90,18 @@ def test_stock_debian_python_is_read_not_misjudged(tmp_path: Path) -> None:
             assert finding["fix_steps"] == [] and "externally managed (PEP 668" in finding["fix"]
 
 
-@pytest.fixture
-def system_root(tmp_path: Path) -> SystemRoot:
-    root = SystemRoot(tmp_path / "root")
+def _apt_root(where: Path) -> SystemRoot:
+    """A system root with apt's PyYAML 6.0 and python3-cryptography (a .dist-info and an .egg-info)."""
+    root = SystemRoot(where)
     root.apt_install("python3-yaml", "PyYAML", "6.0", {"yaml/__init__.py": b'__version__ = "6.0"\n'})
     root.apt_install("python3-cryptography", "cryptography", "38.0.4",
                      {"cryptography/__init__.py": b'__version__ = "38.0.4"\n'}, egg_info=True)
     return root
+
+
+@pytest.fixture
+def system_root(tmp_path: Path) -> SystemRoot:
+    return _apt_root(tmp_path / "root")
 
 
 def _layer_pip_yaml(root: SystemRoot, wheels: Path, *extra: str) -> None:
@@ -108,11 +113,28 @@ def _layer_pip_yaml(root: SystemRoot, wheels: Path, *extra: str) -> None:
              "PyYAML==6.0.2", *extra)
 
 
+@pytest.fixture(scope="module")
+def layered_template(tmp_path_factory: pytest.TempPathFactory) -> tuple[SystemRoot, Path]:
+    """The system root with pip's PyYAML over apt's, and its wheels folder, built once for the tests that start
+    from it (each changes a copy: `layered_root`); building it is a real pip install, most of such a test's CPU."""
+    folder = tmp_path_factory.mktemp("layered")
+    root = _apt_root(folder / "root")
+    wheels = folder / "wheels"
+    _layer_pip_yaml(root, wheels)
+    return root, wheels
+
+
+@pytest.fixture
+def layered_root(layered_template: tuple[SystemRoot, Path], tmp_path: Path) -> tuple[SystemRoot, Path]:
+    """A copy of the layered system root of this test's own, and the (shared, only read) wheels folder."""
+    template, wheels = layered_template
+    return template.copy_to(tmp_path / "root"), wheels
+
+
 @needs_debian
-def test_pip_copy_over_dpkg_copy_names_both_owners_and_the_imported_one(system_root: SystemRoot,
+def test_pip_copy_over_dpkg_copy_names_both_owners_and_the_imported_one(layered_root: tuple[SystemRoot, Path],
                                                                        tmp_path: Path) -> None:
-    wheels = tmp_path / "wheels"
-    _layer_pip_yaml(system_root, wheels)
+    system_root, wheels = layered_root
     report = check(system_root.usr, tmp_path)
     [finding] = findings(report, "PKG002")  # cryptography's dist-info + egg-info pair from one .deb is not one
     local, dist = system_root.local_dist_packages, system_root.dist_packages
@@ -194,9 +216,9 @@ def test_one_package_pair_is_quiet_and_the_dpkg_root_follows_the_prefix(system_r
 
 
 @needs_debian
-def test_envdoctor_fix_runs_the_pkg002_steps_and_keeps_dpkg_files(system_root: SystemRoot, tmp_path: Path) -> None:
-    wheels = tmp_path / "wheels"
-    _layer_pip_yaml(system_root, wheels)
+def test_envdoctor_fix_runs_the_pkg002_steps_and_keeps_dpkg_files(layered_root: tuple[SystemRoot, Path],
+                                                                  tmp_path: Path) -> None:
+    system_root, wheels = layered_root
     owned = dpkg_owned(system_root.dpkg / "info", str(system_root.root))
     env = offline_env(wheels, XDG_CACHE_HOME=str(tmp_path / "cache"), PYTHONUSERBASE=str(tmp_path / "no-user-base"),
                       PATH=os.environ.get("PATH", ""))

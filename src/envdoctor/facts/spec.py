@@ -10,10 +10,7 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import TYPE_CHECKING, TypedDict
-
-if TYPE_CHECKING:  # pragma: no cover
-    from envdoctor.facts import Facts
+from typing import Any, TypedDict
 
 
 class CondaWanted(TypedDict):
@@ -297,7 +294,7 @@ def is_environment_file(path: Path, text: str) -> bool:
     return bool(re.search(r"^dependencies\s*:", text, re.MULTILINE))
 
 
-def gather_spec(facts: Facts) -> SpecFacts | None:
+def gather_spec(facts: Any) -> SpecFacts | None:
     """The "spec" section, or None when no --against file was given."""
     against = facts.config.against
     if not against:

@@ -33,7 +33,7 @@ from __future__ import annotations
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, TypedDict
+from typing import Any, TypedDict
 
 from envdoctor.facts.applicability import Applicability
 from envdoctor.facts.storage.devices import (
@@ -61,9 +61,6 @@ from envdoctor.facts.storage.mounts import (
 )
 from envdoctor.facts.storage.read_speed import READ_MAX_BYTES, READ_MAX_SECONDS, ReadPass, ReadProbe, read_probe
 from envdoctor.facts.storage.sampling import SAMPLE_MAX_FILES, SAMPLE_MAX_SECONDS, FileSample, sample_files
-
-if TYPE_CHECKING:  # pragma: no cover
-    from envdoctor.facts import Facts
 
 __all__ = [
     "LOCAL_FUSE", "NETWORK_FSTYPES", "NETWORK_FUSE", "RAM_FSTYPES", "READ_MAX_BYTES", "READ_MAX_SECONDS",
@@ -112,7 +109,7 @@ def _gather_mounts(section: StorageFacts, real: str, mountinfo: Path, sys_root: 
     section["fast_local_mounts"] = fast_local_mounts(mounts, sys_root)
 
 
-def gather_storage(facts: Facts, mountinfo: Path = Path("/proc/self/mountinfo"),
+def gather_storage(facts: Any, mountinfo: Path = Path("/proc/self/mountinfo"),
                    sys_root: Path = Path("/sys")) -> StorageFacts:
     """The storage section: the data path's mount, device, file sample and read speed."""
     config = facts.config

@@ -34,7 +34,15 @@ ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "fixtures"
 EXHAUSTIVE = [0, 1, 2, 4]
 REACH = 0.9
-CASES = ["loaderfixtures.busy:cpu_heavy", "loaderfixtures.busy:image_folder"]
+# The four shapes of issue 32, and the two loaders of issue 23: CPU-bound (pure Python; decode and augment),
+# slow worker start-up, I/O-bound (a wait per sample) and IPC-bound (samples that cost nothing to make).
+CASES = {
+    "cpu-bound": "loaderfixtures.busy:cpu_heavy",
+    "cpu-bound, image decode": "loaderfixtures.busy:image_folder",
+    "slow start": "loaderfixtures.suite:slow_worker_start",
+    "I/O-bound": "loaderfixtures.suite:remote_read",
+    "IPC-bound": "loaderfixtures.suite:tiny_samples",
+}
 
 
 def paired_ratio(source: dict, pick: int, best: int) -> float | None:
@@ -100,6 +108,7 @@ def main() -> int:
     parser.add_argument("--budget", type=float, default=20.0, help="the smoke test's budget (default 20)")
     parser.add_argument("--point", type=float, default=1.0, help="seconds each re-measured point is timed")
     parser.add_argument("--rounds", type=int, default=1, help="times to run each case")
+    parser.add_argument("--case", action="append", choices=sorted(CASES), help="run only these (repeatable)")
     options = parser.parse_args()
     sys.path.insert(0, str(FIXTURES))
     busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
@@ -108,8 +117,9 @@ def main() -> int:
         print(f"conditions: one core busy beside it, {os.cpu_count()} CPUs, load {os.getloadavg()[0]:.1f}, "
               f"budget {options.budget:g} s, points of {options.point:g} s")
         for _ in range(options.rounds):
-            for spec in CASES:
-                results.append(one_case(spec, options))
+            for name in options.case or CASES:
+                print(f"-- {name}")
+                results.append(one_case(CASES[name], options))
     finally:
         busy.kill()
         busy.wait()

@@ -341,9 +341,9 @@ def test_the_inside_runs_on_the_standard_library(path: Path) -> None:
     assert bad == []
 
 
-def test_host_code_shares_only_the_knee_the_protocol_and_the_loader_settings_with_the_inside() -> None:
+def test_host_code_shares_only_the_knee_the_protocol_the_growth_and_the_loader_settings_with_the_inside() -> None:
     """Rule 6: envdoctor's own modules import from inside/ only its shared, stdlib-only modules."""
-    shared = {"envdoctor.inside.loader_knee", "envdoctor.inside.loader_protocol",
+    shared = {"envdoctor.inside.loader_knee", "envdoctor.inside.loader_protocol", "envdoctor.inside.loader_growth",
               "envdoctor.inside.loop_bootstrap.envdoctor_loader_settings"}
     bad = [f"{imp.where()} imports {target_of(imp)}" for name, path in modules().items()
            if not _under(name, ("envdoctor.inside",)) for imp in imports_of(path)

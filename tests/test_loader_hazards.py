@@ -28,7 +28,7 @@ from envdoctor.config import Config
 from envdoctor.engine import run_check
 from envdoctor.facts import Facts
 from envdoctor.inside import loader_hazards
-from envdoctor.rules.loader.memory import MIN_GROWTH_BYTES, MIN_OBSERVED_BYTES, PYTHON_SHARE
+from envdoctor.judge.memory import MIN_GROWTH_BYTES, MIN_OBSERVED_BYTES, PYTHON_SHARE
 from loadersupport import assert_nothing_left, dump, loader_report, shm_torch_segments
 from support import findings
 

@@ -62,8 +62,9 @@ def cells_as_main(path: Path) -> tuple[str, list[tuple[int, int]]]:
             source[0] = ""
         for i, line in enumerate(source, start=1):
             text = line.strip()
-            if text.startswith(("%", "!")) or re.match(r"^\w+\s*=\s*!", text) or text.endswith("?"):
-                line = ""
+            # `%(a, b))` continuing a `print('%d %d'` of the line above is Python: a magic's name is a word.
+            if re.match(r"^(%{1,2}[A-Za-z]|!)", text) or re.match(r"^\w+\s*=\s*!", text) or text.endswith("?"):
+                line = line[:len(line) - len(line.lstrip())] + "pass" if line[:1].isspace() else ""
             lines.append(line)
             origin.append((number, i))
     return "\n".join(lines) + "\n", origin
@@ -184,3 +185,18 @@ def test_a_comment_ending_in_a_question_mark_is_python_and_help_is_not():
     cell = ["loader = DataLoader(data,", "    batch_size=1,  # how many samples per batch?", "    num_workers=1)",
             "DataLoader?", "np.mean??"]
     assert python_of_cell(cell) == [*cell[:3], "", ""]
+
+
+def test_a_percent_line_inside_open_brackets_a_string_or_after_a_backslash_is_python():
+    from envdoctor.analysis.spawn.notebook import python_of_cell
+
+    cell = ["print('epoch %d of %d'", "      %(epoch, n))", "%matplotlib inline", "text = '''", "%not a magic",
+            "'''", "total = 1 + \\", "    2", "# a comment's ( is no bracket", "!echo done"]
+    assert python_of_cell(cell) == [*cell[:2], "", *cell[3:9], ""]
+
+
+def test_an_indented_magic_is_a_statement_of_its_block():
+    from envdoctor.analysis.spawn.notebook import python_of_cell
+
+    cell = ["if in_notebook:", "    %load_ext autoreload", "    %autoreload 2", "loader = make_loader()"]
+    assert python_of_cell(cell) == ["if in_notebook:", "    pass", "    pass", "loader = make_loader()"]

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from typing import Literal, TypedDict, final
 
+from envdoctor.inside.loader_growth import WorkerGrowth
+
 
 class _RunBase(TypedDict):
     num_workers: int
@@ -217,19 +219,6 @@ class HazardsFacts(TypedDict, total=False):
     start_method: str | None
 
 
-class WorkerMemory(TypedDict, total=False):
-    """One worker's private memory (USS) read against the samples it delivered."""
-
-    samples: int
-    uss_start_bytes: int
-    uss_end_bytes: int
-    readings: int
-    fitted_readings: int
-    #: Least-squares slope after the warm-up, and its standard error; None with too few readings.
-    bytes_per_sample: float | None
-    stderr_bytes_per_sample: float | None
-
-
 class MemoryGrowthFacts(TypedDict, total=False):
     """DL010: workers' private memory against the samples each produced (inside/loader_memory.py)."""
 
@@ -240,7 +229,7 @@ class MemoryGrowthFacts(TypedDict, total=False):
     #: The sampler draws indices at random (shuffle=True or a RandomSampler).
     shuffled: bool
     start_method: str | None
-    workers: list[WorkerMemory]
+    workers: list[WorkerGrowth]
     #: Where USS came from: /proc/PID/smaps_rollup, or /proc/PID/smaps on kernels before 4.14.
     source: str
 

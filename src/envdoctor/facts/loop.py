@@ -12,10 +12,13 @@ A check (`envdoctor check`) never measures a loop: there the section is None.
 """
 from __future__ import annotations
 
+import bisect
 import os
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal, TypedDict, final
 
+from envdoctor.facts.loader import HazardsFacts, MemoryGrowthFacts
+from envdoctor.inside.loader_growth import uss_source, worker_growth
 from envdoctor.redact import redact_command, redact_environ
 
 
@@ -56,6 +59,13 @@ class LoopLoader(TypedDict):
     #: torch's intra-op threads in the process, and OMP_NUM_THREADS as it saw it.
     intra_op_threads: int | None
     omp_num_threads: str | None
+    #: DL010: the workers' private memory read from outside against the samples the loader yielded (the
+    #: same measurement as the smoke test's), or None for a loader without workers.
+    memory: MemoryGrowthFacts | None
+    #: The dataset's length, and the large Python containers it holds (the smoke test's walk, run in the
+    #: user's process when the loader first yields), for the projection; None when not known.
+    dataset_length: int | None
+    hazards: HazardsFacts | None
 
 
 class LoopCpu(TypedDict):
@@ -157,7 +167,76 @@ def _loader_row(event: Mapping[str, Any]) -> LoopLoader:
         "window_end": event.get("time") if event.get("event") == "window" else None,
         "intra_op_threads": event.get("intra_op_threads"),
         "omp_num_threads": event.get("omp_num_threads"),
+        "memory": None,
+        "dataset_length": None,
+        "hazards": None,
     }
+
+
+#: Readings of a worker needed for a slope (the fit leaves the first share out as warm-up).
+MIN_READINGS = 6
+
+
+def _yielded_at(series: Sequence[tuple[float, int]], when: float) -> float | None:
+    """The loader's samples yielded by `when`, between its progress readings; None before the first."""
+    times = [t for t, _ in series]
+    at = bisect.bisect_right(times, when)
+    if at == 0:
+        return None
+    if at == len(series):
+        return float(series[-1][1])
+    (t0, y0), (t1, y1) = series[at - 1], series[at]
+    return y0 + (y1 - y0) * (when - t0) / (t1 - t0) if t1 > t0 else float(y0)
+
+
+def _worker_points(readings: Sequence[tuple[float, int]], progress: Sequence[tuple[float, int]], base: int,
+                   workers: int) -> list[tuple[int, int]]:
+    """(samples this worker delivered, USS) at each reading: the loader's samples since the worker started,
+    shared evenly (a map-style loader hands its workers batches in turn)."""
+    points = []
+    for when, uss in readings:
+        yielded = _yielded_at(progress, when)
+        if yielded is not None and yielded >= base:
+            points.append((int((yielded - base) / workers), uss))
+    return points
+
+
+def _int_pids(event: Mapping[str, Any]) -> list[int]:
+    return [p for p in event.get("pids") or [] if isinstance(p, int)]
+
+
+def _walked(event: Mapping[str, Any]) -> HazardsFacts | None:
+    """The observer's walk of the dataset (its large Python containers), or None where it failed."""
+    hazards = event.get("hazards")
+    if not isinstance(hazards, dict) or "error" in hazards:
+        return None
+    return {"containers": list(hazards.get("containers") or []), "python_bytes": int(hazards.get("python_bytes") or 0),
+            "objects_visited": int(hazards.get("objects_visited") or 0), "cut": bool(hazards.get("cut"))}
+
+
+def worker_memory(run: Any, pid: int, loader: Any, row: LoopLoader, epochs: int) -> None:
+    """DL010 for one observed loader: each named worker's USS against the samples it delivered."""
+    named = [e for e in run.events if e.get("event") == "workers" and e.get("pid") == pid
+             and e.get("loader") == loader]
+    progress = getattr(run, "progress", {}).get((pid, loader)) or []
+    if not named or not progress:
+        return
+    rows, seconds = [], 0.0
+    for event in named:
+        pids = _int_pids(event)
+        for worker in pids:
+            readings = getattr(run, "worker_uss", {}).get(worker) or []
+            points = _worker_points(readings, progress, int(event.get("samples") or 0), len(pids))
+            if len(points) >= MIN_READINGS:
+                rows.append(worker_growth(points))
+                seconds = max(seconds, readings[-1][0] - readings[0][0])
+    last = named[-1]
+    row["dataset_length"] = last.get("length") if isinstance(last.get("length"), int) else None
+    row["hazards"] = _walked(last)
+    if rows:
+        row["memory"] = {"num_workers": len(_int_pids(last)), "seconds": round(seconds, 3), "epoch_done": epochs > 0,
+                         "shuffled": bool(last.get("shuffled")), "start_method": row["settings"].get("start_method"),
+                         "workers": rows, "source": uss_source()}
 
 
 def tree_cpu(samples: Sequence[tuple[float, Mapping[Any, float]]], start: float, end: float,
@@ -240,7 +319,11 @@ def _outcome(run: Any, loaders: Sequence[LoopLoader], windows: Sequence[LoopLoad
 
 def loop_facts(run: Any, plan: Mapping[str, Any], environ: Mapping[str, str] | None = None) -> LoopFacts:
     """File one observed run (`CommandRun`) into the section."""
-    loaders = [_loader_row(event) for event in _last_window_per_loader(run.events)]
+    loaders = []
+    for event in _last_window_per_loader(run.events):
+        row = _loader_row(event)
+        worker_memory(run, row["pid"], event.get("loader"), row, int(event.get("epochs") or 0))
+        loaders.append(row)
     loaders.sort(key=lambda row: (row["rank"] if row["rank"] is not None else -1, row["pid"], -row["steps"]))
     windows = [row for row in loaders if row["complete"]]
     outcome = _outcome(run, loaders, windows)

@@ -11,8 +11,9 @@ there). tests/test_architecture.py checks both.
 - torch_probe.py: imports numpy and torch and reports the build, CUDA, threads.
 - loader_runner.py: the smoke test's measuring process; its parts are loader_*.py
   (loader_sweep.py is the num_workers sweep, loader_paired.py the paired windows).
-- loader_protocol.py and loader_knee.py are the two modules envdoctor imports from here
-  too (as `envdoctor.inside.loader_protocol`, `envdoctor.inside.loader_knee`): the
-  events the runner writes and the supervisor reads, and the knee rule the runner uses
-  to choose what it re-measures, which is the rule the report recommends with.
+- loader_protocol.py, loader_knee.py and loader_growth.py are the modules envdoctor imports
+  from here too (as `envdoctor.inside.loader_protocol`, …): the events the runner writes
+  and the supervisor reads, the knee rule the runner uses to choose what it re-measures
+  (the rule the report recommends with), and the reading of a worker's private memory
+  and its growth a sample, which the smoke test and `envdoctor run` share (DL010).
 """

@@ -15,12 +15,12 @@ sample; the rule layer projects it to an epoch.
 """
 from __future__ import annotations
 
-import math
 import os
 import threading
 import time
 from typing import Any
 
+from loader_growth import read_uss, uss_source, worker_growth
 from loader_hazards import opencv_threads
 from loader_session import Session
 from loader_timing import shutdown, worker_pids
@@ -28,29 +28,9 @@ from loader_timing import shutdown, worker_pids
 #: Seconds the measurement runs at most once the first batch came; seconds between readings.
 WINDOW_S = 1.0
 READ_EVERY_S = 0.05
-#: Share of each worker's readings (the first ones) left out as warm-up.
-WARMUP_SHARE = 0.3
 #: Workers measured when the user's own setting has none, and at most.
 DEFAULT_WORKERS = 2
 MAX_WORKERS = 4
-
-
-def read_uss(pid: int) -> int | None:
-    """Private memory of a process in bytes (pages only it maps), or None where it cannot be read.
-
-    /proc/PID/smaps_rollup (Linux 4.14 on), else the same fields summed over /proc/PID/smaps.
-    """
-    for name in ("smaps_rollup", "smaps"):
-        try:
-            with open(f"/proc/{pid}/{name}", encoding="ascii", errors="replace") as fh:
-                total = 0
-                for line in fh:
-                    if line.startswith(("Private_Clean:", "Private_Dirty:")):
-                        total += int(line.split()[1]) * 1024
-                return total
-        except (OSError, ValueError, IndexError):
-            continue
-    return None
 
 
 class Tally:
@@ -90,22 +70,6 @@ class _Reader:
     def finish(self) -> None:
         self.stop.set()
         self.thread.join(timeout=1.0)
-
-
-def fit(points: list[tuple[int, int]]) -> tuple[float, float] | None:
-    """Least-squares slope of memory on samples, and its standard error; None with too few points."""
-    n = len(points)
-    if n < 3:
-        return None
-    mx = sum(x for x, _ in points) / n
-    my = sum(y for _, y in points) / n
-    sxx = sum((x - mx) ** 2 for x, _ in points)
-    if sxx <= 0:
-        return None
-    slope = sum((x - mx) * (y - my) for x, y in points) / sxx
-    residual = sum((y - my - slope * (x - mx)) ** 2 for x, y in points)
-    stderr = math.sqrt(residual / (n - 2) / sxx)
-    return slope, stderr
 
 
 def _workers(s: Session) -> int:
@@ -203,17 +167,8 @@ def growth(s: Session) -> None:
 
 def summarise(readings: dict[int, list[tuple[int, int]]], nw: int, seconds: float, epoch_done: bool,
               s: Session) -> dict[str, Any]:
-    workers = []
-    for points in readings.values():
-        kept = points[int(len(points) * WARMUP_SHARE):]
-        fitted = fit(kept)
-        workers.append({
-            "samples": points[-1][0], "uss_start_bytes": points[0][1], "uss_end_bytes": points[-1][1],
-            "readings": len(points), "fitted_readings": len(kept),
-            "bytes_per_sample": round(fitted[0], 2) if fitted else None,
-            "stderr_bytes_per_sample": round(fitted[1], 2) if fitted else None})
+    workers = [worker_growth(points) for points in readings.values() if points]
     sampler = s.kwargs.get("sampler")
     shuffled = bool(s.kwargs.get("shuffle")) or type(sampler).__name__ == "RandomSampler"
     return {"num_workers": nw, "seconds": round(seconds, 3), "epoch_done": epoch_done, "shuffled": shuffled,
-            "start_method": s.start_method, "workers": workers, "source": "smaps_rollup"
-            if os.path.exists(f"/proc/{os.getpid()}/smaps_rollup") else "smaps"}
+            "start_method": s.start_method, "workers": workers, "source": uss_source()}

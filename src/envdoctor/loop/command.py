@@ -117,12 +117,18 @@ def handle(args: argparse.Namespace, check_writable: Callable[[str | None], None
     if not argv:
         raise UsageError("nothing to run: give the training command after `--` (envdoctor run -- python train.py)")
     config = Config(format=args.format or "text", output=args.output, fail_on=args.fail_on or "error",
-                    verbose=bool(args.verbose), select=("DL009",), no_loader=True)
+                    verbose=bool(args.verbose), select=RULES, no_loader=True)
     check_writable(config.output)
     plan = window_plan(args.steps, args.seconds, args.warmup)
     if args.tune:
         plan["tune"] = True
     return run_and_report(argv, plan, config, emit, stop=args.stop, prove=args.prove)
+
+
+#: What `run` says of the loop: the wait (DL009, from the window) and the workers' memory (DL010, from the
+#: whole run: said again at the end when the window's report already went out to the terminal).
+RULES = ("DL009", "DL010")
+LATE_RULES = ("DL010",)
 
 
 def run_and_report(argv: Sequence[str], plan: dict[str, Any], config: Any, emit: Callable[..., None], *,
@@ -157,6 +163,13 @@ def run_and_report(argv: Sequence[str], plan: dict[str, Any], config: Any, emit:
     # A file written when the window closed is written again, whole, with how the command ended.
     if (not written or config.output) and (judged or config.output):
         _emit(report, config, emit)
+    elif written:  # the window's report went out to the terminal while the command ran: what only the whole
+        late = build_report(section, config.with_overrides(select=LATE_RULES))  # run shows, said now
+        if late.findings:
+            from envdoctor.report.text import make_console, write_findings
+
+            write_findings(late, make_console(file=sys.stderr), "envdoctor run — over the whole run",
+                           verbose=config.verbose)
     if section["outcome"] == "measured" and (stop or prove) and run.stopped:
         return int(report.exit_code(config.fail_on))
     return exit_status(run.returncode)

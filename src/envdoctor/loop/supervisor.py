@@ -11,7 +11,9 @@ folder is a private temporary folder, removed with the run; nothing is
 written into the environment or the project.
 
 While it runs, a sampling thread reads the CPU time of the whole process
-tree (psutil) and, where NVML answers, each GPU's utilisation and memory;
+tree (psutil), the private memory (USS) of every DataLoader worker the
+observer named (DL010, against the observer's `progress` counts of samples
+yielded) and, where NVML answers, each GPU's utilisation and memory;
 the observer's window events say when each process's window started and
 ended, so the samples inside it are the window's. Signals that are not the
 terminal's (SIGTERM from CI, SIGHUP, SIGUSR1/2, a SIGINT sent by `kill`) are
@@ -50,6 +52,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from envdoctor.inside.loader_growth import read_uss
 from envdoctor.process import end_processes
 
 BOOTSTRAP_DIR = Path(__file__).resolve().parent.parent / "inside" / "loop_bootstrap"
@@ -68,6 +71,28 @@ FORWARDED = tuple(getattr(signal, name) for name in ("SIGTERM", "SIGHUP", "SIGUS
                   if hasattr(signal, name))
 
 
+#: Readings kept per series (a worker's memory, a loader's progress) however long the run: evenly thinned.
+SERIES_LIMIT = 2048
+
+
+class Series(list[tuple[float, int]]):
+    """(time, value) readings over a run of any length: when LIMIT are held every other one is dropped and
+    later ones are taken at the doubled stride, so what is kept stays evenly spread over the whole run."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stride = 1
+        self.offered = 0
+
+    def add(self, when: float, value: int) -> None:
+        if self.offered % self.stride == 0:
+            self.append((when, value))
+            if len(self) >= SERIES_LIMIT:
+                del self[1::2]
+                self.stride *= 2
+        self.offered += 1
+
+
 @dataclass
 class CommandRun:
     """What one observed run of the command produced."""
@@ -81,6 +106,10 @@ class CommandRun:
     loaded: list[dict[str, Any]] = field(default_factory=list)
     cpu_samples: list[tuple[float, dict[tuple[int, float], float]]] = field(default_factory=list)
     gpu_samples: list[tuple[float, list[dict[str, Any]]]] = field(default_factory=list)
+    #: Each named DataLoader worker's private memory (USS bytes) over time, by pid.
+    worker_uss: dict[int, Series] = field(default_factory=dict)
+    #: Each observed loader's samples yielded so far over time, by (process, loader).
+    progress: dict[tuple[int, int], Series] = field(default_factory=dict)
     #: The whole machine's CPU seconds (busy, all) at each sample: how busy the neighbours keep it.
     machine_samples: list[tuple[float, float, float]] = field(default_factory=list)
     gpu_error: str | None = None
@@ -92,6 +121,16 @@ class CommandRun:
     #: --tune: the observer's hand-over (the pickled loader, moved out of the events folder; the caller
     #: removes it), or None.
     tune: dict[str, Any] | None = None
+
+    def take(self, events: Sequence[dict[str, Any]]) -> None:
+        """File newly read events: `progress` counts into their series (a long run writes many), the rest kept."""
+        for event in events:
+            if event.get("event") == "progress":
+                with contextlib.suppress(TypeError, ValueError):
+                    key = (int(event.get("pid") or 0), int(event.get("loader") or 0))
+                    self.progress.setdefault(key, Series()).add(float(event["time"]), int(event["samples"]))
+            else:
+                self.events.append(event)
 
 
 def child_environment(environ: Mapping[str, str], events_dir: str, plan: Mapping[str, Any]) -> dict[str, str]:
@@ -152,6 +191,8 @@ class _Sampler(threading.Thread):
         self.halt = threading.Event()
         self.seen: dict[int, Any] = {}
         self._nvml: Any = None
+        self._named = 0  # events already searched for the workers the observer named
+        self.workers: set[int] = set()
 
     def tree(self) -> list[Any]:
         import psutil
@@ -171,12 +212,14 @@ class _Sampler(threading.Thread):
         now = time.time()
         cpu: dict[tuple[int, float], float] = {}
         _reap_orphans(self.root_pid)
-        for proc in self.tree():
+        tree = self.tree()
+        for proc in tree:
             with contextlib.suppress(psutil.Error):
                 with proc.oneshot():
                     times = proc.cpu_times()
                     cpu[(proc.pid, proc.create_time())] = times.user + times.system
         self.run_record.cpu_samples.append((now, cpu))
+        self.worker_memory(now, {proc.pid for proc in tree})
         with contextlib.suppress(Exception):
             machine = psutil.cpu_times()
             idle = machine.idle + getattr(machine, "iowait", 0.0)
@@ -184,6 +227,21 @@ class _Sampler(threading.Thread):
             self.run_record.machine_samples.append((now, total - idle, total))
         if self._nvml is not None:
             self.run_record.gpu_samples.append((now, _gpu_sample(self._nvml)))
+
+    def worker_memory(self, now: float, alive: set[int]) -> None:
+        """Each DataLoader worker the observer named, and still in the command's tree (not a reused pid): its USS."""
+        events = self.run_record.events
+        while self._named < len(events):
+            event = events[self._named]
+            self._named += 1
+            if event.get("event") == "workers":
+                self.workers.update(pid for pid in event.get("pids") or [] if isinstance(pid, int))
+        for pid in sorted(self.workers):
+            uss = read_uss(pid) if pid in alive else None
+            if uss is None:
+                self.workers.discard(pid)
+                continue
+            self.run_record.worker_uss.setdefault(pid, Series()).add(now, uss)
 
     def run(self) -> None:
         self._nvml = _nvml_or_none(self.run_record)
@@ -445,7 +503,7 @@ def _observe(proc: subprocess.Popen[bytes], run: CommandRun, sampler: _Sampler, 
             break
         except subprocess.TimeoutExpired:
             pass
-        run.events += read_events(events_dir, offsets)
+        run.take(read_events(events_dir, offsets))
         if not announced and window_closed(run.events):
             announced = True
             run.loaded = _read_loaded(events_dir)
@@ -485,7 +543,7 @@ def run_command(argv: Sequence[str], plan: Mapping[str, Any], *, stop: bool = Fa
                 run.ended_leftovers = end_everything(_Tracker(sampler, events_dir))
         sampler.halt.set()
         sampler.join(timeout=5)
-        run.events += read_events(events_dir, offsets)
+        run.take(read_events(events_dir, offsets))
         run.loaded = _read_loaded(events_dir)
         run.tune = _take_tune(run.events, events_dir)
         return run

@@ -478,6 +478,16 @@ def write(report: Report, console: Console, verbose: bool = False) -> None:
         out.line("-v: the evidence; `envdoctor explain RULE`: why it matters.", style="dim")
 
 
+def write_findings(report: Report, console: Console, heading: str, verbose: bool = False) -> None:
+    """Only the findings, under a heading: what `envdoctor run` adds once the command ended, after the window's
+    report (the loop's figures) went out while it ran."""
+    out = _Writer(console)
+    out.line(heading, style="bold")
+    _write_findings(out, report, verbose)
+    if report.findings and not verbose and any(f.evidence for f in report.findings):
+        out.line("-v: the evidence; `envdoctor explain RULE`: why it matters.", style="dim")
+
+
 def _write_renderables(out: _Writer, items: Iterable[RenderableType]) -> None:
     """Lines of text through the writer (their wrapped lines indented), tables and the like as they are."""
     for item in items:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import ast
 from collections.abc import Callable, Iterable
+from dataclasses import replace
 from typing import NamedTuple
 
 from envdoctor.analysis.spawn.bodies import BodyRunner
@@ -19,6 +20,7 @@ from envdoctor.analysis.spawn.names import (
     SET_START_METHOD,
     TENSOR_FACTORIES,
     TORCH_SPAWN,
+    TrainerSpec,
     iterating_callees,
 )
 from envdoctor.analysis.spawn.values import (
@@ -299,6 +301,7 @@ class CallWalker(BodyRunner):
             made = self.call_unknown(call.node, call.positional, call.keywords)
             if isinstance(made, Unknown):
                 made.lib = name  # its methods may return loaders (`Node2Vec(...).loader(...)`)
+                made.workers = call.keywords.get("num_workers")
             return made
         return None
 
@@ -384,6 +387,8 @@ class CallWalker(BodyRunner):
             received.append(trainer.model)
         loaders: list[Loader] = []
         for value in received:
+            if isinstance(value, Instance):
+                self.prepare(value, spec, attr, node, frame)
             loaders += self.loaders_in(value, spec, node, frame)
         if spec.workers_from is not None:
             loaders += self.built_loaders(trainer)
@@ -394,6 +399,15 @@ class CallWalker(BodyRunner):
             loader = max(started, key=lambda lo: isinstance(lo.num_workers, Const))
             self.start_loader(loader, node, frame, f"{spec.name}.{attr}()", trainer=spec.name)
         return Unknown(node=node)
+
+    def prepare(self, module: Instance, spec: TrainerSpec, stage: str, node: ast.Call, frame: Frame) -> None:
+        """What the trainer runs on a model or data module before it asks for the loaders: Lightning's
+        `prepare_data()` and `setup(stage)`, where a data module builds the datasets its hooks hand out."""
+        for hook in spec.prepares:
+            method = module.cls.lookup(hook)
+            if isinstance(method, Function):
+                arguments: list[Value] = [Const(stage)] if hook == "setup" else []
+                self.call_function(method, node, frame, arguments, {}, module)
 
     def loaders_in(self, value: Value, spec: object, node: ast.Call, frame: Frame, depth: int = 0) -> list[Loader]:
         """The DataLoaders a value holds: itself, a list or dict of them, or a model's loader hooks."""
@@ -442,7 +456,7 @@ class CallWalker(BodyRunner):
         return {Loader: CallWalker.m_loader, ProcessObj: CallWalker.m_process, Executor: CallWalker.m_executor,
                 TrainerObj: CallWalker.m_trainer, ParserObj: CallWalker.m_parser, Context: CallWalker.m_context,
                 Mapping_: CallWalker.m_mapping, Seq: CallWalker.m_seq, SuperObj: CallWalker.m_super,
-                Unknown: CallWalker.m_library}
+                Unknown: CallWalker.m_library, Instance: CallWalker.m_instance}
 
     # complexity: 21 — the methods no value type owns (`.cuda()`/`.to("cuda")`, `run_until_complete`, a config's
     # `get`, an iterating wrapper, a library object's loader factory) are tried in this order around the per-type
@@ -480,6 +494,11 @@ class CallWalker(BodyRunner):
         if call.name == "__iter__":
             self.start_loader(obj, call.node, call.frame, "__iter__()")
             return Iterating(obj, started=True)
+        if obj.guessed and call.name in iterating_callees().loader_hooks:
+            # A library object known only by the num_workers= it was given, which the walk cannot
+            # read (`EuroSATDataModule(num_workers=2)`): its loader hooks (`train_dataloader()`, a
+            # Lightning data module's) hand back loaders with that count.
+            return replace(obj, site=call.site, class_name=f"{obj.class_name}.{call.name}()")
         return None
 
     def m_process(self, call: Call, obj: ProcessObj) -> Value | None:
@@ -494,6 +513,25 @@ class CallWalker(BodyRunner):
             self.record("process-pool", call.node, call.frame,
                         starts=f"ProcessPoolExecutor.{call.name}() starts worker processes", context=obj.context)
             return Unknown(node=call.node)
+        return None
+
+    def m_instance(self, call: Call, obj: Instance) -> Value | None:
+        """`MyRunner().run()`: a run method a project class inherits from a library trainer (Catalyst's
+        IRunner) iterates the loaders the instance's own hooks return (`get_loaders()`)."""
+        spec = self.trainer_base(obj.cls)
+        if spec is None or call.name not in spec.runs:
+            return None
+        return self.run_trainer(TrainerObj(call.site, spec, [obj], {}), call.name, call.node, call.frame,
+                                call.positional, call.keywords)
+
+    def trainer_base(self, cls: ClassInfo, depth: int = 0) -> TrainerSpec | None:
+        """The catalog's trainer a class of the walk derives from, if any."""
+        trainers = iterating_callees().trainers
+        for base in cls.bases:
+            if isinstance(base, QualName) and base.name in trainers:
+                return trainers[base.name]
+            if isinstance(base, ClassInfo) and depth < 16 and (found := self.trainer_base(base, depth + 1)):
+                return found
         return None
 
     def m_trainer(self, call: Call, obj: TrainerObj) -> Value | None:
@@ -551,10 +589,16 @@ class CallWalker(BodyRunner):
         return Const(None)
 
     def m_library(self, call: Call, obj: Unknown) -> Value | None:
-        """`Node2Vec(...).loader(num_workers=4)`: a method of a library object that returns a loader."""
-        if obj.lib is not None and self.libraries.returns_loader(f"{obj.lib}.{call.name}",
-                                                                 "num_workers" in call.keywords):
-            return self.library_loader(call, f"{obj.lib.rsplit('.', 1)[-1]}.{call.name}()")
+        """`Node2Vec(...).loader(num_workers=4)`: a method of a library object that returns a loader;
+        `DataModule(num_workers=2).train_dataloader()`: one whose loader takes the object's count."""
+        if obj.lib is None:
+            return None
+        keywords = call.keywords
+        if "num_workers" not in keywords and obj.workers is not None:
+            keywords = {**keywords, "num_workers": obj.workers}
+        if self.libraries.returns_loader(f"{obj.lib}.{call.name}", "num_workers" in keywords):
+            return self.loader_from_args(f"{obj.lib.rsplit('.', 1)[-1]}.{call.name}()", call.positional[:1],
+                                         keywords, call.open, call.site)
         return None
 
     def mapping_method(self, obj: Mapping_, attr: str, positional: list[Value]) -> Value:

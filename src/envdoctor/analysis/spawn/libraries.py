@@ -285,13 +285,15 @@ class LibraryLoaders:
             return False
         for stmt in what.body:
             if isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef)) and stmt.name == method:
-                return self._function_returns_loader(module, stmt, depth)
+                return self._function_returns_loader(module, stmt, depth, owner=cls_name)
         return any(self._read_returns(f"{q}.{method}", depth + 1) for base in what.bases
                    if (q := self._qualify(module, base)) is not None)
 
     def _function_returns_loader(self, module: _Source, func: ast.FunctionDef | ast.AsyncFunctionDef,
-                                 depth: int) -> bool:
-        """Whether a `return` of `func` gives a loader: a loader class called, or a name bound to one."""
+                                 depth: int, owner: str | None = None) -> bool:
+        """Whether a `return` of `func` gives a loader: a loader class called, a name bound to one,
+        or (a method of class `owner`) another method of its class that returns one
+        (`return self._dataloader_factory("train")`)."""
         built: set[str] = set()
         returns: list[ast.expr] = []
         for node in ast.walk(func):
@@ -304,6 +306,10 @@ class LibraryLoaders:
             if isinstance(value, ast.Call) and self._builds_loader(module, value, depth):
                 return True
             if isinstance(value, ast.Name) and value.id in built:
+                return True
+            if owner is not None and isinstance(value, ast.Call) and isinstance(value.func, ast.Attribute) \
+                    and isinstance(value.func.value, ast.Name) and value.func.value.id == "self" \
+                    and self._read_returns(f"{owner}.{value.func.attr}", depth + 1):
                 return True
         return False
 

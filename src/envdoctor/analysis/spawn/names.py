@@ -74,6 +74,9 @@ class TrainerSpec:
     name: str
     runs: frozenset[str]
     hooks: tuple[str, ...] = ()
+    #: Methods it runs on a model or data module before asking for the loaders (Lightning's prepare_data,
+    #: setup(stage)): where a data module builds the datasets its hooks hand to the workers.
+    prepares: tuple[str, ...] = ()
     spawn_strategies: frozenset[str] = frozenset()
     #: (argument name, position, field, default): where the loaders it builds get num_workers.
     workers_from: tuple[str, int, str, int] | None = None
@@ -94,6 +97,8 @@ class IteratingCallees:
     #: Settings objects a trainer reads its loaders' num_workers from (TrainingArguments).
     settings_classes: frozenset[str]
     fork_launchers: frozenset[str]
+    #: The methods of a model or data module that return its loaders (every trainer's `hooks`).
+    loader_hooks: frozenset[str] = frozenset()
 
 
 @cache
@@ -115,6 +120,7 @@ def iterating_callees() -> IteratingCallees:
         workers = entry.get("workers_from")
         spec = TrainerSpec(
             name=entry["name"], runs=frozenset(entry["runs"]), hooks=tuple(entry.get("hooks", ())),
+            prepares=tuple(entry.get("prepares", ())),
             spawn_strategies=frozenset(entry.get("spawn_strategies", ())),
             workers_from=(workers["argument"], int(workers["position"]), workers["field"], int(workers["default"]))
             if workers else None,
@@ -128,4 +134,5 @@ def iterating_callees() -> IteratingCallees:
         trainers=trainers,
         settings_classes=frozenset(settings),
         fork_launchers=frozenset(data.get("fork_launchers", {}).get("names", ())),
+        loader_hooks=frozenset(hook for spec in trainers.values() for hook in spec.hooks),
     )

@@ -3,7 +3,7 @@
 The kernel runs the cells as `__main__` in the order given; envdoctor reads them
 in the file's order. IPython syntax that is not Python — line magics (`%time`,
 `%matplotlib inline`), shell escapes (`!pip install x`, `files = !ls`), help
-(`obj?`) and cell magics (`%%bash`) — is blanked out, keeping the line numbers;
+(`obj?`) and cell magics (`%%bash`) — is blanked out (`pass` where indented), keeping the line numbers;
 the cell magics whose body is Python (`%%time`, `%%capture` …) keep the body.
 A cell that still does not parse is skipped and named, the others are read.
 """
@@ -64,8 +64,59 @@ def _cell_lines(source: Any) -> list[str]:
     return source_lines(text)
 
 
+class _Continuation:
+    """Where a cell's Python stands at the end of each line it reads: open brackets, an open string, a backslash.
+
+    IPython takes `%`, `!` and `?` as its own syntax only at the start of a logical line; a line that
+    continues an open bracket (`print('%d'` then `   %(epoch, n))`), a triple-quoted string or a
+    backslash is Python, as the kernel runs it.
+    """
+
+    def __init__(self) -> None:
+        self.depth = 0
+        self.quote = ""
+        self.backslash = False
+
+    @property
+    def open(self) -> bool:
+        return self.depth > 0 or bool(self.quote) or self.backslash
+
+    def read(self, line: str) -> None:
+        i, n = 0, len(line)
+        comment = False
+        while i < n and not comment:
+            if self.quote:
+                i = self._in_string(line, i)
+                continue
+            char = line[i]
+            comment = char == "#"
+            if char in "'\"":
+                self.quote = line[i:i + 3] if line[i:i + 3] in ("'''", '"""') else char
+                i += len(self.quote)
+                continue
+            if char in "([{":
+                self.depth += 1
+            elif char in ")]}":
+                self.depth = max(self.depth - 1, 0)
+            i += 1
+        # A backslash ends a line only outside a comment; a one-quote string does not outlive its line
+        # unless that backslash continues it.
+        self.backslash = not comment and line.rstrip("\r\n").endswith("\\") and len(self.quote) != 3
+        if len(self.quote) == 1 and not self.backslash:
+            self.quote = ""
+
+    def _in_string(self, line: str, i: int) -> int:
+        if line[i] == "\\":
+            return i + 2
+        if line.startswith(self.quote, i):
+            end = i + len(self.quote)
+            self.quote = ""
+            return end
+        return i + 1
+
+
 def python_of_cell(lines: list[str]) -> list[str]:
-    """The cell's lines with IPython-only syntax blanked (same number of lines)."""
+    """The cell's lines with IPython-only syntax blanked, or `pass` where indented (same number of lines)."""
     if lines and lines[0].lstrip().startswith("%%"):
         magic = lines[0].lstrip()[2:].split(None, 1)[0] if lines[0].strip() != "%%" else ""
         if magic not in PYTHON_CELL_MAGICS:
@@ -73,17 +124,21 @@ def python_of_cell(lines: list[str]) -> list[str]:
         lines = ["", *lines[1:]]
     out = []
     continued = False
+    python = _Continuation()
     for line in lines:
         stripped = line.strip()
-        if not continued and _is_ipython_line(stripped):
-            # A magic line continued with a backslash blanks its continuation too.
-            out.append("")
+        if not continued and not python.open and _is_ipython_line(stripped):
+            # A magic line continued with a backslash blanks its continuation too. An indented one
+            # (`if in_notebook:` then `    %load_ext autoreload`) is a statement of its block: `pass` there.
+            indent = line[:len(line) - len(line.lstrip())]
+            out.append(f"{indent}pass" if indent else "")
             continued = line.rstrip().endswith("\\")
             continue
         if continued:
             out.append("")
             continued = line.rstrip().endswith("\\")
             continue
+        python.read(line)
         out.append(line)
     return out
 

@@ -30,6 +30,9 @@ class Unknown(Value):
     holds: Sequence[Value] = ()
     #: The library class that made it (`Node2Vec(...)`), whose methods may return loaders.
     lib: str | None = None
+    #: The num_workers= that library call was given (`DataModule(num_workers=2)`): the loaders its
+    #: methods return take it.
+    workers: Value | None = None
 
     def text(self) -> str:
         if self.node is not None:

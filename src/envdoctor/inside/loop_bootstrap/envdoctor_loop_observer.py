@@ -20,6 +20,14 @@ closes, `partial` at exit for a window that never closed. Every interpreter
 that loads the observer also appends its pid to `loaded.jsonl`, so the
 supervisor can tell "never iterated a DataLoader" from "never observed".
 
+For a loader with workers, a `workers` event names their pids (again when an
+epoch starts new ones), with the dataset's length, whether its sampler draws
+at random, and the large containers of Python objects the dataset holds (the
+smoke test's bounded walk, `inside/loader_hazards.py`, loaded by path); a
+`progress` event at most every PROGRESS_S gives the samples the loader has
+yielded so far. The supervisor reads each named worker's private memory from
+outside against them (DL010: growth a sample, projected to the epoch).
+
 Under `envdoctor run --tune` the loader whose window closes first on rank 0 is
 pickled (dataset, sampler, collate_fn and settings) into the events folder,
 for the smoke test the supervisor runs afterwards with the measured step as
@@ -40,6 +48,8 @@ import weakref
 EVENTS_ENV = "ENVDOCTOR_LOOP_EVENTS"
 PLAN_ENV = "ENVDOCTOR_LOOP_PLAN"
 _TARGET = "torch.utils.data.dataloader"
+#: Seconds between a loader's `progress` events (samples yielded so far), while it has workers.
+PROGRESS_S = 0.25
 
 _perf = time.perf_counter
 _plan: dict = {}
@@ -100,7 +110,7 @@ def _framework():
 
 class _Loader:
     __slots__ = ("key", "settings", "seen", "wait", "step", "t0", "wall0", "last", "done", "first", "epochs",
-                 "interrupted")
+                 "interrupted", "samples", "pids", "noted", "walked")
 
     def __init__(self, key, settings):
         self.key = key
@@ -115,6 +125,10 @@ class _Loader:
         self.first = []
         self.epochs = 0
         self.interrupted = 0
+        self.samples = 0
+        self.pids = None
+        self.noted = 0.0
+        self.walked = None
 
 
 def _start_method(loader):
@@ -234,6 +248,7 @@ def _patch(module):
                 if tune:
                     _hand_over(self, state)
         state.last = t1
+        _track_workers(self, state, fresh, t1)
         return batch
 
     def __init__(self, dataset, *args, **kwargs):
@@ -281,6 +296,55 @@ def _injected_arguments(original_init, loader, dataset, args, kwargs, inject):
     if workers == 0:
         chosen["multiprocessing_context"] = None
     return chosen
+
+
+def _track_workers(it, state, fresh, now):
+    """DL010's side in the user's process: who the workers are, and how many samples the loader yielded."""
+    try:
+        before = state.samples
+        state.samples += state.settings.get("batch_size") or 1
+        if fresh:
+            pids = [w.pid for w in getattr(it, "_workers", None) or []]
+            if pids and pids != state.pids:
+                state.pids = pids
+                _emit({"event": "workers", "loader": state.key, "pids": pids, "samples": before,
+                       **_dataset_shape(it, state)})
+        if state.pids and now - state.noted >= PROGRESS_S:
+            state.noted = now
+            _emit({"event": "progress", "loader": state.key, "samples": state.samples})
+    except Exception:
+        pass  # observing must never break the loop
+
+
+def _dataset_shape(it, state):
+    """The dataset's length, whether the order is random, and (once a loader) its large Python containers."""
+    dataset = it._dataset
+    try:
+        length = len(dataset)
+    except Exception:
+        length = None
+    sampler = getattr(getattr(it, "_index_sampler", None), "sampler", None)
+    if state.walked is None:
+        state.walked = _walk_dataset(dataset)
+    return {"length": length, "shuffled": type(sampler).__name__ == "RandomSampler", "hazards": state.walked}
+
+
+def _walk_dataset(dataset):
+    """The smoke test's bounded walk (inside/loader_hazards.py, loaded by path: the standard library only)."""
+    import importlib.util
+
+    path = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "loader_hazards.py")
+    try:
+        spec = importlib.util.spec_from_file_location("envdoctor_loop_hazards", path)
+        if spec is None or spec.loader is None:
+            return {"error": "cannot load %s" % path}
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        found = module.walk([("dataset", dataset)])
+    except Exception as exc:
+        return {"error": "%s: %s" % (type(exc).__name__, str(exc)[:200])}
+    return {"containers": found["containers"], "python_bytes": found["python_bytes"],
+            "objects_visited": found["objects_visited"], "cut": found["cut"]}
 
 
 _handed: list = []

@@ -494,13 +494,15 @@ def find_notebook_main_objects(facts: Facts) -> Iterator[Hit]:
     for script in _files(facts):
         if script["status"] != "ok" or script.get("kind") != "notebook":
             continue
-        reported: set[tuple[str, int, int]] = set()
+        reported: set[tuple[str, int | None, int, int]] = set()
         for start in script.get("worker_starts", []):
             objects = start.get("main_objects") or []
             if start["kind"] not in ("dataloader", "loader-passed") or not objects:
                 continue
-            # A helper's loop reached from several cells is one place the workers fail to unpickle.
-            place = (start["path"], start["line"], start["column"])
+            # A helper's loop reached from several cells is one place the workers fail to unpickle; two cells'
+            # loops at the same line of each cell are two (a notebook's lines count within their cell).
+            place = (start["path"], start.get("cell") if start["path"] == script["path"] else None,
+                     start["line"], start["column"])
             if place in reported:
                 continue
             reported.add(place)

@@ -23,7 +23,7 @@ from __future__ import annotations
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, TypedDict
+from typing import TypedDict
 
 #: The report sections the comparison reads, in the order "not compared" notes list them.
 SECTIONS = ("system", "packages", "torch", "gpu", "storage", "loader")
@@ -48,11 +48,12 @@ class Field:
     group: str  # "core", "version", "limit", "throughput"
     #: The report sections it is read from; the value is compared only where one is present.
     sections: tuple[str, ...]
-    read: Callable[[Mapping[str, Any]], Any]
+    #: Reads the value out of one report; node_record keeps it only when it is a text or a number.
+    read: Callable[[Mapping[str, object]], object]
     kind: str = "version"  # "version", "count", "bytes", "rate" (samples/s), "bytes-rate" (bytes/s)
 
 
-def _dig(tree: Any, *path: str) -> Any:
+def _dig(tree: object, *path: str) -> object:
     for part in path:
         if not isinstance(tree, Mapping):
             return None
@@ -60,7 +61,7 @@ def _dig(tree: Any, *path: str) -> Any:
     return tree
 
 
-def _first(tree: Any, *keys: str) -> Any:
+def _first(tree: object, *keys: str) -> object:
     """The first of several candidate keys that holds a plain value (not a nested table)."""
     if not isinstance(tree, Mapping):
         return None
@@ -71,7 +72,7 @@ def _first(tree: Any, *keys: str) -> Any:
     return None
 
 
-def _version_text(value: Any) -> str | None:
+def _version_text(value: object) -> str | None:
     """Versions as text: NCCL reports a tuple (2, 21, 5), some probes an int."""
     if value is None:
         return None
@@ -80,24 +81,24 @@ def _version_text(value: Any) -> str | None:
     return str(value)
 
 
-def _facts(report: Mapping[str, Any]) -> Mapping[str, Any]:
+def _facts(report: Mapping[str, object]) -> Mapping[str, object]:
     facts = report.get("facts")
     return facts if isinstance(facts, Mapping) else {}
 
 
-def _section(report: Mapping[str, Any], name: str) -> Mapping[str, Any] | None:
+def _section(report: Mapping[str, object], name: str) -> Mapping[str, object] | None:
     value = _facts(report).get(name)
     return value if isinstance(value, Mapping) else None
 
 
-def _torch(report: Mapping[str, Any], *keys: str) -> Any:
+def _torch(report: Mapping[str, object], *keys: str) -> object:
     torch = _section(report, "torch")
     if torch is None:
         return None
     return _version_text(_first(torch, *keys))
 
 
-def _nvidia_wheel(report: Mapping[str, Any], prefix: str) -> str | None:
+def _nvidia_wheel(report: Mapping[str, object], prefix: str) -> str | None:
     """The version of an nvidia-* wheel beside torch (nvidia-nccl-cu12, nvidia-cudnn-cu12 …)."""
     wheels = _dig(_section(report, "torch"), "nvidia_wheels")
     if not isinstance(wheels, Mapping):
@@ -105,33 +106,33 @@ def _nvidia_wheel(report: Mapping[str, Any], prefix: str) -> str | None:
     return next((str(v) for k, v in sorted(wheels.items()) if str(k).startswith(prefix)), None)
 
 
-def _read_nccl(report: Mapping[str, Any]) -> Any:
+def _read_nccl(report: Mapping[str, object]) -> object:
     return _torch(report, "nccl", "nccl_version") or _nvidia_wheel(report, "nvidia-nccl")
 
 
-def _read_cudnn(report: Mapping[str, Any]) -> Any:
+def _read_cudnn(report: Mapping[str, object]) -> object:
     # The wheel's version first: the probe's integer (90100) is only there when
     # torch was imported, and mixing the two forms would look like drift.
     return (_torch(report, "cudnn_wheel") or _nvidia_wheel(report, "nvidia-cudnn")
             or _torch(report, "cudnn", "cudnn_version"))
 
 
-def _package_version(report: Mapping[str, Any], name: str) -> str | None:
+def _package_version(report: Mapping[str, object], name: str) -> str | None:
     return (read_distributions(report) or {}).get(name)
 
 
-def _read_python(report: Mapping[str, Any]) -> Any:
+def _read_python(report: Mapping[str, object]) -> object:
     target = report.get("target")
     return _first(target, "python") or _dig(_facts(report), "system", "python")
 
 
-def _read_torch(report: Mapping[str, Any]) -> Any:
+def _read_torch(report: Mapping[str, object]) -> object:
     if _dig(_section(report, "torch"), "installed") is False:
         return NOT_INSTALLED
     return _torch(report, "version", "torch_version") or _package_version(report, "torch")
 
 
-def _read_cuda_build(report: Mapping[str, Any]) -> Any:
+def _read_cuda_build(report: Mapping[str, object]) -> object:
     torch = _section(report, "torch")
     if torch is None or torch.get("installed") is False:
         return None
@@ -142,24 +143,25 @@ def _read_cuda_build(report: Mapping[str, Any]) -> Any:
     return built
 
 
-def _read_numpy(report: Mapping[str, Any]) -> Any:
+def _read_numpy(report: Mapping[str, object]) -> object:
     return _package_version(report, "numpy") or _torch(report, "numpy_version", "numpy")
 
 
-def _read_gpu(report: Mapping[str, Any], *keys: str) -> Any:
+def _read_gpu(report: Mapping[str, object], *keys: str) -> object:
     gpu = _section(report, "gpu")
     if gpu is None:
         return None
     value = _first(gpu, *keys)
     if value is None:  # some probes keep the driver under "nvml" or per device
         value = _first(gpu.get("nvml"), *keys)
-    if value is None and isinstance(gpu.get("devices"), list) and gpu["devices"]:
-        value = _first(gpu["devices"][0], *keys)
+    devices = gpu.get("devices")
+    if value is None and isinstance(devices, list) and devices:
+        value = _first(devices[0], *keys)
     # A machine without an NVIDIA driver is a fact worth comparing: "none".
     return _version_text(value) if value is not None else "none"
 
 
-def _read_loader(report: Mapping[str, Any]) -> float | None:
+def _read_loader(report: Mapping[str, object]) -> float | None:
     """The best steady-state samples/s the node's loader stage measured."""
     loader = report.get("loader")
     runs = loader.get("runs") if isinstance(loader, Mapping) else None
@@ -172,7 +174,7 @@ _RATE_UNITS = {"bytes_per_s": 1.0, "mb_per_s": 1e6, "mib_per_s": 2.0**20, "mbps"
                "gb_per_s": 1e9, "gib_per_s": 2.0**30}
 
 
-def _rate_in(tree: Any) -> float | None:
+def _rate_in(tree: object) -> float | None:
     if not isinstance(tree, Mapping):
         return None
     for key, value in tree.items():
@@ -184,7 +186,7 @@ def _rate_in(tree: Any) -> float | None:
     return None
 
 
-def _read_disk(report: Mapping[str, Any]) -> float | None:
+def _read_disk(report: Mapping[str, object]) -> float | None:
     """The data path's measured read throughput, in bytes per second."""
     storage = _section(report, "storage")
     if storage is None:
@@ -196,18 +198,19 @@ def _read_disk(report: Mapping[str, Any]) -> float | None:
         rate = _rate_in(candidate)
         if rate is not None:
             return rate
-    for item in storage.get("paths") or []:  # one entry per data path: take the first measured
+    paths = storage.get("paths")
+    for item in paths if isinstance(paths, list) else []:  # one entry per data path: take the first measured
         rate = _rate_in(item) or _rate_in(_dig(item, "read_probe"))
         if rate is not None:
             return rate
     return None
 
 
-def _read_system(report: Mapping[str, Any], *path: str) -> Any:
+def _read_system(report: Mapping[str, object], *path: str) -> object:
     return _dig(_facts(report), "system", *path)
 
 
-def _read_nofile(report: Mapping[str, Any]) -> Any:
+def _read_nofile(report: Mapping[str, object]) -> object:
     nofile = _read_system(report, "limits", "nofile")
     if not isinstance(nofile, Mapping):
         return None
@@ -216,7 +219,7 @@ def _read_nofile(report: Mapping[str, Any]) -> Any:
     return nofile["soft"]
 
 
-def _read_memory_limit(report: Mapping[str, Any]) -> Any:
+def _read_memory_limit(report: Mapping[str, object]) -> object:
     memory = _read_system(report, "memory")
     if not isinstance(memory, Mapping):
         return None
@@ -246,13 +249,13 @@ FIELDS: tuple[Field, ...] = (
     Field("disk_read_bytes_per_s", "disk read", "throughput", ("storage",), _read_disk, "bytes-rate"),
 )
 
-def show_value(value: Any, kind: str = "version") -> str:
+def show_value(value: object, kind: str = "version") -> str:
     """A node's value as people read it: sizes in GiB, speeds per second, absent as "absent"."""
     from envdoctor.units import human_bytes
 
     if value is None:
         return "absent"
-    if value == UNLIMITED:
+    if value == UNLIMITED or not isinstance(value, (int, float, str)):
         return str(value)
     if kind == "bytes":
         return human_bytes(float(value))
@@ -267,7 +270,7 @@ def _canonical(name: str) -> str:
     return re.sub(r"[-_.]+", "-", str(name)).lower()
 
 
-def read_distributions(report: Mapping[str, Any]) -> dict[str, str] | None:
+def read_distributions(report: Mapping[str, object]) -> dict[str, str] | None:
     """{normalized name: version} of the Python distributions, or None when not gathered."""
     packages = _section(report, "packages")
     if packages is None:
@@ -275,14 +278,14 @@ def read_distributions(report: Mapping[str, Any]) -> dict[str, str] | None:
     entries = packages.get("distributions")
     if not isinstance(entries, list):
         return None
-    copies: dict[str, list[Mapping[str, Any]]] = {}
+    copies: dict[str, list[Mapping[str, object]]] = {}
     for entry in entries:
         if isinstance(entry, Mapping) and entry.get("name"):
             copies.setdefault(_canonical(entry["name"]), []).append(entry)
     return {name: str(_loaded_copy(group).get("version")) for name, group in copies.items()}
 
 
-def _loaded_copy(group: list[Mapping[str, Any]]) -> Mapping[str, Any]:
+def _loaded_copy(group: list[Mapping[str, object]]) -> Mapping[str, object]:
     """Of the copies of one distribution, the one `import` loads.
 
     Copies in one folder (`pip install --ignore-installed`): the one whose RECORD matches the files
@@ -292,13 +295,13 @@ def _loaded_copy(group: list[Mapping[str, Any]]) -> Mapping[str, Any]:
     if len(group) == 1:
         return group[0]
 
-    def share(entry: Mapping[str, Any]) -> float:
+    def share(entry: Mapping[str, object]) -> float:
         files = entry.get("files_on_disk")
         if not isinstance(files, Mapping) or not isinstance(files.get("listed"), int) or not files["listed"]:
             return -1.0
         return float(files.get("matching") or 0) / files["listed"]
 
-    def order(entry: Mapping[str, Any]) -> float:
+    def order(entry: Mapping[str, object]) -> float:
         value = entry.get("order")
         return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else float("inf")
 
@@ -309,7 +312,7 @@ def _loaded_copy(group: list[Mapping[str, Any]]) -> Mapping[str, Any]:
     return min(group, key=order)
 
 
-def channel_name(channel: Any) -> str | None:
+def channel_name(channel: object) -> str | None:
     """A conda channel as people name it: conda-forge, pkgs/main, pytorch …"""
     if not channel:
         return None
@@ -322,7 +325,7 @@ def channel_name(channel: Any) -> str | None:
     return text or None
 
 
-def read_conda(report: Mapping[str, Any]) -> dict[str, CondaEntry] | None:
+def read_conda(report: Mapping[str, object]) -> dict[str, CondaEntry] | None:
     """{name: {"version", "channel"}} of the conda records, or None when not gathered."""
     packages = _section(report, "packages")
     if packages is None:
@@ -344,7 +347,7 @@ def read_conda(report: Mapping[str, Any]) -> dict[str, CondaEntry] | None:
     return found
 
 
-def _has_section(report: Mapping[str, Any], name: str) -> bool:
+def _has_section(report: Mapping[str, object], name: str) -> bool:
     if name == "loader":
         return isinstance(report.get("loader"), Mapping)
     if name == "target":
@@ -362,13 +365,17 @@ COMPARED_ENV_PREFIXES = ("OMP_", "MKL_", "OPENBLAS_", "KMP_", "GOMP_", "NCCL_", 
 _PER_NODE_ENV = ("TORCHELASTIC_", "TORCH_NCCL_ASYNC_ERROR_HANDLING_RANK")
 
 
-def read_environ(report: Mapping[str, Any]) -> dict[str, str] | None:
+def read_environ(report: Mapping[str, object]) -> dict[str, str] | None:
     """{name: value} of the compared environment variables, or None when the report has no environ."""
     environ = _read_system(report, "environ")
     if not isinstance(environ, Mapping):
         return None
     return {str(k): str(v) for k, v in environ.items()
             if str(k).startswith(COMPARED_ENV_PREFIXES) and not str(k).startswith(_PER_NODE_ENV)}
+
+
+#: One node's value of a compared field (see FIELDS): a version text, a count, a size or a rate, or UNLIMITED.
+FleetValue = str | int | float
 
 
 class CondaEntry(TypedDict):
@@ -383,7 +390,7 @@ class _NodeRequired(TypedDict):
     generated_at: str | None
     envdoctor: str | None
     #: Field key (see FIELDS) -> the node's value: a version text, a count, a size or rate, or UNLIMITED.
-    values: dict[str, str | int | float]
+    values: dict[str, FleetValue]
     #: {normalized distribution name: version}, None when the report lists no packages.
     packages: dict[str, str] | None
     conda: dict[str, CondaEntry] | None
@@ -406,11 +413,11 @@ class NodeRecord(_NodeRequired, total=False):
     loader_stage: bool
 
 
-def node_record(label: str, report: Mapping[str, Any], source: str, *, rank: int | None = None,
+def node_record(label: str, report: Mapping[str, object], source: str, *, rank: int | None = None,
                 local_rank: int | None = None, node_rank: int | None = None,
                 loader_stage: bool | None = None) -> NodeRecord:
     """The comparable facts of one report, under the node's label."""
-    values: dict[str, str | int | float] = {}
+    values: dict[str, FleetValue] = {}
     for fld in FIELDS:
         if not any(_has_section(report, name) for name in fld.sections):
             continue
@@ -418,10 +425,10 @@ def node_record(label: str, report: Mapping[str, Any], source: str, *, rank: int
             value = fld.read(report)
         except (TypeError, ValueError, AttributeError, IndexError):
             value = None
-        if value is not None:
+        if isinstance(value, (str, int, float)):  # a version text, a count, a size or a rate; nothing nested
             values[fld.key] = value
     given = report.get("summary")
-    summary: Mapping[str, Any] = given if isinstance(given, Mapping) else {}
+    summary: Mapping[str, object] = given if isinstance(given, Mapping) else {}
     record: NodeRecord = {
         "node": label,
         "hostname": _text_or_none(_dig(report, "host", "hostname")),
@@ -454,6 +461,55 @@ def _count(value: object) -> int:
     return value if isinstance(value, int) and not isinstance(value, bool) else 0
 
 
+class NotCompared(TypedDict):
+    """A field that could not be compared on every node, and why."""
+
+    key: str
+    label: str
+    missing_on: list[str]
+    reason: str
+
+
+class _ExpectedRequired(TypedDict):
+    #: Where the expectation came from (--nodes, --expect, SLURM_JOB_NODELIST); None when nothing was expected.
+    source: str | None
+    nodes: list[str]
+    count: int | None
+
+
+class ExpectedNodes(_ExpectedRequired, total=False):
+    """compare: the nodes expected, and (once matched against the reports) the ones missing."""
+
+    missing: list[str]
+    reported: int
+
+
+class FailedRank(TypedDict, total=False):
+    """--distributed: a rank that failed, timed out or was stopped before it reported."""
+
+    rank: int
+    hostname: str | None
+    status: str  # "failed", "timed-out", "stopped"
+    reason: str | None
+    waited_s: float
+
+
+class Collective(TypedDict, total=False):
+    """--distributed: the gloo all_reduce across every rank."""
+
+    backend: str
+    world_size: int
+    environ: dict[str, str]
+    ok: bool
+    error: str | None
+    seconds: float
+
+
+#: health --expect: node-record keys -> the agreed value (sizes in bytes, counts, versions as text), and
+#: "environ" -> {name: value}.
+ExpectedValues = dict[str, FleetValue | dict[str, str]]
+
+
 class FleetFacts(TypedDict, total=False):
     """The `fleet` facts section of a fleet report (compare or --distributed)."""
 
@@ -464,16 +520,16 @@ class FleetFacts(TypedDict, total=False):
     #: compare: the files that could not be used, with the reason ({source, reason}).
     unreadable: list[dict[str, str]]
     #: The fields that could not be compared on every node, and why.
-    not_compared: list[dict[str, Any]]
+    not_compared: list[NotCompared]
     #: --distributed: the world size, ranks that failed or timed out, the gloo check, rank 0's wait.
     world_size: int
-    failed: list[dict[str, Any]]
-    collective: dict[str, Any] | None
+    failed: list[FailedRank]
+    collective: Collective | None
     timeout_s: float
     #: compare: the nodes expected ({source, nodes, count, missing, reported}; source None when none were).
-    expected: dict[str, Any]
+    expected: ExpectedNodes
     #: health --expect: the fleet's agreed values this node is checked against (node-record keys, environ).
-    expected_values: dict[str, Any]
+    expected_values: ExpectedValues
 
 
 def nodes_of(fleet: FleetFacts) -> list[NodeRecord]:

@@ -15,9 +15,12 @@ from __future__ import annotations
 import json
 import os
 import time
-from typing import Any, TypedDict
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from envdoctor.facts.cxx_runtime import CxxRuntime, read_cxx_runtimes
+
+if TYPE_CHECKING:  # pragma: no cover
+    from envdoctor.facts.distributions import Distribution
 
 #: Seconds one distribution's import may take, and all of them together.
 IMPORT_TIMEOUT_S = 60.0
@@ -121,14 +124,14 @@ def importable_names(import_names: list[str]) -> list[str]:
     return [name for name in import_names if name.isidentifier()]
 
 
-def _made(dist: dict[str, Any], result: str, seconds: float, module: str | None = None,
+def _made(dist: Distribution, result: str, seconds: float, module: str | None = None,
           error: str | None = None) -> ImportTrial:
     return {"distribution": dist["name"], "version": dist["version"], "path": dist["path"],
             "modules": importable_names(dist["import_names"]), "result": result, "module": module, "error": error,
             "seconds": seconds}
 
 
-def _trial(interpreter: str, dist: dict[str, Any], cwd: str, deadline: float) -> ImportTrial:
+def _trial(interpreter: str, dist: Distribution, cwd: str, deadline: float) -> ImportTrial:
     from envdoctor.process import quiet_python_env, run_bounded
 
     left = deadline - time.monotonic()

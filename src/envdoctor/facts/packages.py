@@ -20,7 +20,7 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from envdoctor.facts.conda_meta import CondaFacts, conda_distribution, read_conda_meta
 from envdoctor.facts.distributions import (
@@ -36,6 +36,9 @@ from envdoctor.facts.imports import ships_extensions
 from envdoctor.facts.owners import OsPackages, Owner, os_packages, owner_of
 from envdoctor.facts.readfile import MAX_FILE_BYTES, read_bytes
 from envdoctor.facts.target import TargetFacts
+
+if TYPE_CHECKING:  # pragma: no cover
+    from envdoctor.facts.sitepath import PthFile
 
 #: A Requires-Dist line on numpy itself (not numpy-financial).
 _NUMPY_REQUIREMENT = re.compile(r"\s*numpy\s*(?:$|[<>=!~;\[(])", re.IGNORECASE)
@@ -180,7 +183,7 @@ def scan_site_dir(directory: str) -> tuple[list[Distribution], list[Unreadable]]
     return dists, unreadable
 
 
-def _pth_owner(pth: dict[str, Any], dists: list[Distribution], conda_owned: dict[str, str], env_kind: str,
+def _pth_owner(pth: PthFile, dists: list[Distribution], conda_owned: dict[str, str], env_kind: str,
                os_owned: OsPackages | None) -> Owner | None:
     """Who ships a `.pth`: a distribution's RECORD, a conda record, or the OS package manager."""
     real = os.path.realpath(pth["path"])
@@ -275,7 +278,7 @@ def gather_packages(facts: Any) -> PackagesFacts:
     pth_files: list[PthFact] = [
         {"path": pth["path"], "site_dir": pth["site_dir"], "code_lines": pth["code_lines"],
          "code_line_count": pth["code_line_count"],
-         "owner": _pth_owner(dict(pth), distributions, conda_owned, kind, os_owned)}
+         "owner": _pth_owner(pth, distributions, conda_owned, kind, os_owned)}
         for pth in target.get("pth_files") or [] if pth["code_line_count"]]
     visible_pip = any(d["key"] == "pip" and d["location"] in ("env", "base", "user") for d in distributions)
     return {

@@ -276,7 +276,7 @@ def _import_path_of_a_run_from_here() -> list[str]:
     return entries
 
 
-def _current_self_report() -> dict[str, Any]:
+def _current_self_report() -> dict[str, object]:
     try:
         site_packages = site.getsitepackages()
     except AttributeError:  # pragma: no cover - old virtualenv's site.py
@@ -317,12 +317,13 @@ def _pythonpath() -> list[str]:
 
 def current_markers() -> dict[str, str]:
     """The running interpreter's PEP 508 marker environment (same code the target runs)."""
-    scope: dict[str, Any] = {}
+    scope: dict[str, object] = {}
     exec(_MARKERS, scope)  # one definition for both interpreters, so they cannot drift
-    return dict(scope["MARKERS"])
+    markers = scope["MARKERS"]
+    return {str(k): str(v) for k, v in markers.items()} if isinstance(markers, dict) else {}
 
 
-def _type_error(report: Any) -> str | None:
+def _type_error(report: object) -> str | None:
     """Why a self-report does not have the fields and types asked for, or None."""
     if not isinstance(report, dict):
         return f"is a JSON {type(report).__name__}, not an object"
@@ -340,7 +341,7 @@ def _type_error(report: Any) -> str | None:
     return None
 
 
-def ask_interpreter(interpreter: Path, timeout: float = INTERPRETER_TIMEOUT_S) -> dict[str, Any]:
+def ask_interpreter(interpreter: Path, timeout: float = INTERPRETER_TIMEOUT_S) -> dict[str, object]:
     """The target interpreter's own account of itself (version, site folders …), asked with
     site disabled, so none of its `.pth` files runs; its sys.path is then computed from files."""
     run = run_bounded([str(interpreter), "-I", "-S", "-B", "-c", _MARKERS + _SELF_REPORT], timeout,
@@ -430,7 +431,7 @@ def gather_target(facts: Any) -> TargetFacts:
     prefix = resolve_prefix(config.prefix, config.env_name)
     current = Path(sys.prefix).resolve() == prefix.resolve()
     kind = detect_kind(prefix)
-    info: dict[str, Any] = {
+    info: dict[str, object] = {
         "prefix": str(prefix),
         "kind": kind,
         "name": prefix.name if kind in ("conda", "pixi") else None,
@@ -458,5 +459,6 @@ def gather_target(facts: Any) -> TargetFacts:
                 info["python"] = None
                 info["interpreter_error"] = str(exc)
         info["executable"] = info.get("executable") or info["interpreter"]
-    info["externally_managed"] = externally_managed(info.get("stdlib") or [], kind)
+    stdlib = info.get("stdlib")
+    info["externally_managed"] = externally_managed([str(p) for p in stdlib] if isinstance(stdlib, list) else [], kind)
     return info  # type: ignore[return-value]  # built key by key from checked parts; TargetFacts is its shape

@@ -26,14 +26,19 @@ import stat
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 JOURNAL_VERSION = 3
 #: Journals `fix --undo` passes over: already undone, or a fix that changed nothing.
 SETTLED = ("undone", "undone-with-problems", "nothing-changed")
 
-#: How one path looks: {"type": "file", "sha256", "mode"} | {"type": "link", "target"} | {"type": "dir", "mode"}.
-Entry = dict[str, Any]
+class Entry(TypedDict, total=False):
+    """How one path looks: {"type": "file", "sha256", "mode"} | {"type": "link", "target"} | {"type": "dir", "mode"}."""
+
+    type: str
+    sha256: str
+    mode: int
+    target: str
 
 
 #: Called at every boundary between two changes a fix or an undo makes (tests stop the process there).

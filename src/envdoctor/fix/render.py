@@ -10,11 +10,10 @@ The JSON shape (documented in docs/fix.md, "JSON output"):
 from __future__ import annotations
 
 import json
-from typing import Any
 
 from envdoctor.fix.execute import Outcome, StepResult
 from envdoctor.fix.plan import Plan
-from envdoctor.fix.undo import UndoResult
+from envdoctor.fix.undo import Candidate, UndoResult
 from envdoctor.fix.verify import Verification
 
 FIX_JSON_VERSION = 1
@@ -71,7 +70,7 @@ def results_text(results: list[StepResult], outcome: Outcome | None, journal: st
 
 def fix_json(plan: Plan, *, dry_run: bool, journal: str | None, results: list[StepResult],
              outcome: Outcome | None, exit_code: int, message: str, verification: Verification | None = None) -> str:
-    data: dict[str, Any] = {
+    data: dict[str, object] = {
         "fix_version": FIX_JSON_VERSION,
         "target": plan.target,
         "dry_run": dry_run,
@@ -86,7 +85,7 @@ def fix_json(plan: Plan, *, dry_run: bool, journal: str | None, results: list[St
     return json.dumps(data, indent=2, default=str) + "\n"
 
 
-def journals_text(prefix: Any, found: list[Any]) -> list[str]:
+def journals_text(prefix: object, found: list[Candidate]) -> list[str]:
     """`fix --undo --list`: the journals undo of `prefix` considers, newest first, and what it makes of each."""
     lines = [f"envdoctor fix --undo --list: journals of {prefix}, newest first"]
     if not found:

@@ -23,11 +23,15 @@ import tempfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from envdoctor.facts.distributions import dist_name_from_dir, normalize
 from envdoctor.fix.journal import Entry, Journal, boundary, describe
 from envdoctor.fix.state import object_path
+
+if TYPE_CHECKING:  # pragma: no cover
+    from envdoctor.fix.plan import Plan
+    from envdoctor.model import Finding
 
 #: Seconds the verification import may take (torch's import included).
 IMPORT_TIMEOUT_S = 120.0
@@ -49,11 +53,11 @@ class Verification:
     def ok(self) -> bool:
         return not self.problems
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {"ok": self.ok, "problems": self.problems, "removed": self.removed, "imported": self.imported}
 
 
-def fixed_names(findings: Iterable[Any]) -> set[str]:
+def fixed_names(findings: Iterable[Finding]) -> set[str]:
     names = set()
     for finding in findings:
         for key in _NAME_KEYS:
@@ -79,7 +83,7 @@ def _read(path: str) -> str | None:
         return None
 
 
-def _dpkg_list(folder: str, target: Mapping[str, Any]) -> tuple[str, set[str]] | None:
+def _dpkg_list(folder: str, target: Mapping[str, object]) -> tuple[str, set[str]] | None:
     """The OS package's own file list for a metadata folder dpkg ships (an egg-info has no RECORD)."""
     from envdoctor.facts.owners import dpkg_database
 
@@ -102,7 +106,7 @@ def _dpkg_list(folder: str, target: Mapping[str, Any]) -> tuple[str, set[str]] |
     return None
 
 
-def files_of(folder: str, target: Mapping[str, Any], os_lists: bool) -> tuple[str, set[str]] | None:
+def files_of(folder: str, target: Mapping[str, object], os_lists: bool) -> tuple[str, set[str]] | None:
     """(which list, the absolute paths it names) for one installed metadata folder, or None when none lists them.
 
     A wheel's RECORD, an egg-info's installed-files.txt, else (with `os_lists`) the dpkg list that ships
@@ -210,7 +214,7 @@ def _walk_files(site: str, tops: set[str]) -> list[str]:
     return found
 
 
-def check_files(names: set[str], sites: Iterable[str], target: Mapping[str, Any], before: Mapping[str, Entry],
+def check_files(names: set[str], sites: Iterable[str], target: Mapping[str, object], before: Mapping[str, Entry],
                 journal: Journal, clean: bool) -> tuple[Verification, set[str]]:
     """Every file under the package folders of `names` in `sites` belongs to exactly one installed list.
 
@@ -314,7 +318,7 @@ print(json.dumps(out))
 """
 
 
-def _run_imports(argv: list[str], names: list[str], timeout: float) -> tuple[dict[str, Any] | None, str]:
+def _run_imports(argv: list[str], names: list[str], timeout: float) -> tuple[dict[str, object] | None, str]:
     """(module -> {"ok", "file"|"error"}, or None when no answer came) and the failure said in words."""
     from envdoctor.process import quiet_python_env, run_bounded
 
@@ -353,7 +357,7 @@ def check_imports(interpreter: str, modules: Iterable[str], timeout: float = IMP
     names = sorted(set(modules))
     if not names:
         return result
-    data: dict[str, Any] | None = None
+    data: dict[str, object] | None = None
     failure, outside = "", ""
     if root is not None:
         argv, why_not = _inside(root, interpreter)
@@ -383,7 +387,7 @@ def check_imports(interpreter: str, modules: Iterable[str], timeout: float = IMP
     return result
 
 
-def verify_fix(plan: Any, journal: Journal) -> Verification:
+def verify_fix(plan: Plan, journal: Journal) -> Verification:
     """Check the files and imports of every distribution the plan's findings name; record it in the manifest."""
     from envdoctor.fix.state import load_listing
 
@@ -391,7 +395,8 @@ def verify_fix(plan: Any, journal: Journal) -> Verification:
     names = fixed_names(plan.planned)
     cleaned = fixed_names(f for f in plan.planned if f.rule in CLEANS_LEFTOVERS)
     # The folders import reads, by real path as the before-state lists them.
-    sites = list(dict.fromkeys(os.path.realpath(str(p)) for p in target.get("site_packages") or []))
+    given_sites = target.get("site_packages")
+    sites = list(dict.fromkeys(os.path.realpath(str(p)) for p in (given_sites if isinstance(given_sites, list) else [])))
     state = journal.manifest.get("before")
     before = load_listing(journal, state["listing"]) if state else {}
     result = Verification()

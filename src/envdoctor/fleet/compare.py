@@ -12,9 +12,8 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
-from typing import Any
 
-from envdoctor.facts.fleet import FLEET_REPORT_REASON
+from envdoctor.facts.fleet import FLEET_REPORT_REASON, ExpectedNodes
 from envdoctor.model import SCHEMA_VERSION, Finding, Location, Report, Severity
 
 #: A report bigger than this is not read (a node's report is a few MB at most).
@@ -82,12 +81,12 @@ class _Reader:
         self.replaced.append(text)
         return None
 
-    def loads(self, text: str) -> Any:
+    def loads(self, text: str) -> object:
         return json.loads(text, parse_int=self.parse_int, parse_float=self.parse_float,
                           parse_constant=self.parse_constant)
 
 
-def read_report(path: Path, replaced: list[str] | None = None) -> tuple[dict[str, Any] | None, str | None]:
+def read_report(path: Path, replaced: list[str] | None = None) -> tuple[dict[str, object] | None, str | None]:
     """(report, None) for a usable envdoctor report, else (None, why it is skipped).
 
     `replaced`, when given, receives the values read as null (NaN, Infinity, over-long numbers).
@@ -128,16 +127,21 @@ def read_report(path: Path, replaced: list[str] | None = None) -> tuple[dict[str
     return data, None
 
 
-def _scheduler_node(report: dict[str, Any]) -> str | None:
+def _scheduler_node(report: dict[str, object]) -> str | None:
     host = report.get("host")
     scheduler = host.get("scheduler") if isinstance(host, dict) else None
     node = scheduler.get("node") if isinstance(scheduler, dict) else None
     return str(node) if node else None
 
 
-def _labels(loaded: list[tuple[Path, dict[str, Any]]]) -> list[str]:
+def _hostname(report: dict[str, object]) -> object:
+    host = report.get("host")
+    return host.get("hostname") if isinstance(host, dict) else None
+
+
+def _labels(loaded: list[tuple[Path, dict[str, object]]]) -> list[str]:
     """A name per node: the scheduler's node name, else its hostname, or the file name when those repeat."""
-    names = [_scheduler_node(report) or str((report.get("host") or {}).get("hostname") or path.stem)
+    names = [_scheduler_node(report) or str(_hostname(report) or path.stem)
              for path, report in loaded]
     if len(set(names)) == len(names):
         return names
@@ -148,7 +152,7 @@ def _labels(loaded: list[tuple[Path, dict[str, Any]]]) -> list[str]:
 
 
 def expected_nodes(expect: int | None, nodes: str | None,
-                   environ: dict[str, str] | None = None) -> dict[str, Any] | None:
+                   environ: dict[str, str] | None = None) -> ExpectedNodes | None:
     """What compare expects: {"source", "nodes", "count"}, from --nodes/--expect or the job's node list."""
     from envdoctor.errors import UsageError
     from envdoctor.fleet.placement import expand_hostlist
@@ -178,31 +182,29 @@ def expected_nodes(expect: int | None, nodes: str | None,
             "count": len(names) if names is not None else expect}
 
 
-def _match_expected(expected: dict[str, Any], loaded: list[tuple[Path, dict[str, Any]]],
-                    labels: list[str]) -> dict[str, Any]:
+def _match_expected(expected: ExpectedNodes, loaded: list[tuple[Path, dict[str, object]]],
+                    labels: list[str]) -> ExpectedNodes:
     """Which expected nodes have a readable report (by scheduler node name, hostname, file name or label)."""
     seen: set[str] = set()
     for (path, report), label in zip(loaded, labels):
-        seen |= {label, path.stem, str((report.get("host") or {}).get("hostname") or "")}
+        seen |= {label, path.stem, str(_hostname(report) or "")}
         node = _scheduler_node(report)
         if node:
             seen.add(node)
     missing = [name for name in expected["nodes"] if name not in seen]
-    result = dict(expected)
-    result["missing"] = missing
-    result["reported"] = len(loaded)
-    return result
+    return {**expected, "missing": missing, "reported": len(loaded)}
 
 
-def _node_findings(loaded: list[tuple[Path, dict[str, Any]]], labels: list[str],
+def _node_findings(loaded: list[tuple[Path, dict[str, object]]], labels: list[str],
                    fail_on: str) -> list[Finding]:
     """Each node's own findings at or above `fail_on`, once, with the nodes that have them."""
     if fail_on == "never":
         return []
     threshold = Severity.parse(fail_on).rank
-    merged: dict[tuple[str, str, str], tuple[dict[str, Any], list[str]]] = {}
+    merged: dict[tuple[str, str, str], tuple[dict[str, object], list[str]]] = {}
     for (_path, report), label in zip(loaded, labels):
-        for item in report.get("findings") or []:
+        items = report.get("findings")
+        for item in items if isinstance(items, list) else []:
             if not isinstance(item, dict) or not item.get("rule") or not item.get("message"):
                 continue
             try:
@@ -217,7 +219,7 @@ def _node_findings(loaded: list[tuple[Path, dict[str, Any]]], labels: list[str],
     for item, nodes in merged.values():
         location = item.get("location")
         given = item.get("evidence")
-        evidence: dict[str, Any] = dict(given) if isinstance(given, dict) else {}
+        evidence: dict[str, object] = dict(given) if isinstance(given, dict) else {}
         try:
             where = Location(**location) if isinstance(location, dict) else None
         except TypeError:
@@ -246,7 +248,7 @@ def compare_paths(paths: list[str], output: str | None = None, *, expect: int | 
     from envdoctor.rules.fleet.drift import not_compared
 
     expected = expected_nodes(expect, nodes, environ)
-    loaded: list[tuple[Path, dict[str, Any]]] = []
+    loaded: list[tuple[Path, dict[str, object]]] = []
     unreadable: list[dict[str, str]] = []
     replaced: dict[str, list[str]] = {}
     for path in _expand(paths, output):

@@ -30,12 +30,17 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import replace
 from datetime import timedelta
-from typing import Any
+from types import FrameType, ModuleType
+from typing import TYPE_CHECKING, Protocol, TypedDict
 
 from envdoctor.config import Config
 from envdoctor.model import Finding, Location, Report, Severity
+
+if TYPE_CHECKING:  # pragma: no cover
+    from envdoctor.facts.fleet import Collective, FailedRank, NodeRecord
 
 #: Environment variables the torch.distributed `env://` rendezvous needs.
 LAUNCHER_VARIABLES = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")
@@ -56,17 +61,58 @@ EXIT_READ_WAIT_S = 10.0
 EXIT_NO_VERDICT = 1
 
 
+class _PlacementRequired(TypedDict):
+    rank: int
+    world_size: int
+    local_rank: int
+    node_rank: int | None
+    run_id: str
+
+
+class Placement(_PlacementRequired, total=False):
+    """Where this rank runs, from the launcher's variables (see launcher_environment)."""
+
+    #: The launcher variables as read (or derived from Slurm's); run_distributed moves them into os.environ.
+    environ: dict[str, str]
+
+
+class RankPayload(TypedDict, total=False):
+    """What a rank sends rank 0: its place, and its node record, findings and errors, or why it failed."""
+
+    rank: int
+    local_rank: int
+    node_rank: int | None
+    hostname: str
+    loader_stage: bool
+    status: str  # "ok" or "failed"
+    reason: str
+    record: NodeRecord
+    findings: list[dict[str, object]]
+    errors: list[dict[str, object]]
+    target: dict[str, object] | None
+
+
+class _Store(Protocol):
+    """The part of a torch.distributed Store envdoctor uses (keys and values through the launcher's store)."""
+
+    def set(self, key: str, value: str) -> None: ...
+    def get(self, key: str) -> bytes: ...
+    def check(self, keys: list[str]) -> bool: ...
+    def add(self, key: str, amount: int) -> int: ...
+    def wait(self, keys: list[str], timeout: timedelta) -> None: ...
+
+
 class _Stop:
     """Set by SIGTERM on rank 0: the launcher is stopping the job, report what we have."""
 
     def __init__(self) -> None:
         self.requested = False
 
-    def __call__(self, signum: int, frame: Any) -> None:
+    def __call__(self, signum: int, frame: FrameType | None) -> None:
         self.requested = True
 
 
-def launcher_environment(environ: dict[str, str] | None = None) -> dict[str, Any]:
+def launcher_environment(environ: dict[str, str] | None = None) -> Placement:
     """Rank, world size and node placement from the launcher's variables."""
     from envdoctor.errors import UsageError
 
@@ -134,7 +180,7 @@ def _test_fault(rank: int, timeout: float) -> None:
         os._exit(3)
 
 
-def _own_report(config: Config, placement: dict[str, Any]) -> dict[str, Any]:
+def _own_report(config: Config, placement: Placement) -> RankPayload:
     """What this rank sends rank 0: its node record, findings and errors, or why it failed.
 
     The node record, not the whole report: rank 0 of a thousand ranks should
@@ -148,7 +194,7 @@ def _own_report(config: Config, placement: dict[str, Any]) -> dict[str, Any]:
     from envdoctor.fleet.placement import placeholder_values
 
     # The scheduler's node name where there is one: several slurmd (or containers) may share a host name.
-    base = {"rank": placement["rank"], "local_rank": placement["local_rank"],
+    base: RankPayload = {"rank": placement["rank"], "local_rank": placement["local_rank"],
             "node_rank": placement["node_rank"], "hostname": placeholder_values()["node"],
             "loader_stage": loader_stage}
     try:
@@ -165,22 +211,22 @@ def _own_report(config: Config, placement: dict[str, Any]) -> dict[str, Any]:
             "target": data["target"] if placement["rank"] == 0 else None}
 
 
-def _connect(dist: Any, placement: dict[str, Any], timeout: float) -> Any:
+def _connect(dist: ModuleType, placement: Placement, timeout: float) -> _Store:
     """The launcher's store (torchrun's agent store, or one rank 0 hosts), under envdoctor's own prefix."""
     store, _, _ = next(dist.rendezvous("env://", timeout=timedelta(seconds=timeout)))
     store.set_timeout(timedelta(seconds=timeout))
     return dist.PrefixStore(f"envdoctor/{placement['run_id']}/", store)
 
 
-def _collect(store: Any, world_size: int, deadline: float, started: float,
-             stop: _Stop) -> tuple[dict[int, dict[str, Any]], list[dict[str, Any]]]:
+def _collect(store: _Store, world_size: int, deadline: float, started: float,
+             stop: _Stop) -> tuple[dict[int, RankPayload], list[FailedRank]]:
     """Every other rank's payload, or why it has none: failed, timed out, stopped."""
-    arrived: dict[int, dict[str, Any]] = {}
+    arrived: dict[int, RankPayload] = {}
     pending = set(range(1, world_size))
     while pending:
         for rank in sorted(pending):
             if store.check([f"rank/{rank}"]):
-                arrived[rank] = json.loads(store.get(f"rank/{rank}"))
+                arrived[rank] = _payload(rank, json.loads(store.get(f"rank/{rank}")))
                 pending.discard(rank)
         if not pending or stop.requested or time.monotonic() >= deadline:
             break
@@ -189,17 +235,24 @@ def _collect(store: Any, world_size: int, deadline: float, started: float,
     status = "stopped" if stop.requested else "timed-out"
     reason = ("the launcher stopped the job before this rank reported" if stop.requested
               else f"no report within {waited:.0f} s")
-    missing = [{"rank": rank, "status": status, "reason": reason, "waited_s": waited}
-               for rank in sorted(pending)]
+    missing: list[FailedRank] = [{"rank": rank, "status": status, "reason": reason, "waited_s": waited}
+                                 for rank in sorted(pending)]
     return arrived, missing
 
 
-def _collective_check(dist: Any, store: Any, rank: int, world_size: int, timeout: float) -> dict[str, Any]:
+def _payload(rank: int, sent: object) -> RankPayload:
+    """A rank's payload as rank 0 read it: the JSON object the rank sent (its own _own_report)."""
+    if isinstance(sent, dict):
+        return RankPayload(**{key: value for key, value in sent.items() if key in RankPayload.__annotations__})
+    return {"rank": rank, "status": "failed", "reason": f"sent {type(sent).__name__}, not its report"}
+
+
+def _collective_check(dist: ModuleType, store: _Store, rank: int, world_size: int, timeout: float) -> Collective:
     """Form a gloo process group over the same store and all_reduce one number."""
     import torch
 
     started = time.monotonic()
-    result: dict[str, Any] = {"backend": "gloo", "world_size": world_size}
+    result: Collective = {"backend": "gloo", "world_size": world_size}
     interface = {k: os.environ[k] for k in ("GLOO_SOCKET_IFNAME",) if os.environ.get(k)}
     if interface:
         result["environ"] = interface
@@ -209,10 +262,10 @@ def _collective_check(dist: Any, store: Any, rank: int, world_size: int, timeout
         value = torch.ones(1)
         dist.all_reduce(value)
         ok = int(value.item()) == world_size
-        result.update(ok=ok, error=None if ok else f"all_reduce gave {value.item()}, expected {world_size}")
+        result["ok"], result["error"] = ok, None if ok else f"all_reduce gave {value.item()}, expected {world_size}"
     except Exception as exc:  # the failure is the finding
         first_line = (str(exc).strip().splitlines() or [""])[0]
-        result.update(ok=False, error=f"{type(exc).__name__}: {first_line}"[:500])
+        result["ok"], result["error"] = False, f"{type(exc).__name__}: {first_line}"[:500]
     finally:
         try:
             if dist.is_initialized():
@@ -223,29 +276,29 @@ def _collective_check(dist: Any, store: Any, rank: int, world_size: int, timeout
     return result
 
 
-def _finding_from_dict(data: dict[str, Any], ranks: list[int]) -> Finding:
-    location = data.get("location")
+def _finding_from_dict(data: Mapping[str, object], ranks: list[int]) -> Finding:
+    location, evidence = data.get("location"), data.get("evidence")
     return Finding(
-        rule=data["rule"], name=data["name"], severity=Severity.parse(data["severity"]),
-        message=data["message"], evidence={**(data.get("evidence") or {}), "ranks": ranks},
-        fix=data.get("fix") or "",
+        rule=str(data["rule"]), name=str(data["name"]), severity=Severity.parse(str(data["severity"])),
+        message=str(data["message"]), evidence={**(evidence if isinstance(evidence, dict) else {}), "ranks": ranks},
+        fix=str(data.get("fix") or ""),
         location=Location(**location) if isinstance(location, dict) else None,
     )
 
 
-def _merge_node_findings(payloads: dict[int, dict[str, Any]]) -> tuple[list[Finding], list[dict[str, Any]]]:
+def _merge_node_findings(payloads: dict[int, RankPayload]) -> tuple[list[Finding], list[dict[str, object]]]:
     """Each rank's own findings once, with the ranks that made them; its errors likewise."""
-    findings: dict[tuple[str, str, str], tuple[dict[str, Any], list[int]]] = {}
-    errors: dict[tuple[str, str], tuple[dict[str, Any], list[int]]] = {}
+    findings: dict[tuple[str, str, str], tuple[dict[str, object], list[int]]] = {}
+    errors: dict[tuple[str, str], tuple[dict[str, object], list[int]]] = {}
     for rank, payload in sorted(payloads.items()):
         for item in payload.get("findings") or []:
-            key = (item["rule"], item["message"], item.get("fix") or "")
+            key = (str(item["rule"]), str(item["message"]), str(item.get("fix") or ""))
             findings.setdefault(key, (item, []))[1].append(rank)
         for item in payload.get("errors") or []:
             error_key = (str(item.get("rule") or item.get("probe")), str(item.get("message")))
             errors.setdefault(error_key, (item, []))[1].append(rank)
     merged = [_finding_from_dict(item, ranks) for item, ranks in findings.values()]
-    merged_errors = []
+    merged_errors: list[dict[str, object]] = []
     for item, ranks in errors.values():
         # A rule skipped for a failed probe keeps both names: the fleet report is "not checked" too.
         who = {name: str(item[name]) for name in ("rule", "probe") if item.get(name)} or {"probe": "?"}
@@ -253,18 +306,20 @@ def _merge_node_findings(payloads: dict[int, dict[str, Any]]) -> tuple[list[Find
     return merged, merged_errors
 
 
-def _fleet_report(config: Config, placement: dict[str, Any], payloads: dict[int, dict[str, Any]],
-                  missing: list[dict[str, Any]], collective: dict[str, Any] | None) -> Report:
+def _fleet_report(config: Config, placement: Placement, payloads: dict[int, RankPayload],
+                  missing: list[FailedRank], collective: Collective | None) -> Report:
     from envdoctor.catalog import load_catalog
     from envdoctor.engine import check_severity_overrides
     from envdoctor.facts.fleet import FleetFacts
     from envdoctor.fleet import fleet_report
     from envdoctor.rules.fleet.drift import not_compared
 
-    nodes, failed = [], list(missing)
-    for _rank, payload in sorted(payloads.items()):
-        if payload.get("status") != "ok":
-            failed.append({k: payload.get(k) for k in ("rank", "hostname", "reason")} | {"status": "failed"})
+    nodes: list[NodeRecord] = []
+    failed = list(missing)
+    for rank, payload in sorted(payloads.items()):
+        if payload.get("status") != "ok" or "record" not in payload:
+            failed.append({"rank": payload.get("rank", rank), "hostname": payload.get("hostname"),
+                           "reason": payload.get("reason"), "status": "failed"})
             continue
         nodes.append(payload["record"])
     fleet: FleetFacts = {"mode": "distributed", "world_size": placement["world_size"],
@@ -277,7 +332,7 @@ def _fleet_report(config: Config, placement: dict[str, Any], payloads: dict[int,
                         errors=node_errors, ignore=config.ignore, overrides=overrides)
 
 
-def _share_exit_code(store: Any, code: int, waiting: int) -> None:
+def _share_exit_code(store: _Store, code: int, waiting: int) -> None:
     """Rank 0: tell every rank the job's exit code, and wait (briefly) until the ranks that wait have read it.
 
     Every rank then exits with the same code, so a launcher's agents all succeed or all fail together:
@@ -298,7 +353,7 @@ def _share_exit_code(store: Any, code: int, waiting: int) -> None:
         time.sleep(POLL_S)
 
 
-def _await_exit_code(store: Any) -> int:
+def _await_exit_code(store: _Store) -> int:
     """Another rank: the exit code rank 0 decided (EXIT_NO_VERDICT when rank 0 is gone)."""
     try:
         store.wait(["exit"], timedelta(seconds=EXIT_WAIT_S))
@@ -350,9 +405,9 @@ def run_distributed(config: Config) -> Report | int:
             where = ("rank 0 could not reach the launcher's store"
                      if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True"
                      else "never reached rank 0's store")
-            missing = [{"rank": r, "status": "timed-out", "waited_s": waited,
-                        "reason": f"{where} ({type(exc).__name__}: {exc})"}
-                       for r in range(1, world_size)]
+            missing: list[FailedRank] = [{"rank": r, "status": "timed-out", "waited_s": waited,
+                                          "reason": f"{where} ({type(exc).__name__}: {exc})"}
+                                         for r in range(1, world_size)]
             return _fleet_report(config, placement, {0: own}, missing, None)
         payload = _own_report(config, placement)
         if rank != 0:

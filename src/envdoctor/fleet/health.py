@@ -23,9 +23,14 @@ import sys
 import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from envdoctor.model import FAIL_ON_CHOICES, Finding, Report
+
+if TYPE_CHECKING:  # pragma: no cover
+    from envdoctor.config import Config
+    from envdoctor.facts import Facts
+    from envdoctor.facts.fleet import ExpectedValues
 
 EXIT_OK, EXIT_FINDINGS = 0, 1
 #: The node rules health runs: static, cheap, and stable from run to run.
@@ -50,7 +55,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--output", "-o", metavar="FILE", help="write the report there (placeholders as for report)")
 
 
-def _size(value: Any, key: str, source: str) -> int:
+def _size(value: object, key: str, source: str) -> int:
     from envdoctor.errors import UsageError
 
     if isinstance(value, int) and not isinstance(value, bool):
@@ -62,7 +67,7 @@ def _size(value: Any, key: str, source: str) -> int:
     return int(number * 1024 ** " KMGT".index(unit or " ")) if unit else int(number)
 
 
-def read_expected(path: str) -> dict[str, Any]:
+def read_expected(path: str) -> ExpectedValues:
     """The expected values of `path` as node-record values (sizes in bytes, versions as text)."""
     from envdoctor.errors import UsageError
     from envdoctor.facts.fleet import FIELDS
@@ -83,7 +88,7 @@ def read_expected(path: str) -> dict[str, Any]:
     fields = {f.key: f for f in FIELDS}
     aliases = {"shm": "shm_total", "memory": "memory_total", "cpus": "usable_cpus", "open_files": "nofile",
                "cuda": "cuda_build"}
-    wanted: dict[str, Any] = {}
+    wanted: ExpectedValues = {}
     for key, value in table.items():
         name = aliases.get(key, key)
         if name == "environ":
@@ -104,14 +109,14 @@ def read_expected(path: str) -> dict[str, Any]:
     return wanted
 
 
-def _static_facts(config: Any) -> Any:
+def _static_facts(config: Config) -> Facts:
     """The facts with the torch section read from its files only: no `import torch`, even on a GPU node."""
     from envdoctor.facts import Facts
     from envdoctor.facts.torch import read_torch_files
 
     first = Facts(config)
     target = first["target"]
-    torch: Any = read_torch_files(dict(target))
+    torch = read_torch_files(dict(target))
     torch["probe"] = {"ran": False, "reason": "envdoctor health: static checks only"}
     return Facts(config, preset={"target": target, "torch": torch})
 
@@ -130,7 +135,7 @@ def run_health(args: argparse.Namespace) -> Report:
     from envdoctor.fleet import fleet_report
 
     expected = read_expected(args.expect) if args.expect else None
-    given: dict[str, Any] = {"no_loader": True, "select": HEALTH_RULES, "format": "json"}
+    given: dict[str, object] = {"no_loader": True, "select": HEALTH_RULES, "format": "json"}
     if args.prefix:
         given["prefix"] = args.prefix
     if args.env_name:

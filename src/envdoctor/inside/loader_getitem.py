@@ -6,14 +6,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from typing import Any
 
 from loader_outcomes import DatasetFailure, first_line, raised
 from loader_session import Session
 from loader_timing import batch_stats, schedstat
 
 
-def index_stream(s: Session) -> Iterator[Any]:
+def index_stream(s: Session) -> Iterator[object]:
     """Indices in the order the user's loader would ask for them (first epoch)."""
     from torch.utils.data import BatchSampler, SequentialSampler
 
@@ -35,18 +34,20 @@ EARLY_SAMPLES = 4
 POOL_SLOWDOWN = 1.5
 
 
-def pool_contended(threads: dict[str, Any]) -> bool:
+def pool_contended(threads: dict[str, object]) -> bool:
     pooled, single = threads.get("threads_median_s"), threads.get("one_thread_median_s")
+    if not isinstance(pooled, (int, float)) or not isinstance(single, (int, float)):
+        return False
     return bool(pooled and single and pooled >= POOL_SLOWDOWN * single)
 
 
-def _fetch(s: Session, index: Any) -> float:
+def _fetch(s: Session, index: object) -> float:
     t0 = time.perf_counter()
     s.tracked[index]
     return time.perf_counter() - t0
 
 
-def thread_retime(s: Session, indices: list[Any]) -> dict[str, Any]:
+def thread_retime(s: Session, indices: list[object]) -> dict[str, object]:
     """The same samples fetched alternately with torch's intra-op threads and with one thread.
 
     At num_workers=0 the samples are made in the training process, whose
@@ -58,7 +59,7 @@ def thread_retime(s: Session, indices: list[Any]) -> dict[str, Any]:
     """
     torch = s.torch
     threads = int(torch.get_num_threads())
-    out: dict[str, Any] = {"intra_op_threads": threads}
+    out: dict[str, object] = {"intra_op_threads": threads}
     if threads <= 1 or not indices or s.tracked is None or s.left() < 4 * RETIME_S:
         return out
     s.guarded(max(2.0, 4 * RETIME_S), "re-timing __getitem__ with one intra-op thread", "getitem",
@@ -95,16 +96,16 @@ def probe(s: Session) -> None:
     limit = max(3.0, min(0.35 * float(s.plan["budget_s"]), s.left() - 1.0))
     s.guarded(limit, "fetching samples in the main process", "getitem", limit_per_sample=True)
     s.failure_workers = 0
-    samples: list[Any] = []
+    samples: list[object] = []
     times: list[float] = []
     cpu: list[float] = []
     read_s: list[float] = []
     decode_s: list[float] = []
-    indices: list[Any] = []
+    indices: list[object] = []
     process0 = time.process_time()
     process_cpu = loop_s = 0.0
     aside_cpu = aside_s = 0.0  # the early re-time, left out of the probe's own totals
-    threads_seen: dict[str, Any] | None = None
+    threads_seen: dict[str, object] | None = None
     timing = True
     blocked = 0.0
     split = hasattr(s.dataset, "read_sample") and hasattr(s.dataset, "decode_sample")
@@ -175,8 +176,8 @@ def probe(s: Session) -> None:
     _collate_one_batch(s, samples)
 
 
-def _fetch_sample(s: Session, stream: Any, index: Any, split: bool, t0: float, read_s: list[float], decode_s: list[float]
-           ) -> Any:
+def _fetch_sample(s: Session, stream: Iterator[object], index: object, split: bool, t0: float, read_s: list[float], decode_s: list[float]
+           ) -> object:
     """One sample: the next of an iterable dataset, else dataset[index], its read and decode timed apart (from
     `t0`) when the dataset splits them."""
     if s.iterable:
@@ -194,10 +195,10 @@ def _fetch_sample(s: Session, stream: Any, index: Any, split: bool, t0: float, r
 
 
 def _timings(times: list[float], cpu: list[float], blocked: float, read_s: list[float], decode_s: list[float]
-             ) -> dict[str, Any]:
+             ) -> dict[str, object]:
     """The timed samples' figures: mean, median and slowest, the CPU and blocked shares, the read/decode split."""
     total = sum(times)
-    getitem = {
+    getitem: dict[str, object] = {
         "samples": len(times),
         "per_sample_s": total / len(times),
         "median_s": sorted(times)[len(times) // 2],
@@ -211,7 +212,7 @@ def _timings(times: list[float], cpu: list[float], blocked: float, read_s: list[
     return getitem
 
 
-def _collate_one_batch(s: Session, samples: list[Any]) -> None:
+def _collate_one_batch(s: Session, samples: list[object]) -> None:
     """One batch, collated the way the user's loader does it (result `batch`)."""
     from torch.utils.data import default_collate
 

@@ -22,15 +22,24 @@ from __future__ import annotations
 import pickle
 import re
 import signal
-from typing import Any
+from typing import Protocol
 
 from loader_timing import workers_alive
+
+
+class _Tracked(Protocol):
+    """What a failure reads of the tracked dataset (loader_session.Tracked; mypy cannot follow the runner's
+    top-level imports, so the part used here is spelt out)."""
+
+    def in_progress(self) -> dict[int, int]: ...
+    def failures(self) -> dict[int, int]: ...
+    def slot_of_pid(self, pid: int) -> int | None: ...
 
 
 class DatasetFailure(Exception):
     """The dataset (or its collate_fn) raised, hung, or killed the process fetching it."""
 
-    def __init__(self, kind: str, message: str, *, index: Any = None, num_workers: int | None = None,
+    def __init__(self, kind: str, message: str, *, index: object = None, num_workers: int | None = None,
                  where: str = "__getitem__", exception: str | None = None, signal_name: str | None = None) -> None:
         super().__init__(message)
         self.info = {"kind": kind, "message": message, "index": index, "num_workers": num_workers,
@@ -92,13 +101,13 @@ def looks_like_pickling(exc: BaseException) -> bool:
     return isinstance(exc, pickle.PicklingError) or "pickle" in text or "can't get local object" in text
 
 
-def timed_out(exc: BaseException, iterator: Any, waited_s: float, timeout_s: float) -> bool:
+def timed_out(exc: BaseException, iterator: object, waited_s: float, timeout_s: float) -> bool:
     """The wait ended by the DataLoader's own timeout: the whole timeout passed with every worker alive."""
     return (isinstance(exc, RuntimeError) and getattr(iterator, "_workers", None) is not None
             and waited_s >= timeout_s - 0.1 and workers_alive(iterator))
 
 
-def raised(exc: BaseException, index: Any, nw: int, length: int | None) -> DatasetFailure:
+def raised(exc: BaseException, index: object, nw: int, length: int | None) -> DatasetFailure:
     """`__getitem__` raised in this process."""
     kind = "memory" if isinstance(exc, MemoryError) else "raised"
     message = f"{type(exc).__name__}: {first_line(exc)}"
@@ -108,7 +117,7 @@ def raised(exc: BaseException, index: Any, nw: int, length: int | None) -> Datas
                           exception=type(exc).__name__)
 
 
-def _exit_codes(iterator: Any) -> dict[int, int | None]:
+def _exit_codes(iterator: object) -> dict[int, int | None]:
     codes = {}
     for w in (getattr(iterator, "_workers", None) or []):
         try:
@@ -128,7 +137,7 @@ def _signal_name(code: int | None) -> str | None:
         return f"signal {-code}"
 
 
-def read_failure(exc: BaseException, nw: int, iterator: Any, tracked: Any, *, length: int | None,
+def read_failure(exc: BaseException, nw: int, iterator: object, tracked: _Tracked | None, *, length: int | None,
                  start_method: str, was_timeout: bool, delivered: bool, waited_s: float) -> Exception:
     """What a failed run means: a DatasetFailure, or SlowStart when the workers were merely starting."""
     text = str(exc)
@@ -169,7 +178,7 @@ def _timed_out(exc: BaseException, nw: int, busy: dict[int, int], failed: dict[i
                           index=index, num_workers=nw)
 
 
-def _crashed(text: str, nw: int, exitcodes: dict[int, int | None], tracked: Any, busy: dict[int, int]
+def _crashed(text: str, nw: int, exitcodes: dict[int, int | None], tracked: _Tracked | None, busy: dict[int, int]
              ) -> DatasetFailure | None:
     """A worker that died (its exit status or signal, the index it was fetching), or None when none did."""
     dead = {pid: code for pid, code in exitcodes.items() if code not in (None, 0)}

@@ -8,10 +8,26 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from types import ModuleType
+from typing import Protocol
 
 import loader_protocol  # the parts are found through the runner's own folder on sys.path
+
+
+def _number(value: object, default: float = 0.0) -> float:
+    """A number from the plan (JSON envdoctor wrote): ints and floats as they are, text parsed."""
+    return float(value) if isinstance(value, (int, float, str)) and value != "" else default
+
+
+class Tracked(Protocol):
+    """The dataset wrapper that records which index each worker slot is fetching (loader_workloads)."""
+
+    def in_progress(self) -> dict[int, int]: ...
+    def failures(self) -> dict[int, int]: ...
+    def slot_of_pid(self, pid: int) -> int | None: ...
+    def reset(self) -> None: ...
 
 
 class Events:
@@ -23,14 +39,14 @@ class Events:
         self.lock = threading.Lock()
 
     @classmethod
-    def for_plan(cls, plan: dict[str, Any]) -> Events:
+    def for_plan(cls, plan: dict[str, object]) -> Events:
         path = plan.get("event_path")
         if path:
             # Binary: Windows would otherwise write each newline as CRLF.
-            return cls(os.open(path, os.O_WRONLY | os.O_APPEND | getattr(os, "O_BINARY", 0)))
-        return cls(int(plan["event_fd"]))
+            return cls(os.open(str(path), os.O_WRONLY | os.O_APPEND | getattr(os, "O_BINARY", 0)))
+        return cls(int(_number(plan["event_fd"], -1)))
 
-    def emit(self, ev: str, **fields: Any) -> None:
+    def emit(self, ev: str, **fields: object) -> None:
         data = loader_protocol.encode(ev, fields)
         with self.lock:
             try:
@@ -40,10 +56,10 @@ class Events:
             except OSError:
                 pass  # envdoctor has gone; nothing left to tell
 
-    def phase(self, name: str, limit_s: float, **fields: Any) -> None:
+    def phase(self, name: str, limit_s: float, **fields: object) -> None:
         self.emit(loader_protocol.PHASE, name=name, limit_s=round(limit_s, 3), **fields)
 
-    def result(self, key: str, value: Any) -> None:
+    def result(self, key: str, value: object) -> None:
         self.emit(loader_protocol.RESULT, key=key, value=value)
 
     def skip(self, what: str, reason: str) -> None:
@@ -75,7 +91,7 @@ class Watchdog:
     """Ends the runner when a phase overstays, saying which indices were in flight; and when the
     process that started it is gone (envdoctor killed outright), so no worker outlives it."""
 
-    def __init__(self, events: Events, describe: Any) -> None:
+    def __init__(self, events: Events, describe: Callable[[str], dict[str, object]]) -> None:
         self.events = events
         self.describe = describe
         self.deadline: float | None = None
@@ -145,19 +161,19 @@ def end_now(reason: str | None = None, events: Events | None = None) -> None:
 class Session:
     """The runner's shared state: the plan, the budget, and the dataset under test once it is built."""
 
-    plan: dict[str, Any]
+    plan: dict[str, object]
     events: Events
     deadline: float = 0.0
-    watchdog: Any = None
+    watchdog: Watchdog = field(init=False)
     # Set by the setup (loader_setup.Setup.build):
-    torch: Any = None
-    DataLoader: Any = None
-    dataset: Any = None
-    tracked: Any = None
+    torch: ModuleType | None = None
+    DataLoader: Callable[..., Iterable[object]] | None = None
+    dataset: object = None
+    tracked: Tracked | None = None
     iterable: bool = False
-    kwargs: dict[str, Any] = field(default_factory=dict)
-    user_kwargs: dict[str, Any] = field(default_factory=dict)
-    current: dict[str, Any] = field(default_factory=dict)
+    kwargs: dict[str, object] = field(default_factory=dict)
+    user_kwargs: dict[str, object] = field(default_factory=dict)
+    current: dict[str, object] = field(default_factory=dict)
     start_method: str = "fork"
     length: int | None = None
     batch_size: int = 32
@@ -166,29 +182,29 @@ class Session:
     import_s: float = 0.0
     # Set as the test goes:
     per_sample_s: float = 0.0
-    runs: list[dict[str, Any]] = field(default_factory=list)
+    runs: list[dict[str, object]] = field(default_factory=list)
     workers_ok: bool = True
     failure_workers: int | None = None
     #: The dataset's attributes as built (loader_hazards.built_state), put back before workers start.
-    built: list[tuple[Any, dict[str, Any]]] = field(default_factory=list)
+    built: list[tuple[object, dict[str, object]]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
-        self.deadline = time.monotonic() + float(self.plan["budget_left_s"])
+        self.deadline = time.monotonic() + _number(self.plan["budget_left_s"])
         self.watchdog = Watchdog(self.events, self.describe_stuck)
 
     @property
     def usable(self) -> int:
-        return int(self.plan.get("usable_cpus") or 1)
+        return int(_number(self.plan.get("usable_cpus"), 1) or 1)
 
     def left(self) -> float:
         return self.deadline - time.monotonic()
 
-    def guarded(self, limit_s: float, what: str, phase: str, check: str | None = None, **fields: Any) -> None:
+    def guarded(self, limit_s: float, what: str, phase: str, check: str | None = None, **fields: object) -> None:
         """Watch a phase; `check` names a data check whose overstay is a skip, not a hang."""
         self.events.phase(phase, limit_s, **fields)
         self.watchdog.arm(limit_s, what, check)
 
-    def describe_stuck(self, what: str) -> dict[str, Any]:
+    def describe_stuck(self, what: str) -> dict[str, object]:
         busy = self.tracked.in_progress() if self.tracked is not None else {}
         index = next(iter(busy.values()), None)
         where = "main process" if 0 in busy or not busy else f"worker {min(busy) - 1}"
@@ -206,8 +222,8 @@ class Session:
 
             loader_hazards.restore(self.built)
 
-    def loader(self, nw: int, dataset: Any, timeout: float, *, persistent: bool = False, pin: bool = False,
-               kwargs: dict[str, Any] | None = None) -> Any:
+    def loader(self, nw: int, dataset: object, timeout: float, *, persistent: bool = False, pin: bool = False,
+               kwargs: dict[str, object] | None = None) -> Iterable[object]:
         """A DataLoader with the user's settings and the ones under test."""
         options = dict(self.kwargs if kwargs is None else kwargs)
         options["num_workers"] = nw
@@ -220,4 +236,6 @@ class Session:
         else:
             options.pop("multiprocessing_context", None)
             options.pop("worker_init_fn", None)
+        if self.DataLoader is None:
+            raise RuntimeError("no DataLoader class yet: the setup sets it before any loader is made")
         return self.DataLoader(dataset, **options)

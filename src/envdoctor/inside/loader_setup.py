@@ -10,7 +10,9 @@ import pickle
 import sys
 import time
 import traceback
-from typing import Any
+from collections.abc import Mapping, Sized
+from types import ModuleType
+from typing import IO
 
 from loader_outcomes import FactoryProblem, SetupProblem
 from loader_session import Session
@@ -19,7 +21,7 @@ from loader_session import Session
 DEFAULT_BATCH_SIZE = 32
 
 
-def build(s: Session, given: tuple[Any, Any, Any]) -> list[dict[str, str]]:
+def build(s: Session, given: tuple[object, object, object]) -> list[dict[str, str]]:
     """Import torch, build the dataset and fill the session; the pickling problems (spawn/forkserver)."""
     import_torch(s)
     from torch.utils.data import DataLoader, IterableDataset
@@ -39,7 +41,7 @@ def build(s: Session, given: tuple[Any, Any, Any]) -> list[dict[str, str]]:
     s.current = _current_settings(s, kwargs)
     s.start_method = _start_method(kwargs)
     try:
-        s.length = len(dataset)
+        s.length = len(dataset) if isinstance(dataset, Sized) else None
     except Exception:
         s.length = None
     s.events.result("dataset", {"description": description, "length": s.length,
@@ -57,7 +59,7 @@ def build(s: Session, given: tuple[Any, Any, Any]) -> list[dict[str, str]]:
     return problems
 
 
-def import_torch(s: Session) -> Any:
+def import_torch(s: Session) -> ModuleType:
     s.guarded(max(20.0, s.left()), "importing torch", "import")
     start = time.perf_counter()
     probe = None
@@ -87,12 +89,14 @@ def import_torch(s: Session) -> Any:
         s.events.result("torch_probe", probe)
     return torch
 
-def build_dataset(s: Session, given: tuple[Any, Any, Any]) -> tuple[Any, dict[str, Any], str]:
+def build_dataset(s: Session, given: tuple[object, object, object]
+                  ) -> tuple[object, dict[str, object], str | None]:
     source = s.plan["source"]
     kind = source["kind"]
     s.guarded(max(1.0, s.left() - 1.0), "building the dataset", "build")
     if kind == "object":
-        dataset, kwargs, description = given[0], dict(given[1] or {}), given[2]
+        dataset, kwargs = given[0], dict(given[1]) if isinstance(given[1], Mapping) else {}
+        description = given[2] if isinstance(given[2], str) else None
     elif kind == "synthetic":
         # Measured single-threaded, as each worker runs (torch gives workers one thread):
         # the curve then shows what workers add rather than what intra-op threads do.
@@ -128,7 +132,7 @@ def build_dataset(s: Session, given: tuple[Any, Any, Any]) -> tuple[Any, dict[st
     s.watchdog.disarm()
     return dataset, kwargs, description
 
-def _script_module(main_path: str | None) -> Any:
+def _script_module(main_path: str | None) -> object:
     """`envdoctor run --tune`: the training script, run as `__mp_main__` (its main guard keeps training from
     starting, as under spawn), so classes it defines in `__main__` unpickle here. The host has checked that
     the script runs nothing else at import."""
@@ -146,17 +150,17 @@ def _script_module(main_path: str | None) -> Any:
 class _Unpickler(pickle.Unpickler):
     """Finds the classes of `__main__` in the training script's module, when there is one."""
 
-    def __init__(self, handle: Any, script: Any) -> None:
+    def __init__(self, handle: IO[bytes], script: object) -> None:
         super().__init__(handle)
         self.script = script
 
-    def find_class(self, module: str, name: str) -> Any:
+    def find_class(self, module: str, name: str) -> object:
         if module == "__main__" and self.script is not None and hasattr(self.script, name):
             return getattr(self.script, name)
         return super().find_class(module, name)
 
 
-def _from_factory(spec: str, cwd: str | None) -> tuple[Any, dict[str, Any], str]:
+def _from_factory(spec: str, cwd: str | None) -> tuple[object, dict[str, object], str]:
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
         raise SetupProblem(f"--dataset wants MODULE:CALLABLE, not {spec!r}")
@@ -177,7 +181,7 @@ def _from_factory(spec: str, cwd: str | None) -> tuple[Any, dict[str, Any], str]
     except Exception as exc:
         raise FactoryProblem(f"{spec}() raised {type(exc).__name__}: {exc}",
                              trace=traceback.format_exc(limit=-3)) from None
-    kwargs: dict[str, Any] = {}
+    kwargs: dict[str, object] = {}
     if isinstance(made, tuple) and len(made) == 2 and isinstance(made[1], dict):
         made, kwargs = made
     if not (hasattr(made, "__getitem__") or hasattr(made, "__iter__")):
@@ -186,7 +190,7 @@ def _from_factory(spec: str, cwd: str | None) -> tuple[Any, dict[str, Any], str]
     return made, dict(kwargs), f"{spec} ({type(made).__name__})"
 
 
-def _base_kwargs(s: Session, kwargs: dict[str, Any]) -> dict[str, Any]:
+def _base_kwargs(s: Session, kwargs: dict[str, object]) -> dict[str, object]:
     controlled = {"num_workers", "prefetch_factor", "persistent_workers", "pin_memory", "timeout",
                   "pin_memory_device"}
     base = {k: v for k, v in kwargs.items() if k not in controlled}
@@ -203,8 +207,9 @@ def _base_kwargs(s: Session, kwargs: dict[str, Any]) -> dict[str, Any]:
     s.auto_collation = base.get("batch_sampler") is not None or base.get("batch_size") is not None
     return base
 
-def _current_settings(s: Session, kwargs: dict[str, Any]) -> dict[str, Any]:
-    nw = int(kwargs.get("num_workers") or 0)
+def _current_settings(s: Session, kwargs: dict[str, object]) -> dict[str, object]:
+    given_nw = kwargs.get("num_workers")
+    nw = int(given_nw) if isinstance(given_nw, (int, float, str)) and given_nw else 0
     prefetch = kwargs.get("prefetch_factor")
     return {"num_workers": nw, "prefetch_factor": (prefetch if prefetch is not None else 2) if nw else None,
             "persistent_workers": bool(kwargs.get("persistent_workers", False)),
@@ -212,7 +217,7 @@ def _current_settings(s: Session, kwargs: dict[str, Any]) -> dict[str, Any]:
             "batch_size": s.batch_size, "assumed_batch_size": "batch_size" not in kwargs
             and kwargs.get("batch_sampler") is None}
 
-def _start_method(kwargs: dict[str, Any]) -> str:
+def _start_method(kwargs: dict[str, object]) -> str:
     import multiprocessing
 
     ctx = kwargs.get("multiprocessing_context")
@@ -231,7 +236,7 @@ def _worker_cap(s: Session) -> int:
 
 # -- 1. pickling under spawn/forkserver ---------------------------------
 
-def check_pickle(s: Session, dataset: Any, kwargs: dict[str, Any]) -> list[dict[str, str]]:
+def check_pickle(s: Session, dataset: object, kwargs: dict[str, object]) -> list[dict[str, str]]:
     if s.start_method not in ("spawn", "forkserver"):
         s.events.result("pickle", {"start_method": s.start_method, "checked": False, "problems": []})
         return []

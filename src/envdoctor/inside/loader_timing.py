@@ -9,7 +9,7 @@ import os
 import sys
 import time
 from collections.abc import Iterator
-from typing import Any
+from types import ModuleType
 
 #: Steady-state windows each run is split into, for the spread.
 WINDOWS = 5
@@ -110,7 +110,7 @@ def threads_waiting() -> float | None:
     return total if found else None
 
 
-def worker_pids(iterator: Any) -> list[int]:
+def worker_pids(iterator: object) -> list[int]:
     workers = getattr(iterator, "_workers", None) or []
     return [w.pid for w in workers if getattr(w, "pid", None)]
 
@@ -127,11 +127,11 @@ class CpuWindow:
         self.machine = busy_cpus()
         self.main_waiting = threads_waiting()
 
-    def close(self) -> dict[str, Any]:
+    def close(self) -> dict[str, object]:
         wall = max(1e-9, time.perf_counter() - self.wall)
         now = os.times()
         main_cpu = (now.user - self.main.user) + (now.system - self.main.system)
-        out: dict[str, Any] = {"main_cpu": round(main_cpu / wall, 3)}
+        out: dict[str, object] = {"main_cpu": round(main_cpu / wall, 3)}
         run = waiting = 0.0
         counted = 0
         for pid, start in self.workers.items():
@@ -172,7 +172,7 @@ class CpuWindow:
 # Batches: how many samples, how many bytes, how many tensors.
 
 
-def leaves(root: Any, limit: int) -> Iterator[Any]:
+def leaves(root: object, limit: int) -> Iterator[object]:
     """What a nested sample or batch holds, in order: dicts by key, lists and tuples item by item.
 
     At most `limit` items are looked at (a hostile dataset may return anything).
@@ -190,7 +190,7 @@ def leaves(root: Any, limit: int) -> Iterator[Any]:
             yield item
 
 
-def batch_stats(batch: Any, torch: Any) -> dict[str, Any]:
+def batch_stats(batch: object, torch: ModuleType) -> dict[str, object]:
     """Bytes and tensors in one collated batch, and what else it holds."""
     total = 0
     tensors = 0
@@ -209,7 +209,7 @@ def batch_stats(batch: Any, torch: Any) -> dict[str, Any]:
     return {"batch_bytes": total, "tensors_per_batch": tensors, "non_tensor_types": sorted(others)}
 
 
-def samples_in(batch: Any, torch: Any, default: int) -> int:
+def samples_in(batch: object, torch: ModuleType, default: int) -> int:
     stack = [batch]
     while stack:
         item = stack.pop(0)
@@ -224,7 +224,7 @@ def samples_in(batch: Any, torch: Any, default: int) -> int:
     return default
 
 
-def steady_state(epochs: list[list[tuple[float, int]]], warmup: int, workers: int = 1) -> dict[str, Any]:
+def steady_state(epochs: list[list[tuple[float, int]]], warmup: int, workers: int = 1) -> dict[str, object]:
     """Samples/s after each epoch's warm-up batches, with its spread over windows.
 
     N workers deliver their batches in rounds of N, so each window spans at least one
@@ -251,7 +251,7 @@ def steady_state(epochs: list[list[tuple[float, int]]], warmup: int, workers: in
         if dt > 0:
             rates.append(sum(n for _, n in chunk) / dt)
     rates.sort()
-    out = {"samples_per_s": round(rate, 2) if rate else None, "steady_batches": len(intervals),
+    out: dict[str, object] = {"samples_per_s": round(rate, 2) if rate else None, "steady_batches": len(intervals),
            "steady_s": round(seconds, 4), "windows": len(rates)}
     if rate and rates:
         out["samples_per_s_min"] = round(rates[0], 2)
@@ -262,13 +262,13 @@ def steady_state(epochs: list[list[tuple[float, int]]], warmup: int, workers: in
 
 
 
-def set_timeout(iterator: Any, seconds: float) -> None:
+def set_timeout(iterator: object, seconds: float) -> None:
     """Change how long a worker iterator waits for its next batch (a DataLoader has one timeout for all)."""
     if getattr(iterator, "_timeout", 0):
-        iterator._timeout = seconds
+        setattr(iterator, "_timeout", seconds)  # noqa: B010 — a private attribute of torch's iterator, not typed
 
 
-def workers_alive(iterator: Any) -> bool:
+def workers_alive(iterator: object) -> bool:
     """Every worker of the iterator still runs (a wait that ends with them alive is a timeout, not a death)."""
     workers = getattr(iterator, "_workers", None) or []
     try:
@@ -277,7 +277,7 @@ def workers_alive(iterator: Any) -> bool:
         return False
 
 
-def abandon_workers(iterator: Any) -> None:
+def abandon_workers(iterator: object) -> None:
     """Kill workers that are still starting: a graceful shutdown waits seconds for each."""
     for worker in getattr(iterator, "_workers", None) or []:
         try:
@@ -287,7 +287,7 @@ def abandon_workers(iterator: Any) -> None:
             pass
 
 
-def shutdown(iterator: Any) -> None:
+def shutdown(iterator: object) -> None:
     """Stop an iterator's workers now rather than when the garbage collector gets to it."""
     if iterator is None:
         return

@@ -10,9 +10,9 @@ from __future__ import annotations
 import contextlib
 import sys
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import IO
 
-ProgressSink = Callable[[dict[str, Any]], None]
+ProgressSink = Callable[[dict[str, object]], None]
 
 _sink: ProgressSink | None = None
 
@@ -21,7 +21,7 @@ def current_sink() -> ProgressSink | None:
     return _sink
 
 
-def describe(event: dict[str, Any]) -> str | None:
+def describe(event: dict[str, object]) -> str | None:
     """One line for a runner event, or None when the event is not worth showing."""
     kind = event.get("ev")
     if kind == "phase":
@@ -40,16 +40,18 @@ def describe(event: dict[str, Any]) -> str | None:
             "rng": "checking that workers draw different random values",
         }.get(str(name), str(name))
     if kind == "result" and event.get("key") == "run":
-        run = event.get("value") or {}
+        run = event.get("value")
+        run = run if isinstance(run, dict) else {}
         rate = run.get("samples_per_s")
         return f"num_workers={run.get('num_workers')}: " + (f"{rate:,.0f} samples/s" if rate else "no steady state")
     if kind == "failure":
-        return "the dataset failed: " + str((event.get("value") or {}).get("message", ""))
+        failure = event.get("value")
+        return "the dataset failed: " + str(failure.get("message", "") if isinstance(failure, dict) else "")
     return None
 
 
 @contextlib.contextmanager
-def showing_progress(budget_s: float, stream: Any = None) -> Iterator[None]:
+def showing_progress(budget_s: float, stream: IO[str] | None = None) -> Iterator[None]:
     """Show the loader stage on a rich progress bar (standard error) while the block runs."""
     global _sink
     from rich.console import Console
@@ -64,7 +66,7 @@ def showing_progress(budget_s: float, stream: Any = None) -> Iterator[None]:
     task = progress.add_task("waiting", total=None, visible=False)
     measured: list[str] = []
 
-    def sink(event: dict[str, Any]) -> None:
+    def sink(event: dict[str, object]) -> None:
         line = describe(event)
         if line is None:
             return

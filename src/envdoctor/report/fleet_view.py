@@ -12,13 +12,15 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypedDict
 
 from envdoctor.facts.fleet import FIELDS, SIZE_TOLERANCE, Field, nodes_of, show_value
 from envdoctor.model import Finding, Report
 from envdoctor.report.safe import printable
 
 if TYPE_CHECKING:  # pragma: no cover
+    from rich.console import RenderableType
+
     from envdoctor.facts.fleet import FleetFacts
 
 #: Up to this many nodes are drawn as columns; beyond it rows group nodes by value.
@@ -28,17 +30,28 @@ ODD_MARK = " *"
 _FIELDS: dict[str, Field] = {f.key: f for f in FIELDS}
 
 
-def _value_row(evidence: Mapping[str, Any], kind_of_package: str = "version") -> dict[str, Any]:
+class DifferenceRow(TypedDict):
+    """One thing that differs across the nodes, as the side-by-side view draws it."""
+
+    what: str
+    #: The odd nodes out.
+    odd: list[str]
+    #: node -> its value as shown (absent nodes missing; a conda version may be None).
+    values: dict[str, object]
+
+
+def _value_row(evidence: Mapping[str, object], kind_of_package: str = "version") -> DifferenceRow:
     fld = _FIELDS.get(str(evidence.get("what")))
-    label, kind = (fld.label, fld.kind) if fld and "source" not in evidence else (evidence["what"], kind_of_package)
-    return {"what": label, "odd": list(evidence["odd_nodes"]),
-            "values": {n: show_value(v, kind) for n, v in evidence["values"].items()}}
+    label, kind = (fld.label, fld.kind) if fld and "source" not in evidence else (str(evidence["what"]), kind_of_package)
+    odd, values = evidence["odd_nodes"], evidence["values"]
+    return {"what": label, "odd": [str(n) for n in odd] if isinstance(odd, list) else [],
+            "values": {str(n): show_value(v, kind) for n, v in values.items()} if isinstance(values, Mapping) else {}}
 
 
-def difference_rows(findings: Iterable[Finding]) -> list[dict[str, Any]]:
+def difference_rows(findings: Iterable[Finding]) -> list[DifferenceRow]:
     """One row per thing that differs, from the FLT findings: its label, each node's value, the odd nodes."""
-    rows: list[dict[str, Any]] = []
-    slow_by_metric: dict[str, dict[str, Any]] = {}
+    rows: list[DifferenceRow] = []
+    slow_by_metric: dict[str, DifferenceRow] = {}
     order = ("FLT001", "FLT002", "FLT005", "FLT006", "FLT003", "FLT004")
     for finding in sorted((f for f in findings if f.rule in order), key=lambda f: order.index(f.rule)):
         evidence = finding.evidence
@@ -63,7 +76,7 @@ def difference_rows(findings: Iterable[Finding]) -> list[dict[str, Any]]:
     return rows
 
 
-def same_everywhere(fleet: FleetFacts, rows: list[dict[str, Any]]) -> list[str]:
+def same_everywhere(fleet: FleetFacts, rows: list[DifferenceRow]) -> list[str]:
     """'Python 3.11.7'-style notes for the fields every node has and no row says differ."""
     nodes = nodes_of(fleet)
     differing = {row["what"] for row in rows}
@@ -80,14 +93,14 @@ def same_everywhere(fleet: FleetFacts, rows: list[dict[str, Any]]) -> list[str]:
     return notes
 
 
-def _cell(row: Mapping[str, Any], node: str) -> str:
+def _cell(row: DifferenceRow, node: str) -> str:
     value = row["values"].get(node)
     if value is None:
         return "?"
     return printable(value, 300) + (ODD_MARK if node in row["odd"] else "")
 
 
-def _grouped_cell(row: Mapping[str, Any]) -> str:
+def _grouped_cell(row: DifferenceRow) -> str:
     groups: dict[str, list[str]] = {}
     for node, value in row["values"].items():
         groups.setdefault(str(value), []).append(node)
@@ -105,7 +118,7 @@ def _title(fleet: FleetFacts) -> str:
     return f"Fleet: {len(nodes)} report{plural} compared" + (f", {skipped} skipped" if skipped else "")
 
 
-def _notes(fleet: FleetFacts, rows: list[dict[str, Any]]) -> list[str]:
+def _notes(fleet: FleetFacts, rows: list[DifferenceRow]) -> list[str]:
     lines = []
     collective = fleet.get("collective")
     if isinstance(collective, Mapping):
@@ -124,7 +137,7 @@ def _notes(fleet: FleetFacts, rows: list[dict[str, Any]]) -> list[str]:
     return lines
 
 
-def fleet_renderables(report: Report) -> list[Any]:
+def fleet_renderables(report: Report) -> list[RenderableType]:
     """Rich renderables: the title, the side-by-side table, what agreed, what was not compared."""
     from rich.table import Table
     from rich.text import Text
@@ -132,7 +145,7 @@ def fleet_renderables(report: Report) -> list[Any]:
     fleet = report.facts["fleet"]
     nodes = [n["node"] for n in nodes_of(fleet)]
     rows = difference_rows(report.findings)
-    items: list[Any] = [Text(_title(fleet), style="bold")]
+    items: list[RenderableType] = [Text(_title(fleet), style="bold")]
     if not rows:
         items.append(Text("no differences across the nodes in what was compared", style="green"))
     elif len(nodes) <= MAX_COLUMNS:
@@ -160,7 +173,7 @@ def fleet_renderables(report: Report) -> list[Any]:
 _MD_SPECIAL = re.compile(r"([\\`*_\[\]|<>&~])")
 
 
-def _md(text: Any) -> str:
+def _md(text: object) -> str:
     """A table cell: control characters shown escaped, nothing Markdown or HTML would obey (links, tags, `|`)."""
     return _MD_SPECIAL.sub(r"\\\1", printable(" ".join(str(text).split()), 300))
 
@@ -186,7 +199,7 @@ def fleet_markdown(report: Report) -> str:
     return "\n".join(lines)
 
 
-def fleet_heading(report: Any, fleet: FleetFacts) -> str:
+def fleet_heading(report: Report, fleet: FleetFacts) -> str:
     """The first line of a fleet report (there is no single target environment to name)."""
     where = "torch.distributed ranks" if fleet.get("mode") == "distributed" else "saved reports"
     count = len(nodes_of(fleet))

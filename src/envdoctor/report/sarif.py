@@ -29,12 +29,15 @@ import stat
 from collections.abc import Sequence
 from functools import lru_cache
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import TYPE_CHECKING
 from urllib.parse import quote
 
 from envdoctor.model import Finding, Report
 from envdoctor.report.locations import Anchor, environment_anchor, relative_path, repository_root
 from envdoctor.report.safe import clean_tree, printable, printable_block
+
+if TYPE_CHECKING:  # pragma: no cover
+    from envdoctor.catalog import RuleMeta
 
 SARIF_SCHEMA = "https://json.schemastore.org/sarif-2.1.0.json"
 SARIF_VERSION = "2.1.0"
@@ -57,7 +60,7 @@ def _description(text: str) -> str:
     return flat if len(flat) <= DESCRIPTION_LIMIT else flat[: DESCRIPTION_LIMIT - 1].rstrip() + "…"
 
 
-def _rule_descriptor(meta: Any) -> dict[str, Any]:
+def _rule_descriptor(meta: RuleMeta) -> dict[str, object]:
     def para(text: str) -> str:
         return "\n".join(line.rstrip() for line in text.strip().splitlines())
 
@@ -77,7 +80,7 @@ def _rule_descriptor(meta: Any) -> dict[str, Any]:
     }
 
 
-def artifact_location(path: str, root: Path | None = None) -> dict[str, Any]:
+def artifact_location(path: str, root: Path | None = None) -> dict[str, str]:
     """A SARIF artifactLocation: relative to %SRCROOT% (the repository root) when under it, else absolute."""
     root = (root or repository_root()).resolve()
     return dict(_artifact_location(path, root, str(Path.cwd())))
@@ -112,7 +115,7 @@ def _line_lengths(path: str) -> tuple[int, ...]:
     return tuple(len(raw.rstrip(b"\r").decode("utf-8", "replace")) for raw in data.split(b"\n"))
 
 
-def _region(root: Path, artifact: dict[str, Any], line: int, column: int) -> dict[str, Any]:
+def _region(root: Path, artifact: dict[str, str], line: int, column: int) -> dict[str, object]:
     line, column = max(1, line), max(1, column)
     length = _line_length(root, artifact["uri"], line) if "uriBaseId" in artifact else None
     end = (length + 1) if length is not None and length + 1 > column else column + 1
@@ -131,13 +134,13 @@ def _message(finding: Finding) -> str:
     return text + (f"\nFix: {printable_block(finding.fix, 8000)}" if finding.fix else "")
 
 
-def _properties(finding: Finding) -> dict[str, Any]:
+def _properties(finding: Finding) -> dict[str, object]:
     return {"name": finding.name, "severity": finding.severity.value,
             "evidence": clean_tree(dict(finding.evidence)), "fix": printable_block(finding.fix, 8000),
             "fix_steps": clean_tree([step.to_dict() for step in finding.fix_steps])}
 
 
-def _result(finding: Finding, index: dict[str, int], root: Path, anchor: Anchor | None) -> dict[str, Any] | None:
+def _result(finding: Finding, index: dict[str, int], root: Path, anchor: Anchor | None) -> dict[str, object] | None:
     location = finding.location
     message = _message(finding)
     if location is not None:
@@ -149,7 +152,7 @@ def _result(finding: Finding, index: dict[str, int], root: Path, anchor: Anchor 
         message = f"{message}\n(about the environment; shown on {printable(anchor.path, 500)})"
     else:
         return None
-    result: dict[str, Any] = {
+    result: dict[str, object] = {
         "ruleId": finding.rule,
         "level": LEVELS[finding.severity.value],
         "message": {"text": message},
@@ -162,8 +165,8 @@ def _result(finding: Finding, index: dict[str, int], root: Path, anchor: Anchor 
     return result
 
 
-def _notification(finding: Finding, index: dict[str, int]) -> dict[str, Any]:
-    rule: dict[str, Any] = {"id": finding.rule}
+def _notification(finding: Finding, index: dict[str, int]) -> dict[str, object]:
+    rule: dict[str, object] = {"id": finding.rule}
     if finding.rule in index:
         rule["index"] = index[finding.rule]
     return {
@@ -174,9 +177,9 @@ def _notification(finding: Finding, index: dict[str, int]) -> dict[str, Any]:
     }
 
 
-def _error_notification(error: dict[str, Any]) -> dict[str, Any]:
+def _error_notification(error: dict[str, object]) -> dict[str, object]:
     who = printable(error.get("rule") or f"probe {error.get('probe')}", 80)
-    notification: dict[str, Any] = {
+    notification: dict[str, object] = {
         "level": "error",
         "message": {"text": f"{who}: {printable_block(error.get('message', ''), 4000)}"},
         "properties": {"kind": "error", **clean_tree({k: v for k, v in error.items() if k != "traceback"})},
@@ -207,7 +210,7 @@ def _root_uri(root: Path) -> str:
 
 
 def to_sarif(report: Report, root: Path | None = None, against: str | None = None,
-             scripts: Sequence[str] = ()) -> dict[str, Any]:
+             scripts: Sequence[str] = ()) -> dict[str, object]:
     """The SARIF log as a dict."""
     from envdoctor.catalog import load_catalog
 
@@ -216,10 +219,10 @@ def to_sarif(report: Report, root: Path | None = None, against: str | None = Non
     _artifact_location.cache_clear()
     catalog = load_catalog()
     rules = [_rule_descriptor(meta) for meta in catalog.rules]
-    index = {rule["id"]: i for i, rule in enumerate(rules)}
+    index = {meta.id: i for i, meta in enumerate(catalog.rules)}
     anchor = environment_anchor(report.findings, root, against, scripts)
-    results: list[dict[str, Any]] = []
-    notifications: list[dict[str, Any]] = []
+    results: list[dict[str, object]] = []
+    notifications: list[dict[str, object]] = []
     for finding in report.findings[:MAX_RESULTS]:
         result = _result(finding, index, root, anchor)
         if result is None:
@@ -230,7 +233,7 @@ def to_sarif(report: Report, root: Path | None = None, against: str | None = Non
         notifications.append({"level": "warning", "message": {"text": (
             f"{len(report.findings) - MAX_RESULTS} more findings are not in this log (GitHub takes "
             f"{MAX_RESULTS:,} results a run); the JSON report has them all")}})
-    invocation: dict[str, Any] = {
+    invocation: dict[str, object] = {
         "executionSuccessful": not report.errors,
         "endTimeUtc": report.generated_at,
         "toolExecutionNotifications": notifications + [_error_notification(e) for e in report.errors],

@@ -14,13 +14,13 @@ from __future__ import annotations
 import re
 import statistics
 from collections import Counter
-from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Hashable, Iterable, Mapping
+from typing import TYPE_CHECKING, TypedDict, TypeVar
 
 if TYPE_CHECKING:  # pragma: no cover
-    from envdoctor.facts.fleet import FleetFacts
+    from envdoctor.facts.fleet import FleetFacts, NotCompared
 
-from envdoctor.facts.fleet import FIELDS, SIZE_TOLERANCE, UNLIMITED, Field, NodeRecord, nodes_of
+from envdoctor.facts.fleet import FIELDS, SIZE_TOLERANCE, UNLIMITED, Field, FleetValue, NodeRecord, nodes_of
 from envdoctor.versions import sortable_version
 
 #: How a compared environment variable that a node does not set is shown.
@@ -32,16 +32,106 @@ STRAGGLER_RATIO = 0.7
 #: differently by conda and pip, are left out of the generic package comparison.
 _OWN_FIELDS = {"torch", "pytorch", "numpy", "python"}
 
+_V = TypeVar("_V", bound=Hashable)
+
+
+class _ValueDriftRequired(TypedDict):
+    key: str
+    label: str
+    group: str
+    kind: str
+    #: node -> its value (health --expect: the node's, "absent" when it has none, and EXPECTED -> the agreed one).
+    values: dict[str, FleetValue]
+    preferred: FleetValue
+    preferred_nodes: list[str]
+    odd_nodes: list[str]
+    not_known_on: list[str]
+
+
+class ValueDrift(_ValueDriftRequired, total=False):
+    """A field of the node records (see FIELDS) whose value differs across nodes, or from the agreed one."""
+
+    #: health --expect only: whether the agreed value is a minimum (limits) rather than a value to match.
+    at_least: bool
+
+
+class EnvironDrift(TypedDict):
+    """A compared environment variable set differently across nodes (or unlike the agreed value)."""
+
+    name: str
+    values: dict[str, str]
+    preferred: str
+    odd_nodes: list[str]
+
+
+class PackageVersions(TypedDict):
+    """A package at different versions across nodes."""
+
+    package: str
+    source: str  # "pip" or "conda"
+    values: dict[str, str | None]
+    preferred: str | None
+    odd_nodes: list[str]
+
+
+class PackagePresence(TypedDict):
+    """A package installed on some nodes only."""
+
+    package: str
+    source: str
+    present_on: dict[str, str | None]
+    absent_on: list[str]
+    majority: str  # "present" or "absent"
+
+
+class PackageDrift(TypedDict):
+    versions: list[PackageVersions]
+    presence: list[PackagePresence]
+
+
+class ChannelDrift(TypedDict):
+    """A conda package installed from different channels."""
+
+    package: str
+    channels: dict[str, str | None]
+    versions: dict[str, str | None]
+    preferred: str | None
+    odd_nodes: list[str]
+
+
+class Straggler(TypedDict):
+    """A node measured well below the other nodes' median."""
+
+    key: str
+    label: str
+    kind: str
+    node: str
+    value: float
+    median_of_others: float
+    ratio: float
+    values: dict[str, float]
+
+
+class MissingNode(TypedDict):
+    """An expected node without a readable report (node None: too few reports, unnamed)."""
+
+    node: str | None
+    source: str | None
+    expected: int
+    reported: int
+
 
 def _canonical(name: str) -> str:
     return re.sub(r"[-_.]+", "-", name).lower()
 
 
-def _size_key(value: Any) -> float:
-    return float("inf") if value == UNLIMITED else float(value)
+def _size_key(value: object) -> float:
+    if value == UNLIMITED:
+        return float("inf")
+    return float(value) if isinstance(value, (int, float, str)) else float("-inf")
 
 
-def _preferred(values: Iterable[Any], kind: str) -> Any:
+def _preferred(values: Iterable[_V], kind: str) -> _V:
     """The value most nodes have; on a tie the newest version or the largest limit."""
     counts = Counter(values)
     top = max(counts.values())
@@ -53,14 +143,14 @@ def _preferred(values: Iterable[Any], kind: str) -> Any:
     return min(tied, key=str)
 
 
-def _same(a: Any, b: Any, kind: str) -> bool:
+def _same(a: FleetValue, b: FleetValue, kind: str) -> bool:
     if kind == "bytes" and a != UNLIMITED and b != UNLIMITED:
         high = max(float(a), float(b))
         return high == 0 or abs(float(a) - float(b)) / high <= SIZE_TOLERANCE
     return a == b
 
 
-def _field_drift(nodes: list[NodeRecord], fld: Field) -> dict[str, Any] | None:
+def _field_drift(nodes: list[NodeRecord], fld: Field) -> ValueDrift | None:
     per_node = {n["node"]: n["values"][fld.key] for n in nodes if fld.key in (n.get("values") or {})}
     if len(per_node) < 2:
         return None
@@ -81,10 +171,10 @@ def _field_drift(nodes: list[NodeRecord], fld: Field) -> dict[str, Any] | None:
     }
 
 
-def value_drift(fleet: FleetFacts, group: str) -> list[dict[str, Any]]:
+def value_drift(fleet: FleetFacts, group: str) -> list[ValueDrift]:
     """Each field of `group` ("core", "version", "limit") whose value differs across nodes."""
     nodes = nodes_of(fleet)
-    found = []
+    found: list[ValueDrift] = []
     for fld in FIELDS:
         if fld.group == group and fld.kind != "rate" and fld.kind != "bytes-rate":
             drift = _field_drift(nodes, fld)
@@ -99,7 +189,7 @@ AT_LEAST = ("nofile", "shm_total", "usable_cpus", "memory_total", "memory_limit"
 EXPECTED = "expected"
 
 
-def _meets(value: Any, want: Any, key: str, kind: str) -> bool:
+def _meets(value: FleetValue, want: FleetValue, key: str, kind: str) -> bool:
     if key in AT_LEAST:
         if value == UNLIMITED:
             return True
@@ -116,7 +206,7 @@ def _meets(value: Any, want: Any, key: str, kind: str) -> bool:
     return str(value) == str(want)
 
 
-def expected_drift(fleet: FleetFacts, group: str) -> list[dict[str, Any]]:
+def expected_drift(fleet: FleetFacts, group: str) -> list[ValueDrift]:
     """`envdoctor health --expect FILE`: the fields of `group` where this node is not what the fleet agreed.
 
     Shaped like value_drift's entries (the node and "expected" as the two values); limits are minimums.
@@ -124,13 +214,14 @@ def expected_drift(fleet: FleetFacts, group: str) -> list[dict[str, Any]]:
     wanted = fleet.get("expected_values")
     if not isinstance(wanted, Mapping) or fleet.get("mode") != "health":
         return []
-    found = []
+    found: list[ValueDrift] = []
     for node in nodes_of(fleet):
         values = node.get("values") or {}
         for fld in FIELDS:
-            if fld.group != group or fld.key not in wanted:
+            want = wanted.get(fld.key)
+            if fld.group != group or want is None or isinstance(want, Mapping):
                 continue
-            value, want = values.get(fld.key), wanted[fld.key]
+            value = values.get(fld.key)
             if value is not None and _meets(value, want, fld.key, fld.kind):
                 continue
             found.append({"key": fld.key, "label": fld.label, "group": group, "kind": fld.kind,
@@ -140,13 +231,13 @@ def expected_drift(fleet: FleetFacts, group: str) -> list[dict[str, Any]]:
     return found
 
 
-def expected_environ_drift(fleet: FleetFacts) -> list[dict[str, Any]]:
+def expected_environ_drift(fleet: FleetFacts) -> list[EnvironDrift]:
     """`health --expect`: the environment variables the file names that this node sets otherwise."""
     wanted = fleet.get("expected_values")
     environ = wanted.get("environ") if isinstance(wanted, Mapping) else None
     if not isinstance(environ, Mapping) or fleet.get("mode") != "health":
         return []
-    found = []
+    found: list[EnvironDrift] = []
     for node in nodes_of(fleet):
         have = node.get("environ") or {}
         for name, want in sorted(environ.items()):
@@ -159,15 +250,15 @@ def expected_environ_drift(fleet: FleetFacts) -> list[dict[str, Any]]:
 
 # complexity: 25 — pip and conda tables are compared by the same loop, versions and presence apart, with conda names
 #   canonicalised against pip's.
-def package_drift(fleet: FleetFacts) -> dict[str, list[dict[str, Any]]]:
+def package_drift(fleet: FleetFacts) -> PackageDrift:
     """Packages at different versions ("versions") and packages on some nodes only ("presence").
 
     Python distributions are compared first; conda records add the packages
     that have no distribution (libraries such as nccl or cudatoolkit).
     """
     nodes = nodes_of(fleet)
-    versions: list[dict[str, Any]] = []
-    presence: list[dict[str, Any]] = []
+    versions: list[PackageVersions] = []
+    presence: list[PackagePresence] = []
     pip: dict[str, dict[str, str | None]] = {
         n["node"]: dict(found) for n in nodes if (found := n.get("packages")) is not None}
     conda: dict[str, dict[str, str | None]] = {
@@ -199,12 +290,12 @@ def package_drift(fleet: FleetFacts) -> dict[str, list[dict[str, Any]]]:
     return {"versions": versions, "presence": presence}
 
 
-def environ_drift(fleet: FleetFacts) -> list[dict[str, Any]]:
+def environ_drift(fleet: FleetFacts) -> list[EnvironDrift]:
     """The compared environment variables (thread counts, NCCL_*, CUDA_VISIBLE_DEVICES …) that differ."""
     tables = {n["node"]: env for n in nodes_of(fleet) if isinstance(env := n.get("environ"), Mapping)}
     if len(tables) < 2:
         return []
-    found = []
+    found: list[EnvironDrift] = []
     for name in sorted({name for table in tables.values() for name in table}):
         values = {node: str(table.get(name, UNSET)) for node, table in tables.items()}
         if len(set(values.values())) < 2:
@@ -215,10 +306,10 @@ def environ_drift(fleet: FleetFacts) -> list[dict[str, Any]]:
     return found
 
 
-def channel_drift(fleet: FleetFacts) -> list[dict[str, Any]]:
+def channel_drift(fleet: FleetFacts) -> list[ChannelDrift]:
     """Conda packages installed from different channels on different nodes."""
     tables = {n["node"]: records for n in nodes_of(fleet) if (records := n.get("conda")) is not None}
-    found = []
+    found: list[ChannelDrift] = []
     names = sorted({name for table in tables.values() for name in table})
     for name in names:
         channels = {node: table[name]["channel"] for node, table in tables.items()
@@ -236,10 +327,10 @@ def channel_drift(fleet: FleetFacts) -> list[dict[str, Any]]:
     return found
 
 
-def stragglers(fleet: FleetFacts) -> list[dict[str, Any]]:
+def stragglers(fleet: FleetFacts) -> list[Straggler]:
     """Nodes whose measured loader or disk speed is well below the other nodes' median."""
     nodes = nodes_of(fleet)
-    found = []
+    found: list[Straggler] = []
     for fld in FIELDS:
         if fld.group != "throughput":
             continue
@@ -258,7 +349,7 @@ def stragglers(fleet: FleetFacts) -> list[dict[str, Any]]:
     return found
 
 
-def missing_nodes(fleet: FleetFacts) -> list[dict[str, Any]]:
+def missing_nodes(fleet: FleetFacts) -> list[MissingNode]:
     """The nodes compare expected and has no readable report of, or one entry for too few reports.
 
     Expected: --nodes / the job's SLURM_JOB_NODELIST (names), or --expect N (a count). With no
@@ -280,14 +371,14 @@ def missing_nodes(fleet: FleetFacts) -> list[dict[str, Any]]:
     return []
 
 
-def not_compared(fleet: FleetFacts) -> list[dict[str, Any]]:
+def not_compared(fleet: FleetFacts) -> list[NotCompared]:
     """The fields that could not be compared, and on which nodes their facts were missing."""
     nodes = nodes_of(fleet)
     if len(nodes) < 2:
         return [{"key": "everything", "label": "everything", "missing_on": [],
                  "reason": f"{len(nodes)} usable report{'s' if len(nodes) != 1 else ''}: "
                            "comparing needs at least two"}]
-    notes = []
+    notes: list[NotCompared] = []
     for fld in FIELDS:
         known = [n["node"] for n in nodes if fld.key in (n.get("values") or {})]
         if len(known) == len(nodes):

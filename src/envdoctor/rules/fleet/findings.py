@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterator, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from envdoctor.facts import Facts
-from envdoctor.facts.fleet import NOT_INSTALLED, UNLIMITED, show_value
+from envdoctor.facts.fleet import NOT_INSTALLED, UNLIMITED, FleetValue, show_value
 from envdoctor.model import Severity
 from envdoctor.rules import Hit
 from envdoctor.rules.fleet.drift import (
+    ValueDrift,
     channel_drift,
     environ_drift,
     expected_drift,
@@ -49,7 +50,7 @@ def _nodes_text(nodes: list[str], limit: int = 6) -> str:
     return shown + (f" and {len(nodes) - limit} more" if len(nodes) > limit else "")
 
 
-def _grouped(values: Mapping[str, Any], kind: str) -> str:
+def _grouped(values: Mapping[str, object], kind: str) -> str:
     """'2.4.0 on a, b; 2.3.1 on c', most common value first."""
     groups: dict[str, list[str]] = {}
     for node, value in values.items():
@@ -70,7 +71,7 @@ def _torch_index(version: str) -> str:
     return ""
 
 
-def fleet_value(fleet: FleetFacts, nodes: list[str], key: str) -> Any:
+def fleet_value(fleet: FleetFacts, nodes: list[str], key: str) -> FleetValue | None:
     """The value of `key` on the first of `nodes` that has it."""
     for node in fleet.get("nodes") or []:
         if node.get("node") in nodes and key in (node.get("values") or {}):
@@ -78,13 +79,13 @@ def fleet_value(fleet: FleetFacts, nodes: list[str], key: str) -> Any:
     return None
 
 
-def _core_fix(drift: Mapping[str, Any], fleet: FleetFacts) -> str:
+def _core_fix(drift: ValueDrift, fleet: FleetFacts) -> str:
     key, want, odd = drift["key"], drift["preferred"], drift["odd_nodes"]
     torch = fleet_value(fleet, drift["preferred_nodes"], "torch")
     if key == "torch" and want == NOT_INSTALLED:
         return _on(odd) + "pip uninstall -y torch   # most nodes have no torch; or install it on all of them"
     if key == "torch":
-        return _on(odd) + f"pip install torch=={want}{_torch_index(want)}"
+        return _on(odd) + f"pip install torch=={want}{_torch_index(str(want))}"
     if key == "cuda_build":
         tag = "cu" + str(want).replace(".", "")
         base = str(torch or "<version>").partition("+")[0]
@@ -108,7 +109,7 @@ def _core_fix(drift: Mapping[str, Any], fleet: FleetFacts) -> str:
             f"(srun --exclude={','.join(odd)})")
 
 
-def _drift_hit(drift: Mapping[str, Any], fix: str) -> Hit:
+def _drift_hit(drift: ValueDrift, fix: str) -> Hit:
     kind = drift["kind"]
     if "at_least" in drift:  # health --expect: one node against the agreed values
         have = show_value(drift["values"][drift["odd_nodes"][0]], kind)
@@ -132,7 +133,7 @@ def find_core_version_drift(facts: Facts) -> Iterator[Hit]:
         yield _drift_hit(drift, _core_fix(drift, fleet))
 
 
-def _version_fix(key: str, want: str, odd: list[str], source: str = "pip") -> str:
+def _version_fix(key: str, want: object, odd: list[str], source: str = "pip") -> str:
     if key == "python":
         return (_on(odd) + f"rebuild the environment with Python {want} (conda install python={want}, "
                 f"or a venv made by python{'.'.join(str(want).split('.')[:2])}) from the same lock file")
@@ -150,12 +151,12 @@ def find_version_drift(facts: Facts) -> Iterator[Hit]:
         return
     for drift in value_drift(fleet, "version") + expected_drift(fleet, "version"):
         yield _drift_hit(drift, _version_fix(drift["key"], drift["preferred"], drift["odd_nodes"]))
-    for drift in package_drift(fleet)["versions"]:
+    for package in package_drift(fleet)["versions"]:
         yield Hit(
-            message=f"{drift['package']} differs across nodes: {_grouped(drift['values'], 'version')}",
-            evidence={"what": drift["package"], "source": drift["source"], "values": dict(drift["values"]),
-                      "expected": drift["preferred"], "odd_nodes": list(drift["odd_nodes"])},
-            fix=_version_fix(drift["package"], drift["preferred"], drift["odd_nodes"], drift["source"]),
+            message=f"{package['package']} differs across nodes: {_grouped(package['values'], 'version')}",
+            evidence={"what": package["package"], "source": package["source"], "values": dict(package["values"]),
+                      "expected": package["preferred"], "odd_nodes": list(package["odd_nodes"])},
+            fix=_version_fix(package["package"], package["preferred"], package["odd_nodes"], package["source"]),
         )
 
 
@@ -165,7 +166,7 @@ def find_package_set_drift(facts: Facts) -> Iterator[Hit]:
         return
     for drift in package_drift(fleet)["presence"]:
         present, absent, name = drift["present_on"], drift["absent_on"], drift["package"]
-        versions = sorted(set(present.values()))
+        versions = sorted({version for version in present.values() if version is not None})
         if drift["majority"] == "present":
             version = max(present.values(), key=list(present.values()).count)
             fix = (_on(absent) + (f"conda install {name}={version}" if drift["source"] == "conda"
@@ -200,7 +201,7 @@ def find_channel_drift(facts: Facts) -> Iterator[Hit]:
         )
 
 
-def _limit_fix(key: str, want: Any, odd: list[str]) -> str:
+def _limit_fix(key: str, want: FleetValue, odd: list[str]) -> str:
     if key == "nofile":
         return (_on(odd) + f"ulimit -n {want if want != UNLIMITED else 65536} in the job script "
                 "(as the other nodes have), or raise the hard limit in /etc/security/limits.conf")
@@ -227,15 +228,15 @@ def find_limit_drift(facts: Facts) -> Iterator[Hit]:
         yield _drift_hit(drift, _limit_fix(drift["key"], drift["preferred"], drift["odd_nodes"]))
     for drift in expected_drift(fleet, "limit"):
         yield _drift_hit(drift, _limit_fix(drift["key"], drift["preferred"], drift["odd_nodes"]))
-    for drift in environ_drift(fleet) + expected_environ_drift(fleet):
-        name, want, odd = drift["name"], drift["preferred"], drift["odd_nodes"]
+    for env in environ_drift(fleet) + expected_environ_drift(fleet):
+        name, want, odd = env["name"], env["preferred"], env["odd_nodes"]
         fix = (f"unset {name} in the job script" if want == "unset"
                else f"export {name}={want} in the job script (srun passes it to every task)")
-        values = drift["values"]
+        values = env["values"]
         yield Hit(
             message=(f"environment variable {name} is {values[odd[0]]}, expected {want}" if "expected" in values
                      else f"environment variable {name} differs across nodes: {_grouped(values, 'version')}"),
-            evidence={"what": name, "source": "environ", "values": dict(drift["values"]), "expected": want,
+            evidence={"what": name, "source": "environ", "values": dict(values), "expected": want,
                       "odd_nodes": list(odd)},
             fix=_on(odd) + fix + "; set it once for the whole job, not in a node's profile",
             severity=Severity.ERROR if "expected" in values else None,

@@ -245,7 +245,8 @@ def gather_gpu(facts: Any) -> GpuFacts:
     if section["available"]:
         section["job_pids"] = job_pids()
     section["pci_gpus"] = pci_nvidia_gpus()
-    section["native_libraries"] = read_target_native_libs(facts["target"])  # None off Linux
+    linux = sys.platform.startswith("linux")  # LD_LIBRARY_PATH is the Linux loader's
+    section["native_libraries"] = read_target_native_libs(facts["target"]) if linux else None
     if sys.platform == "darwin" and not section["available"]:
         # The GPU rules are NVIDIA's (driver, CUDA build, compute capability): nothing to judge on a Mac.
         section.update(not_applicable("macOS has no NVIDIA GPU or NVML; torch reaches Apple's GPU through "

@@ -102,6 +102,12 @@ def test_with_a_step_time_the_fewest_workers_that_keep_up_are_recommended() -> N
         assert rates[rec["candidate_num_workers"]] >= 1.25 * 400, seen
         _no_children()
         return
+    if max(rates.values()) < 1.25 * 400:
+        # A machine so busy that no measured setting delivered what the step consumes with headroom (seen in CI
+        # with two spinning cores: 4 workers 291 samples/s): the step cannot decide, and envdoctor must not say it
+        # did; which count reaches 500 here is this machine's speed, nothing to assert.
+        assert rec["basis"] != "step", seen
+        pytest.skip(f"this machine is too busy for any setting to reach the step's 500 samples/s: {rates}")
     assert rec["basis"] == "step", seen
     assert rates[rec["num_workers"]] >= 1.25 * 400, (rec, rates)
     assert all(rate < 1.25 * 400 for n, rate in rates.items() if 0 < n < rec["num_workers"]), (rec, rates)

@@ -584,3 +584,16 @@ class Configured(Protocol):
 
     @property
     def config(self) -> Config: ...
+
+
+class FactsReader(Configured, Protocol):
+    """What a gatherer reads of the `Facts` it fills: the configuration, and the sections it declares it reads.
+
+    A section's type follows from its name (the overloads of `Facts.__getitem__`, in `envdoctor.facts`, which
+    imports the gatherers: so not named here); `get` is None, or `default`, when that section's probe failed."""
+
+    def __getitem__(self, section: str, /) -> Any: ...
+
+    def get(self, section: str, default: object = None, /) -> Any: ...
+
+    def handed_over(self, section: str, /) -> dict[str, Any]: ...

@@ -17,11 +17,14 @@ import sys
 from collections.abc import Callable
 from functools import partial
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from envdoctor.facts.applicability import Applicability, not_applicable
 from envdoctor.facts.kernel_files import read_kernel_file
 from envdoctor.facts.native_libs import NativeLibsFacts, read_target_native_libs
+
+if TYPE_CHECKING:  # pragma: no cover
+    from envdoctor.config import FactsReader
 
 
 class GpuProcess(TypedDict):
@@ -239,7 +242,7 @@ def job_pids(environ: Any = None) -> list[int]:
     return sorted(pids)
 
 
-def gather_gpu(facts: Any) -> GpuFacts:
+def gather_gpu(facts: FactsReader) -> GpuFacts:
     """The gpu section: NVML's view, and the NVIDIA GPUs on the PCI bus."""
     section = read_nvml()
     if section["available"]:

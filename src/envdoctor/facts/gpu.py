@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypedDict
+from types import ModuleType
+from typing import TYPE_CHECKING, TypedDict, TypeVar
 
 from envdoctor.facts.applicability import Applicability, not_applicable
 from envdoctor.facts.kernel_files import read_kernel_file
@@ -113,7 +114,10 @@ def pci_nvidia_gpus(pci_root: Path = Path("/sys/bus/pci/devices")) -> list[PciGp
     return found
 
 
-def _text(value: Any) -> str:
+_Value = TypeVar("_Value")
+
+
+def _text(value: object) -> str:
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
 
 
@@ -124,7 +128,7 @@ def cuda_version_text(encoded: int | None) -> str | None:
     return f"{encoded // 1000}.{(encoded % 1000) // 10}"
 
 
-def _optional(call: Callable[[], Any]) -> Any:
+def _optional(call: Callable[[], _Value]) -> _Value | None:
     """A value NVML may not support on this GPU (MIG slices, old drivers): None then."""
     import pynvml
 
@@ -144,7 +148,7 @@ def _process_name(pid: int) -> str | None:
         return None
 
 
-def _processes(pynvml: Any, handle: Any) -> list[GpuProcess]:
+def _processes(pynvml: ModuleType, handle: object) -> list[GpuProcess]:
     seen: dict[int, GpuProcess] = {}
     for kind, getter in (("compute", "nvmlDeviceGetComputeRunningProcesses"),
                          ("graphics", "nvmlDeviceGetGraphicsRunningProcesses")):
@@ -220,7 +224,7 @@ def read_nvml() -> GpuFacts:
 LAUNCHER_ENV = ("TORCHELASTIC_RUN_ID", "LOCAL_RANK", "SLURM_STEP_ID", "OMPI_COMM_WORLD_LOCAL_RANK")
 
 
-def job_pids(environ: Any = None) -> list[int]:
+def job_pids(environ: Mapping[str, str] | None = None) -> list[int]:
     """The other processes of this training job: siblings under the launcher, and our own children.
 
     Under torchrun or srun every rank is a child of one launcher process and holds its

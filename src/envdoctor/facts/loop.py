@@ -217,7 +217,7 @@ def _walked(event: Mapping[str, Any]) -> HazardsFacts | None:
             "objects_visited": int(hazards.get("objects_visited") or 0), "cut": bool(hazards.get("cut"))}
 
 
-def worker_memory(run: Any, pid: int, loader: Any, row: LoopLoader, epochs: int) -> None:
+def worker_memory(run: Any, pid: int, loader: object, row: LoopLoader, epochs: int) -> None:
     """DL010 for one observed loader: each named worker's USS against the samples it delivered."""
     named = [e for e in run.events if e.get("event") == "workers" and e.get("pid") == pid
              and e.get("loader") == loader]

@@ -483,7 +483,7 @@ def _take_scripts(parser: argparse.ArgumentParser, args: argparse.Namespace, ext
         values = getattr(args, key, None)
         if not values:
             continue
-        kept: list[Any] = []
+        kept: list[str | list[tuple[str, str]]] = []
         for token in values:
             parts = [part.strip() for part in token.split(",") if part.strip()]
             if key != "severity" and _looks_like_path(token):

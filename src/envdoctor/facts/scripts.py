@@ -246,7 +246,7 @@ def analyse_script(path: str, project: bool = True, shared: SharedModules | None
     return info
 
 
-def _add_opencv(info: ScriptFile, opencv: ScriptOpenCV | None, place: Any = None) -> None:
+def _add_opencv(info: ScriptFile, opencv: ScriptOpenCV | None, place: Callable[[int], tuple[int, int]] | None = None) -> None:
     if opencv is None:
         return
     if place is not None:
@@ -287,7 +287,7 @@ def analyse_notebook(path: str, project: bool = True, shared: SharedModules | No
     return info
 
 
-def _place_in_cells(event: dict[str, Any], path: str, place: Any) -> None:
+def _place_in_cells(event: dict[str, Any], path: str, place: Callable[[int], tuple[int, int]]) -> None:
     """Lines of the joined notebook source become (cell, line in cell)."""
     built = event.get("constructed_at")
     if isinstance(built, dict) and built.get("path") == path and isinstance(event.get("starts"), str):

@@ -257,7 +257,7 @@ def parse_severity_pairs(raw: str) -> list[tuple[str, str]]:
     return pairs
 
 
-def _check_value(setting: Setting, value: Any, where: str) -> Any:
+def _check_value(setting: Setting, value: object, where: str) -> Any:
     """`value` as the Config field holds it, or a ConfigError naming `where`."""
     kind = setting.kind
     if kind == "text":

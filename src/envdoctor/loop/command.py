@@ -250,10 +250,10 @@ def _track(op: str, arg: object, pushed: list[str | None], memo: dict[int, str |
         pushed.append(arg if isinstance(arg, str) else None)
     elif op == "MEMOIZE":
         memo[len(memo)] = pushed[-1] if pushed else None
-    elif op in ("PUT", "BINPUT", "LONG_BINPUT"):
-        memo[int(str(arg))] = pushed[-1] if pushed else None  # pickletools reads the index as an int
-    elif op in ("GET", "BINGET", "LONG_BINGET"):
-        pushed.append(memo.get(int(str(arg))))
+    elif op in ("PUT", "BINPUT", "LONG_BINPUT") and isinstance(arg, int):  # pickletools reads the index as an int
+        memo[arg] = pushed[-1] if pushed else None
+    elif op in ("GET", "BINGET", "LONG_BINGET") and isinstance(arg, int):
+        pushed.append(memo.get(arg))
     elif op not in ("FRAME", "PROTO"):
         pushed.append(None)
     del pushed[:-2]

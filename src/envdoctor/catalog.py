@@ -71,7 +71,8 @@ class RuleMeta:
         return {part: getattr(self, part) for part in DOC_PARTS}
 
 
-RuleFunction = Callable[[Any], Iterable[Any]]
+#: A rule: the Facts (named in a later layer, so not here) to its hits; the engine checks each is a Hit.
+RuleFunction = Callable[[Any], Iterable[object] | None]
 #: Where one origin's rule functions come from: a table of them (a plugin), or the module whose
 #: `RULES` holds them (a shipped family), imported when one of its rules is first looked up.
 FunctionSource = Mapping[str, RuleFunction] | str

@@ -28,7 +28,11 @@ from envdoctor.errors import UsageError
 from envdoctor.model import FAIL_ON_CHOICES
 
 if TYPE_CHECKING:  # pragma: no cover
+    from collections.abc import Callable
+
     from envdoctor.config import Config
+    from envdoctor.model import Report
+    from envdoctor.report import RenderOptions
 
 EXIT_OK, EXIT_FINDINGS, EXIT_ERROR = 0, 1, 2
 #: The commands, in the order `--help` lists them (tests/test_cli.py checks build_parser makes exactly these).
@@ -286,7 +290,7 @@ def _write_stdout(text: str) -> None:
         raise UsageError(f"cannot write the report to standard output: {exc.strerror or exc}") from None
 
 
-def emit(report: Any, fmt: str, output: str | None, svg: str | None = None, options: Any = None) -> None:
+def emit(report: Report, fmt: str, output: str | None, svg: str | None = None, options: RenderOptions | None = None) -> None:
     """Render the report to standard output or a file (and an SVG, always the same width, when asked)."""
     from envdoctor.report import RenderOptions, render
 
@@ -397,14 +401,14 @@ def _cmd_check(args: argparse.Namespace) -> int:
     return report.exit_code(config.fail_on)
 
 
-def _render_options(args: argparse.Namespace, config: Any) -> Any:
+def _render_options(args: argparse.Namespace, config: Config) -> RenderOptions:
     from envdoctor.report import RenderOptions
 
     return RenderOptions(verbose=config.verbose, against=config.against,
                          scripts=tuple(config.scripts))
 
 
-def _run_with_progress(config: Any, run_check: Any) -> Any:
+def _run_with_progress(config: Config, run_check: Callable[[Config], Report]) -> Report:
     """Run the checks; a text report bound for a terminal shows the loader stage live on stderr."""
     if config.no_loader or config.format != "text" or not sys.stderr.isatty():
         return run_check(config)
@@ -479,7 +483,7 @@ def _take_scripts(parser: argparse.ArgumentParser, args: argparse.Namespace, ext
         values = getattr(args, key, None)
         if not values:
             continue
-        kept: list[Any] = []
+        kept: list[str | list[tuple[str, str]]] = []
         for token in values:
             parts = [part.strip() for part in token.split(",") if part.strip()]
             if key != "severity" and _looks_like_path(token):

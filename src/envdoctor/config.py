@@ -36,7 +36,7 @@ import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import MISSING, Field, dataclass, field, fields, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from envdoctor.model import FAIL_ON_CHOICES, FORMATS, Severity
 
@@ -73,7 +73,7 @@ class Setting:
     runs_code: bool = False
     integer: bool = False
     name: str = ""
-    default: Any = None
+    default: object = None
 
     @property
     def pyproject_key(self) -> str:
@@ -85,47 +85,56 @@ class Setting:
         return self.flags[-1]
 
 
-def _declare(default: Any, setting: Setting, factory: Any = None) -> Any:
-    """The dataclass field of a setting (typed Any: it stands for the field's value)."""
-    if factory is not None:
-        return field(default_factory=factory, metadata={"setting": setting})
+_Value = TypeVar("_Value")
+_Number = TypeVar("_Number", bound="float | None")
+_Word = TypeVar("_Word", bound="str | None")
+
+
+def _declare(default: _Value, setting: Setting) -> _Value:
+    """The dataclass field of a setting (typed as its default: it stands for the field's value)."""
     return field(default=default, metadata={"setting": setting})
 
 
+def _declare_made(factory: Callable[[], _Value], setting: Setting) -> _Value:
+    """The same, for a setting whose default is made afresh for each Config (a dict)."""
+    return field(default_factory=factory, metadata={"setting": setting})
+
+
 def text(*flags: str, help: str, group: str, metavar: str | None = None, in_pyproject: bool = True,
-         runs_code: bool = False) -> Any:
+         runs_code: bool = False) -> str | None:
     """A string setting (a path, a name); never empty. Default None."""
     return _declare(None, Setting("text", flags, help, group, metavar, in_pyproject=in_pyproject,
                                   runs_code=runs_code))
 
 
-def number(default: float | None, *flags: str, help: str, group: str, metavar: str = "SECONDS",
-           integer: bool = False, in_pyproject: bool = True) -> Any:
+def number(default: _Number, *flags: str, help: str, group: str, metavar: str = "SECONDS",
+           integer: bool = False, in_pyproject: bool = True) -> _Number:
     """A positive, finite number (seconds unless said otherwise)."""
     return _declare(default, Setting("number", flags, help, group, metavar, integer=integer,
                                      in_pyproject=in_pyproject))
 
 
-def switch(*flags: str, help: str, group: str, in_pyproject: bool = True, runs_code: bool = False) -> Any:
+def switch(*flags: str, help: str, group: str, in_pyproject: bool = True, runs_code: bool = False) -> bool:
     """An on/off setting, off by default; the flag turns it on."""
     return _declare(False, Setting("switch", flags, help, group, in_pyproject=in_pyproject, runs_code=runs_code))
 
 
-def choice(default: str | None, choices: Iterable[str], *flags: str, help: str, group: str,
-           shortcuts: Mapping[str, str] | None = None, in_pyproject: bool = True) -> Any:
+def choice(default: _Word, choices: Iterable[str], *flags: str, help: str, group: str,
+           shortcuts: Mapping[str, str] | None = None, in_pyproject: bool = True) -> _Word:
     """One of a fixed set of words."""
     return _declare(default, Setting("choice", flags, help, group, choices=tuple(choices),
                                      shortcuts=dict(shortcuts or {}), in_pyproject=in_pyproject))
 
 
-def rule_list(*flags: str, help: str, group: str) -> Any:
+def rule_list(*flags: str, help: str, group: str) -> tuple[str, ...]:
     """Rule ids, names or families; commas allowed."""
-    return _declare((), Setting("rules", flags, help, group, "RULE"))
+    no_rules: tuple[str, ...] = ()
+    return _declare(no_rules, Setting("rules", flags, help, group, "RULE"))
 
 
-def severity_map(*flags: str, help: str, group: str) -> Any:
+def severity_map(*flags: str, help: str, group: str) -> dict[str, str]:
     """RULE=LEVEL pairs (RULE an id, name or family)."""
-    return _declare(None, Setting("severity", flags, help, group, "RULE=LEVEL"), factory=dict)
+    return _declare_made(dict[str, str], Setting("severity", flags, help, group, "RULE=LEVEL"))
 
 
 @dataclass(frozen=True)
@@ -180,9 +189,9 @@ class Config:
     #: Not settings. The scripts are positional arguments of `check` and `report`.
     scripts: tuple[str, ...] = ()
     #: Filled in by preflight(): the user's own DataLoader object.
-    loader_object: Any = None
+    loader_object: object = None
     #: Filled in by `envdoctor run --tune`: the user's DataLoader, pickled by the loop observer.
-    loader_source: Any = None
+    loader_source: Mapping[str, object] | None = None
     #: Where the settings file was read from, if any.
     config_file: str | None = None
     #: The pyproject.toml settings that were ignored for want of consent, each with why (said on stderr).
@@ -192,7 +201,7 @@ class Config:
         return replace(self, **{k: v for k, v in changes.items() if v is not None})
 
 
-def _setting_of(f: Field[Any]) -> Setting | None:
+def _setting_of(f: Field[object]) -> Setting | None:
     setting = f.metadata.get("setting")
     if setting is None:
         return None
@@ -248,7 +257,7 @@ def parse_severity_pairs(raw: str) -> list[tuple[str, str]]:
     return pairs
 
 
-def _check_value(setting: Setting, value: Any, where: str) -> Any:
+def _check_value(setting: Setting, value: object, where: str) -> Any:
     """`value` as the Config field holds it, or a ConfigError naming `where`."""
     kind = setting.kind
     if kind == "text":
@@ -525,7 +534,7 @@ def _without_consent(settings: dict[str, Any], path: Path) -> tuple[dict[str, An
     return settings, tuple(notes)
 
 
-def _what_it_runs(name: str, value: Any) -> str:
+def _what_it_runs(name: str, value: object) -> str:
     if name == "prefix":
         return f"it would start the interpreter in {value}"
     if name == "env_name":
@@ -575,3 +584,16 @@ class Configured(Protocol):
 
     @property
     def config(self) -> Config: ...
+
+
+class FactsReader(Configured, Protocol):
+    """What a gatherer reads of the `Facts` it fills: the configuration, and the sections it declares it reads.
+
+    A section's type follows from its name (the overloads of `Facts.__getitem__`, in `envdoctor.facts`, which
+    imports the gatherers: so not named here); `get` is None, or `default`, when that section's probe failed."""
+
+    def __getitem__(self, section: str, /) -> Any: ...
+
+    def get(self, section: str, default: object = None, /) -> Any: ...
+
+    def handed_over(self, section: str, /) -> dict[str, Any]: ...

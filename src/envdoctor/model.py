@@ -59,8 +59,8 @@ class Location:
     column: int = 1
     cell: int | None = None
 
-    def to_dict(self) -> dict[str, Any]:
-        where: dict[str, Any] = {"path": self.path, "line": self.line, "column": self.column}
+    def to_dict(self) -> dict[str, object]:
+        where: dict[str, object] = {"path": self.path, "line": self.line, "column": self.column}
         if self.cell is not None:
             where["cell"] = self.cell
         return where
@@ -100,7 +100,7 @@ class FixStep:
     def file_move(cls, source: str, destination: str) -> FixStep:
         return cls(tool="file", move=str(source), to=str(destination))
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         if self.argv:
             return {"tool": self.tool, "argv": list(self.argv)}
         return {"tool": self.tool, "move": self.move, "to": self.to}
@@ -119,7 +119,7 @@ class Finding:
     location: Location | None = None
     fix_steps: tuple[FixStep, ...] = ()
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, object]:
         return {
             "rule": self.rule,
             "name": self.name,

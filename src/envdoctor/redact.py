@@ -167,14 +167,14 @@ def redact_environ(environ: Mapping[str, str], relevant_only: bool = True) -> di
     return shown
 
 
-def _secret_key(key: Any) -> bool:
+def _secret_key(key: object) -> bool:
     return isinstance(key, str) and bool(_ENV_NAME.match(key)) and key.isupper() and looks_secret(key)
 
 
-def redact_tree(value: Any) -> Any:
+def redact_tree(value: object) -> Any:
     """A copy of a JSON-like tree with secrets redacted everywhere: by key name, and every string by shape."""
     if isinstance(value, dict):
-        out: dict[Any, Any] = {}
+        out: dict[object, object] = {}
         for key, item in value.items():
             name = redact_text(key) if isinstance(key, str) else key
             if _secret_key(key) and item not in (None, ""):

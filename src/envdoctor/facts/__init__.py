@@ -82,7 +82,7 @@ class ProbeFailed(Exception):
         self.reason = reason
 
 
-def _load_probe(spec: str) -> Callable[[Facts], Any]:
+def _load_probe(spec: str) -> Callable[[Facts], object]:
     module_name, _, func_name = spec.partition(":")
     return getattr(importlib.import_module(module_name), func_name)
 
@@ -90,21 +90,21 @@ def _load_probe(spec: str) -> Callable[[Facts], Any]:
 class Facts:
     """The lazily gathered snapshot. `facts[section]` gathers on first use."""
 
-    def __init__(self, config: Config | None = None, preset: dict[str, Any] | None = None) -> None:
+    def __init__(self, config: Config | None = None, preset: Mapping[str, object] | None = None) -> None:
         from envdoctor.config import Config
 
         self.config = config if config is not None else Config()
-        self._sections: dict[str, Any] = dict(preset or {})
+        self._sections: dict[str, object] = dict(preset or {})
         self._failed: dict[str, str] = {}
         #: The sections whose probes are running now, outermost first.
         self._gathering: list[str] = []
-        self.errors: list[dict[str, Any]] = []
+        self.errors: list[dict[str, object]] = []
         #: What the judge layer decided of these facts (`envdoctor.judge`), by name: each decision is taken once
         #: per check and read by every rule, the engine and the views' objects.
         self.judgements: dict[str, Any] = {}
 
     @classmethod
-    def from_dict(cls, sections: dict[str, Any], config: Config | None = None) -> Facts:
+    def from_dict(cls, sections: Mapping[str, object], config: Config | None = None) -> Facts:
         """Facts fixed in advance (a saved report's facts): nothing is gathered."""
         facts = cls(config, preset=sections)
         for name in PROBES:
@@ -203,7 +203,7 @@ class Facts:
         """The sections gathered so far, in probe order, without what they gathered for others."""
         order = list(PROBES)
         names = sorted(self._sections, key=lambda n: order.index(n) if n in order else len(order))
-        sections: dict[str, Any] = {}
+        sections: dict[str, object] = {}
         for name in names:
             value = self._sections[name]
             if value is None:

@@ -95,7 +95,7 @@ class HashBudget:
 
 # complexity: 25 — one check per field of a conda-meta record, each a short guard: a field table would hide which
 #   message goes with which field.
-def _type_problem(data: Any) -> str | None:
+def _type_problem(data: object) -> str | None:
     """Why a parsed conda-meta record is not a record, or None when it is one."""
     if not isinstance(data, dict):
         return f"the record is a JSON {type(data).__name__}, not an object"
@@ -287,7 +287,7 @@ def conda_distribution(name: str, owned: dict[str, str]) -> tuple[str | None, st
     return None, None
 
 
-def _dependency_names(depends: Any) -> list[str]:
+def _dependency_names(depends: object) -> list[str]:
     """`["numpy >=1.26", "libopenblas"]` -> ["libopenblas", "numpy"]; anything else -> []."""
     if not isinstance(depends, list):
         return []

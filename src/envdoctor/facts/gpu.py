@@ -14,14 +14,18 @@ from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from functools import partial
 from pathlib import Path
-from typing import Any, TypedDict
+from types import ModuleType
+from typing import TYPE_CHECKING, TypedDict, TypeVar
 
 from envdoctor.facts.applicability import Applicability, not_applicable
 from envdoctor.facts.kernel_files import read_kernel_file
 from envdoctor.facts.native_libs import NativeLibsFacts, read_target_native_libs
+
+if TYPE_CHECKING:  # pragma: no cover
+    from envdoctor.config import FactsReader
 
 
 class GpuProcess(TypedDict):
@@ -110,7 +114,10 @@ def pci_nvidia_gpus(pci_root: Path = Path("/sys/bus/pci/devices")) -> list[PciGp
     return found
 
 
-def _text(value: Any) -> str:
+_Value = TypeVar("_Value")
+
+
+def _text(value: object) -> str:
     return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
 
 
@@ -121,7 +128,7 @@ def cuda_version_text(encoded: int | None) -> str | None:
     return f"{encoded // 1000}.{(encoded % 1000) // 10}"
 
 
-def _optional(call: Callable[[], Any]) -> Any:
+def _optional(call: Callable[[], _Value]) -> _Value | None:
     """A value NVML may not support on this GPU (MIG slices, old drivers): None then."""
     import pynvml
 
@@ -141,7 +148,7 @@ def _process_name(pid: int) -> str | None:
         return None
 
 
-def _processes(pynvml: Any, handle: Any) -> list[GpuProcess]:
+def _processes(pynvml: ModuleType, handle: object) -> list[GpuProcess]:
     seen: dict[int, GpuProcess] = {}
     for kind, getter in (("compute", "nvmlDeviceGetComputeRunningProcesses"),
                          ("graphics", "nvmlDeviceGetGraphicsRunningProcesses")):
@@ -217,7 +224,7 @@ def read_nvml() -> GpuFacts:
 LAUNCHER_ENV = ("TORCHELASTIC_RUN_ID", "LOCAL_RANK", "SLURM_STEP_ID", "OMPI_COMM_WORLD_LOCAL_RANK")
 
 
-def job_pids(environ: Any = None) -> list[int]:
+def job_pids(environ: Mapping[str, str] | None = None) -> list[int]:
     """The other processes of this training job: siblings under the launcher, and our own children.
 
     Under torchrun or srun every rank is a child of one launcher process and holds its
@@ -239,7 +246,7 @@ def job_pids(environ: Any = None) -> list[int]:
     return sorted(pids)
 
 
-def gather_gpu(facts: Any) -> GpuFacts:
+def gather_gpu(facts: FactsReader) -> GpuFacts:
     """The gpu section: NVML's view, and the NVIDIA GPUs on the PCI bus."""
     section = read_nvml()
     if section["available"]:

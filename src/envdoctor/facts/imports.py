@@ -15,11 +15,12 @@ from __future__ import annotations
 import json
 import os
 import time
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import TYPE_CHECKING, TypedDict
 
 from envdoctor.facts.cxx_runtime import CxxRuntime, read_cxx_runtimes
 
 if TYPE_CHECKING:  # pragma: no cover
+    from envdoctor.config import FactsReader
     from envdoctor.facts.distributions import Distribution
 
 #: Seconds one distribution's import may take, and all of them together.
@@ -155,7 +156,7 @@ def _trial(interpreter: str, dist: Distribution, cwd: str, deadline: float) -> I
     return _made(dist, "failed", seconds, module=str(answer.get("module")), error=str(answer.get("error")))
 
 
-def gather_imports(facts: Any) -> ImportsFacts:
+def gather_imports(facts: FactsReader) -> ImportsFacts:
     if not facts.config.deep:
         return {"ran": False, "reason": "imports run only with --deep (they run the environment's code)", "trials": [],
                 "cxx_runtimes": []}

@@ -15,11 +15,14 @@ from __future__ import annotations
 import bisect
 import os
 from collections.abc import Mapping, Sequence
-from typing import Any, Literal, TypedDict, final
+from typing import TYPE_CHECKING, Any, Literal, TypedDict, final
 
 from envdoctor.facts.loader import HazardsFacts, MemoryGrowthFacts
 from envdoctor.inside.loader_growth import uss_source, worker_growth
 from envdoctor.redact import redact_command, redact_environ
+
+if TYPE_CHECKING:  # pragma: no cover
+    from envdoctor.config import FactsReader
 
 
 class LoopSettings(TypedDict, total=False):
@@ -134,7 +137,7 @@ class LoopFacts(TypedDict):
     tune: dict[str, Any] | None
 
 
-def gather_loop(facts: Any) -> LoopFacts | None:
+def gather_loop(facts: FactsReader) -> LoopFacts | None:
     """Only `envdoctor run` measures a loop, and hands its section in as a preset."""
     return None
 
@@ -214,7 +217,7 @@ def _walked(event: Mapping[str, Any]) -> HazardsFacts | None:
             "objects_visited": int(hazards.get("objects_visited") or 0), "cut": bool(hazards.get("cut"))}
 
 
-def worker_memory(run: Any, pid: int, loader: Any, row: LoopLoader, epochs: int) -> None:
+def worker_memory(run: Any, pid: int, loader: object, row: LoopLoader, epochs: int) -> None:
     """DL010 for one observed loader: each named worker's USS against the samples it delivered."""
     named = [e for e in run.events if e.get("event") == "workers" and e.get("pid") == pid
              and e.get("loader") == loader]
@@ -239,14 +242,14 @@ def worker_memory(run: Any, pid: int, loader: Any, row: LoopLoader, epochs: int)
                          "workers": rows, "source": uss_source()}
 
 
-def tree_cpu(samples: Sequence[tuple[float, Mapping[Any, float]]], start: float, end: float,
+def tree_cpu(samples: Sequence[tuple[float, Mapping[tuple[int, float], float]]], start: float, end: float,
              usable_cpus: int) -> LoopCpu | None:
     """CPU seconds the whole tree spent between the first and last sample inside [start, end]."""
     inside = [(t, cpu) for t, cpu in samples if start <= t <= end]
     if len(inside) < 2:
         return None
     (t0, first), (t1, _last) = inside[0], inside[-1]
-    peak: dict[Any, float] = {}
+    peak: dict[tuple[int, float], float] = {}
     for _t, cpu in inside:
         for key, value in cpu.items():
             peak[key] = max(peak.get(key, 0.0), value)
@@ -294,7 +297,7 @@ def gpu_summary(samples: Sequence[tuple[float, Sequence[Mapping[str, Any]]]], st
 
 def _last_window_per_loader(events: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
     """Each loader's closing `window` event, or its last `partial` one when it never closed."""
-    by_loader: dict[tuple[int, Any], Mapping[str, Any]] = {}
+    by_loader: dict[tuple[int, object], Mapping[str, Any]] = {}
     for event in events:
         if event.get("event") in ("window", "partial"):
             key = (int(event.get("pid") or 0), event.get("loader"))

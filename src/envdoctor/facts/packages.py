@@ -20,7 +20,7 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypedDict
+from typing import TYPE_CHECKING, TypedDict
 
 from envdoctor.facts.conda_meta import CondaFacts, conda_distribution, read_conda_meta
 from envdoctor.facts.distributions import (
@@ -38,6 +38,7 @@ from envdoctor.facts.readfile import MAX_FILE_BYTES, read_bytes
 from envdoctor.facts.target import TargetFacts
 
 if TYPE_CHECKING:  # pragma: no cover
+    from envdoctor.config import FactsReader
     from envdoctor.facts.sitepath import PthFile
 
 #: A Requires-Dist line on numpy itself (not numpy-financial).
@@ -251,7 +252,7 @@ def _record_hashes(dist_path: str) -> list[tuple[str, str]]:
     return rows
 
 
-def gather_packages(facts: Any) -> PackagesFacts:
+def gather_packages(facts: FactsReader) -> PackagesFacts:
     """The "packages" section: conda records, distributions and their owners, site dirs, `.pth` code."""
     target: TargetFacts = facts["target"]
     prefix = Path(target["prefix"])

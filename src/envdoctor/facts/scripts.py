@@ -25,12 +25,15 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Literal, TypedDict, cast
+from typing import TYPE_CHECKING, Any, Literal, TypedDict, cast
 
 from envdoctor.analysis.spawn.project import ModuleProblem, SharedModules
 from envdoctor.analysis.spawn.reading import SourceProblem, decode_source, read_bytes, read_source
 from envdoctor.facts.kernels import NotebookKernel, NotebookTarget, notebook_kernel, notebook_target
 from envdoctor.facts.opencv_use import ScriptOpenCV, TargetOpenCV, begin, finish, target_opencv
+
+if TYPE_CHECKING:  # pragma: no cover
+    from envdoctor.config import FactsReader
 
 
 class CodeAt(TypedDict, total=False):
@@ -243,7 +246,7 @@ def analyse_script(path: str, project: bool = True, shared: SharedModules | None
     return info
 
 
-def _add_opencv(info: ScriptFile, opencv: ScriptOpenCV | None, place: Any = None) -> None:
+def _add_opencv(info: ScriptFile, opencv: ScriptOpenCV | None, place: Callable[[int], tuple[int, int]] | None = None) -> None:
     if opencv is None:
         return
     if place is not None:
@@ -284,7 +287,7 @@ def analyse_notebook(path: str, project: bool = True, shared: SharedModules | No
     return info
 
 
-def _place_in_cells(event: dict[str, Any], path: str, place: Any) -> None:
+def _place_in_cells(event: dict[str, Any], path: str, place: Callable[[int], tuple[int, int]]) -> None:
     """Lines of the joined notebook source become (cell, line in cell)."""
     built = event.get("constructed_at")
     if isinstance(built, dict) and built.get("path") == path and isinstance(event.get("starts"), str):
@@ -297,7 +300,7 @@ def _place_in_cells(event: dict[str, Any], path: str, place: Any) -> None:
         obj["cell"], obj["line"] = place(obj["line"])
 
 
-def gather_scripts(facts: Any) -> ScriptsFacts | None:
+def gather_scripts(facts: FactsReader) -> ScriptsFacts | None:
     """The scripts section: one entry per script, or None when no scripts were given."""
     scripts = tuple(facts.config.scripts or ())
     if not scripts:
@@ -329,7 +332,7 @@ def gather_scripts(facts: Any) -> ScriptsFacts | None:
     return {"given": list(scripts), "files": files, "notebook_target": target, "opencv_target": opencv}
 
 
-def _target_interpreter(facts: Any) -> str | None:
+def _target_interpreter(facts: FactsReader) -> str | None:
     try:
         interpreter = facts["target"].get("interpreter") or facts["target"].get("executable")
     except Exception:  # a failed target probe: its own error says why
@@ -337,7 +340,7 @@ def _target_interpreter(facts: Any) -> str | None:
     return str(interpreter) if interpreter else None
 
 
-def _target_path(facts: Any) -> list[str] | None:
+def _target_path(facts: FactsReader) -> list[str] | None:
     """The target interpreter's sys.path, or None (this interpreter's) when it could not be asked."""
     try:
         path = facts["target"].get("sys_path")

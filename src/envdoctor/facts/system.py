@@ -19,11 +19,14 @@ import platform
 import socket
 import sys
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from envdoctor.facts.kernel_files import read_kernel_file
 from envdoctor.facts.session import LogindFacts, WslFacts, read_logind, read_wsl
 from envdoctor.redact import redact_environ
+
+if TYPE_CHECKING:  # pragma: no cover
+    from envdoctor.config import FactsReader
 
 
 class CpuFacts(TypedDict):
@@ -324,7 +327,7 @@ def read_own_logind() -> LogindFacts | None:
     return read_logind(uid=uid, user=user)
 
 
-def gather_system(facts: Any) -> SystemFacts:
+def gather_system(facts: FactsReader) -> SystemFacts:
     import psutil
 
     from envdoctor.facts.macos import read_core_counts

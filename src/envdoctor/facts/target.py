@@ -18,11 +18,14 @@ import re
 import site
 import sys
 from pathlib import Path
-from typing import Any, TypedDict
+from typing import TYPE_CHECKING, TypedDict
 
 from envdoctor.errors import TargetError
 from envdoctor.facts.sitepath import PthFile, expand_site_dirs, import_path, user_site_enabled
 from envdoctor.process import quiet_python_env, run_bounded
+
+if TYPE_CHECKING:  # pragma: no cover
+    from envdoctor.config import FactsReader
 
 INTERPRETER_TIMEOUT_S = 20.0
 
@@ -426,7 +429,7 @@ def interpreter_outside_root(prefix: Path, interpreter: Path) -> str | None:
             f"/{Path(os.path.realpath(prefix)).relative_to(root)}`)")
 
 
-def gather_target(facts: Any) -> TargetFacts:
+def gather_target(facts: FactsReader) -> TargetFacts:
     config = facts.config
     prefix = resolve_prefix(config.prefix, config.env_name)
     current = Path(sys.prefix).resolve() == prefix.resolve()

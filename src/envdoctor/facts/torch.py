@@ -23,9 +23,12 @@ import os
 import re
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Literal, TypedDict, cast
+from typing import TYPE_CHECKING, Any, Literal, TypedDict, cast
 
 from envdoctor.process import quiet_python_env, run_bounded
+
+if TYPE_CHECKING:  # pragma: no cover
+    from envdoctor.config import FactsReader
 
 
 class ProbeWarning(TypedDict):
@@ -427,7 +430,7 @@ def _last_json(stdout: str) -> dict[str, Any] | None:
     return None
 
 
-def _probe_reason(facts: Any) -> str | None:
+def _probe_reason(facts: FactsReader) -> str | None:
     """Why the import probe should run, or None when files are enough."""
     from envdoctor.facts.gpu import gpu_present
 
@@ -442,7 +445,7 @@ def _probe_reason(facts: Any) -> str | None:
     return None
 
 
-def _loader_probe(facts: Any) -> TorchProbe | None:
+def _loader_probe(facts: FactsReader) -> TorchProbe | None:
     """The probe result the loader stage gathered in its own subprocess, if it did."""
     if facts.config.no_loader:
         return None
@@ -462,7 +465,7 @@ def _loader_probe(facts: Any) -> TorchProbe | None:
     return probe
 
 
-def _timeout_after_loader(facts: Any) -> float:
+def _timeout_after_loader(facts: FactsReader) -> float:
     """The probe's time limit: its own, or the user's --budget (at least 10 s) when the loader stage
     already waited that long for `import torch` — a slow import gets a second chance, not 60 s more."""
     raw = facts.handed_over("torch").get("torch_probe") if not facts.config.no_loader else None
@@ -478,7 +481,7 @@ _LIFTED = ("sharing_strategy", "start_method", "intra_op_threads", "threadpools"
            "import_error", "import_warnings", "timed_out", "cuda", "mps", "numpy_version")
 
 
-def gather_torch(facts: Any) -> TorchFacts:
+def gather_torch(facts: FactsReader) -> TorchFacts:
     """The torch section: file facts always, the import probe's facts when warranted."""
     target = facts["target"]
     section = read_torch_files(target)

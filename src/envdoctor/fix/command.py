@@ -12,7 +12,18 @@ import argparse
 import json
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # pragma: no cover
+    from envdoctor.config import Config
+    from envdoctor.fix.execute import Outcome, StepResult
+    from envdoctor.fix.lock import FixLock
+    from envdoctor.fix.plan import Plan
+    from envdoctor.fix.verify import Verification
+    from envdoctor.model import Report
+
+    #: The checker that plans and re-checks: the engine's run_check.
+    Checker = Callable[[Config], Report]
 
 EXIT_OK, EXIT_REMAIN, EXIT_NOTHING = 0, 1, 2
 
@@ -68,7 +79,7 @@ def _confirm(count: int, prefix: str) -> bool | None:
     return answer.strip().lower() in ("y", "yes")
 
 
-def run(args: argparse.Namespace, check: Callable[[Any], Any] | None = None) -> int:
+def run(args: argparse.Namespace, check: Checker | None = None) -> int:
     """Run `fix` as parsed; `check` is the checker that plans and re-checks (the engine's run_check)."""
     from envdoctor.fix.journal import JournalError
     from envdoctor.fix.lock import Locked
@@ -80,7 +91,7 @@ def run(args: argparse.Namespace, check: Callable[[Any], Any] | None = None) -> 
         return EXIT_NOTHING
 
 
-def _lock(args: argparse.Namespace) -> Any:
+def _lock(args: argparse.Namespace) -> FixLock:
     """The journal folder's lock, held while a fix or an undo changes anything (the second one exits 2)."""
     from envdoctor.fix.journal import journal_root
     from envdoctor.fix.lock import FixLock
@@ -90,7 +101,7 @@ def _lock(args: argparse.Namespace) -> Any:
     return FixLock(journal_root(), what)
 
 
-def _run(args: argparse.Namespace, check: Callable[[Any], Any] | None) -> int:
+def _run(args: argparse.Namespace, check: Checker | None) -> int:
 
     if args.undo:
         return _undo(args)
@@ -104,7 +115,7 @@ def _run(args: argparse.Namespace, check: Callable[[Any], Any] | None) -> int:
     return _fix(args, check)
 
 
-def _undo_config(args: argparse.Namespace) -> Any:
+def _undo_config(args: argparse.Namespace) -> Config:
     """The target `fix` would take with these options (command line, then pyproject.toml), for undo."""
     from envdoctor.config import load_config, settings_from_args
 
@@ -147,14 +158,14 @@ def _undo(args: argparse.Namespace) -> int:
     return undone.exit_code
 
 
-def _fix(args: argparse.Namespace, run_check: Callable[[Any], Any]) -> int:
+def _fix(args: argparse.Namespace, run_check: Checker) -> int:
     if args.dry_run:  # changes nothing, so it waits for no one
         return _plan_and_run(args, run_check)
     with _lock(args):  # held from the check on: a second fix would plan from a state this one is changing
         return _plan_and_run(args, run_check)
 
 
-def _plan_and_run(args: argparse.Namespace, run_check: Callable[[Any], Any]) -> int:
+def _plan_and_run(args: argparse.Namespace, run_check: Checker) -> int:
     from envdoctor.config import load_config, settings_from_args
     from envdoctor.fix import render
     from envdoctor.fix.plan import make_plan
@@ -166,8 +177,8 @@ def _plan_and_run(args: argparse.Namespace, run_check: Callable[[Any], Any]) -> 
     plan = make_plan(before)
     fmt = args.format
 
-    def finish(code: int, message: str, results: list[Any] | None = None, outcome: Any = None,
-               journal: str | None = None, verification: Any = None) -> int:
+    def finish(code: int, message: str, results: list[StepResult] | None = None, outcome: Outcome | None = None,
+               journal: str | None = None, verification: Verification | None = None) -> int:
         if fmt == "json":
             sys.stdout.write(render.fix_json(plan, dry_run=args.dry_run, journal=journal, results=results or [],
                                              outcome=outcome, exit_code=code, message=message,
@@ -198,7 +209,7 @@ def _plan_and_run(args: argparse.Namespace, run_check: Callable[[Any], Any]) -> 
     return _apply(plan, before, config, run_check, finish)
 
 
-def _apply(plan: Any, before: Any, config: Any, run_check: Callable[[Any], Any], finish: Callable[..., int]) -> int:
+def _apply(plan: Plan, before: Report, config: Config, run_check: Checker, finish: Callable[..., int]) -> int:
     """Journal, before-state, steps, verification (rolled back when it fails), then the re-check."""
     from envdoctor.fix.execute import Executor, recheck
     from envdoctor.fix.journal import Journal, JournalError

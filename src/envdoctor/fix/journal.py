@@ -116,7 +116,7 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def write_json_durably(path: Path, data: Any) -> str:
+def write_json_durably(path: Path, data: object) -> str:
     """Write `data` as JSON to `path` so that a crash leaves the old or the new file, never half of one.
 
     Returns the sha256 of the bytes written.
@@ -240,7 +240,7 @@ class Journal:
         except OSError as exc:
             raise JournalError(f"cannot write {self.path}/manifest.json: {exc.strerror or exc}") from None
 
-    def write_listing(self, name: str, data: Any) -> str:
+    def write_listing(self, name: str, data: object) -> str:
         """Write one listing beside the manifest and record its sha256 there (saved with the manifest)."""
         digest = write_json_durably(self.path / name, data)
         self.manifest.setdefault("files", {})[name] = digest

@@ -15,7 +15,7 @@ import hashlib
 import json
 import os
 import stat
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -146,7 +146,7 @@ def tree_hash(listing: Mapping[str, Entry]) -> str:
 
 
 def differences(want: Mapping[str, Entry], have: Mapping[str, Entry],
-                ignore: Any = None) -> list[str]:
+                ignore: Callable[[str], bool] | None = None) -> list[str]:
     """Each path whose state differs between two listings, said in one line (sorted by path)."""
     lines = []
     for path in sorted(set(want) | set(have)):
@@ -326,7 +326,7 @@ def bytes_to_write(journal: Journal, plan: RestorePlan) -> list[tuple[str, int]]
 
 
 def apply_restore(journal: Journal, plan: RestorePlan, roots: list[str], label: str,
-                  progress: Any = None) -> None:
+                  progress: Callable[[int], object] | None = None) -> None:
     """Make the changes of `plan`, one at a time, each complete before the next (OSError stops it).
 
     What goes is moved into the journal's `undone/<label>/`; a file comes back under a fresh

@@ -176,11 +176,11 @@ def _under(path: str, folder: str) -> bool:
     return path == folder or path.startswith(folder.rstrip(os.sep) + os.sep)
 
 
-def _is_clean_absolute(path: Any) -> bool:
+def _is_clean_absolute(path: object) -> bool:
     return isinstance(path, str) and os.path.isabs(path) and os.path.normpath(path) == path and "\0" not in path
 
 
-def _check_entry(path: str, entry: Any) -> str | None:
+def _check_entry(path: str, entry: object) -> str | None:
     if not isinstance(entry, dict) or entry.get("type") not in ("file", "link", "dir", "other"):
         return f"{path}: not an entry envdoctor writes"
     if entry["type"] == "file" and not (isinstance(entry.get("sha256"), str) and len(entry["sha256"]) == 64
@@ -193,7 +193,7 @@ def _check_entry(path: str, entry: Any) -> str | None:
     return None
 
 
-def check_listing(listing: Mapping[str, Any], roots: list[str], what: str) -> str | None:
+def check_listing(listing: Mapping[str, object], roots: list[str], what: str) -> str | None:
     """Every path of a listing lies inside the roots, and a folder holds each one that is not a root."""
     for path, entry in listing.items():
         if not _is_clean_absolute(path) or not any(_under(path, r) for r in roots):
@@ -516,7 +516,7 @@ def _note_progress(journal: Journal, attempt: int, done: int) -> None:
             pass
 
 
-def _noted_progress(journal: Journal, attempt: Any) -> int:
+def _noted_progress(journal: Journal, attempt: object) -> int:
     import json
 
     try:

@@ -22,10 +22,15 @@ cheap status calls run on the user's objects; nothing is read from a handle.
 from __future__ import annotations
 
 import ast
+import functools
 import inspect
 import sys
 from collections import deque
-from typing import Any
+from collections.abc import Callable, Iterable
+from typing import TYPE_CHECKING, Protocol, TypedDict, TypeGuard
+
+if TYPE_CHECKING:  # the runner's parts import each other by their top-level names (see loader_runner.py)
+    from loader_session import Session
 
 #: How deep the walk goes from each root, how many objects it visits in all, how many elements of one
 #: container it descends into.
@@ -43,11 +48,66 @@ MAX_HANDLES = 20
 _LEAVES = (str, bytes, bytearray, int, float, complex, bool, type(None), range, memoryview)
 
 
-def _module_of(obj: Any) -> str:
+class Handle(TypedDict):
+    """An open native handle reachable from a root: where, what, and the file it holds when it says."""
+    path: str
+    kind: str
+    file: str | None
+
+
+class Container(TypedDict):
+    """A large container of Python objects: where, its type, length, approximate bytes and objects."""
+    path: str
+    type: str
+    length: int
+    approx_bytes: int
+    objects: int
+
+
+class _Walked(TypedDict):
+    handles: list[Handle]
+    containers: list[Container]
+    python_bytes: int
+    objects_visited: int
+    cut: bool
+
+
+class Hazards(_Walked, total=False):
+    """The walk's result (`hazards`); `before_workers` adds the start method."""
+    start_method: str
+
+
+class SetNumThreadsCall(TypedDict):
+    """A `cv2.setNumThreads(...)` call in the loader's code: where, file, line, its literal argument."""
+    where: str
+    file: str
+    line: int
+    value: object
+
+
+class OpenCV(TypedDict):
+    version: object
+    main_threads: int | None
+    set_num_threads_calls: list[SetNumThreadsCall]
+
+
+class _Flat(Protocol):
+    def __getitem__(self, index: int, /) -> object: ...
+
+
+class _ObjectArray(Protocol):
+    """What is read from a NumPy array of dtype object: its size and its flat view."""
+    @property
+    def size(self) -> int: ...
+    @property
+    def flat(self) -> _Flat: ...
+
+
+def _module_of(obj: object) -> str:
     return getattr(type(obj), "__module__", "") or ""
 
 
-def _safe(call: Any) -> bool:
+def _safe(call: Callable[[], object]) -> bool:
     """Whether a status call answers without raising (an LMDB object raises once closed)."""
     try:
         call()
@@ -56,7 +116,7 @@ def _safe(call: Any) -> bool:
     return True
 
 
-def _lmdb_handle(obj: Any) -> tuple[str, str | None] | None:
+def _lmdb_handle(obj: object) -> tuple[str, str | None] | None:
     lmdb = sys.modules.get("lmdb")
     if lmdb is None:
         return None
@@ -70,7 +130,7 @@ def _lmdb_handle(obj: Any) -> tuple[str, str | None] | None:
     return None
 
 
-def _h5py_handle(obj: Any) -> tuple[str, str | None] | None:
+def _h5py_handle(obj: object) -> tuple[str, str | None] | None:
     if not _module_of(obj).startswith("h5py._hl") or not hasattr(obj, "id"):  # File, Group, Dataset, Datatype
         return None
     try:
@@ -82,7 +142,7 @@ def _h5py_handle(obj: Any) -> tuple[str, str | None] | None:
     return f"h5py.{type(obj).__name__}", str(filename) if filename else None
 
 
-def _stdlib_handle(obj: Any) -> tuple[str, str | None] | None:
+def _stdlib_handle(obj: object) -> tuple[str, str | None] | None:
     modules = sys.modules
     sqlite3 = modules.get("sqlite3")
     if sqlite3 is not None and isinstance(obj, sqlite3.Connection):
@@ -99,7 +159,7 @@ def _stdlib_handle(obj: Any) -> tuple[str, str | None] | None:
     return None
 
 
-def _live_fd(obj: Any) -> int | None:
+def _live_fd(obj: object) -> int | None:
     """The descriptor `obj.fileno()` answers, when it is a live one (not a standard stream).
 
     Only a `fileno` its class defines is called: a proxy whose `__getattr__` answers every name (an RPC
@@ -116,12 +176,12 @@ def _live_fd(obj: Any) -> int | None:
     return fd if isinstance(fd, int) and fd > 2 else None
 
 
-def _standard_stream(obj: Any) -> bool:
+def _standard_stream(obj: object) -> bool:
     return any(obj is stream for stream in (sys.stdin, sys.stdout, sys.stderr,
                                             sys.__stdin__, sys.__stdout__, sys.__stderr__))
 
 
-def handle_kind(obj: Any) -> tuple[str, str | None] | None:
+def handle_kind(obj: object) -> tuple[str, str | None] | None:
     """(kind, file or None) when `obj` is an open native handle, else None."""
     if isinstance(obj, (type, *_LEAVES)) or _module_of(obj).startswith(("multiprocessing", "mmap", "torch")) \
             or _standard_stream(obj):
@@ -138,7 +198,7 @@ def handle_kind(obj: Any) -> tuple[str, str | None] | None:
     return kind, str(name) if isinstance(name, (str, bytes)) else None
 
 
-def _is_object_array(obj: Any) -> bool:
+def _is_object_array(obj: object) -> TypeGuard[_ObjectArray]:
     if _module_of(obj) != "numpy":
         return False  # never ask anything else for a dtype: a closed h5py dataset raises
     try:
@@ -147,10 +207,10 @@ def _is_object_array(obj: Any) -> bool:
         return False
 
 
-def _element_size(item: Any) -> tuple[int, int]:
+def _element_size(item: object) -> tuple[int, int]:
     """(bytes, objects) of one element and, one level down, what it holds."""
     size, count = sys.getsizeof(item), 1
-    inner: Any = ()
+    inner: Iterable[object] = ()
     if isinstance(item, dict):
         inner = [*item.keys(), *item.values()]
     elif isinstance(item, (list, tuple, set, frozenset)):
@@ -165,10 +225,10 @@ def _element_size(item: Any) -> tuple[int, int]:
     return size, count
 
 
-def _sample(obj: Any, length: int) -> list[Any]:
+def _sample(obj: object, length: int) -> list[object]:
     step = max(1, length // SIZE_SAMPLE)
+    items: list[object] = []
     if isinstance(obj, dict):
-        items = []
         for k, (key, value) in enumerate(obj.items()):
             if k % step == 0:
                 items.append((key, value))
@@ -180,7 +240,8 @@ def _sample(obj: Any, length: int) -> list[Any]:
     if _is_object_array(obj):
         flat = obj.flat
         return [flat[i] for i in range(0, length, step)][:SIZE_SAMPLE]
-    items = []
+    if not isinstance(obj, Iterable):
+        return items
     for k, item in enumerate(obj):
         if k % step == 0:
             items.append(item)
@@ -189,7 +250,7 @@ def _sample(obj: Any, length: int) -> list[Any]:
     return items
 
 
-def describe_container(obj: Any, path: str) -> dict[str, Any] | None:
+def describe_container(obj: object, path: str) -> Container | None:
     """Length, approximate bytes and objects of a large container of Python objects, else None."""
     if isinstance(obj, (list, tuple, dict, set, frozenset, deque)):
         length = len(obj)
@@ -208,9 +269,9 @@ def describe_container(obj: Any, path: str) -> dict[str, Any] | None:
             "objects": int(length * per_objects)}
 
 
-def _children(obj: Any, path: str) -> list[tuple[Any, str]]:
+def _children(obj: object, path: str) -> list[tuple[object, str]]:
     """The objects one step down from `obj`, with the path that reaches each."""
-    out: list[tuple[Any, str]] = []
+    out: list[tuple[object, str]] = []
     if isinstance(obj, dict):
         for k, (key, value) in enumerate(obj.items()):
             if k >= MAX_ELEMENTS:
@@ -233,7 +294,7 @@ def _children(obj: Any, path: str) -> list[tuple[Any, str]]:
             except ValueError:
                 continue
         return out
-    if _module_of(obj) == "functools" and type(obj).__name__ == "partial":
+    if _module_of(obj) == "functools" and type(obj).__name__ == "partial" and isinstance(obj, functools.partial):
         out.append((obj.func, f"{path}.func"))
         out += [(a, f"{path}.args[{k}]") for k, a in enumerate(obj.args[:MAX_ELEMENTS])]
         out += [(v, f"{path}.keywords[{k!r}]") for k, v in list(obj.keywords.items())[:MAX_ELEMENTS]]
@@ -252,7 +313,7 @@ def _children(obj: Any, path: str) -> list[tuple[Any, str]]:
     return out
 
 
-def _opaque(obj: Any) -> bool:
+def _opaque(obj: object) -> bool:
     """Objects the walk does not look inside: leaves, modules, classes, arrays and tensors."""
     if isinstance(obj, _LEAVES) or inspect.ismodule(obj) or isinstance(obj, type):
         return True
@@ -260,12 +321,12 @@ def _opaque(obj: Any) -> bool:
     return module.startswith(("torch", "numpy", "multiprocessing", "threading", "logging", "h5py", "lmdb"))
 
 
-def walk(roots: list[tuple[str, Any]]) -> dict[str, Any]:
+def walk(roots: list[tuple[str, object]]) -> Hazards:
     """Open handles and large Python containers reachable from the roots (bounded; see the module)."""
-    handles: list[dict[str, Any]] = []
-    containers: list[dict[str, Any]] = []
+    handles: list[Handle] = []
+    containers: list[Container] = []
     seen: set[int] = set()
-    queue: deque[tuple[Any, str, int]] = deque((obj, name, 0) for name, obj in roots if obj is not None)
+    queue: deque[tuple[object, str, int]] = deque((obj, name, 0) for name, obj in roots if obj is not None)
     visited = 0
     cut = False
     while queue:
@@ -305,7 +366,7 @@ def walk(roots: list[tuple[str, Any]]) -> dict[str, Any]:
             "objects_visited": min(visited, MAX_OBJECTS), "cut": cut}
 
 
-def _outermost(containers: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def _outermost(containers: list[Container]) -> list[Container]:
     """Containers not held inside another one reported (a dict of lists is counted once)."""
     paths = [c["path"] for c in containers]
     return [c for c in containers
@@ -314,10 +375,10 @@ def _outermost(containers: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 # -- OpenCV (SYS007) -----------------------------------------------------
 
-def opencv_calls(objects: list[Any]) -> list[dict[str, Any]]:
+def opencv_calls(objects: Iterable[object]) -> list[SetNumThreadsCall]:
     """`cv2.setNumThreads(...)` calls in the source of the modules that define these objects (the dataset's
     class, worker_init_fn …): where (module level or the function it is in), file, line, argument."""
-    calls: list[dict[str, Any]] = []
+    calls: list[SetNumThreadsCall] = []
     files: set[str] = set()
     for obj in objects:
         module = sys.modules.get(getattr(obj, "__module__", None) or _module_of(obj))
@@ -335,8 +396,8 @@ def opencv_calls(objects: list[Any]) -> list[dict[str, Any]]:
     return calls[:10]
 
 
-def _set_num_threads(tree: ast.AST, filename: str) -> list[dict[str, Any]]:
-    found: list[dict[str, Any]] = []
+def _set_num_threads(tree: ast.AST, filename: str) -> list[SetNumThreadsCall]:
+    found: list[SetNumThreadsCall] = []
 
     def visit(node: ast.AST, where: str) -> None:
         for child in ast.iter_child_nodes(node):
@@ -354,7 +415,7 @@ def _set_num_threads(tree: ast.AST, filename: str) -> list[dict[str, Any]]:
     return found
 
 
-def opencv_facts(roots: list[tuple[str, Any]]) -> dict[str, Any] | None:
+def opencv_facts(roots: list[tuple[str, object]]) -> OpenCV | None:
     """OpenCV as the loader's code has it, before workers start: None when nothing imported cv2 and the
     code calls no setNumThreads (cv2 imported in `__getitem__` shows in the workers: loader_memory)."""
     objects = [type(obj) if not inspect.isfunction(obj) else obj for _, obj in roots if obj is not None]
@@ -377,7 +438,7 @@ def opencv_threads() -> int | None:
         return None
 
 
-def before_workers(s: Any) -> None:
+def before_workers(s: Session) -> None:
     """The walk (result `hazards`) and OpenCV as the code has it (result `opencv`), before any worker
     starts; `s` is the runner's Session."""
     kwargs = s.user_kwargs or {}
@@ -407,7 +468,7 @@ STATE_DEPTH = 2
 STATE_OBJECTS = 64
 
 
-def _kept_as_built(obj: Any) -> bool:
+def _kept_as_built(obj: object) -> bool:
     """Objects whose attributes are kept: the user's, and torch's dataset wrappers (Subset …)."""
     if isinstance(obj, _LEAVES) or inspect.ismodule(obj) or isinstance(obj, type) or inspect.isroutine(obj):
         return False
@@ -418,7 +479,7 @@ def _kept_as_built(obj: Any) -> bool:
         and handle_kind(obj) is None
 
 
-def built_state(dataset: Any) -> list[tuple[Any, dict[str, Any]]]:
+def built_state(dataset: object) -> list[tuple[object, dict[str, object]]]:
     """The instance attributes of the dataset and of the objects it holds (bounded: STATE_DEPTH,
     STATE_OBJECTS), as they are right after the dataset is built: shallow copies of their `__dict__`s.
 
@@ -428,9 +489,9 @@ def built_state(dataset: Any) -> list[tuple[Any, dict[str, Any]]]:
     reads no sample before workers start). LMDB even refuses to open, in the worker, an environment
     the process it was forked from holds. `restore` puts these attributes back before workers start.
     """
-    kept: list[tuple[Any, dict[str, Any]]] = []
+    kept: list[tuple[object, dict[str, object]]] = []
     seen: set[int] = set()
-    queue: deque[tuple[Any, int]] = deque([(dataset, 0)])
+    queue: deque[tuple[object, int]] = deque([(dataset, 0)])
     while queue and len(kept) < STATE_OBJECTS:
         obj, depth = queue.popleft()
         if id(obj) in seen or not _kept_as_built(obj):
@@ -446,7 +507,7 @@ def built_state(dataset: Any) -> list[tuple[Any, dict[str, Any]]]:
     return kept
 
 
-def restore(state: list[tuple[Any, dict[str, Any]]]) -> list[str]:
+def restore(state: list[tuple[object, dict[str, object]]]) -> list[str]:
     """Put the attributes `built_state` kept back where reading samples in this process changed them;
     the names of those changed (`Type.attribute`). What they held (a handle opened lazily) is released
     here, before workers fork."""

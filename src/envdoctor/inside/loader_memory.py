@@ -39,7 +39,7 @@ class Tally:
     def __init__(self, batched: bool) -> None:
         self.batched = batched
 
-    def __call__(self, batch: Any) -> tuple[int, int, int | None]:
+    def __call__(self, batch: object) -> tuple[int, int, int | None]:
         count = len(batch) if self.batched and hasattr(batch, "__len__") else 1
         return os.getpid(), count, opencv_threads()
 

@@ -47,7 +47,7 @@ class ArgumentProblem(ValueError):
     """A tool argument that is refused; the message names the argument and says what was expected."""
 
 
-def text(name: str, value: Any) -> str:
+def text(name: str, value: object) -> str:
     """`value` as a string argument: no NUL or control character, not empty, at most MAX_CHARS long."""
     if not isinstance(value, str):
         raise ArgumentProblem(f"argument {name} must be a string, not {type(value).__name__}")
@@ -82,7 +82,7 @@ def rule_ids(name: str, values: Sequence[Any] | None) -> list[str]:
     return checked
 
 
-def rule_id(name: str, value: Any) -> str:
+def rule_id(name: str, value: object) -> str:
     """One rule id, family or name."""
     value = text(name, value)
     if not _RULE.fullmatch(value):
@@ -91,7 +91,7 @@ def rule_id(name: str, value: Any) -> str:
     return value
 
 
-def dataset_spec(name: str, value: Any) -> str:
+def dataset_spec(name: str, value: object) -> str:
     """MODULE:CALLABLE (dotted names on both sides), as `--dataset` takes it."""
     value = text(name, value)
     if not _DATASET.fullmatch(value):
@@ -162,7 +162,7 @@ def _installed_elsewhere(top: str, roots: Roots) -> str | None:
     return str(found.origin or next(iter(found.submodule_search_locations or []), top))
 
 
-def seconds(name: str, value: Any) -> float | None:
+def seconds(name: str, value: object) -> float | None:
     """A positive, finite number of seconds, at most MAX_SECONDS (None stays None)."""
     if value is None:
         return None
@@ -190,7 +190,7 @@ class Roots:
     def describe(self) -> str:
         return f"{', '.join(str(f) for f in self.folders)} ({self.source})"
 
-    def path(self, name: str, value: Any) -> str:
+    def path(self, name: str, value: object) -> str:
         """`value` resolved to a real path inside one of the roots, or an ArgumentProblem naming `name`."""
         value = text(name, value)
         # Relative to the first root (the project), as an agent working in it means it.

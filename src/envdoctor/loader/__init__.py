@@ -17,7 +17,7 @@ import os
 import pickle
 import sys
 import tempfile
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from envdoctor.facts.loader import FailureFacts, LoaderFacts
 from envdoctor.facts.node_share import cpus_per_process, processes_per_node
@@ -27,9 +27,12 @@ from envdoctor.inside.loop_bootstrap.envdoctor_loader_settings import loader_set
 from envdoctor.loader.progress import current_sink
 from envdoctor.loader.supervisor import StageRun, run_stage
 
+if TYPE_CHECKING:  # pragma: no cover
+    from envdoctor.config import Config, FactsReader
+
 #: Seconds of the budget kept back for starting the runner and tearing it down.
 STAGE_OVERHEAD_S = 0.7
-def gather_loader(facts: Any) -> LoaderFacts | None:
+def gather_loader(facts: FactsReader) -> LoaderFacts | None:
     """The loader section: None when the stage is switched off (--no-loader)."""
     config = facts.config
     if config.no_loader:
@@ -86,7 +89,7 @@ def empty_section(description: str) -> LoaderFacts:
             "worker_rss_bytes": None, "current": None, "failure": None}
 
 
-def choose_source(config: Any) -> tuple[dict[str, Any], dict[str, Any] | None, str]:
+def choose_source(config: Config) -> tuple[dict[str, Any], dict[str, Any] | None, str]:
     """What to measure: (source for the runner's plan, objects for a forked run, a description)."""
     if config.loader_object is not None:
         dataset, kwargs, description = describe_loader(config.loader_object)
@@ -109,7 +112,7 @@ def choose_source(config: Any) -> tuple[dict[str, Any], dict[str, Any] | None, s
     return {"kind": "synthetic"}, None, "synthetic images (built in)"
 
 
-def describe_loader(loader: Any) -> tuple[Any, dict[str, Any], str]:
+def describe_loader(loader: object) -> tuple[object, dict[str, Any], str]:
     """The dataset and the DataLoader settings of a live DataLoader, to re-create it in the runner."""
     dataset = getattr(loader, "dataset", None)
     if dataset is None:
@@ -118,7 +121,7 @@ def describe_loader(loader: Any) -> tuple[Any, dict[str, Any], str]:
     return dataset, kwargs, description
 
 
-def pickled_source(dataset: Any, kwargs: dict[str, Any], description: str) -> dict[str, Any]:
+def pickled_source(dataset: object, kwargs: dict[str, Any], description: str) -> dict[str, Any]:
     """Where fork is missing (Windows): the dataset crosses to the runner as a pickle."""
     handle = tempfile.NamedTemporaryFile("wb", suffix=".pkl", prefix="envdoctor-loader-", delete=False)
     try:

@@ -44,7 +44,11 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from types import FrameType, ModuleType
+from typing import IO, TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # pragma: no cover
+    import subprocess  # imported where a script is started: the fork does without it
 
 from envdoctor.inside import loader_protocol
 from envdoctor.process import group_alive, hard_kill, kill_group
@@ -79,7 +83,7 @@ class StageRun:
     returncode: int | None = None
     killed_for: str | None = None  # "budget", "phase", "memory" or None
     last_phase: dict[str, Any] | None = None
-    last_index: Any = None
+    last_index: object = None
     wall_s: float = 0.0
     peak_rss_bytes: int = 0
     memory_cap_bytes: int | None = None
@@ -235,7 +239,7 @@ def _tracked_alive(procs: dict[int, float]) -> bool:
 class _Child:
     """The runner's process as started: `poll()` is its returncode (negative: a signal), None while it runs."""
 
-    def __init__(self, pid: int, popen: Any = None) -> None:
+    def __init__(self, pid: int, popen: subprocess.Popen[bytes] | None = None) -> None:
         self.pid = pid
         #: The subprocess.Popen that started it (Windows knows a child by its handle); None for a forked pid.
         self.popen = popen
@@ -273,7 +277,7 @@ class _EventPipe:
     def __init__(self) -> None:
         self.read_fd, self.write_fd = os.pipe()
 
-    def for_plan(self) -> dict[str, Any]:
+    def for_plan(self) -> dict[str, object]:
         return {"event_fd": self.write_fd}
 
     def started(self) -> None:
@@ -305,7 +309,7 @@ class _EventFile:
         fd, self.path = tempfile.mkstemp(prefix="envdoctor-events-", suffix=".jsonl")
         self.reader = os.fdopen(fd, "rb")
 
-    def for_plan(self) -> dict[str, Any]:
+    def for_plan(self) -> dict[str, object]:
         return {"event_path": self.path}
 
     def started(self) -> None:
@@ -326,7 +330,7 @@ class _EventFile:
 _Events = _EventPipe | _EventFile
 
 
-def _start_script(plan: dict[str, Any], interpreter: str, events: _Events, log: Any, cwd: str | None) -> _Child:
+def _start_script(plan: dict[str, Any], interpreter: str, events: _Events, log: IO[str], cwd: str | None) -> _Child:
     import subprocess
 
     from envdoctor.facts.torch import probe_environment
@@ -348,7 +352,7 @@ def _start_script(plan: dict[str, Any], interpreter: str, events: _Events, log: 
     return _Child(proc.pid, proc)
 
 
-def _runner_module() -> Any:
+def _runner_module() -> ModuleType:
     inside = str(RUNNER_PATH.parent)
     if inside not in sys.path:
         sys.path.insert(0, inside)
@@ -357,7 +361,7 @@ def _runner_module() -> Any:
     return loader_runner
 
 
-def _start_fork(plan: dict[str, Any], events: _EventPipe, log: Any, objects: dict[str, Any]) -> _Child:
+def _start_fork(plan: dict[str, Any], events: _EventPipe, log: IO[str], objects: dict[str, object]) -> _Child:
     """Run the runner in a forked child of this process (Linux): the user's own objects, as they are."""
     if sys.platform == "win32":
         raise OSError("Windows cannot fork")
@@ -407,7 +411,7 @@ def _signals_end_the_stage() -> Iterator[None]:
         yield
         return
 
-    def interrupt(signum: int, frame: Any) -> None:
+    def interrupt(signum: int, frame: FrameType | None) -> None:
         raise StageInterrupted(signum)
 
     previous = {sig: signal.signal(sig, interrupt) for sig in STAGE_SIGNALS}

@@ -22,7 +22,10 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # pragma: no cover
+    from envdoctor.config import Config
     from envdoctor.facts.loop import LoopFacts, LoopProof, LoopProofWindow
+    from envdoctor.loop.supervisor import CommandRun
+    from envdoctor.model import Report
 
 #: The window after warm-up when neither --steps nor --seconds is given: whichever closes first.
 DEFAULT_STEPS, DEFAULT_SECONDS, DEFAULT_WARMUP = 200, 30.0, 10
@@ -92,7 +95,7 @@ def _positive_float(raw: str) -> float:
     return value
 
 
-def window_plan(steps: int | None, seconds: float | None, warmup: int) -> dict[str, Any]:
+def window_plan(steps: int | None, seconds: float | None, warmup: int) -> dict[str, object]:
     if steps is None and seconds is None:
         steps, seconds = DEFAULT_STEPS, DEFAULT_SECONDS
     return {"steps": steps, "seconds": seconds, "warmup_steps": warmup}
@@ -131,7 +134,7 @@ RULES = ("DL009", "DL010")
 LATE_RULES = ("DL010",)
 
 
-def run_and_report(argv: Sequence[str], plan: dict[str, Any], config: Any, emit: Callable[..., None], *,
+def run_and_report(argv: Sequence[str], plan: dict[str, object], config: Config, emit: Callable[..., None], *,
                    stop: bool = False, prove: bool = False) -> int:
     """Run the command observed, write the report, and return the exit code (see the module docstring)."""
     from envdoctor.facts.loop import loop_facts
@@ -140,7 +143,7 @@ def run_and_report(argv: Sequence[str], plan: dict[str, Any], config: Any, emit:
     usable = _usable_cpus()
     written: list[bool] = []
 
-    def on_window(partial: Any) -> None:
+    def on_window(partial: CommandRun) -> None:
         if _report_now(config) and not prove:
             section = loop_facts(partial, plan)
             _emit(build_report(section, config), config, emit)
@@ -175,7 +178,7 @@ def run_and_report(argv: Sequence[str], plan: dict[str, Any], config: Any, emit:
     return exit_status(run.returncode)
 
 
-def tuning_config(config: Any, section: Any, tune: dict[str, Any] | None) -> Any:
+def tuning_config(config: Config, section: LoopFacts, tune: dict[str, Any] | None) -> Config:
     """--tune: the settings that make the report's smoke test measure the loader the observer pickled."""
     from envdoctor.judge.loop import speaker
 
@@ -218,13 +221,13 @@ def main_names(path: str) -> list[str]:
     import pickletools
 
     names: list[str] = []
-    memo: dict[int, Any] = {}
-    pushed: list[Any] = []  # what the last opcodes pushed (a string, or None for anything else)
+    memo: dict[int, str | None] = {}
+    pushed: list[str | None] = []  # what the last opcodes pushed (a string, or None for anything else)
     try:
         with open(path, "rb") as handle:
             for op, arg, _pos in pickletools.genops(handle):
-                module: Any
-                name: Any
+                module: str | None
+                name: str | None
                 if op.name == "GLOBAL" or op.name == "INST":
                     module, _, name = str(arg).partition(" ")
                     pushed.append(None)
@@ -241,16 +244,16 @@ def main_names(path: str) -> list[str]:
     return names
 
 
-def _track(op: str, arg: Any, pushed: list[Any], memo: dict[int, Any]) -> None:
+def _track(op: str, arg: object, pushed: list[str | None], memo: dict[int, str | None]) -> None:
     """The few opcodes that carry a STACK_GLOBAL's module and name: strings, and the memo they go through."""
     if op in _STRING_OPS:
-        pushed.append(arg)
+        pushed.append(arg if isinstance(arg, str) else None)
     elif op == "MEMOIZE":
         memo[len(memo)] = pushed[-1] if pushed else None
-    elif op in ("PUT", "BINPUT", "LONG_BINPUT"):
-        memo[int(arg)] = pushed[-1] if pushed else None
-    elif op in ("GET", "BINGET", "LONG_BINGET"):
-        pushed.append(memo.get(int(arg)))
+    elif op in ("PUT", "BINPUT", "LONG_BINPUT") and isinstance(arg, int):  # pickletools reads the index as an int
+        memo[arg] = pushed[-1] if pushed else None
+    elif op in ("GET", "BINGET", "LONG_BINGET") and isinstance(arg, int):
+        pushed.append(memo.get(arg))
     elif op not in ("FRAME", "PROTO"):
         pushed.append(None)
     del pushed[:-2]
@@ -302,12 +305,12 @@ def _usable_cpus() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def _report_now(config: Any) -> bool:
+def _report_now(config: Config) -> bool:
     """Whether the report may be written while the command still runs (not into its standard output)."""
     return config.output is not None or config.format == "text"
 
 
-def _emit(report: Any, config: Any, emit: Callable[..., None]) -> None:
+def _emit(report: Report, config: Config, emit: Callable[..., None]) -> None:
     if config.output is None and config.format == "text":
         from envdoctor.report.text import make_console, write
 
@@ -316,14 +319,14 @@ def _emit(report: Any, config: Any, emit: Callable[..., None]) -> None:
     emit(report, config.format, config.output)
 
 
-def build_report(section: Any, config: Any) -> Any:
+def build_report(section: LoopFacts, config: Config) -> Report:
     from envdoctor.engine import run_check
     from envdoctor.facts import Facts
 
     return run_check(config, facts=Facts(config, preset={"loop": section}))
 
 
-def problem_line(section: Any) -> str | None:
+def problem_line(section: LoopFacts) -> str | None:
     """One clear line when the run measured nothing, or less than it should have."""
     code = section["returncode"]
     ended = f"the command exited with status {exit_status(code)}" if code not in (0, None) else "the command ended"

@@ -50,7 +50,16 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from types import FrameType, ModuleType
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # pragma: no cover
+    from typing import TypeAlias
+
+    import psutil  # imported where used: only `envdoctor run` needs it
+
+    #: What `signal.signal` hands back and takes: a handler, SIG_DFL / SIG_IGN, or None (set outside Python).
+    _Handler: TypeAlias = Callable[[int, FrameType | None], object] | int | signal.Handlers | None
 
 from envdoctor.inside.loader_growth import read_uss
 from envdoctor.process import end_processes
@@ -189,12 +198,12 @@ class _Sampler(threading.Thread):
         self.root_pid = root_pid
         self.run_record = run
         self.halt = threading.Event()
-        self.seen: dict[int, Any] = {}
-        self._nvml: Any = None
+        self.seen: dict[int, psutil.Process] = {}
+        self._nvml: ModuleType | None = None
         self._named = 0  # events already searched for the workers the observer named
         self.workers: set[int] = set()
 
-    def tree(self) -> list[Any]:
+    def tree(self) -> list[psutil.Process]:
         import psutil
 
         try:
@@ -254,7 +263,7 @@ class _Sampler(threading.Thread):
                     self._nvml.nvmlShutdown()
 
 
-def _nvml_or_none(run: CommandRun) -> Any:
+def _nvml_or_none(run: CommandRun) -> ModuleType | None:
     try:
         import pynvml
 
@@ -265,7 +274,7 @@ def _nvml_or_none(run: CommandRun) -> Any:
     return pynvml
 
 
-def _gpu_sample(pynvml: Any) -> list[dict[str, Any]]:
+def _gpu_sample(pynvml: ModuleType) -> list[dict[str, Any]]:
     rows = []
     try:
         for index in range(pynvml.nvmlDeviceGetCount()):
@@ -307,12 +316,12 @@ def _forwarding(run: CommandRun | None = None) -> Iterator[Callable[[subprocess.
         with contextlib.suppress(ProcessLookupError, OSError):
             target[0].send_signal(signum)
 
-    def forward(signum: int, frame: Any) -> None:
+    def forward(signum: int, frame: FrameType | None) -> None:
         if run is not None and signum in STOPPING:
             run.stopped_by = signum
         send(signum)
 
-    def interrupt(signum: int, frame: Any) -> None:
+    def interrupt(signum: int, frame: FrameType | None) -> None:
         # From a terminal, Ctrl-C already reached the command (it shares our process group);
         # a SIGINT sent to envdoctor alone (kill -INT) is passed on.
         if run is not None:
@@ -325,7 +334,7 @@ def _forwarding(run: CommandRun | None = None) -> Iterator[Callable[[subprocess.
         while pending:
             send(pending.pop(0))
 
-    previous: dict[int, Any] = {}
+    previous: dict[int, _Handler] = {}
     if threading.current_thread() is threading.main_thread():
         for signum in FORWARDED:
             previous[signum] = signal.signal(signum, forward)
@@ -361,11 +370,11 @@ class _Tracker:
         self.sampler = sampler
         self.events_dir = events_dir
 
-    def find(self) -> list[Any]:
+    def find(self) -> list[psutil.Process]:
         import psutil
 
         me = os.getpid()
-        found: dict[int, Any] = {}
+        found: dict[int, psutil.Process] = {}
         with contextlib.suppress(psutil.Error):  # the daemons re-parented to envdoctor, its subreaper
             found.update((p.pid, p) for p in psutil.Process(me).children(recursive=True))
         for pid, proc in list(self.sampler.seen.items()):
@@ -433,7 +442,7 @@ def _ancestors() -> set[int]:
     return set()
 
 
-def _in_their_sessions(found: Mapping[int, Any]) -> dict[int, Any]:
+def _in_their_sessions(found: Mapping[int, psutil.Process]) -> dict[int, psutil.Process]:
     """The processes in the sessions and process groups the command's processes started (not envdoctor's
     own: a pipeline's other commands share that one)."""
     if sys.platform == "win32" or not found:
@@ -450,7 +459,7 @@ def _in_their_sessions(found: Mapping[int, Any]) -> dict[int, Any]:
     groups -= own[1]
     if not sessions and not groups:
         return {}
-    more: dict[int, Any] = {}
+    more: dict[int, psutil.Process] = {}
     for proc in psutil.process_iter():
         with contextlib.suppress(OSError, psutil.Error):
             if proc.pid not in found and (os.getsid(proc.pid) in sessions or os.getpgid(proc.pid) in groups):

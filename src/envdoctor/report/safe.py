@@ -46,7 +46,7 @@ def clip(text: str, limit: int = MAX_CHARS) -> str:
     return f"{text[:limit]}… ({len(text) - limit:,} more characters)"
 
 
-def printable(value: Any, limit: int = MAX_CHARS) -> str:
+def printable(value: object, limit: int = MAX_CHARS) -> str:
     """One line to show: control and invisible characters escaped, newlines too, cut at `limit`."""
     text = value if isinstance(value, str) else str(value)
     # Cut before escaping, so a 10 MiB string costs no more than a short one.
@@ -55,7 +55,7 @@ def printable(value: Any, limit: int = MAX_CHARS) -> str:
     return _UNSAFE.sub(_escape, text)
 
 
-def printable_block(value: Any, limit: int = MAX_CHARS) -> str:
+def printable_block(value: object, limit: int = MAX_CHARS) -> str:
     """Several lines to show (a fix, a message): newlines kept, every other control escaped."""
     text = value if isinstance(value, str) else str(value)
     text = clip(text, limit).replace("\r\n", "\n").replace("\t", "    ")
@@ -67,7 +67,7 @@ def has_unsafe(text: str) -> bool:
     return _UNSAFE_BUT_NEWLINE.search(text) is not None
 
 
-def clean_tree(value: Any, depth: int = 0, limit: int = MAX_CHARS,
+def clean_tree(value: object, depth: int = 0, limit: int = MAX_CHARS,
                clean: Callable[[str], str] | None = None) -> Any:
     """A copy of a JSON-like tree with every string (keys too) made printable and every list cut.
 

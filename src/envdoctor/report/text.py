@@ -62,7 +62,7 @@ def summary_line(report: Report, counts: dict[str, int] | None = None) -> str:
     return ", ".join(parts)
 
 
-def format_value(value: Any, depth: int = 0) -> str:
+def format_value(value: object, depth: int = 0) -> str:
     """A value on one line (Markdown tables, one-line summaries), bounded and printable."""
     if isinstance(value, float):
         return f"{value:.4g}"
@@ -141,7 +141,7 @@ def group_findings(findings: Iterable[Finding]) -> list[list[Finding]]:
         script = _script(finding)
         if script is not None:
             per_script[(finding.rule, script)] = per_script.get((finding.rule, script), 0) + 1
-    groups: dict[tuple[str, Any], list[Finding]] = {}
+    groups: dict[tuple[str, object], list[Finding]] = {}
     for finding in findings:  # id(): severities are enum singletons, and hashing an Enum is slow
         script = _script(finding)
         several = script is not None and per_script[(finding.rule, script)] > 1
@@ -183,7 +183,7 @@ def _where(finding: Finding) -> str:
     return f"{printable(loc.path, 300)}:{loc.line}:{loc.column}"
 
 
-def _evidence_lines(value: Any, indent: int, depth: int = 0) -> list[tuple[int, str]]:
+def _evidence_lines(value: object, indent: int, depth: int = 0) -> list[tuple[int, str]]:
     """Evidence as (indent, text) lines: `key: value`, nested tables and lists indented below."""
     lines: list[tuple[int, str]] = []
     if isinstance(value, Mapping):
@@ -217,7 +217,7 @@ def _evidence_lines(value: Any, indent: int, depth: int = 0) -> list[tuple[int, 
     return lines
 
 
-def _is_scalar(value: Any) -> bool:
+def _is_scalar(value: object) -> bool:
     return not isinstance(value, (Mapping, list, tuple))
 
 
@@ -232,7 +232,7 @@ class _Writer:
     def line(self, text: str | Text = "", indent: int = 0, style: str = "", hang: int = 2) -> None:
         body = text if not isinstance(text, str) else self._text(text, style=style)
         width = max(20, self.console.width - indent)
-        lines: list[Any] = []
+        lines: list[Text] = []
         for paragraph in body.split("\n") if "\n" in body.plain else [body]:  # a line break stays one
             room = width if not lines else width - hang
             lines += [paragraph[start:end] for start, end in word_spans(paragraph.plain, room, width - hang)] or \

@@ -118,7 +118,7 @@ def find_unusable_cuda(facts: Facts) -> Iterator[Hit]:
     driver = gpu.get("driver_version")
     driver_cuda = gpu.get("cuda_driver_version")
     os_key = _os_key(facts)
-    evidence: dict[str, Any] = {
+    evidence: dict[str, object] = {
         "gpus": names, "driver_version": driver, "driver_cuda": driver_cuda,
         "torch_version": torch.get("version"), "torch_build": torch.get("build"),
         "torch_cuda_build": torch.get("cuda_build"), "nvml": gpu.get("available"),
@@ -188,7 +188,7 @@ def find_old_driver(facts: Facts) -> Iterator[Hit]:
     driver_cuda = gpu.get("cuda_driver_version")
     os_key = _os_key(facts)
     needs = driver_needs(cuda_build, os_key)
-    evidence: dict[str, Any] = {
+    evidence: dict[str, object] = {
         "torch_version": torch.get("version"), "torch_cuda_build": cuda_build,
         "driver_version": driver, "driver_cuda": driver_cuda,
         "family_minimum_driver": needs["family_minimum"], "toolkit_driver": needs["toolkit_driver"],
@@ -263,7 +263,7 @@ def find_busy_gpus(facts: Facts) -> Iterator[Hit]:
     )
 
 
-def _busy_entry(device: GpuDevice, ours: set[Any]) -> dict[str, Any] | None:
+def _busy_entry(device: GpuDevice, ours: set[int | None]) -> dict[str, Any] | None:
     """The device as evidence when another job holds it (its processes, its memory or its compute), else None."""
     processes = device["processes"]
     others = [p for p in processes if p["pid"] not in ours]

@@ -100,7 +100,7 @@ class Walker:
     def __init__(self, main: Module, deadline_s: float = 20.0) -> None:
         self.main = main
         self.events: list[dict[str, Any]] = []
-        self._seen: set[tuple[Any, ...]] = set()
+        self._seen: set[tuple[object, ...]] = set()
         self.seq = 0
         self.calls_followed = 0
         self.truncated = False
@@ -113,7 +113,7 @@ class Walker:
         #: Every function the walk has read, by name (what `relevant` follows calls through).
         self.defs: dict[str, list[tuple[ast.AST, list[str]]]] = {}
         #: A followed call's result and the events its walk recorded (their chains cut where the call began).
-        self.memo: dict[tuple[Any, ...], tuple[Value, list[dict[str, Any]]]] = {}
+        self.memo: dict[tuple[object, ...], tuple[Value, list[dict[str, Any]]]] = {}
         self.state_version = 0
         #: Project modules (and the objects and containers their code made) that later scripts share, as they
         #: were before this script wrote into them.
@@ -156,7 +156,7 @@ class Walker:
         line = getattr(node, "lineno", 1)
         return Step(call, frame.module.path, line, frame.module.code(line))
 
-    def record(self, kind: str, node: ast.AST, frame: Frame, **extra: Any) -> None:
+    def record(self, kind: str, node: ast.AST, frame: Frame, **extra: object) -> None:
         module = frame.module
         line = getattr(node, "lineno", 1)
         column = module.column(line, getattr(node, "col_offset", 0))

@@ -14,7 +14,7 @@ name are PKG002, and PKG005 leaves out the records those already explain.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from envdoctor.catalog import load_data
 from envdoctor.facts import Facts
@@ -50,6 +50,9 @@ from envdoctor.rules.packages.states import (
     visible_distributions,
 )
 from envdoctor.versions import sortable_version
+
+if TYPE_CHECKING:  # pragma: no cover
+    from packaging.requirements import Requirement  # imported where used: a run that selects these rules
 
 #: Owners whose files only their own tool may change.
 SYSTEM_OWNERS = ("dpkg", "rpm")
@@ -98,7 +101,7 @@ def _one_package_ships_all(dists: list[Distribution]) -> bool:
         and all(same_version(dists[0]["version"], d["version"]) for d in dists)
 
 
-def requirements_on(packages: PackagesFacts, key: str) -> list[tuple[Distribution, Any]]:
+def requirements_on(packages: PackagesFacts, key: str) -> list[tuple[Distribution, Requirement]]:
     """(dependant, requirement) for every visible distribution that requires `key` on this interpreter."""
     from packaging.requirements import InvalidRequirement, Requirement
 
@@ -249,14 +252,14 @@ def _conda_name_for(dist_key: str) -> str | None:
     return None
 
 
-def _conda_specifier(specifier: Any) -> str:
+def _conda_specifier(specifier: object) -> str:
     # conda reads `numpy>=2,<3`; `==` pins are spelled with one `=` plus the full version.
     text = str(specifier)
     return text.replace("==", "=") if text.startswith("==") and "," not in text else text
 
 
 def _requirement_fix(packages: PackagesFacts, dist: Distribution, installed: Distribution | None,
-                     req: Any, wanted: str, conda_name: str | None) -> Fix:
+                     req: Requirement, wanted: str, conda_name: str | None) -> Fix:
     owned_by_conda = (installed is not None and installed.get("conda_record")) or \
         (installed is None and dist.get("conda_record"))
     if owned_by_conda and packages["conda"]["present"]:
@@ -274,7 +277,7 @@ def _requirement_fix(packages: PackagesFacts, dist: Distribution, installed: Dis
     return pip_fix(packages, "install", wanted)
 
 
-def _other_major(req: Any, version: str) -> bool:
+def _other_major(req: Requirement, version: str) -> bool:
     """Does the requirement exclude every release of the installed version's major (numpy<2 under 2.2.6)?"""
     parsed = parsed_version(version)
     if parsed is None or not req.specifier:

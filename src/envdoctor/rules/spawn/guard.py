@@ -19,7 +19,7 @@ version and platform — or the ones asked about with `--platform` and
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -113,7 +113,7 @@ def _files(facts: Facts) -> list[ScriptFile]:
 
 def path_followed(start: WorkerStart) -> list[str]:
     """file:line of each step from the module-level statement to the start itself."""
-    def at(where: Any) -> str:
+    def at(where: Mapping[str, object]) -> str:
         cell = f" (cell {where['cell']})" if where.get("cell") else ""
         return f"{where['path']}:{where['line']}{cell}"
     steps = [at(step) for step in start["via"]] + [at(start)]
@@ -389,7 +389,7 @@ def find_start_method(facts: Facts) -> Iterator[Hit]:
             )
 
 
-def _lines(starts: Any) -> str:
+def _lines(starts: Iterable[WorkerStart]) -> str:
     lines = sorted({s["line"] for s in starts})
     return ("line " if len(lines) == 1 else "lines ") + ", ".join(map(str, lines))
 

@@ -180,9 +180,9 @@ def _loader_row(event: Mapping[str, Any]) -> LoopLoader:
 MIN_READINGS = 6
 
 
-def _yielded_at(series: Sequence[tuple[float, int]], when: float) -> float | None:
-    """The loader's samples yielded by `when`, between its progress readings; None before the first."""
-    times = [t for t, _ in series]
+def _yielded_at(series: Sequence[tuple[float, int]], times: Sequence[float], when: float) -> float | None:
+    """The loader's samples yielded by `when`, between its progress readings (`times`: theirs); None before the
+    first."""
     at = bisect.bisect_right(times, when)
     if at == 0:
         return None
@@ -197,8 +197,9 @@ def _worker_points(readings: Sequence[tuple[float, int]], progress: Sequence[tup
     """(samples this worker delivered, USS) at each reading: the loader's samples since the worker started,
     shared evenly (a map-style loader hands its workers batches in turn)."""
     points = []
+    times = [t for t, _ in progress]
     for when, uss in readings:
-        yielded = _yielded_at(progress, when)
+        yielded = _yielded_at(progress, times, when)
         if yielded is not None and yielded >= base:
             points.append((int((yielded - base) / workers), uss))
     return points

@@ -116,11 +116,15 @@ def test_len_lies(_dl006) -> None:
 def test_allocates_20_gib(_dl006) -> None:
     hit, report = _dl006("allocates_20g")
     if hit["evidence"]["kind"] == "hung":
-        # A machine too busy to import torch and allocate up to the memory cap within the budget: envdoctor's
-        # promise still holds — it stopped the fetch at the budget and said so — and nothing is left to assert.
-        assert report["loader"]["runner"]["wall_s"] >= 0.9 * float(report["loader"]["budget_s"]), dump(report)
+        # A machine too busy (or too short of free memory, so each page costs a reclaim) to allocate up to the
+        # memory cap within one sample's limit: envdoctor's promise still holds — it stopped the fetch only after
+        # that limit (loader_getitem.probe: at least 3 s, after torch's import) and said so — and nothing is left
+        # to assert. CI once saw it: torch imported in 4.6 s, the fetch cut at 8.5 s at 0.98 GiB of a 1 GiB cap.
+        loader = report["loader"]
+        assert loader["runner"]["wall_s"] >= loader["torch"]["import_s"] + 3.0, dump(report)
         assert "did not finish in time" in hit["message"] and hit["evidence"]["index"] == 0
-        pytest.skip(f"this machine is too busy to reach the memory cap within the {report['loader']['budget_s']} s "
+        pytest.skip(f"this machine is too busy to reach the memory cap within one sample's limit of its "
+                    f"{report['loader']['budget_s']} s "
                     f"budget (torch took {report['loader']['torch']['import_s']} s to import)")
     assert hit["evidence"]["kind"] in ("memory", "raised"), dump(report)
     assert hit["evidence"]["index"] == 0

@@ -91,6 +91,7 @@ def measure(s: Session, spec: RunSpec, span: SteadySlice | WholeEpochs) -> dict[
     # batch of an epoch may take the rest of the budget: starting workers (under spawn each one
     # imports torch and unpickles the dataset) is slow, not stuck, and estimates of it are rough.
     hang_s = max(3.0, 10 * spec.batch_s + 2 * spec.startup_s)
+    fetch_hang_s = max(3.0, 10 * spec.batch_s)  # one fetch's own run, which no start-up is part of
     timeout = round(min(hang_s, max(1.0, s.left() - 0.5)), 2)
     first_timeout = round(max(timeout, s.left() - 0.5), 2)
     steady = isinstance(span, SteadySlice)
@@ -163,7 +164,7 @@ def measure(s: Session, spec: RunSpec, span: SteadySlice | WholeEpochs) -> dict[
         raise
     except Exception as exc:
         waited = time.perf_counter() - (record.stamps[-1][0] if record.stamps else start)
-        failure = _failure(s, exc, nw, iterator, waited, waiting_up_to, hang_s, epoch_started, start)
+        failure = _failure(s, exc, nw, iterator, waited, waiting_up_to, (hang_s, fetch_hang_s), epoch_started, start)
         if isinstance(failure, SlowStart):
             abandon_workers(iterator)
         raise failure from None
@@ -207,14 +208,17 @@ def _slice_done(span: SteadySlice, record: _Stamps, warmup: int, nw: int, now: f
     return (len(record.stamps) > warmup + max(4, 3 * nw) and steady_s >= span.seconds) or steady_s >= 2 * span.seconds
 
 
-def _failure(s: Session, exc: Exception, nw: int, iterator: object, waited: float, waiting_up_to: float, hang_s: float,
-             epoch_started: bool, start: float) -> Exception:
-    """What a run that raised means: the budget's end (BudgetEnd), or what read_failure makes of it."""
+def _failure(s: Session, exc: Exception, nw: int, iterator: object, waited: float, waiting_up_to: float,
+             hang_limits: tuple[float, float], epoch_started: bool, start: float) -> Exception:
+    """What a run that raised means: the budget's end (BudgetEnd), or what read_failure makes of it.
+    `hang_limits`: the wait for a batch, and one fetch's own run, that make a hang."""
+    hang_s, fetch_hang_s = hang_limits
     was_timeout = timed_out(exc, iterator, waited, waiting_up_to)
     if was_timeout and epoch_started and waited < hang_s - 0.05:
         return BudgetEnd(nw, waited)  # the budget ran out before a wait could become a hang
     return read_failure(exc, nw, iterator, s.tracked, length=s.length, start_method=s.start_method,
-                        was_timeout=was_timeout, delivered=epoch_started, waited_s=time.perf_counter() - start)
+                        was_timeout=was_timeout, delivered=epoch_started, waited_s=time.perf_counter() - start,
+                        hang_s=fetch_hang_s)
 
 
 def _run_record(spec: RunSpec, span: SteadySlice | WholeEpochs, record: _Stamps, warmup: int, persistent: bool,

@@ -5,8 +5,9 @@ raises one of:
 
 - `DatasetFailure`: the dataset (or its collate_fn) raised, hung, or killed the
   process fetching it — a finding (DL006);
-- `SlowStart`: the workers delivered nothing and had not begun a `__getitem__`
-  when the budget ran out — still starting, a skip;
+- `SlowStart`: the workers delivered nothing when the budget ran out, and none
+  had begun a `__getitem__`, or the one in progress had run for less than the
+  hang limit — still starting (or just begun), a skip;
 - `BudgetEnd`: the budget ran out while the workers made a batch, before the
   wait was long enough to call it a hang — a skip;
 - `SetupProblem` / `FactoryProblem`: the smoke test could not be set up.
@@ -32,6 +33,7 @@ class _Tracked(Protocol):
     top-level imports, so the part used here is spelt out)."""
 
     def in_progress(self) -> dict[int, int]: ...
+    def fetching_for(self) -> float | None: ...
     def failures(self) -> dict[int, int]: ...
     def slot_of_pid(self, pid: int) -> int | None: ...
 
@@ -55,12 +57,19 @@ class RunCut(Exception):
 
 
 class SlowStart(RunCut):
-    """Workers that delivered no batch, and had not begun a `__getitem__`, before the budget ran out."""
+    """Workers that delivered no batch before the budget ran out, and were still starting: none had begun a
+    `__getitem__`, or the fetch in progress (`fetching`: its index and how long it had run) had run for less
+    than the hang limit, the start-up having taken the rest of the wait."""
 
-    def __init__(self, num_workers: int, waited_s: float) -> None:
+    def __init__(self, num_workers: int, waited_s: float, fetching: tuple[object, float] | None = None) -> None:
+        if fetching is None:
+            detail = ("none had begun a __getitem__ (still starting: importing modules and unpickling the dataset "
+                      "under spawn or forkserver)")
+        else:
+            detail = (f"the fetch in progress (index {fetching[0]}) had run only {fetching[1]:.1f} s, too short to "
+                      "call it a hang: starting the workers took the rest of the wait")
         super().__init__(f"the {num_workers} worker(s) had not delivered a first batch after {waited_s:.1f} s, "
-                         "when the budget ran out; none had begun a __getitem__ (still starting: importing "
-                         "modules and unpickling the dataset under spawn or forkserver)", num_workers)
+                         f"when the budget ran out; {detail}", num_workers)
 
 
 class BudgetEnd(RunCut):
@@ -138,8 +147,10 @@ def _signal_name(code: int | None) -> str | None:
 
 
 def read_failure(exc: BaseException, nw: int, iterator: object, tracked: _Tracked | None, *, length: int | None,
-                 start_method: str, was_timeout: bool, delivered: bool, waited_s: float) -> Exception:
-    """What a failed run means: a DatasetFailure, or SlowStart when the workers were merely starting."""
+                 start_method: str, was_timeout: bool, delivered: bool, waited_s: float,
+                 hang_s: float = 0.0) -> Exception:
+    """What a failed run means: a DatasetFailure, or SlowStart when the workers were merely starting (a fetch
+    in progress for less than `hang_s` is not a hang)."""
     text = str(exc)
     failed = tracked.failures() if tracked is not None else {}
     busy = tracked.in_progress() if tracked is not None else {}
@@ -153,7 +164,8 @@ def read_failure(exc: BaseException, nw: int, iterator: object, tracked: _Tracke
                               num_workers=nw, where="shared memory", exception=type(exc).__name__,
                               signal_name="SIGBUS" if "Bus error" in text else None)
     if was_timeout:
-        return _timed_out(exc, nw, busy, failed, delivered, waited_s)
+        fetching_s = tracked.fetching_for() if tracked is not None and busy else None
+        return _timed_out(exc, nw, busy, failed, delivered, waited_s, fetching_s, hang_s)
     crashed = _crashed(text, nw, exitcodes, tracked, busy)
     if crashed is not None:
         return crashed
@@ -167,12 +179,17 @@ def read_failure(exc: BaseException, nw: int, iterator: object, tracked: _Tracke
 
 
 def _timed_out(exc: BaseException, nw: int, busy: dict[int, int], failed: dict[int, int], delivered: bool,
-               waited_s: float) -> Exception:
+               waited_s: float, fetching_s: float | None, hang_s: float) -> Exception:
     """No batch within the DataLoader's timeout: a hang, or workers still starting (SlowStart)."""
     index = next(iter(busy.values()), None)
-    if not delivered and not busy and not failed:
-        # No worker had begun a __getitem__: still starting (importing, unpickling the dataset).
-        return SlowStart(nw, waited_s)
+    if not delivered and not failed:
+        if not busy:
+            # No worker had begun a __getitem__: still starting (importing, unpickling the dataset).
+            return SlowStart(nw, waited_s)
+        if fetching_s is not None and fetching_s < hang_s - 0.05:
+            # The first batch's wait is bounded by the budget, not the hang limit: workers whose start-up took
+            # most of it had only just begun fetching (a sample begun 0.1 s ago is not a hang).
+            return SlowStart(nw, waited_s, (index, fetching_s))
     return DatasetFailure("hung", f"no batch arrived within the DataLoader timeout ({first_line(exc)})"
                           + (f"; index {index} was still being fetched" if index is not None else ""),
                           index=index, num_workers=nw)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import io
 import os
+import time
 
 #: File endings FolderImages treats as samples.
 SAMPLE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff", ".npy", ".bin", ".raw")
@@ -161,6 +162,8 @@ class TrackedDataset:
         self.current = multiprocessing.RawArray("q", [-1] * (slots + 1))
         self.failed = multiprocessing.RawArray("q", [-1] * (slots + 1))
         self.pids = multiprocessing.RawArray("q", [0] * (slots + 1))
+        #: When each slot's fetch began (time.monotonic: one clock for every process of the machine).
+        self.since = multiprocessing.RawArray("d", [0.0] * (slots + 1))
 
     def __len__(self) -> int:
         return len(self.dataset)
@@ -175,6 +178,7 @@ class TrackedDataset:
     def __getitem__(self, index):
         slot = self._slot()
         self.pids[slot] = os.getpid()
+        self.since[slot] = time.monotonic()
         self.current[slot] = index
         try:
             item = self.dataset[index]
@@ -187,6 +191,11 @@ class TrackedDataset:
     def in_progress(self) -> dict[int, int]:
         """{slot: index} for fetches that started and never finished."""
         return {slot: self.current[slot] for slot in range(len(self.current)) if self.current[slot] >= 0}
+
+    def fetching_for(self) -> float | None:
+        """How long the oldest fetch still in progress has run, in seconds (None when none is)."""
+        begun = [self.since[slot] for slot in range(len(self.current)) if self.current[slot] >= 0]
+        return time.monotonic() - min(begun) if begun else None
 
     def failures(self) -> dict[int, int]:
         return {slot: self.failed[slot] for slot in range(len(self.failed)) if self.failed[slot] >= 0}

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -31,6 +32,12 @@ _SLOW_MODULE = re.compile(r"^pytestmark = (?:pytest\.mark\.slow$|\[\s*pytest\.ma
 #: A module whose tests each stand alone: `pytest.mark.standalone` in its `pytestmark` list.
 _STANDALONE_MODULE = re.compile(r"^pytestmark = \[[^\]]*\bpytest\.mark\.standalone\b", re.MULTILINE)
 QUICK_TIER = "not slow"
+
+# The suite sends SIGHUP and checks what it does; envdoctor honours a SIGHUP its starter ignored (nohup), and the
+# processes the tests start would inherit that. The tests start as from a terminal, whatever started pytest:
+# test_loader_leftovers checks the nohup case on its own, through the real `nohup`.
+if hasattr(signal, "SIGHUP") and signal.getsignal(signal.SIGHUP) is signal.SIG_IGN:
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
 
 
 @pytest.hookimpl(optionalhook=True)

@@ -4,7 +4,9 @@ segment a killed worker held. Real processes, checked with psutil and /dev/shm."
 from __future__ import annotations
 
 import glob
+import json
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -80,6 +82,33 @@ def test_a_signal_during_the_stage_leaves_no_worker_and_no_plan_file(signum: int
             proc.kill()
     assert code == -signum  # the signal still ends envdoctor, after the cleanup
     assert _wait_gone(family, GONE_WITHIN_S) == [], [p.pid for p in family]
+    assert _plan_files(tmp_path) == set()
+
+
+@pytest.mark.skipif(not hasattr(signal, "SIGHUP") or not shutil.which("nohup"), reason="needs SIGHUP and nohup")
+def test_under_nohup_a_sighup_leaves_the_stage_running(tmp_path: Path) -> None:
+    """`nohup envdoctor loader …` and the terminal closes: the SIGHUP its starter asked to ignore is ignored (the
+    stage goes on and reports), not turned into an interrupted stage and exit status 1."""
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    proc = subprocess.Popen(["nohup", *envdoctor_argv("loader", "--dataset", "loaderfixtures.suite:remote_read",
+                                                      "--budget", "6", "--format", "json", "-o",
+                                                      str(tmp_path / "report.json"))],
+                            cwd=str(FIXTURES_DIR), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, env=env)
+    try:
+        me = psutil.Process(proc.pid)
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and len(me.children(recursive=True)) < 2 and proc.poll() is None:
+            time.sleep(0.1)
+        assert proc.poll() is None, "the stage ended before its workers started"
+        os.kill(proc.pid, signal.SIGHUP)
+        code = proc.wait(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert code in (0, 1) and report["loader"]["runs"], dump(report)  # it went on and measured
+    assert not any("interrupt" in str(s.get("reason", "")) for s in report["loader"]["skipped"]), dump(report)
     assert _plan_files(tmp_path) == set()
 
 

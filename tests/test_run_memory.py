@@ -132,7 +132,7 @@ def test_python_objects_make_the_users_own_workers_grow(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_the_same_records_as_numpy_arrays_stay_quiet_in_the_users_loop(tmp_path: Path) -> None:
     from envdoctor.facts.loop import loop_facts
-    from envdoctor.judge.memory import MIN_OBSERVED_BYTES
+    from envdoctor.judge.memory import PYTHON_SHARE
     from envdoctor.loop.supervisor import run_command
 
     report = _run_json(tmp_path, "numpy")
@@ -142,6 +142,11 @@ def test_the_same_records_as_numpy_arrays_stay_quiet_in_the_users_loop(tmp_path:
     row = loop_facts(run, {})["loaders"][0]
     memory = row["memory"]
     assert memory is not None and len(memory["workers"]) == 2 and row["dataset_length"] == 400_000
+    # Flat against what copy-on-read of the same records as Python objects copies (the fixture's 1.2 million
+    # objects: 68,092,664 bytes by sys.getsizeof on 64-bit CPython, the other test's `python_bytes`): a busy
+    # machine adds a few MB of allocator and in-flight batches (6 MB seen with two spinners beside the suite),
+    # never the share of the Python objects DL010 stands on.
+    python_bytes = 68_092_664
     for worker in memory["workers"]:
-        assert worker["uss_end_bytes"] - worker["uss_start_bytes"] < 8 * MIN_OBSERVED_BYTES
+        assert worker["uss_end_bytes"] - worker["uss_start_bytes"] < PYTHON_SHARE * python_bytes, memory
     assert leftover_children() == []

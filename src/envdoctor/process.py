@@ -15,12 +15,33 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from types import FrameType
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from typing import TypeAlias
+
     import psutil
+
+    #: What `signal.signal` hands back and takes: a handler, SIG_DFL / SIG_IGN, or None (set outside Python).
+    SignalHandler: TypeAlias = Callable[[int, FrameType | None], object] | int | signal.Handlers | None
+
+
+def handle_signals(handler: Callable[[int, FrameType | None], object], signals: Sequence[int]
+                   ) -> dict[int, SignalHandler]:
+    """Install `handler` for each of `signals` that is not ignored; {signal: the handler it replaced}.
+
+    A signal ignored when envdoctor started stays ignored: `nohup` ignores SIGHUP (and a non-interactive
+    shell's background job SIGINT) so that closing the terminal does not end the job, and envdoctor, like the
+    processes it starts (which inherit the setting), honours that. Main thread only, as `signal.signal` is.
+    """
+    previous: dict[int, SignalHandler] = {}
+    for signum in signals:
+        if signal.getsignal(signum) is not signal.SIG_IGN:
+            previous[signum] = signal.signal(signum, handler)
+    return previous
 
 
 @dataclass(frozen=True)

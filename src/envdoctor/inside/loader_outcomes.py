@@ -164,8 +164,7 @@ def read_failure(exc: BaseException, nw: int, iterator: object, tracked: _Tracke
                               num_workers=nw, where="shared memory", exception=type(exc).__name__,
                               signal_name="SIGBUS" if "Bus error" in text else None)
     if was_timeout:
-        fetching_s = tracked.fetching_for() if tracked is not None and busy else None
-        return _timed_out(exc, nw, busy, failed, delivered, waited_s, fetching_s, hang_s)
+        return _timed_out(exc, nw, tracked, busy, not delivered and not failed, waited_s, hang_s)
     crashed = _crashed(text, nw, exitcodes, tracked, busy)
     if crashed is not None:
         return crashed
@@ -178,11 +177,13 @@ def read_failure(exc: BaseException, nw: int, iterator: object, tracked: _Tracke
     return _raised_in_a_worker(exc, text, nw, failed, length)
 
 
-def _timed_out(exc: BaseException, nw: int, busy: dict[int, int], failed: dict[int, int], delivered: bool,
-               waited_s: float, fetching_s: float | None, hang_s: float) -> Exception:
-    """No batch within the DataLoader's timeout: a hang, or workers still starting (SlowStart)."""
+def _timed_out(exc: BaseException, nw: int, tracked: _Tracked | None, busy: dict[int, int], first: bool,
+               waited_s: float, hang_s: float) -> Exception:
+    """No batch within the DataLoader's timeout: a hang, or workers still starting (SlowStart). `first`: no batch
+    had come and no fetch had failed; `busy`: the fetches in progress."""
     index = next(iter(busy.values()), None)
-    if not delivered and not failed:
+    if first:
+        fetching_s = tracked.fetching_for() if tracked is not None and busy else None
         if not busy:
             # No worker had begun a __getitem__: still starting (importing, unpickling the dataset).
             return SlowStart(nw, waited_s)

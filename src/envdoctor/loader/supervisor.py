@@ -51,7 +51,7 @@ if TYPE_CHECKING:  # pragma: no cover
     import subprocess  # imported where a script is started: the fork does without it
 
 from envdoctor.inside import loader_protocol
-from envdoctor.process import group_alive, hard_kill, kill_group
+from envdoctor.process import group_alive, handle_signals, hard_kill, kill_group
 
 RUNNER_PATH = Path(__file__).resolve().parent.parent / "inside" / "loader_runner.py"
 #: Extra seconds past the budget before the whole stage is killed.
@@ -414,7 +414,7 @@ def _signals_end_the_stage() -> Iterator[None]:
     def interrupt(signum: int, frame: FrameType | None) -> None:
         raise StageInterrupted(signum)
 
-    previous = {sig: signal.signal(sig, interrupt) for sig in STAGE_SIGNALS}
+    previous = handle_signals(interrupt, STAGE_SIGNALS)
     try:
         yield
     except StageInterrupted as stop:

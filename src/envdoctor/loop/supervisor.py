@@ -54,15 +54,12 @@ from types import FrameType, ModuleType
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # pragma: no cover
-    from typing import TypeAlias
-
     import psutil  # imported where used: only `envdoctor run` needs it
 
-    #: What `signal.signal` hands back and takes: a handler, SIG_DFL / SIG_IGN, or None (set outside Python).
-    _Handler: TypeAlias = Callable[[int, FrameType | None], object] | int | signal.Handlers | None
+    from envdoctor.process import SignalHandler
 
 from envdoctor.inside.loader_growth import read_uss
-from envdoctor.process import end_processes
+from envdoctor.process import end_processes, handle_signals
 
 BOOTSTRAP_DIR = Path(__file__).resolve().parent.parent / "inside" / "loop_bootstrap"
 EVENTS_ENV = "ENVDOCTOR_LOOP_EVENTS"
@@ -334,11 +331,9 @@ def _forwarding(run: CommandRun | None = None) -> Iterator[Callable[[subprocess.
         while pending:
             send(pending.pop(0))
 
-    previous: dict[int, _Handler] = {}
+    previous: dict[int, SignalHandler] = {}
     if threading.current_thread() is threading.main_thread():
-        for signum in FORWARDED:
-            previous[signum] = signal.signal(signum, forward)
-        previous[signal.SIGINT] = signal.signal(signal.SIGINT, interrupt)
+        previous = {**handle_signals(forward, FORWARDED), **handle_signals(interrupt, (signal.SIGINT,))}
     try:
         yield started
     finally:

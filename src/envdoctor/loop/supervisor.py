@@ -198,7 +198,8 @@ class _Sampler(threading.Thread):
         self.seen: dict[int, psutil.Process] = {}
         self._nvml: ModuleType | None = None
         self._named = 0  # events already searched for the workers the observer named
-        self.workers: set[int] = set()
+        #: The workers the observer named: pid -> its start time once first read (None before).
+        self.workers: dict[int, float | None] = {}
 
     def tree(self) -> list[psutil.Process]:
         import psutil
@@ -225,7 +226,7 @@ class _Sampler(threading.Thread):
                     times = proc.cpu_times()
                     cpu[(proc.pid, proc.create_time())] = times.user + times.system
         self.run_record.cpu_samples.append((now, cpu))
-        self.worker_memory(now, {proc.pid for proc in tree})
+        self.worker_memory(now, {pid: started for pid, started in cpu})
         with contextlib.suppress(Exception):
             machine = psutil.cpu_times()
             idle = machine.idle + getattr(machine, "iowait", 0.0)
@@ -234,20 +235,29 @@ class _Sampler(threading.Thread):
         if self._nvml is not None:
             self.run_record.gpu_samples.append((now, _gpu_sample(self._nvml)))
 
-    def worker_memory(self, now: float, alive: set[int]) -> None:
-        """Each DataLoader worker the observer named, and still in the command's tree (not a reused pid): its USS."""
+    def worker_memory(self, now: float, alive: Mapping[int, float]) -> None:
+        """Each DataLoader worker the observer named, in the command's tree as this sample saw it (`alive`: pid ->
+        start time) and the same process as when first read (not a reused pid): its USS.
+
+        A worker missing from one sample is skipped, not forgotten: the tree is listed at the sample's start,
+        so workers named by an event read since (forked just after the listing) are missing from it once, and a
+        worker forgotten then would go unmeasured for the whole run (DL010 quiet on real growth).
+        """
         events = self.run_record.events
         while self._named < len(events):
             event = events[self._named]
             self._named += 1
             if event.get("event") == "workers":
-                self.workers.update(pid for pid in event.get("pids") or [] if isinstance(pid, int))
-        for pid in sorted(self.workers):
-            uss = read_uss(pid) if pid in alive else None
-            if uss is None:
-                self.workers.discard(pid)
+                for pid in event.get("pids") or []:
+                    if isinstance(pid, int):
+                        self.workers.setdefault(pid, None)
+        for pid, started in sorted(self.workers.items()):
+            if pid not in alive or started not in (None, alive[pid]):
                 continue
-            self.run_record.worker_uss.setdefault(pid, Series()).add(now, uss)
+            uss = read_uss(pid)
+            if uss is not None:
+                self.workers[pid] = alive[pid]
+                self.run_record.worker_uss.setdefault(pid, Series()).add(now, uss)
 
     def run(self) -> None:
         self._nvml = _nvml_or_none(self.run_record)

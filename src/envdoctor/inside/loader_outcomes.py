@@ -183,10 +183,10 @@ def _timed_out(exc: BaseException, nw: int, tracked: _Tracked | None, busy: dict
     had come and no fetch had failed; `busy`: the fetches in progress."""
     index = next(iter(busy.values()), None)
     if first:
-        fetching_s = tracked.fetching_for() if tracked is not None and busy else None
         if not busy:
             # No worker had begun a __getitem__: still starting (importing, unpickling the dataset).
             return SlowStart(nw, waited_s)
+        fetching_s = tracked.fetching_for() if tracked is not None else None
         if fetching_s is not None and fetching_s < hang_s - 0.05:
             # The first batch's wait is bounded by the budget, not the hang limit: workers whose start-up took
             # most of it had only just begun fetching (a sample begun 0.1 s ago is not a hang).

@@ -13,7 +13,7 @@ from torch.utils.data import DataLoader, Dataset, default_collate
 import envdoctor
 import torch
 from envdoctor.api import preflight_summary
-from loadersupport import assert_honest_too_noisy, dump, skip_if_the_budget_ran_out, stage_bound
+from loadersupport import assert_honest_incomplete, assert_honest_too_noisy, dump, skip_if_the_budget_ran_out, stage_bound
 from support import can_mount_private_shm, in_private_shm, leftover_children, shm_left, shm_names
 
 pytestmark = [pytest.mark.standalone]
@@ -72,6 +72,10 @@ def test_preflight_profiles_the_loaders_own_settings(capfd: pytest.CaptureFixtur
         # Seen in CI (four test workers and a spinning core on two CPUs): the sweep's num_workers=2 measured
         # ×2 over your 1, and three paired windows gave ×1.68 with an interval from 0.99 to 2.88.
         assert_honest_too_noisy(report.to_dict(), dl005.message, current_num_workers=1)
+    elif section["recommendation"]["trust"] == "incomplete":
+        # Seen beside six spinning processes: 0: 192, 1: 196, 2: 359 samples/s, then the budget ended before
+        # num_workers=4; ×1.84 is no clear gain, so your setting is kept and the cut said.
+        assert_honest_incomplete(report.to_dict(), dl005.message, current_num_workers=1)
     else:
         assert dl005.evidence["recommendation"]["num_workers"] > 1, dump(report.to_dict())
     err = capfd.readouterr().err

@@ -12,9 +12,10 @@ first that holds names the class):
 - startup: worker start-up takes over half the time of an epoch's loading;
 - ipc: `__getitem__` is a minor share of what a sample costs at
   num_workers=0 (collating and moving batches is the cost), or workers do not
-  beat num_workers=0 and moving samples costs more CPU than making them (or
-  the workers sit idle while the main process unpacks): large cheap samples
-  are IPC-bound whatever CPU the copies burn;
+  beat num_workers=0 (on CPUs other processes hold: lose to it by more than
+  their load explains, CLEAR_GAIN) and moving samples costs more CPU than making them (or the workers sit idle while the main
+  process unpacks): large cheap samples are IPC-bound whatever CPU the copies
+  burn;
 - cpu-contended: other processes keep a share of the usable CPUs busy
   (`others_cpu`: /proc/stat over the loader's CPUs, less its own processes)
   while `__getitem__` computes: workers that raise throughput do it by taking
@@ -64,6 +65,9 @@ HANDOVER_FACTOR = 2.0
 GETITEM_MINOR_SHARE = 0.25
 #: Other processes keeping this many of the usable CPUs busy make them contended (not the loader's own).
 CONTENDED_CPUS = 0.5
+#: One setting this many times another's rate is no stretch of noise, even on contended CPUs: where the budget
+#: cut the curve it is still recommended, and unpaired on contended CPUs it still stands (or, lost by, names IPC).
+CLEAR_GAIN = 2.0
 #: The main process's intra-op pool contends when one thread makes a sample this much faster (SYS005) ...
 POOL_SLOWDOWN = 1.5
 #: ... and saves at least this much a sample (below it, timer noise).
@@ -135,6 +139,12 @@ def pool_contention(section: LoaderFacts) -> tuple[int, float, float] | None:
     return threads, pooled, single
 
 
+def contended(others: float | None) -> bool:
+    """Whether other processes held enough of the usable CPUs that one stretch of time per setting cannot rank
+    the settings: each sweep point may have been slowed by a different share of their load."""
+    return others is not None and others >= CONTENDED_CPUS
+
+
 def others_cpus(section: LoaderFacts) -> float | None:
     """CPUs other processes kept busy while the loader's runs were timed, averaged (None: not measured)."""
     usable = section.get("usable_cpus") or 1
@@ -163,7 +173,7 @@ class Evidence:
 
     @property
     def contended(self) -> bool:
-        return self.others is not None and self.others >= CONTENDED_CPUS
+        return contended(self.others)
 
     def workers_lose(self) -> bool:
         """Conclusively, workers do not beat num_workers=0 (in the best worker run's fastest window too)."""
@@ -174,6 +184,15 @@ class Evidence:
         conclusive = _rate(best) < WORKER_LOSS * _rate(zero) or any(r["num_workers"] >= 2 for r in self.workers)
         best_window = best.get("samples_per_s_max") or _rate(best)
         return conclusive and best_window < WORKER_GAIN * _rate(zero)
+
+
+    def workers_lose_clearly(self) -> bool:
+        """Workers lose to num_workers=0 by more than one stretch of other processes' load explains: the best
+        worker run's fastest window is under 1 / CLEAR_GAIN of num_workers=0 (tiny samples: ×50)."""
+        zero, best = self.zero, self.best_worker
+        if zero is None or best is None:
+            return False
+        return CLEAR_GAIN * (best.get("samples_per_s_max") or _rate(best)) <= _rate(zero)
 
 
 def is_no_bottleneck(ev: Evidence) -> str | None:
@@ -241,7 +260,9 @@ def is_ipc_bound(ev: Evidence) -> str | None:
         size = f" of {batch_bytes / 2**20:.1f} MiB" if batch_bytes else ""
         return (f"__getitem__ takes {share:.0%} of the {1e3 / _rate(ev.zero):.2f} ms each sample costs with "
                 f"num_workers=0: the time goes into collating and moving batches{size}, not into making samples")
-    if not ev.workers_lose():
+    if not ev.workers_lose() or (ev.contended and not ev.workers_lose_clearly()):
+        # On CPUs other processes hold, workers that merely do not gain prove nothing about the handover: each
+        # setting was timed in its own stretch of their load (cpu-contended, or storage, says so instead).
         return None
     assert ev.zero is not None and ev.best_worker is not None
     ratio = handover_ratio(ev)

@@ -34,14 +34,12 @@ from envdoctor.facts.loader import (
     Trust,
 )
 from envdoctor.inside.loader_knee import computes_past_cpus, eligible_runs, knee, recommended
-from envdoctor.judge.bottleneck import classify, measured_runs, others_cpus, pool_contention
+from envdoctor.judge.bottleneck import CLEAR_GAIN, classify, contended, measured_runs, others_cpus, pool_contention
 from envdoctor.judge.pairing import judge_pairing, paired_median
 
 if TYPE_CHECKING:  # pragma: no cover
     from envdoctor.facts import Facts
 
-#: Where the budget cut the curve, a measured setting this many times the user's own is still recommended.
-CLEAR_GAIN = 2.0
 #: Pinned batches slower than this share of unpinned ones: pin_memory is not recommended.
 PIN_LOSS = 0.95
 #: The key the loader judgement is kept under on the Facts it judged (`Facts.judgements`).
@@ -63,6 +61,11 @@ class JudgedLoader:
     #: (intra-op threads, seconds a sample with them, with one thread) when torch's pool in the main process made
     #: samples slower than one thread did at num_workers=0 (SYS005); None otherwise.
     pool_contention: tuple[int, float, float] | None
+
+    @property
+    def contended(self) -> bool:
+        """Other processes held enough of the usable CPUs that the sweep alone cannot rank the settings."""
+        return contended(self.others_cpus)
 
     @property
     def bottleneck(self) -> Bottleneck | None:
@@ -169,9 +172,19 @@ def _promote_runner_up(choice: _Choice, eligible: list[RunFacts], paired: Paired
 
 
 def _doubt_on_contended_cpus(choice: _Choice, eligible: list[RunFacts], paired: PairedFacts | None,
-                             current_nw: int) -> None:
-    """The sweep keeps the user's setting on CPUs other processes hold: one stretch of time each cannot say
-    workers do not help. Only paired windows that show a loss can; else it is too noisy to tell."""
+                             current_run: RunFacts | None, current_nw: int) -> None:
+    """On CPUs other processes hold, one stretch of time per setting cannot rank the settings: each may have
+    been slowed by a different share of their load. The sweep's pick stands only when paired windows said it
+    gains (or, too few to decide, each agreed with it), or, not re-measured, when it beats the user's setting
+    by far more than one stretch of noise does (CLEAR_GAIN); keeping the user's setting stands only when paired
+    windows show the alternative loses. Else it is too noisy to tell (and `_keep_current` keeps the user's
+    setting, naming the pick)."""
+    if choice.trust == "unpaired":
+        repaired = _paired_on(paired, current_nw) and paired is not None \
+            and paired.get("candidate") == choice.chosen["num_workers"]
+        if not repaired and current_run is not None and _rate(choice.chosen) < CLEAR_GAIN * _rate(current_run):
+            choice.trust = "too-noisy"
+        return
     if choice.trust != "same":
         return
     settled = False
@@ -258,8 +271,8 @@ def recommend(section: LoaderFacts, bottleneck: Bottleneck | None, cuda: bool,
     trust, interval = judge_pairing(paired, found["num_workers"], current_nw)
     choice = _Choice(found, cast(Basis, knee_basis), trust, interval)
     _promote_runner_up(choice, eligible, paired, current_nw)
-    if bottleneck == "cpu-contended":
-        _doubt_on_contended_cpus(choice, eligible, paired, current_nw)
+    if bottleneck == "cpu-contended" or contended(others_cpus(section)):
+        _doubt_on_contended_cpus(choice, eligible, paired, current_run, current_nw)
     unmeasured = unmeasured_for_budget(section, usable_cpus)
     _keep_current(choice, current_run, current_nw, _cut_short(choice, unmeasured, current_run, current_nw))
     prefetch, persistent, pin_memory = _settings(choice, section, current, cuda, bottleneck)

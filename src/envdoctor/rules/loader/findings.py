@@ -298,10 +298,12 @@ def find_loader_settings(facts: Facts) -> Iterator[Hit]:
         said_text = ("the machine was too noisy to tell" if rec["trust"] == "too-noisy"
                         else "it lost to your setting")
         others = judged.others_cpus
-        if judged.bottleneck == "cpu-contended":
+        unpaired = not rec["paired_windows"]
+        if others is not None and (judged.bottleneck == "cpu-contended" or (judged.contended and unpaired)):
             # Its own figures, not the bottleneck's whole reason: DL003 and the summary give that once.
             why = (f"other processes kept {others:.1f} of the {section.get('usable_cpus')} usable CPU(s) busy"
-                   + _trust_text(rec) if others is not None else judged.judgement["bottleneck_reason"])
+                   + (", and the sweep timed each setting in one stretch of their load" if unpaired else "")
+                   + _trust_text(rec))
             message = (f"whether num_workers={candidate} beats your num_workers={current.get('num_workers', 0)} "
                        f"cannot be told from this run: {why}; keep your settings")
         else:

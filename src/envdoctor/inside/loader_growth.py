@@ -34,16 +34,20 @@ class WorkerGrowth(TypedDict):
 def read_uss(pid: int) -> int | None:
     """Private memory of a process in bytes (pages only it maps), or None where it cannot be read.
 
-    /proc/PID/smaps_rollup (Linux 4.14 on), else the same fields summed over /proc/PID/smaps.
+    /proc/PID/smaps_rollup (Linux 4.14 on), else the same fields summed over /proc/PID/smaps. A process whose
+    address space is gone (a zombie, or one exiting: a DataLoader worker as its epoch ends) lists no mapping
+    there: None, not 0 bytes (read as 0, the last reading of an epoch erased a worker's measured growth).
     """
     for name in ("smaps_rollup", "smaps"):
         try:
             with open(f"/proc/{pid}/{name}", encoding="ascii", errors="replace") as fh:
-                total = 0
+                total, mapped = 0, 0
                 for line in fh:
                     if line.startswith(("Private_Clean:", "Private_Dirty:")):
                         total += int(line.split()[1]) * 1024
-                return total
+                    elif line.startswith("Rss:"):
+                        mapped += int(line.split()[1])
+                return total if mapped else None
         except (OSError, ValueError, IndexError):
             continue
     return None

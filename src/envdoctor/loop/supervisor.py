@@ -226,7 +226,7 @@ class _Sampler(threading.Thread):
                     times = proc.cpu_times()
                     cpu[(proc.pid, proc.create_time())] = times.user + times.system
         self.run_record.cpu_samples.append((now, cpu))
-        self.worker_memory(now, {pid: started for pid, started in cpu})
+        self.worker_memory({pid: started for pid, started in cpu})
         with contextlib.suppress(Exception):
             machine = psutil.cpu_times()
             idle = machine.idle + getattr(machine, "iowait", 0.0)
@@ -235,7 +235,7 @@ class _Sampler(threading.Thread):
         if self._nvml is not None:
             self.run_record.gpu_samples.append((now, _gpu_sample(self._nvml)))
 
-    def worker_memory(self, now: float, alive: Mapping[int, float]) -> None:
+    def worker_memory(self, alive: Mapping[int, float]) -> None:
         """Each DataLoader worker the observer named, in the command's tree as this sample saw it (`alive`: pid ->
         start time) and the same process as when first read (not a reused pid): its USS.
 
@@ -254,10 +254,13 @@ class _Sampler(threading.Thread):
         for pid, started in sorted(self.workers.items()):
             if pid not in alive or started not in (None, alive[pid]):
                 continue
+            # Timed as read, not as the sample began: listing a busy tree can take a good part of a second,
+            # and each reading is set against the samples the loader had yielded by then.
+            when = time.time()
             uss = read_uss(pid)
             if uss is not None:
                 self.workers[pid] = alive[pid]
-                self.run_record.worker_uss.setdefault(pid, Series()).add(now, uss)
+                self.run_record.worker_uss.setdefault(pid, Series()).add(when, uss)
 
     def run(self) -> None:
         self._nvml = _nvml_or_none(self.run_record)

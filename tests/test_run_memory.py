@@ -159,6 +159,23 @@ def test_recurring_growth_with_persistent_workers_is_judged_against_the_memory_a
     assert judge(_measured(_row(_Run(slope=0.0)), persistent=True), available=small) is None
 
 
+def test_growth_past_a_copy_of_the_python_objects_is_said_without_persistent_workers() -> None:
+    """The dataset holds 40 MB of Python objects and each worker grows 600 bytes a sample, 120 MB over its
+    200,000 samples: three times what copying them on read explains. Without persistent_workers the growth ends
+    with the epoch, but each worker still holds more than its own copy of them: DL010 says so (it was quiet,
+    growth past 1.5× the objects being read as "recurring" only)."""
+    from envdoctor.judge.memory import judge
+
+    run = _Run(slope=600.0)
+    run.events[0]["hazards"]["python_bytes"] = 40_000_000
+    judged = judge(_measured(_row(run), persistent=False), available=64 * 1024**3)
+    assert judged is not None and judged.severity is None and judged.projection.recurring
+    assert judged.projection.share == pytest.approx(3.0, rel=0.02)
+    assert "3.0× the dataset's Python objects (38.1 MiB)" in judged.verdict and "a cache, a leak" in judged.verdict
+    # The same growth with no Python objects to copy says nothing of them: fits one epoch, quiet.
+    assert judge(_measured(_row(_Run(slope=600.0)), persistent=False), available=64 * 1024**3) is None
+
+
 def _run_json(tmp_path: Path, kind: str) -> dict[str, Any]:
     out = tmp_path / f"{kind}.json"
     result = run_envdoctor("run", "--json", "-o", str(out), "--", sys.executable, str(SCRIPT), kind, timeout=300)

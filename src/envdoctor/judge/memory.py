@@ -142,10 +142,14 @@ def _verdict(p: Projection) -> tuple[Severity | None, str] | None:
     if p.persistent and p.recurring and p.epochs_left <= EPOCHS_HORIZON:
         return None, (f"with persistent_workers the growth recurs every epoch: {p.nw} workers fill the "
                       f"{human_bytes(p.available)} available after about {p.epochs_left} epoch(s)")
-    if p.share is not None and p.share >= PYTHON_SHARE and p.growth >= MIN_GROWTH_BYTES and not p.recurring:
-        return None, (f"each worker ends the epoch holding its own copy of {p.share:.0%} of the dataset's Python "
-                      f"objects: {p.nw} workers × {human_bytes(p.growth)}")
-    return None
+    if p.share is None or p.share < PYTHON_SHARE or p.growth < MIN_GROWTH_BYTES:
+        return None
+    if p.recurring:
+        return None, (f"each worker grows by {human_bytes(p.growth)} over the epoch, {p.share:.1f}× the dataset's "
+                      f"Python objects ({human_bytes(p.python_bytes)}): copying them on read explains part of it, "
+                      f"something else (a cache, a leak) the rest; {p.nw} workers × {human_bytes(p.growth)}")
+    return None, (f"each worker ends the epoch holding its own copy of {p.share:.0%} of the dataset's Python "
+                  f"objects: {p.nw} workers × {human_bytes(p.growth)}")
 
 
 def judge(m: Measured, available: int) -> MemoryJudgement | None:

@@ -13,9 +13,9 @@ first that holds names the class):
 - ipc: `__getitem__` is a minor share of what a sample costs at
   num_workers=0 (collating and moving batches is the cost), or workers do not
   beat num_workers=0 (on CPUs other processes hold: lose to it by more than
-  their load explains, CLEAR_GAIN) and moving samples costs more CPU than making them (or the workers sit idle while the main
-  process unpacks): large cheap samples are IPC-bound whatever CPU the copies
-  burn;
+  their load explains, CLEAR_GAIN) and moving samples costs more CPU than
+  making them (or the workers sit idle while the main process unpacks): large
+  cheap samples are IPC-bound whatever CPU the copies burn;
 - cpu-contended: other processes keep a share of the usable CPUs busy
   (`others_cpu`: /proc/stat over the loader's CPUs, less its own processes)
   while `__getitem__` computes: workers that raise throughput do it by taking
@@ -184,7 +184,6 @@ class Evidence:
         conclusive = _rate(best) < WORKER_LOSS * _rate(zero) or any(r["num_workers"] >= 2 for r in self.workers)
         best_window = best.get("samples_per_s_max") or _rate(best)
         return conclusive and best_window < WORKER_GAIN * _rate(zero)
-
 
     def workers_lose_clearly(self) -> bool:
         """Workers lose to num_workers=0 by more than one stretch of other processes' load explains: the best

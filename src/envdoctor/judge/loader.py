@@ -180,7 +180,7 @@ def _doubt_on_contended_cpus(choice: _Choice, eligible: list[RunFacts], paired: 
     windows show the alternative loses. Else it is too noisy to tell (and `_keep_current` keeps the user's
     setting, naming the pick)."""
     if choice.trust == "unpaired":
-        repaired = _paired_on(paired, current_nw) and paired is not None \
+        repaired = paired is not None and _paired_on(paired, current_nw) \
             and paired.get("candidate") == choice.chosen["num_workers"]
         if not repaired and current_run is not None and _rate(choice.chosen) < CLEAR_GAIN * _rate(current_run):
             choice.trust = "too-noisy"

@@ -80,6 +80,20 @@ class ModelRun(TypedDict):
     samples_per_s: float
 
 
+class LoopMemory(TypedDict):
+    """DL010's measurement of one process's loader workers over the whole run, as the report shows it: measured
+    (and quiet unless DL010 fires) or not, which a quiet DL010 alone cannot tell apart."""
+
+    #: Workers read at least MIN_READINGS times against the samples the loader yielded (0: not measured).
+    workers: int
+    #: The fewest readings of a measured worker, their span in seconds, and across the measured workers the
+    #: median growth from the first reading to the last and the median fitted slope after warm-up.
+    readings: int
+    seconds: float | None
+    grown_bytes: int | None
+    bytes_per_sample: float | None
+
+
 class LoopProcessRow(TypedDict):
     pid: int
     rank: int | None
@@ -93,6 +107,8 @@ class LoopProcessRow(TypedDict):
     data_wait_share: float | None
     batches_per_s: float | None
     settings: LoopSettings
+    #: None for a loader without workers.
+    memory: LoopMemory | None
 
 
 class _LoopJudgementBase(TypedDict):
@@ -122,6 +138,7 @@ class LoopJudgement(_LoopJudgementBase, total=False):
 
     #: The speaking process's (present when one iterated a loader).
     rank: int | None
+    memory: LoopMemory | None
     framework: str | None
     intra_op_threads: int | None
     #: `--prove`'s paired runs (present when the loop waits for data).
@@ -270,8 +287,24 @@ def process_rows(section: LoopFacts) -> list[LoopProcessRow]:
                      "steps": row["steps"],
                      "complete": row["complete"], "wait_s": _round(wait), "step_s": _round(step),
                      "data_wait_share": row["data_wait_share"], "batches_per_s": row["batches_per_s"],
-                     "settings": row["settings"]})
+                     "settings": row["settings"], "memory": memory_measured(row)})
     return rows
+
+
+def memory_measured(row: LoopLoader) -> LoopMemory | None:
+    """What DL010 measured of one loader's workers, as the memory judgement reads it (None: no workers)."""
+    from envdoctor.judge.memory import fitted_slope, observed_growth
+
+    if not row["settings"].get("num_workers"):
+        return None
+    memory = row.get("memory") or {}
+    workers = [w for w in memory.get("workers", []) if w.get("readings")]
+    if not workers:
+        return {"workers": 0, "readings": 0, "seconds": None, "grown_bytes": None, "bytes_per_sample": None}
+    fitted = fitted_slope(memory)
+    return {"workers": len(workers), "readings": min(int(w["readings"]) for w in workers),
+            "seconds": memory.get("seconds"), "grown_bytes": observed_growth(memory),
+            "bytes_per_sample": fitted[0] if fitted else None}
 
 
 def _round(value: float | None) -> float | None:
@@ -331,6 +364,7 @@ def judge_loop(section: LoopFacts, loader: JudgedLoader | None = None) -> LoopJu
                 "data_wait_share": lead["data_wait_share"], "batches_per_s": lead["batches_per_s"],
                 "settings": lead["settings"], "rank": lead["rank"], "framework": lead["framework"],
                 "intra_op_threads": lead["intra_op_threads"], "window_complete": lead["complete"],
+                "memory": lead["memory"],
                 "others_cpus": others_cpus(section.get("cpu"))})
     ended_early = section["outcome"] == "too-short" and lead["steps"] >= MIN_STEPS
     if (lead["complete"] or ended_early) and lead["wait_s"] is not None and lead["step_s"] is not None:

@@ -90,7 +90,7 @@ class MemoryJudgement(NamedTuple):
     container: ContainerFacts | None
 
 
-def _slope(memory: MemoryGrowthFacts) -> tuple[float, float, int] | None:
+def fitted_slope(memory: MemoryGrowthFacts) -> tuple[float, float, int] | None:
     """(bytes a sample, its standard error, samples a worker delivered) across the measured workers."""
     fitted = [w for w in memory.get("workers", []) if w.get("bytes_per_sample") is not None]
     if not fitted:
@@ -101,7 +101,7 @@ def _slope(memory: MemoryGrowthFacts) -> tuple[float, float, int] | None:
     return slope, stderr, samples
 
 
-def _observed_growth(memory: MemoryGrowthFacts) -> int:
+def observed_growth(memory: MemoryGrowthFacts) -> int:
     grown = [w.get("uss_end_bytes", 0) - w.get("uss_start_bytes", 0) for w in memory.get("workers", [])]
     return int(median(grown)) if grown else 0
 
@@ -154,11 +154,11 @@ def _verdict(p: Projection) -> tuple[Severity | None, str] | None:
 
 def judge(m: Measured, available: int) -> MemoryJudgement | None:
     """One measurement judged: None when the growth is noise or the projection fits."""
-    fitted = _slope(m.memory)
+    fitted = fitted_slope(m.memory)
     if fitted is None or m.length <= 0:
         return None
     slope, stderr, samples = fitted
-    observed = _observed_growth(m.memory)
+    observed = observed_growth(m.memory)
     # A random order can copy nearly everything within the measurement: then the slope flattens (and its
     # error grows) while what the workers already copied says enough.
     if not (slope > SIGNIFICANCE * stderr and observed >= MIN_OBSERVED_BYTES) and observed < MIN_GROWTH_BYTES:

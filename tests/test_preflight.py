@@ -13,21 +13,12 @@ from torch.utils.data import DataLoader, Dataset, default_collate
 import envdoctor
 import torch
 from envdoctor.api import preflight_summary
+from loaderfixtures.busy import Sleepy  # 5 ms of waiting a sample: workers help a lot
 from loadersupport import assert_honest_incomplete, assert_honest_too_noisy, dump, skip_if_the_budget_ran_out, stage_bound
 from support import can_mount_private_shm, in_private_shm, leftover_children, shm_left, shm_names
 
 pytestmark = [pytest.mark.standalone]
 
-
-class Waits(Dataset):
-    """5 ms of waiting a sample: workers help a lot."""
-
-    def __len__(self) -> int:
-        return 100_000
-
-    def __getitem__(self, index: int):
-        time.sleep(0.005)
-        return torch.full((4,), float(index)), index
 
 
 class RaisesAt5(Dataset):
@@ -56,12 +47,12 @@ def _no_children() -> None:
 
 @pytest.mark.slow
 def test_preflight_profiles_the_loaders_own_settings(capfd: pytest.CaptureFixture[str]) -> None:
-    loader = DataLoader(Waits(), batch_size=8, num_workers=1)
+    loader = DataLoader(Sleepy(), batch_size=8, num_workers=1)
     report = envdoctor.preflight(loader=loader, budget_s=8, step_time_s=0.002, select=["DL"], fail_on="error")
     section = report.loader
     assert section["current"] == {**section["current"], "num_workers": 1, "batch_size": 8,
                                   "persistent_workers": False}
-    assert section["dataset"] == "DataLoader(Waits, batch_size=8, num_workers=1)"
+    assert section["dataset"] == "DataLoader(Sleepy, batch_size=8, num_workers=1)"
     assert [r["num_workers"] for r in section["runs"]][:2] == [0, 1]
     assert section["bottleneck"] == "storage"
     (dl001,) = report.by_rule("DL001")  # 8 samples every 2 ms: more than any worker count delivers
@@ -90,7 +81,7 @@ def test_preflight_profiles_the_loaders_own_settings(capfd: pytest.CaptureFixtur
 def test_with_a_step_time_the_fewest_workers_that_keep_up_are_recommended() -> None:
     """8 samples every 20 ms: 400 samples/s. Four 5 ms workers deliver ~750, enough with headroom;
     eight deliver more, which the step cannot use (processes and memory for nothing)."""
-    loader = DataLoader(Waits(), batch_size=8, num_workers=1)
+    loader = DataLoader(Sleepy(), batch_size=8, num_workers=1)
     report = envdoctor.preflight(loader=loader, budget_s=10, step_time_s=0.02, select=["DL"], fail_on="never",
                                  quiet=True)
     section = report.loader
@@ -126,7 +117,7 @@ def test_with_a_step_time_the_fewest_workers_that_keep_up_are_recommended() -> N
 
 @pytest.mark.slow
 def test_preflight_raises_with_the_report_for_unpicklable_spawn_loader() -> None:
-    loader = DataLoader(Waits(), batch_size=4, num_workers=2, multiprocessing_context="spawn",
+    loader = DataLoader(Sleepy(), batch_size=4, num_workers=2, multiprocessing_context="spawn",
                         collate_fn=lambda batch: default_collate(batch))
     with pytest.raises(envdoctor.PreflightError) as caught:
         envdoctor.preflight(loader=loader, budget_s=8, select=["DL", "SPW003"], quiet=True)
@@ -187,9 +178,9 @@ def test_without_fork_the_loader_crosses_as_a_pickle(monkeypatch: pytest.MonkeyP
     import os
 
     monkeypatch.delattr(os, "fork")
-    loader = DataLoader(Waits(), batch_size=8, num_workers=1)
+    loader = DataLoader(Sleepy(), batch_size=8, num_workers=1)
     report = envdoctor.preflight(loader=loader, budget_s=10, select=["DL"], fail_on="never", quiet=True)
-    assert report.loader["dataset"] == "DataLoader(Waits, batch_size=8, num_workers=1)"
+    assert report.loader["dataset"] == "DataLoader(Sleepy, batch_size=8, num_workers=1)"
     assert report.loader["runs"] and report.loader["runs"][0]["num_workers"] == 0
     assert report.loader["current"]["num_workers"] == 1
 
@@ -198,7 +189,7 @@ def test_without_fork_an_unpicklable_loader_is_spw003(monkeypatch: pytest.Monkey
     import os
 
     monkeypatch.delattr(os, "fork")
-    loader = DataLoader(Waits(), batch_size=8, collate_fn=lambda batch: default_collate(batch))
+    loader = DataLoader(Sleepy(), batch_size=8, collate_fn=lambda batch: default_collate(batch))
     with pytest.raises(envdoctor.PreflightError) as caught:
         envdoctor.preflight(loader=loader, budget_s=5, select=["DL", "SPW003"], quiet=True)
     (hit,) = caught.value.report.by_rule("SPW003")

@@ -30,6 +30,9 @@ from envdoctor.analysis.spawn.values import (
 )
 from envdoctor.analysis.spawn.walker import Frame
 
+#: The node types `eval` tests first (bound once: a module global, not two attribute lookups a call).
+_NAME, _CONSTANT = ast.Name, ast.Constant
+
 
 class ExpressionWalker(StatementWalker):
     """Evaluates expressions to values of the lattice."""
@@ -41,14 +44,15 @@ class ExpressionWalker(StatementWalker):
         raise NotImplementedError  # ScriptAnalysis
 
     def eval(self, node: ast.expr | None, frame: Frame) -> Value:
+        # The two commonest nodes, without a call of their own (expr_Name, expr_Constant); the node
+        # types are final (the parser makes no subclasses), so `type() is` stands for isinstance.
+        kind = type(node)
+        if kind is _NAME:
+            return self.lookup(node.id, frame)  # type: ignore[union-attr]  # an ast.Name (cast() costs a call)
+        if kind is _CONSTANT:
+            return Const(node.value)  # type: ignore[union-attr]  # an ast.Constant
         if node is None:
             return Const(None)
-        # The two commonest nodes, without a call of their own (expr_Name, expr_Constant).
-        if isinstance(node, ast.Name):
-            return self.lookup(node.id, frame)
-        if isinstance(node, ast.Constant):
-            return Const(node.value)
-        kind = type(node)
         table = self.expr_handlers
         method = table[kind] if kind in table else self.handler(table, "expr_", kind)
         if method is not None:
@@ -108,6 +112,9 @@ class ExpressionWalker(StatementWalker):
     def attribute(self, node: ast.Attribute, frame: Frame) -> Value:
         owner = self.eval(node.value, frame)
         attr = node.attr
+        kind = type(owner)
+        if kind is Unknown or kind is Bound:  # the commonest owners, which none of the cases below take
+            return Bound(owner, attr)
         if isinstance(owner, QualName):
             return QualName(f"{owner.name}.{attr}", owner.missing)
         if isinstance(owner, Module):

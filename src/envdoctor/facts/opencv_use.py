@@ -126,13 +126,15 @@ def begin(tree: ast.AST, path: str, text: str | None = None) -> ScriptOpenCV:
 
 
 def marked_lines(text: str | None) -> list[int] | None:
-    """The lines (1-based, as the parser numbers them) of ASCII `text` that spell one of the names looked
-    for, or None (walk every node) for other text, whose identifiers the parser may normalise."""
-    if text is None or not text.isascii():
+    """The lines (1-based, as the parser numbers them) of `text` that spell one of the names looked for, or
+    hold a character outside ASCII (an identifier the parser normalises may spell one there), or None
+    (walk every node) without the text."""
+    if text is None:
         return None
     from envdoctor.analysis.spawn.syntax import source_lines
 
-    return [number for number, line in enumerate(source_lines(text), 1) if any(m in line for m in _MARKERS)]
+    return [number for number, line in enumerate(source_lines(text), 1)
+            if not line.isascii() or any(m in line for m in _MARKERS)]
 
 
 #: Project modules read that spell neither cv2 nor setNumThreads, by path: (device, inode, size, mtime) when

@@ -74,6 +74,9 @@ def scan(tree: ast.AST, path: str, found: ScriptOpenCV, marked: list[int] | None
         for child in ast.iter_child_nodes(node):
             if marked is not None:
                 first, last = getattr(child, "lineno", None), getattr(child, "end_lineno", None)
+                decorators = getattr(child, "decorator_list", None)
+                if first is not None and decorators:  # a def's or class's lines start at `def`/`class`
+                    first = min(first, *(getattr(d, "lineno", first) for d in decorators))
                 if first is not None and last is not None:
                     at = bisect.bisect_left(marked, first)
                     if at == len(marked) or marked[at] > last:

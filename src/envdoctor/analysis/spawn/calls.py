@@ -79,6 +79,7 @@ class Call(NamedTuple):
 
 
 def site_of(node: ast.Call, frame: Frame) -> Site:
+    """The call's line, character column and file."""
     return Site(node.lineno, frame.module.column(node.lineno, node.col_offset), frame.module.path)
 
 
@@ -102,9 +103,8 @@ class CallWalker(BodyRunner):
         func = self.eval(node.func, frame)
         positional, keywords, open_ = self.call_args(node, frame)
         for _ in range(4):  # `partial(partial(DataLoader, ds), num_workers=2)`
-            if type(func) is not Partial:
+            if not isinstance(func, Partial):
                 break
-            assert isinstance(func, Partial)
             positional, keywords = [*func.positional, *positional], {**func.keywords, **keywords}
             open_, func = open_ or func.open, func.func
         if isinstance(func, QualName):

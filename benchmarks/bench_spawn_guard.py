@@ -47,6 +47,11 @@ znxlwm/pytorch-MNIST-CelebA-GAN-DCGAN c88438c7 (facebookresearch/moco's tree was
 Issue 29's trees (read-only snapshots, HEAD commits): pyg-team/pytorch_geometric 5c6461b23
 (`torch_geometric/`, 117,382 lines), dmlc/dgl 3d16000b41 (`examples/`, 111,713 lines),
 NVIDIA/NeMo 8cfedd7203 (every .py file, 667,321 lines); figures in docs/spawn-guard.md.
+Before and after the speed changes of 2026-12-04 (`--source` the checkout before, `--repeat 2`,
+same session, quiet shared machine at load 1.3-1.9), CPU against ast.parse's: torch_geometric
+1.61x to 1.57x (0.93 s, 0.94 s), dgl/examples 3.88x to 3.37x (2.42 s to 2.03 s), NeMo 4.19x to
+3.52x (15.16 s to 13.41 s, peak 257 to 256 MB); the three as one tree 311 to 294 MB. Repeated
+(load 1.3-2.9): dgl/examples 3.37x to 2.87x, NeMo 3.84x to 3.64x (14.90 s to 12.51 s).
 
 `--tree DIR` (repeatable) measures each tree as one check, CPU time and peak memory against
 ast.parse on the same files in the same run; `--source CHECKOUT` measures another envdoctor

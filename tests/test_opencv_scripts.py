@@ -155,3 +155,50 @@ def test_a_module_changed_between_two_checks_is_read_again(tmp_path: Path) -> No
     (hit,) = _check(train)[0]
     assert hit.evidence["imports"] == [{"path": str(images), "line": 2}]
     assert hit.evidence["opencv_threads"] == threads
+
+
+def test_the_scan_of_marked_lines_finds_what_the_walk_of_every_node_finds() -> None:
+    """`scan` skips the nodes whose lines spell no name it looks for (speed, issue 29): a decorator above its
+    def, a call split over lines, a nested function and a line outside ASCII must still be found."""
+    import ast
+
+    from envdoctor.facts.opencv_use import ScriptOpenCV, marked_lines, scan
+
+    source = textwrap.dedent('''
+        import os
+        import cv2 as opencv
+
+        @register(
+            worker_init_fn=seed_all)
+        def build():
+            def inner():
+                opencv.setNumThreads(
+                    1)
+            return inner
+
+        @cv2.setNumThreads(2)
+        class Holder:
+            def make(self):
+                x = 1  # café
+                return DataLoader(ds, num_workers=2,
+                                  worker_init_fn=self.limit)
+
+        if os.environ.get("X"):
+            ｃｖ２ = None
+        from cv2 import resize
+        @wrap(
+            worker_init_fn=late)
+        def plain():
+            return 1
+    ''')
+    found = []
+    for marked in (None, marked_lines(source)):
+        result: ScriptOpenCV = {"imports": [], "set_num_threads_calls": [], "worker_init_fns": []}
+        scan(ast.parse(source), "t.py", result, marked)
+        found.append(result)
+    assert marked_lines(source) == [3, 6, 9, 13, 16, 18, 21, 22, 24]
+    assert found[0] == found[1]
+    assert found[1]["imports"] == [{"path": "t.py", "line": 3}, {"path": "t.py", "line": 22}]
+    assert [(c["where"], c["line"], c["value"]) for c in found[1]["set_num_threads_calls"]] == [
+        ("inner", 9, 1), ("module level", 13, 2)]
+    assert found[1]["worker_init_fns"] == ["seed_all", "limit", "late"]

@@ -384,3 +384,48 @@ def test_source_lines_break_where_python_does() -> None:
     assert source_lines("a\x0cb\nc\u2028d\r\ne\rf\x85g\n") == ["a\x0cb", "c\u2028d", "e", "f\x85g"]
     assert source_lines("plain\nlines\n") == "plain\nlines\n".splitlines() == ["plain", "lines"]
     assert source_lines("no end\x0c") == ["no end\x0c"]
+
+
+def test_a_script_imported_by_the_next_is_parsed_once_and_every_script_gets_the_facts_it_gets_alone(tmp_path):
+    """Speed of issue 29: a script's tree is kept for the next scripts that import it (SharedModules.keep_recent),
+    and an imported module's bodies stay whole until the importing script's walk is over (strip_later).
+    Neither may change a fact: each script's facts checked together are the ones it gets checked alone."""
+    import os
+
+    from envdoctor.analysis.spawn.project import SharedModules
+    from envdoctor.facts.scripts import analyse_script
+
+    (tmp_path / "model.py").write_text(
+        "from torch.utils.data import DataLoader\n"
+        "import torch\n\n"
+        "def make(workers=2):\n"
+        "    return DataLoader(range(8), num_workers=workers)\n\n"
+        "def run(loader):\n"
+        "    for batch in loader:\n"
+        "        torch.zeros(1, device='cuda')\n\n"
+        "class Net:\n"
+        "    def __init__(self):\n"
+        "        self.loader = make(4)\n\n"
+        "if __name__ == '__main__':\n"
+        "    run(make())\n", encoding="utf-8")
+    (tmp_path / "train.py").write_text("import model\n\nnet = model.Net()\nmodel.run(net.loader)\n", encoding="utf-8")
+    (tmp_path / "eval.py").write_text("from model import make, run\n\n"
+                                      "def main():\n    run(make(3))\n\nif __name__ == '__main__':\n    main()\n",
+                                      encoding="utf-8")
+    scripts = [str(tmp_path / name) for name in ("model.py", "train.py", "eval.py")]
+
+    def facts(info):
+        return {key: value for key, value in info.items() if key != "calls_followed"}
+
+    alone = [facts(analyse_script(path, shared=SharedModules())) for path in scripts]
+    shared = SharedModules()
+    together = []
+    for path in scripts:
+        together.append(facts(analyse_script(path, shared=shared)))
+        if path.endswith("model.py"):
+            kept = shared.recent[os.path.realpath(path)][1]
+    assert together == alone
+    assert [len(f["worker_starts"]) for f in together] == [1, 1, 1] and together[1]["cuda_inits"]
+    assert shared.parsed[os.path.realpath(scripts[0])][1] is kept  # the script's own tree, not a second parse
+    net = next(node for node in kept.body if getattr(node, "name", "") == "Net")
+    assert not shared.unstripped and net.body[0].body == []  # Net.__init__: stripped once train.py's walk ended

@@ -12,6 +12,7 @@ code limits it. The rule (rules/system/opencv.py) judges; nothing here does.
 from __future__ import annotations
 
 import ast
+import bisect
 import json
 import os
 import stat
@@ -61,11 +62,25 @@ class TargetOpenCV(TypedDict):
     error: str | None
 
 
-def scan(tree: ast.AST, path: str, found: ScriptOpenCV) -> None:
-    """Add what one parsed file says about OpenCV to `found`."""
+def scan(tree: ast.AST, path: str, found: ScriptOpenCV, marked: list[int] | None = None) -> None:
+    """Add what one parsed file says about OpenCV to `found`.
+
+    `marked`: the (sorted) lines of the file that spell one of the names looked for (see marked_lines),
+    or None to walk every node. A node whose lines spell none of them holds nothing to find, and is
+    not walked.
+    """
 
     def visit(node: ast.AST, where: str) -> None:
         for child in ast.iter_child_nodes(node):
+            if marked is not None:
+                first, last = getattr(child, "lineno", None), getattr(child, "end_lineno", None)
+                decorators = getattr(child, "decorator_list", None)
+                if first is not None and decorators:  # a def's or class's lines start at `def`/`class`
+                    first = min(first, *(getattr(d, "lineno", first) for d in decorators))
+                if first is not None and last is not None:
+                    at = bisect.bisect_left(marked, first)
+                    if at == len(marked) or marked[at] > last:
+                        continue
             inner = child.name if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)) else where
             if isinstance(child, ast.Import) and any(a.name.split(".")[0] == "cv2" for a in child.names) \
                     or isinstance(child, ast.ImportFrom) and not child.level \
@@ -109,8 +124,20 @@ def begin(tree: ast.AST, path: str, text: str | None = None) -> ScriptOpenCV:
     found: ScriptOpenCV = {"imports": [], "set_num_threads_calls": [], "worker_init_fns": []}
     if text is not None and text.isascii() and not any(marker in text for marker in _MARKERS):
         return found
-    scan(tree, path, found)
+    scan(tree, path, found, marked_lines(text))
     return found
+
+
+def marked_lines(text: str | None) -> list[int] | None:
+    """The lines (1-based, as the parser numbers them) of `text` that spell one of the names looked for, or
+    hold a character outside ASCII (an identifier the parser normalises may spell one there), or None
+    (walk every node) without the text."""
+    if text is None:
+        return None
+    from envdoctor.analysis.spawn.syntax import source_lines
+
+    return [number for number, line in enumerate(source_lines(text), 1)
+            if not line.isascii() or any(m in line for m in _MARKERS)]
 
 
 #: Project modules read that spell neither cv2 nor setNumThreads, by path: (device, inode, size, mtime) when
@@ -148,7 +175,7 @@ def finish(found: ScriptOpenCV, path: str, modules: list[str]) -> ScriptOpenCV |
             continue
         text = decode_source(data)[0]
         try:
-            scan(ast.parse(text or "", filename=module), module, found)
+            scan(ast.parse(text or "", filename=module), module, found, marked_lines(text))
         except (SyntaxError, ValueError, RecursionError, MemoryError):
             continue  # the spawn analysis reports the module's own problem
     if not found["imports"] and not found["set_num_threads_calls"]:

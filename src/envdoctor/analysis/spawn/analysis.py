@@ -7,7 +7,7 @@ from typing import Any
 
 from envdoctor.analysis.spawn.calls import CallWalker
 from envdoctor.analysis.spawn.project import Project, SharedModules
-from envdoctor.analysis.spawn.syntax import source_lines, strip_bodies
+from envdoctor.analysis.spawn.syntax import source_lines
 from envdoctor.analysis.spawn.values import Module, QualName, Unknown, Value
 from envdoctor.analysis.spawn.walker import Frame, ImportRecord
 
@@ -73,7 +73,9 @@ class ScriptAnalysis(CallWalker):
             module.import_changes = [(container, container.state()) for container in record.changes]
             module.state = "done"
         if module.tree is not None:
-            strip_bodies(module.tree)  # read again from its lines when a function is called
+            # Its function bodies are read again from its lines when a function is called: stripped
+            # once this script's walk is over, or now when many modules' are whole (strip_later).
+            self.project.shared.strip_later(module)
         cut = len(inner.via)
         module.import_events = [{**event, "via": event["via"][cut:]} for event in self.events[first:]]
         return module
@@ -170,8 +172,10 @@ def analyse_source(tree: ast.Module, text: str, path: str = "<script>", project:
         found = Project(roots, absolute=Path(path).is_absolute(), shared=shared)
     main = Module("__main__", path, source_lines(text), tree, package=package, is_main=True, reruns=reruns)
     analysis = ScriptAnalysis(main, found)
-    analysis.run()
     try:
+        analysis.run()
         return analysis.result()
     finally:
-        main.release()  # the script's own tree: later scripts never read it
+        main.release()  # the script's own tree: later scripts read it only through SharedModules.parse
+        if shared is not None:
+            shared.strip_deferred()

@@ -67,11 +67,20 @@ class Call(NamedTuple):
     positional: list[Value]
     keywords: dict[str, Value]
     open: bool
-    site: Site
 
     @property
     def short(self) -> str:
         return self.name.rsplit(".", 1)[-1]
+
+    @property
+    def site(self) -> Site:
+        """Where the call is: made when a handler keeps it (a loader's, a process's), not for every call."""
+        return site_of(self.node, self.frame)
+
+
+def site_of(node: ast.Call, frame: Frame) -> Site:
+    """The call's line, character column and file."""
+    return Site(node.lineno, frame.module.column(node.lineno, node.col_offset), frame.module.path)
 
 
 #: A call's handler: a method of CallWalker, or None to go on to the next question.
@@ -98,17 +107,16 @@ class CallWalker(BodyRunner):
                 break
             positional, keywords = [*func.positional, *positional], {**func.keywords, **keywords}
             open_, func = open_ or func.open, func.func
-        site = Site(node.lineno, frame.module.column(node.lineno, node.col_offset), frame.module.path)
         if isinstance(func, QualName):
             if func.missing is not None and not frame.guarded:
                 self.passed_to_unreadable(func, node, frame, positional, keywords)
-            return self.call_qualified(Call(func.name, node, frame, positional, keywords, open_, site))
+            return self.call_qualified(Call(func.name, node, frame, positional, keywords, open_))
         if isinstance(func, Function):
             return self.call_function(func, node, frame, positional, keywords, None)
         if isinstance(func, ClassInfo):
-            return self.instantiate(func, node, frame, positional, keywords, open_, site)
+            return self.instantiate(func, node, frame, positional, keywords, open_, site_of(node, frame))
         if isinstance(func, Bound):
-            return self.call_method(func, Call(func.attr, node, frame, positional, keywords, open_, site))
+            return self.call_method(func, Call(func.attr, node, frame, positional, keywords, open_))
         if isinstance(func, Context):
             return Unknown(node=node)
         return self.call_unknown(node, positional, keywords)

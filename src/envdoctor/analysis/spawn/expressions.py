@@ -30,6 +30,9 @@ from envdoctor.analysis.spawn.values import (
 )
 from envdoctor.analysis.spawn.walker import Frame
 
+#: The node types `eval` tests first (bound once: a module global, not two attribute lookups a call).
+_NAME, _CONSTANT = ast.Name, ast.Constant
+
 
 class ExpressionWalker(StatementWalker):
     """Evaluates expressions to values of the lattice."""
@@ -41,20 +44,46 @@ class ExpressionWalker(StatementWalker):
         raise NotImplementedError  # ScriptAnalysis
 
     def eval(self, node: ast.expr | None, frame: Frame) -> Value:
+        # The two commonest nodes, without a call of their own (expr_Name, expr_Constant); the node
+        # types are final (the parser makes no subclasses), so `type() is` stands for isinstance.
+        kind = type(node)
+        if kind is _NAME:
+            return self.lookup(node.id, frame)  # type: ignore[union-attr]  # an ast.Name (cast() costs a call)
+        if kind is _CONSTANT:
+            return Const(node.value)  # type: ignore[union-attr]  # an ast.Constant
         if node is None:
             return Const(None)
-        # The two commonest nodes, without a call of their own (expr_Name, expr_Constant).
-        if isinstance(node, ast.Name):
-            return self.lookup(node.id, frame)
-        if isinstance(node, ast.Constant):
-            return Const(node.value)
-        kind = type(node)
         table = self.expr_handlers
         method = table[kind] if kind in table else self.handler(table, "expr_", kind)
         if method is not None:
             return method(self, node, frame)
         for child in child_expressions(node):
             self.eval(child, frame)
+        return Unknown(node=node)
+
+    # The commonest nodes the generic walk in `eval` would take, walked the same way (their expressions
+    # in field order, the result unknown) without reading every field of the node by name.
+
+    def expr_BinOp(self, node: ast.BinOp, frame: Frame) -> Value:
+        self.eval(node.left, frame)
+        self.eval(node.right, frame)
+        return Unknown(node=node)
+
+    def expr_BoolOp(self, node: ast.BoolOp, frame: Frame) -> Value:
+        for value in node.values:
+            self.eval(value, frame)
+        return Unknown(node=node)
+
+    def expr_UnaryOp(self, node: ast.UnaryOp, frame: Frame) -> Value:
+        self.eval(node.operand, frame)
+        return Unknown(node=node)
+
+    def expr_JoinedStr(self, node: ast.JoinedStr, frame: Frame) -> Value:
+        for value in node.values:
+            if isinstance(value, ast.FormattedValue):  # its constant parts evaluate to nothing that matters
+                self.eval(value.value, frame)
+                if value.format_spec is not None:
+                    self.eval(value.format_spec, frame)
         return Unknown(node=node)
 
     def expr_Constant(self, node: ast.Constant, frame: Frame) -> Value:
@@ -108,6 +137,9 @@ class ExpressionWalker(StatementWalker):
     def attribute(self, node: ast.Attribute, frame: Frame) -> Value:
         owner = self.eval(node.value, frame)
         attr = node.attr
+        kind = type(owner)
+        if kind is Unknown or kind is Bound:  # the commonest owners, which none of the cases below take
+            return Bound(owner, attr)
         if isinstance(owner, QualName):
             return QualName(f"{owner.name}.{attr}", owner.missing)
         if isinstance(owner, Module):

@@ -21,18 +21,24 @@ import importlib.util
 import os
 import stat
 import sys
+from collections import OrderedDict
 from pathlib import Path
 from typing import TypedDict
 
 from envdoctor.analysis.spawn.libraries import LibraryLoaders
 from envdoctor.analysis.spawn.names import EXTERNAL_ROOTS
 from envdoctor.analysis.spawn.reading import read_source
-from envdoctor.analysis.spawn.syntax import source_lines
+from envdoctor.analysis.spawn.syntax import source_lines, strip_bodies
 from envdoctor.analysis.spawn.values import Module
 from envdoctor.collector import collector_paused
 
 #: Most modules read for one script (a monorepo must not turn one check into a crawl).
 MAX_MODULES = 400
+#: Lines of the scripts checked last whose trees are kept for a later import (SharedModules.keep_recent),
+#: and of the modules a script imports whose bodies are kept whole until its walk ends (strip_later):
+#: about 1 KB of memory a line.
+RECENT_LINES = 5_000
+UNSTRIPPED_LINES = 10_000
 #: Markers of a repository's root, looked for up to this many folders above the script.
 ROOT_MARKERS = ("pyproject.toml", "setup.py", "setup.cfg", ".git")
 MAX_ROOT_DEPTH = 4
@@ -104,6 +110,7 @@ class ProjectFiles:
         self._modules: dict[tuple[tuple[str, ...], str], tuple[str, str, bool] | None] = {}
         self._real: dict[str, str] = {}
         self._installed: dict[str, bool] = {}
+        self._modes: dict[str, int | None] = {}
 
     def layout(self, script: str) -> tuple[list[Path], str]:
         """The script's `project_roots` and `package_of`, shared by the scripts of one folder."""
@@ -122,18 +129,24 @@ class ProjectFiles:
             self._modules[key] = self._search(roots, dotted)
         return self._modules[key]
 
-    @staticmethod
-    def _search(roots: tuple[str, ...], dotted: str) -> tuple[str, str, bool] | None:
+    def _mode(self, path: str) -> int | None:
+        """_mode(path), asked once: the scripts of different folders search the same roots."""
+        if path in self._modes:
+            return self._modes[path]
+        mode = self._modes[path] = _mode(path)
+        return mode
+
+    def _search(self, roots: tuple[str, ...], dotted: str) -> tuple[str, str, bool] | None:
         parts = dotted.split(".")
         if not all(p.isidentifier() for p in parts):
             return None
         for root in roots:
             base = os.path.join(root, *parts)
             for path, package in ((os.path.join(base, "__init__.py"), dotted), (base + ".py", dotted.rpartition(".")[0])):
-                mode = _mode(path)
+                mode = self._mode(path)
                 if mode is not None and not stat.S_ISDIR(mode):  # a FIFO too: the bounded read reports it
                     return path, package, False
-            mode = _mode(base)
+            mode = self._mode(base)
             if mode is not None and stat.S_ISDIR(mode) and (len(parts) > 1 or any(Path(base).glob("*.py"))):
                 return base, dotted, True
         return None
@@ -176,29 +189,82 @@ class SharedModules:
         self.freeze = False
         #: Library classes and functions that are or return DataLoaders, read from the target's source.
         self.libraries = LibraryLoaders(sys.path if library_path is None else library_path)
+        #: The trees of the scripts checked last, once walked, by real path (see keep_recent), and their lines.
+        self.recent: OrderedDict[str, tuple[tuple[int, int], ast.Module, int]] = OrderedDict()
+        self.recent_lines = 0
+        #: Modules imported by the script being walked whose bodies are still whole (see strip_later).
+        self.unstripped: list[Module] = []
+        self.unstripped_lines = 0
 
     def parse(self, path: str, text: str, keep: bool = True) -> ast.Module:
         """The tree of `text` (read from `path`), parsed once per check; raises what ast.parse raises.
 
         `keep` is False for a script: its tree is dropped after its own walk unless a
-        module import needs it (then it is parsed again), so a folder of scripts is never
-        held in memory at once (about 1 KB per line).
+        module import needs it, so a folder of scripts is never held in memory at once
+        (about 1 KB per line). A script's tree is kept a little while after its walk
+        (keep_recent): the next scripts of its folder often import it (`model.py`, then
+        `train.py`).
         """
         key = self.files.real(path)
+        stamp = (len(text), hash(text))
         known = self.parsed.get(key)
-        if known is not None and known[0] == (len(text), hash(text)):
+        if known is not None and known[0] == stamp:
             return known[1]
+        recent = self.recent.pop(key, None)
+        if recent is not None:
+            self.recent_lines -= recent[2]
+            if recent[0] == stamp:
+                if keep:
+                    self.parsed[key] = recent[:2]
+                return recent[1]
+        # Keep the collector off this tree from now on: each collection would walk it again, a kept
+        # module's for every later script (gather_scripts unfreezes when the check ends). A script's
+        # own tree is freed by reference counting once its walk is over (Module.release), frozen or
+        # not. Frozen before the collector is back on: the collection that turning it on starts
+        # would otherwise walk the whole new tree first; the young garbage of the walk so far is
+        # collected before (a short list then), so that none of it is frozen with the tree.
+        freeze = self.freeze and gc.isenabled()
+        if freeze:
+            gc.collect(0)
         with collector_paused():  # the collections a tree's millions of allocations trigger find nothing
             tree = ast.parse(text, filename=path)
+            if freeze:
+                gc.freeze()
         if keep:
-            self.parsed[key] = ((len(text), hash(text)), tree)  # not the text itself: a large tree holds enough
-        if self.freeze and gc.isenabled():
-            # Keep the collector off this tree from now on: each collection would walk it again,
-            # a kept module's for every later script (gather_scripts unfreezes when the check
-            # ends). A script's own tree is freed by reference counting once its walk is over
-            # (Module.release), frozen or not.
-            gc.freeze()
+            self.parsed[key] = (stamp, tree)  # not the text itself: a large tree holds enough
         return tree
+
+    def keep_recent(self, path: str, text: str, tree: ast.Module, lines: int) -> None:
+        """A script's tree, its walk over, kept for a module import by the next scripts (`parse`), the
+        oldest dropped beyond RECENT_LINES lines in all. Its walk left it as parsed: a script's bodies
+        are never stripped, and the walk's marks on its nodes depend on the node and its text alone."""
+        key = self.files.real(path)
+        if key in self.parsed or lines > RECENT_LINES:
+            return  # a module's tree already, kept (stripped) for good; or too large to keep
+        self.recent[key] = ((len(text), hash(text)), tree, lines)
+        self.recent_lines += lines
+        while self.recent_lines > RECENT_LINES:
+            self.recent_lines -= self.recent.popitem(last=False)[1][2]
+
+    def strip_later(self, module: Module) -> None:
+        """Strip an imported module's function bodies (strip_bodies) once the script that imported it
+        is walked, not now, while UNSTRIPPED_LINES lines allow: that script's own functions mostly call
+        into the modules it imports, whose bodies would otherwise be parsed again one by one."""
+        if module.tree is None:
+            return
+        if self.unstripped_lines + len(module.lines) > UNSTRIPPED_LINES:
+            strip_bodies(module.tree)
+            return
+        self.unstripped.append(module)
+        self.unstripped_lines += len(module.lines)
+
+    def strip_deferred(self) -> None:
+        """The script's walk is over: strip the bodies of the modules it imported (see strip_later)."""
+        for module in self.unstripped:
+            if module.tree is not None:
+                strip_bodies(module.tree)
+        self.unstripped.clear()
+        self.unstripped_lines = 0
 
 
 class Project:

@@ -153,6 +153,8 @@ class StartTracker(ExpressionWalker):
                      known: bool = False) -> Value:
         # An unknown wrapper around a loader (tqdm, rich's track, accelerate's
         # prepare …) iterates it when the wrapper is iterated.
+        if not positional and not keywords:
+            return Unknown(node=node, holds=[])
         loaders = [loader for v in [*positional, *keywords.values()] if (loader := loaderish(v))]
         if len(loaders) == 1 and len(positional) <= 1:
             return Iterating(loaders[0], started=False, known=known)

@@ -8,7 +8,12 @@ from typing import Any, NamedTuple
 
 
 class Value:
-    """Something an expression may evaluate to; the base is "unknown"."""
+    """Something an expression may evaluate to; the base is "unknown".
+
+    Every kind of value is a slotted dataclass (no per-object dict): the walk makes millions of them.
+    """
+
+    __slots__ = ()
 
     def text(self) -> str:
         return "?"
@@ -22,7 +27,7 @@ def unparse(node: ast.AST) -> str:
     return text if len(text) <= 120 else text[:117] + "..."
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Unknown(Value):
     source: str = "?"
     node: ast.AST | None = None  # unparsed only when the text is needed: unparse is slow
@@ -40,7 +45,7 @@ class Unknown(Value):
         return self.source
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Const(Value):
     value: Any
     origin: str | None = None  # "N = 2 (line 5)" when it came through a name
@@ -49,7 +54,7 @@ class Const(Value):
         return repr(self.value)
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class QualName(Value):
     """A module or an object imported from one, by its fully qualified name."""
 
@@ -61,7 +66,7 @@ class QualName(Value):
         return self.name
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Seq(Value):
     items: list[Value]
     #: Built by a comprehension: any number of elements, each like `items` (`[DataLoader(d) for d in ds]`).
@@ -77,7 +82,7 @@ class Seq(Value):
         self.items = list(state)
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Mapping_(Value):
     items: dict[str, Value]
     open: bool = False  # may hold keys we could not read
@@ -99,7 +104,7 @@ class Mapping_(Value):
         self.items = dict(items)
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Site:
     line: int
     column: int
@@ -115,7 +120,7 @@ class Step(NamedTuple):
     code: str
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Module(Value):
     """One file the walk reads: the script, a project module it imports, or a notebook.
 
@@ -177,7 +182,7 @@ class Module(Value):
         return col_offset + 1
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Loader(Value):
     site: Site
     num_workers: Value
@@ -198,7 +203,7 @@ class Loader(Value):
         return f"{self.class_name}(num_workers={self.num_workers.text()})"
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Partial(Value):
     """`functools.partial(func, *args, **keywords)`: `func` with those arguments bound first."""
 
@@ -208,7 +213,7 @@ class Partial(Value):
     open: bool = False
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Iterating(Value):
     """An iterator over a loader (already started) or a wrapper that will iterate it (tqdm …)."""
 
@@ -219,30 +224,30 @@ class Iterating(Value):
     known: bool = True
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Context(Value):
     method: str | None
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class ProcessObj(Value):
     site: Site
     context: str | None
     kind: str = "Process"
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class PoolObj(Value):
     kind: str
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Executor(Value):
     site: Site
     context: str | None
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class TrainerObj(Value):
     """A training loop from the catalog's [[trainer]] table, with what its constructor received."""
 
@@ -254,7 +259,7 @@ class TrainerObj(Value):
     model: Value | None = None
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Option(Value):
     """A command-line option or config entry: its value is the default unless the user sets it.
 
@@ -269,7 +274,7 @@ class Option(Value):
         return f"{self.flag} (default {self.default.text()})"
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class SettingsObj(Value):
     """A trainer's settings object (`TrainingArguments(dataloader_num_workers=4)`), by keyword."""
 
@@ -277,26 +282,26 @@ class SettingsObj(Value):
     open: bool = False
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class ParserObj(Value):
     """An argparse.ArgumentParser: its options by destination, (flag, default)."""
 
     options: dict[str, tuple[str, Value]] = field(default_factory=dict)
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class NamespaceObj(Value):
     """What parse_args() returns: attributes are the parser's options."""
 
     parser: ParserObj
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Device(Value):
     cuda: bool
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class ClassInfo(Value):
     node: ast.ClassDef
     bases: list[Value]
@@ -324,7 +329,7 @@ class ClassInfo(Value):
         return False
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Instance(Value):
     cls: ClassInfo
     attrs: dict[str, Value] = field(default_factory=dict)
@@ -332,7 +337,7 @@ class Instance(Value):
     home: Module | None = None
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Function(Value):
     node: ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda
     defaults: dict[str, Value]
@@ -348,7 +353,7 @@ class Function(Value):
         return "<lambda>" if isinstance(self.node, ast.Lambda) else self.node.name
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Bound(Value):
     """A method looked up on a value: obj.attr, not yet called."""
 
@@ -361,7 +366,7 @@ class Bound(Value):
         return unparse(self.node) if self.node is not None else f"?.{self.attr}"
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class Deferred(Value):
     """A generator or coroutine: its body runs when it is consumed or awaited."""
 
@@ -370,23 +375,32 @@ class Deferred(Value):
     call_site: Step
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class GuardFlag(Value):
     """The value of `__name__ == "__main__"` kept in a name: `IS_MAIN = __name__ == "__main__"`."""
 
     polarity: bool
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class SuperObj(Value):
     instance: Value
     cls: ClassInfo | None
 
 
+#: The kinds of value that are plain whatever they hold (see is_plain). Every value type derives from
+#: Value directly, so a type's membership here stands for isinstance (and costs one lookup).
+_PLAIN = frozenset({Unknown, Const, QualName, Function, ClassInfo, GuardFlag, Option, ParserObj, NamespaceObj,
+                    SettingsObj})
+#: What defined_in_main looks inside; any other value holds nothing a module defines.
+_MAY_HOLD = frozenset({Instance, ClassInfo, Function, Unknown, Seq})
+#: What loaderish may find a loader in.
+_LOADERISH = frozenset({Loader, Iterating})
+
+
 def is_plain(value: Value, depth: int = 0) -> bool:
     """Values that cannot start anything: binding them inside a function changes no memo."""
-    if isinstance(value, (Unknown, Const, QualName, Function, ClassInfo, GuardFlag, Option, ParserObj,
-                          NamespaceObj, SettingsObj)):
+    if type(value) in _PLAIN:
         return True
     if depth < 2 and isinstance(value, Seq):
         return all(is_plain(v, depth + 1) for v in value.items[:16]) and len(value.items) <= 16
@@ -396,6 +410,8 @@ def is_plain(value: Value, depth: int = 0) -> bool:
 
 
 def loaderish(value: Value) -> Loader | None:
+    if type(value) not in _LOADERISH:  # most values: one lookup
+        return None
     if isinstance(value, Loader):
         return value
     if isinstance(value, Iterating) and not value.started:
@@ -458,7 +474,7 @@ def defined_in_main(value: Value | None, depth: int = 0) -> list[Value]:
     A notebook is `__main__` for its kernel, and spawn does not re-run it: what it
     defines cannot be unpickled by a worker.
     """
-    if value is None or depth > 3:
+    if type(value) not in _MAY_HOLD or depth > 3:  # None included
         return []
     if isinstance(value, Instance) and value.cls.module is not None and not value.cls.module.reruns:
         return [value]

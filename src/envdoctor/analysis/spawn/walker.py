@@ -42,7 +42,7 @@ _HANDLERS: dict[tuple[type, str], dict[type, Any]] = {}
 _Container = TypeVar("_Container", bound=Mapping_ | Seq)
 
 
-@dataclass
+@dataclass(slots=True)
 class Frame:
     """Where the walk is: the scope, whether under the guard, the chain of calls."""
 

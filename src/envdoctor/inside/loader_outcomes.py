@@ -33,7 +33,7 @@ class _Tracked(Protocol):
     top-level imports, so the part used here is spelt out)."""
 
     def in_progress(self) -> dict[int, int]: ...
-    def fetching_for(self) -> float | None: ...
+    def oldest_fetch(self) -> tuple[int, float] | None: ...
     def failures(self) -> dict[int, int]: ...
     def slot_of_pid(self, pid: int) -> int | None: ...
 
@@ -61,7 +61,7 @@ class SlowStart(RunCut):
     `__getitem__`, or the fetch in progress (`fetching`: its index and how long it had run) had run for less
     than the hang limit, the start-up having taken the rest of the wait."""
 
-    def __init__(self, num_workers: int, waited_s: float, fetching: tuple[object, float] | None = None) -> None:
+    def __init__(self, num_workers: int, waited_s: float, fetching: tuple[int, float] | None = None) -> None:
         if fetching is None:
             detail = ("none had begun a __getitem__ (still starting: importing modules and unpickling the dataset "
                       "under spawn or forkserver)")
@@ -186,11 +186,11 @@ def _timed_out(exc: BaseException, nw: int, tracked: _Tracked | None, busy: dict
         if not busy:
             # No worker had begun a __getitem__: still starting (importing, unpickling the dataset).
             return SlowStart(nw, waited_s)
-        fetching_s = tracked.fetching_for() if tracked is not None else None
-        if fetching_s is not None and fetching_s < hang_s - 0.05:
+        oldest = tracked.oldest_fetch() if tracked is not None else None
+        if oldest is not None and oldest[1] < hang_s - 0.05:
             # The first batch's wait is bounded by the budget, not the hang limit: workers whose start-up took
             # most of it had only just begun fetching (a sample begun 0.1 s ago is not a hang).
-            return SlowStart(nw, waited_s, (index, fetching_s))
+            return SlowStart(nw, waited_s, oldest)
     return DatasetFailure("hung", f"no batch arrived within the DataLoader timeout ({first_line(exc)})"
                           + (f"; index {index} was still being fetched" if index is not None else ""),
                           index=index, num_workers=nw)

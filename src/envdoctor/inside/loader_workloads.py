@@ -192,10 +192,13 @@ class TrackedDataset:
         """{slot: index} for fetches that started and never finished."""
         return {slot: self.current[slot] for slot in range(len(self.current)) if self.current[slot] >= 0}
 
-    def fetching_for(self) -> float | None:
-        """How long the oldest fetch still in progress has run, in seconds (None when none is)."""
-        begun = [self.since[slot] for slot in range(len(self.current)) if self.current[slot] >= 0]
-        return time.monotonic() - min(begun) if begun else None
+    def oldest_fetch(self) -> tuple[int, float] | None:
+        """The oldest fetch still in progress: (its index, seconds it has run); None when none is."""
+        begun = [(self.since[slot], self.current[slot]) for slot in range(len(self.current)) if self.current[slot] >= 0]
+        if not begun:
+            return None
+        since, index = min(begun)
+        return index, time.monotonic() - since
 
     def failures(self) -> dict[int, int]:
         return {slot: self.failed[slot] for slot in range(len(self.failed)) if self.failed[slot] >= 0}

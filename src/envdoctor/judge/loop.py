@@ -298,7 +298,7 @@ def memory_measured(row: LoopLoader) -> LoopMemory | None:
     if not row["settings"].get("num_workers"):
         return None
     memory = row.get("memory") or {}
-    workers = [w for w in memory.get("workers", []) if w.get("readings")]
+    workers = memory.get("workers", [])  # each read MIN_READINGS times or more (facts.loop.worker_memory)
     if not workers:
         return {"workers": 0, "readings": 0, "seconds": None, "grown_bytes": None, "bytes_per_sample": None}
     fitted = fitted_slope(memory)

@@ -222,6 +222,18 @@ _RANDOM_PIECES = 0.3
 COMMAND_KEYS = frozenset({"command", "argv", "cmdline", "run_argv"})
 
 
+def _looks_like_path(value: str) -> bool:
+    """A relative or home path, or an absolute one of two or more parts without a `+`.
+
+    Standard base64 uses `/` and `+`: one token in 64 begins with `/`, and it is either one part
+    long or likely to hold a `+`, which a path of words rarely does. Either goes on to the shape
+    test, which a path of words (`/data`, `/usr/include/c++/12`) does not pass.
+    """
+    if value.startswith(("./", "../", "~")):
+        return True
+    return value.startswith("/") and "+" not in value and len([part for part in value.split("/") if part]) > 1
+
+
 def looks_like_token(value: str) -> bool:
     """Whether `value` has the shape of a credential: a JWT, a long hex or random-looking base64 string.
 
@@ -230,7 +242,7 @@ def looks_like_token(value: str) -> bool:
     """
     if _JWT.fullmatch(value):
         return True
-    if value.startswith(("/", "./", "../", "~")) or _NUMBER.fullmatch(value):
+    if _looks_like_path(value) or _NUMBER.fullmatch(value):
         return False
     if _HEX.fullmatch(value):
         return any(c.isdigit() for c in value) and any(c.isalpha() for c in value)

@@ -53,6 +53,15 @@ same session, quiet shared machine at load 1.3-1.9), CPU against ast.parse's: to
 3.52x (15.16 s to 13.41 s, peak 257 to 256 MB); the three as one tree 311 to 294 MB. Repeated
 (load 1.3-2.9): dgl/examples 3.37x to 2.87x, NeMo 3.84x to 3.64x (14.90 s to 12.51 s).
 
+The third fresh corpus (issue 29's recall and precision; read-only snapshots fetched 2026-12-04,
+HEAD commits): snap-stanford/ogb 61e9784ca7, benedekrozemberczki/pytorch_geometric_temporal
+adefe44265, graphdeeplearning/benchmarking-gnns b6c407712f, microsoft/torchgeo 7ea0616ded,
+facebookresearch/pytorch3d 9381c40163, meliketoy/wide-resnet.pytorch 292b3ede06,
+L1aoXingyu/pytorch-beginner a57dd7ea35, hunkim/PyTorchZeroToAll e5a260fac0,
+aitorzip/PyTorch-CycleGAN 67da8f9e2b, MorvanZhou/PyTorch-Tutorial dbe154a9e5,
+dsgiitr/d2l-pytorch e84da49a9e, rasbt/deeplearning-models 18e0469265 (1,447 .py files and 2
+extensionless scripts, 277,065 lines; 328 notebooks); figures in docs/spawn-guard.md.
+
 `--tree DIR` (repeatable) measures each tree as one check, CPU time and peak memory against
 ast.parse on the same files in the same run; `--source CHECKOUT` measures another envdoctor
 checkout's `src/` (before/after a change).

@@ -96,3 +96,18 @@ def test_a_directory_expands_to_every_fixture_and_one_bad_file_does_not_stop_the
     for path in FIXTURES:
         assert sorted(by_file.get(path.name, [])) == sorted((r, ln) for r, ln, _ in expected(path)), path.name
     assert {f.rule for f in report.findings} == {"SPW001", "SPW004"}
+
+
+SHEBANG_DIR = FIXTURE_DIR.parent / "spawn_shebang"
+SHEBANG_SCRIPTS = sorted(p for p in SHEBANG_DIR.iterdir() if b"python" in p.read_bytes().split(b"\n", 1)[0])
+
+
+def test_a_directory_expands_to_scripts_without_a_suffix_that_start_with_a_python_shebang():
+    """`train` run as `./train` (`#!/usr/bin/env python3`) is a script like train.py; a shell script
+    and a text file without a suffix are not read at all."""
+    assert [p.name for p in SHEBANG_SCRIPTS] == ["evaluate", "train"]
+    report = check_scripts(SHEBANG_DIR)
+    assert sorted(Path(f["path"]).name for f in report.facts["scripts"]["files"]) == ["evaluate", "train"]
+    for path in SHEBANG_SCRIPTS:
+        got = sorted((f.rule, f.location.line) for f in report.findings if Path(f.location.path) == path)
+        assert got == sorted((r, ln) for r, ln, _ in expected(path)), path.name

@@ -29,7 +29,7 @@ from pathlib import Path
 import pytest
 
 from envdoctor.process import group_alive
-from test_spawn_fixtures import FIXTURES, check_scripts, ground_truth, header
+from test_spawn_fixtures import FIXTURES, SHEBANG_SCRIPTS, check_scripts, ground_truth, header
 
 pytestmark = [pytest.mark.slow, pytest.mark.standalone]
 
@@ -175,6 +175,18 @@ def test_spawn_really_fails_exactly_where_spw001_fires(path: Path, tmp_path: Pat
         if outcome == "fails":
             assert BOOTSTRAP in output
             assert min(s["line"] for s in conditional) in script_lines_in_tracebacks(output, path)
+
+
+
+@pytest.mark.parametrize("path", SHEBANG_SCRIPTS, ids=[p.name for p in SHEBANG_SCRIPTS])
+def test_a_script_without_a_suffix_fails_under_spawn_exactly_where_the_folder_check_points(path: Path, tmp_path):
+    outcome, output = run_with_start_method(path, "spawn", tmp_path)
+    assert outcome == ground_truth(path), f"{path.name} {outcome} under spawn; output:\n{output[-3000:]}"
+    found = [f for f in check_scripts(path.parent, select=("SPW001",)).by_rule("SPW001")
+             if Path(f.location.path) == path]
+    assert bool(found) == (outcome == "fails")
+    if outcome == "fails":
+        assert_dies_where_the_first_finding_points(path, output, found)
 
 
 def test_forkserver_the_linux_default_from_python_3_14_fails_the_same_way(tmp_path: Path):

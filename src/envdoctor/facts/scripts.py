@@ -31,6 +31,7 @@ from envdoctor.analysis.spawn.project import ModuleProblem, SharedModules
 from envdoctor.analysis.spawn.reading import SourceProblem, decode_source, read_bytes, read_source
 from envdoctor.facts.kernels import NotebookKernel, NotebookTarget, notebook_kernel, notebook_target
 from envdoctor.facts.opencv_use import ScriptOpenCV, TargetOpenCV, begin, finish, target_opencv
+from envdoctor.facts.readfile import read_bytes as read_head
 
 if TYPE_CHECKING:  # pragma: no cover
     from envdoctor.config import FactsReader
@@ -157,15 +158,24 @@ class ScriptsFacts(TypedDict):
 
 #: Folders never descended into when a directory is given.
 SKIPPED_DIRS = frozenset({"__pycache__", "site-packages", "node_modules"})
-#: What a folder is expanded to.
+#: What a folder is expanded to (and files without a suffix whose first line is a Python shebang).
 SUFFIXES = (".py", ".ipynb")
 #: A file named explicitly is Python source with one of these suffixes, or with a Python shebang.
 PYTHON_SUFFIXES = (".py", ".pyw", ".ipynb")
 _PYTHON_SHEBANG = re.compile(rb"#![^\n]*(?:\b(?:python|pypy)[0-9.]*\b|\buv\b[^\n]*\brun\b)")
 
 
+def _shebang_script(path: str) -> bool:
+    """A regular file whose first line is a Python shebang (`train` run as `./train`); never blocks on a FIFO."""
+    try:
+        return bool(_PYTHON_SHEBANG.match(read_head(path, limit=512, head=True)))
+    except OSError:
+        return False
+
+
 def expand_paths(paths: tuple[str, ...] | list[str]) -> Iterator[tuple[str, bool]]:
-    """(path, exists) for every script: files as given, folders expanded to their *.py and *.ipynb files.
+    """(path, exists) for every script: files as given, folders expanded to their *.py and *.ipynb files
+    and to the files without a suffix that start with a Python shebang.
 
     Hidden folders, caches and virtual environments under a folder are skipped,
     and symbolic links to folders are not followed (no loops); a file named
@@ -179,8 +189,8 @@ def expand_paths(paths: tuple[str, ...] | list[str]) -> Iterator[tuple[str, bool
                 dirs[:] = sorted(d for d in dirs if not d.startswith(".") and d not in SKIPPED_DIRS
                                  and not (Path(root) / d / "pyvenv.cfg").exists())
                 for name in sorted(files):
-                    if name.endswith(SUFFIXES):
-                        full = os.path.join(root, name)
+                    full = os.path.join(root, name)
+                    if name.endswith(SUFFIXES) or ("." not in name and _shebang_script(full)):
                         if full not in seen:
                             seen.add(full)
                             yield full, True

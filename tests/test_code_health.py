@@ -326,10 +326,12 @@ def _quoted_any(literal: str, aliases: dict[str, int]) -> int:
 def any_per_100_lines() -> tuple[float, int, int]:
     """(`Any` per 100 lines, how many `Any`, how many lines) over src/, counting the name (not the word in text)
     and every use of an alias of it (see any_aliases)."""
-    texts = [path.read_text(encoding="utf-8") for path in _modules()]
-    aliases = any_aliases([ast.parse(text) for text in texts])
-    count = sum(_any_in(text, aliases) for text in texts)
-    lines = sum(len(text.splitlines()) for text in texts)
+    texts = [text(path) for path in _modules()]
+    aliases = any_aliases([parsed(path) for path in _modules()])
+    # A module that spells neither `Any` nor an alias holds none: it is not tokenized (two thirds of them).
+    count = sum(_any_in(source, aliases) for source in texts
+                if "Any" in source or any(alias in source for alias in aliases))
+    lines = sum(len(source.splitlines()) for source in texts)
     return 100 * count / lines, count, lines
 
 

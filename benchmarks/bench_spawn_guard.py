@@ -52,6 +52,11 @@ same session, quiet shared machine at load 1.3-1.9), CPU against ast.parse's: to
 1.61x to 1.57x (0.93 s, 0.94 s), dgl/examples 3.88x to 3.37x (2.42 s to 2.03 s), NeMo 4.19x to
 3.52x (15.16 s to 13.41 s, peak 257 to 256 MB); the three as one tree 311 to 294 MB. Repeated
 (load 1.3-2.9): dgl/examples 3.37x to 2.87x, NeMo 3.84x to 3.64x (14.90 s to 12.51 s).
+Later the same day (fact-neutral savings on the walk's hot paths; `--source`, `--repeat 2`, same
+session, load 4.1-6.1): torch_geometric 1.38x to 1.34x (1.05 s to 1.02 s), dgl/examples 2.60x to
+2.53x (2.12 s to 2.07 s), NeMo 3.57x to 3.42x (14.70 s to 14.13 s, peak 256 MB both). What is left
+on NeMo is the walk under the guard, most of it functions an earlier script already walked, given
+values made from each script's own expressions (docs/spawn-guard.md says why no summary yet).
 
 The third fresh corpus (issue 29's recall and precision; read-only snapshots fetched 2026-12-04,
 HEAD commits): snap-stanford/ogb 61e9784ca7, benedekrozemberczki/pytorch_geometric_temporal

@@ -102,11 +102,11 @@ class CallWalker(BodyRunner):
     def expr_Call(self, node: ast.Call, frame: Frame) -> Value:
         func = self.eval(node.func, frame)
         positional, keywords, open_ = self.call_args(node, frame)
-        for _ in range(4):  # `partial(partial(DataLoader, ds), num_workers=2)`
-            if not isinstance(func, Partial):
-                break
+        depth = 0
+        while type(func) is Partial and depth < 4:  # `partial(partial(DataLoader, ds), num_workers=2)`
             positional, keywords = [*func.positional, *positional], {**func.keywords, **keywords}
             open_, func = open_ or func.open, func.func
+            depth += 1
         if isinstance(func, QualName):
             if func.missing is not None and not frame.guarded:
                 self.passed_to_unreadable(func, node, frame, positional, keywords)

@@ -140,6 +140,15 @@ class ExpressionWalker(StatementWalker):
         kind = type(owner)
         if kind is Unknown or kind is Bound:  # the commonest owners, which none of the cases below take
             return Bound(owner, attr)
+        if isinstance(owner, Instance):  # `self.encoder` in a method: the next commonest (no type below is one)
+            if attr in owner.attrs:
+                return owner.attrs[attr]
+            found = owner.cls.lookup(attr)
+            if isinstance(found, Function):
+                return Bound(owner, attr, found)
+            if found is not None:
+                return found
+            return Bound(owner, attr)
         if isinstance(owner, QualName):
             return QualName(f"{owner.name}.{attr}", owner.missing)
         if isinstance(owner, Module):
@@ -150,15 +159,6 @@ class ExpressionWalker(StatementWalker):
                 flag, default = owner.parser.options[attr]
                 return Option(flag, default)
             return Unknown(f"args.{attr}")
-        if isinstance(owner, Instance):
-            if attr in owner.attrs:
-                return owner.attrs[attr]
-            found = owner.cls.lookup(attr)
-            if isinstance(found, Function):
-                return Bound(owner, attr, found)
-            if found is not None:
-                return found
-            return Bound(owner, attr)
         if isinstance(owner, ClassInfo):
             found = owner.lookup(attr)
             if found is not None:

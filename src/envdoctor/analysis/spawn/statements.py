@@ -161,7 +161,7 @@ class StatementWalker(Walker):
             # workers then die at import, so what follows is still reported.
             return False
         constant = self.static_truth(stmt.test, frame)
-        if constant is None:
+        if constant is None and not _reference(stmt.test):
             self.eval(stmt.test, frame)
         if constant is True:
             return self.exec_block(stmt.body, frame)
@@ -183,7 +183,11 @@ class StatementWalker(Walker):
         Only the names the branches can bind are saved and merged, so an `if`
         in a module with thousands of names costs what its own body costs.
         """
-        names = set().union(*(bound_names(body, frame.module.lines) for body in branches))
+        lines = frame.module.lines
+        names = set().union(*(bound_names(body, lines) for body in branches))
+        if not names:  # `if x: logging.info(...)`: nothing to save or merge
+            ended = [self.exec_block(body, frame) for body in branches]
+            return all(ended)
         scope = frame.scope
         missing: Value = Value()  # a marker: the name was not bound
         before = {name: scope.get(name, missing) for name in names}
@@ -373,3 +377,11 @@ def local_in(frame: Frame) -> str:
         return ""
     owner = function.owner
     return f"{owner.node.name}.{function.name}" if owner is not None else function.name
+
+
+def _reference(node: ast.expr) -> bool:
+    """A name or a chain of attributes of one (`if self.training:`): static_truth has evaluated it
+    already, and evaluating it again reads the same values and changes nothing."""
+    while isinstance(node, ast.Attribute):
+        node = node.value
+    return isinstance(node, ast.Name)

@@ -12,6 +12,14 @@ _NOT_PYTHON_BREAKS = re.compile("[\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029]")
 _PYTHON_BREAK = re.compile(r"\r\n|\r|\n")
 
 
+def _odd_breaks(text: str) -> bool:
+    """Whether `text` holds a character in _NOT_PYTHON_BREAKS: in ASCII text (most source) five
+    substring tests, about ten times faster than the pattern's search."""
+    if text.isascii():
+        return "\x0c" in text or "\x0b" in text or "\x1c" in text or "\x1d" in text or "\x1e" in text
+    return _NOT_PYTHON_BREAKS.search(text) is not None
+
+
 def source_lines(text: str) -> list[str]:
     """The lines of Python source as the parser numbers them: broken at \\n, \\r\\n and \\r only.
 
@@ -19,7 +27,7 @@ def source_lines(text: str) -> list[str]:
     code), \\x1c-\\x1e, \\x85 and \\u2028: every line after one would be quoted
     and re-read one line off (a fix that moves the wrong statement).
     """
-    if _NOT_PYTHON_BREAKS.search(text) is None:
+    if not _odd_breaks(text):
         return text.splitlines()
     lines = _PYTHON_BREAK.split(text)
     if lines and lines[-1] == "":
@@ -159,37 +167,44 @@ def guard_polarity(test: ast.expr) -> bool | None:
 
     `if __name__ == "__main__" and x:` still guards its body; `or` does not.
     """
-    if isinstance(test, ast.BoolOp) and isinstance(test.op, ast.And):
-        if any(guard_polarity(v) is True for v in test.values):
+    # Asked of every `if` test and comparison the walk meets: the node types are final (the parser
+    # makes no subclasses), and a comparison that names no `__name__` is none, so most are answered
+    # by a type test and an attribute read.
+    if isinstance(test, ast.BoolOp):
+        if isinstance(test.op, ast.And) and any(guard_polarity(v) is True for v in test.values):
             return True
         return None
     if not isinstance(test, ast.Compare) or len(test.ops) != 1:
         return None
     left, op, right = test.left, test.ops[0], test.comparators[0]
-
-    def is_name(n: ast.expr) -> bool:
-        return isinstance(n, ast.Name) and n.id == "__name__"
-
-    def is_main(n: ast.expr) -> bool:
-        if isinstance(n, ast.Constant):
-            return n.value == "__main__"
-        if isinstance(n, (ast.Tuple, ast.List, ast.Set)):
-            # `__name__ in ("__main__", "__mp_main__")` is true in spawned workers too
-            # (they import the script as __mp_main__): that is no guard.
-            names = {e.value for e in n.elts if isinstance(e, ast.Constant)}
-            return "__main__" in names and "__mp_main__" not in names
-        return False
-
+    left_name, right_name = _is_dunder_name(left), _is_dunder_name(right)
+    if not (left_name or right_name):
+        return None
     if isinstance(op, (ast.In, ast.NotIn)):
-        if is_name(left) and is_main(right):
+        if left_name and _is_main(right):
             return isinstance(op, ast.In)
         return None
-    if (is_name(left) and is_main(right)) or (is_main(left) and is_name(right)):
+    if (left_name and _is_main(right)) or (_is_main(left) and right_name):
         if isinstance(op, (ast.Eq, ast.Is)):
             return True
         if isinstance(op, (ast.NotEq, ast.IsNot)):
             return False
     return None
+
+
+def _is_dunder_name(node: ast.expr) -> bool:
+    return isinstance(node, ast.Name) and node.id == "__name__"
+
+
+def _is_main(node: ast.expr) -> bool:
+    if isinstance(node, ast.Constant):
+        return node.value == "__main__"
+    if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+        # `__name__ in ("__main__", "__mp_main__")` is true in spawned workers too
+        # (they import the script as __mp_main__): that is no guard.
+        names = {e.value for e in node.elts if isinstance(e, ast.Constant)}
+        return "__main__" in names and "__mp_main__" not in names
+    return False
 
 
 def matches_only_main(pattern: ast.pattern) -> bool:

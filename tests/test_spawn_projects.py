@@ -429,3 +429,26 @@ def test_a_script_imported_by_the_next_is_parsed_once_and_every_script_gets_the_
     assert shared.parsed[os.path.realpath(scripts[0])][1] is kept  # the script's own tree, not a second parse
     net = next(node for node in kept.body if getattr(node, "name", "") == "Net")
     assert not shared.unstripped and net.body[0].body == []  # Net.__init__: stripped once train.py's walk ended
+
+
+def test_a_call_skipped_through_a_replayed_import_still_sees_what_its_callees_start(tmp_path):
+    """A module imported by an earlier script is replayed, not walked again, for the next: the functions its
+    import defined must be known again, or the check that lets a library call with plain arguments be skipped
+    (nothing it reaches by name starts workers or CUDA) cannot follow `g()` into `helper()`. The second
+    script's facts were then those of a script checked after the first, not its own (1 CUDA initialisation
+    alone, 0 after a.py)."""
+    from envdoctor.analysis.spawn.project import SharedModules
+    from envdoctor.facts.scripts import analyse_script
+
+    (tmp_path / "m.py").write_text("import torch\n\ndef helper():\n    torch.cuda.init()\n\ndef g():\n    helper()\n",
+                                   encoding="utf-8")
+    for name in ("a.py", "b.py"):
+        (tmp_path / name).write_text("import m\n\nif __name__ == '__main__':\n    m.g()\n", encoding="utf-8")
+    alone = analyse_script(str(tmp_path / "b.py"), shared=SharedModules())
+    shared = SharedModules()
+    first = analyse_script(str(tmp_path / "a.py"), shared=shared)
+    second = analyse_script(str(tmp_path / "b.py"), shared=shared)
+    assert [c["line"] for c in alone["cuda_inits"]] == [4]
+    assert [c["line"] for c in first["cuda_inits"]] == [c["line"] for c in second["cuda_inits"]] == [4]
+    assert {k: v for k, v in second.items() if k not in ("calls_followed", "path")} == \
+        {k: v for k, v in alone.items() if k not in ("calls_followed", "path")}

@@ -71,6 +71,7 @@ class ScriptAnalysis(CallWalker):
             self.imports.pop()
             module.import_writes = record.writes
             module.import_changes = [(container, container.state()) for container in record.changes]
+            module.import_defs = record.defs
             module.state = "done"
         if module.tree is not None:
             # Its function bodies are read again from its lines when a function is called: stripped
@@ -83,13 +84,17 @@ class ScriptAnalysis(CallWalker):
     def replay(self, module: Module, stmt: ast.stmt, frame: Frame) -> None:
         """What importing `module` started when an earlier script imported it, now reached from here, and
         what it wrote into other shared modules (`settings.use(2)` setting a `global`,
-        `settings.KW.update(num_workers=2)`), written again."""
+        `settings.KW.update(num_workers=2)`), written again; and the functions it defined, known again
+        (what a skipped call is checked through: without them a script's facts depended on which scripts
+        were checked before it)."""
         self.replay_events(module.import_events or [], [*frame.via, self.step(f"import {module.name}", stmt, frame)],
                            frame.guarded)
         for owner, name, value in module.import_writes:
             self.write_name(owner, name, value)
         for container, state in module.import_changes:
             self.to_change(container).set_state(state)
+        for name, node, lines in module.import_defs:
+            self.defs.setdefault(name, []).append((node, lines))
         if module.import_writes or module.import_changes:
             self.state_version += 1  # what a function sees may have changed: forget its memo
 

@@ -70,6 +70,8 @@ class StatementWalker(Walker):
         frame.scope[stmt.name] = Function(stmt, self.eval_defaults(stmt.args, frame), owner=frame.self_class,
                                           closure=frame.closure(), module=frame.module, local_in=local_in(frame))
         self.defs.setdefault(stmt.name, []).append((stmt, frame.module.lines))
+        for record in self.imports:
+            record.defs.append((stmt.name, stmt, frame.module.lines))
 
     stmt_AsyncFunctionDef = stmt_FunctionDef
 

@@ -148,6 +148,8 @@ class Module(Value):
     import_writes: list[tuple[Module | Instance | ClassInfo, str, Value]] = field(default_factory=list)
     #: The dicts and lists of other shared modules its import changed, each as the import left it.
     import_changes: list[tuple[Mapping_ | Seq, Any]] = field(default_factory=list)
+    #: The functions its import defined, by name, with the lines they are read from (ImportRecord.defs).
+    import_defs: list[tuple[str, ast.AST, list[str]]] = field(default_factory=list)
 
     def text(self) -> str:
         return self.name

@@ -92,6 +92,9 @@ class ImportRecord:
 
     writes: list[tuple[Module | Instance | ClassInfo, str, Value]] = field(default_factory=list)
     changes: dict[Mapping_ | Seq, None] = field(default_factory=dict)
+    #: The functions its import defined (name, node, the module's lines): a later script that replays the
+    #: import knows them too, or `relevant` could not follow a call into them (see Walker.defs).
+    defs: list[tuple[str, ast.AST, list[str]]] = field(default_factory=list)
 
 
 class Walker:

@@ -111,3 +111,14 @@ def test_a_directory_expands_to_scripts_without_a_suffix_that_start_with_a_pytho
     for path in SHEBANG_SCRIPTS:
         got = sorted((f.rule, f.location.line) for f in report.findings if Path(f.location.path) == path)
         assert got == sorted((r, ln) for r, ln, _ in expected(path)), path.name
+
+
+def test_a_start_behind_an_option_off_by_default_says_it_needs_the_option():
+    """`if args.test_only:` (store_true): the loop in it is a finding, worded "dies here with --test-only" and
+    with the option in its evidence; the training loop after it is the one a plain run dies at."""
+    found = sorted(check_scripts(FIXTURE_DIR / "option_branch.py", select=("SPW001",)).by_rule("SPW001"),
+                   key=lambda f: f.location.line)
+    assert [(f.location.line, f.evidence.get("needs")) for f in found] == [(17, "--test-only"), (22, None)]
+    assert found[0].message.endswith("with --test-only."), found[0].message
+    assert "with --" not in found[1].message
+    assert "lines 17, 22" in found[0].fix

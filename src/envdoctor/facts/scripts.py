@@ -89,6 +89,9 @@ class WorkerStart(_EventBase, total=False):
     num_workers_source: str
     #: The option setting that makes the workers start (`--workers > 0`) when its default is 0.
     only_with: str | None
+    #: The options a branch around the start needs, each off by default (`if args.test_only:`):
+    #: the start is real, but the script as run without them does not reach it.
+    needs: str
     #: The training loop that iterates the loader (`Lightning Trainer`), for a trainer's run method.
     trainer: str
     #: The launcher that forces fork on the code it runs (accelerate's notebook_launcher).

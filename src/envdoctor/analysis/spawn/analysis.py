@@ -59,7 +59,7 @@ class ScriptAnalysis(CallWalker):
         if module.state != "new" or self.out_of_time():
             return module
         module.state = "running"  # partially initialised while its body runs, as in Python
-        inner = Frame(scope=module.scope, guarded=frame.guarded, module=module,
+        inner = Frame(scope=module.scope, guarded=frame.guarded, module=module, needs=frame.needs,
                       via=frame.via + (self.step(f"import {dotted}", stmt, frame),))
         first = len(self.events)
         record = ImportRecord()
@@ -78,7 +78,9 @@ class ScriptAnalysis(CallWalker):
             # once this script's walk is over, or now when many modules' are whole (strip_later).
             self.project.shared.strip_later(module)
         cut = len(inner.via)
-        module.import_events = [{**event, "via": event["via"][cut:]} for event in self.events[first:]]
+        # Relative to the import, as the chains are: what the importing branch needed is the importer's.
+        module.import_events = [{**{k: v for k, v in event.items() if k != "needs" or v != frame.needs},
+                                 "via": event["via"][cut:]} for event in self.events[first:]]
         return module
 
     def replay(self, module: Module, stmt: ast.stmt, frame: Frame) -> None:
@@ -88,7 +90,7 @@ class ScriptAnalysis(CallWalker):
         (what a skipped call is checked through: without them a script's facts depended on which scripts
         were checked before it)."""
         self.replay_events(module.import_events or [], [*frame.via, self.step(f"import {module.name}", stmt, frame)],
-                           frame.guarded)
+                           frame.guarded, frame.needs)
         for owner, name, value in module.import_writes:
             self.write_name(owner, name, value)
         for container, state in module.import_changes:

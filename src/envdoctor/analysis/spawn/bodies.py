@@ -99,7 +99,7 @@ class BodyRunner(StartTracker):
             # find the same starts. They are recorded again only when reached from another module-level
             # statement (`run()` twice is two statements to move under the guard).
             result, recorded = memo
-            self.replay_events(recorded, (*frame.via, call_site), frame.guarded)
+            self.replay_events(recorded, (*frame.via, call_site), frame.guarded, frame.needs)
             return result
         self.calls_followed += 1
         # The chain shows how module level reached this code; its head is the
@@ -107,7 +107,7 @@ class BodyRunner(StartTracker):
         via = frame.via + (call_site,)
         inner = Frame(scope=scope, guarded=frame.guarded, module=func.module or frame.module, via=via,
                       function=func, self_class=func.owner, self_value=self_value, enclosing=func.closure,
-                      forced_method=frame.forced_method, forced_by=frame.forced_by,
+                      forced_method=frame.forced_method, forced_by=frame.forced_by, needs=frame.needs,
                       private=private_body(node, func.module.lines if func.module is not None else []))
         first = len(self.events)
         self.stack.append(node)
@@ -180,7 +180,7 @@ class BodyRunner(StartTracker):
 
     def memo_key(self, func: Function, scope: dict[str, Value], frame: Frame) -> tuple[Any, ...] | None:
         """A key for calls whose walk would repeat an earlier one, or None when it might not."""
-        parts: list[Any] = [func.node, frame.guarded, self.state_version]
+        parts: list[Any] = [func.node, frame.guarded, frame.needs, self.state_version]
         for value in scope.values():
             if isinstance(value, Const):
                 # Numbers and short strings may decide num_workers, a start method or a

@@ -228,7 +228,8 @@ class ExpressionWalker(StatementWalker):
                       frame: Frame) -> Value:
         inner = Frame(scope=dict(frame.scope), guarded=frame.guarded, module=frame.module, via=frame.via,
                       function=frame.function, declared_global=frame.declared_global,
-                      self_class=frame.self_class, enclosing=frame.enclosing, loop_depth=frame.loop_depth + 1)
+                      self_class=frame.self_class, enclosing=frame.enclosing, loop_depth=frame.loop_depth + 1,
+                      needs=frame.needs)
         for i, generator in enumerate(node.generators):
             # The first iterable is evaluated (and iter() called on it) right away,
             # even for a generator expression.

@@ -14,6 +14,7 @@ from envdoctor.analysis.spawn.values import (
     Const,
     Function,
     GuardFlag,
+    Option,
     QualName,
     Seq,
     Unknown,
@@ -22,7 +23,7 @@ from envdoctor.analysis.spawn.values import (
     join,
     unparse,
 )
-from envdoctor.analysis.spawn.walker import Frame, Walker
+from envdoctor.analysis.spawn.walker import Frame, Walker, needed_together
 
 
 class StatementWalker(Walker):
@@ -95,7 +96,7 @@ class StatementWalker(Walker):
         # A class body runs at definition time, in a namespace of its own.
         body_frame = Frame(scope=info.namespace, guarded=frame.guarded, module=frame.module, via=frame.via,
                            function=frame.function, self_class=info, class_body=True,
-                           enclosing=frame.closure())
+                           enclosing=frame.closure(), needs=frame.needs)
         self.exec_block(stmt.body, body_frame)
         frame.scope[stmt.name] = info
 
@@ -169,7 +170,21 @@ class StatementWalker(Walker):
             return self.exec_block(stmt.body, frame)
         if constant is False:
             return self.exec_block(stmt.orelse, frame)
-        return self.exec_branches([stmt.body, stmt.orelse], frame)
+        return self.exec_branches([stmt.body, stmt.orelse], frame, self.option_branches(stmt.test, frame))
+
+    def option_branches(self, test: ast.expr, frame: Frame) -> tuple[str | None, str | None] | None:
+        """`if args.test_only:` on an option that is off unless given (its default false, none given): the
+        option the body needs, and for `if not args.test_only:` the one the else needs. None otherwise,
+        and under the guard, where a start is no finding whatever the branch."""
+        negated = isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not)
+        operand = test.operand if isinstance(test, ast.UnaryOp) and negated else test
+        if frame.guarded or not _reference(operand):
+            return None
+        value = self.eval(operand, frame)
+        if not (isinstance(value, Option) and value.flag.startswith("-") and isinstance(value.default, Const)
+                and not value.default.value):
+            return None
+        return (None, value.flag) if negated else (value.flag, None)
 
     def exec_guarded(self, body: list[ast.stmt], frame: Frame) -> None:
         saved = frame.guarded
@@ -179,29 +194,32 @@ class StatementWalker(Walker):
         finally:
             frame.guarded = saved
 
-    def exec_branches(self, branches: list[list[ast.stmt]], frame: Frame) -> bool:
+    def exec_branches(self, branches: list[list[ast.stmt]], frame: Frame,
+                      needs: tuple[str | None, ...] | None = None) -> bool:
         """Run alternative branches from the same start and merge what they bound.
 
         Only the names the branches can bind are saved and merged, so an `if`
         in a module with thousands of names costs what its own body costs.
+        `needs`, one per branch: the option a branch runs only with (see option_branches).
         """
+        wants = needs or (None,) * len(branches)
         lines = frame.module.lines
         names = set().union(*(bound_names(body, lines) for body in branches))
         if not names:  # `if x: logging.info(...)`: nothing to save or merge
-            ended = [self.exec_block(body, frame) for body in branches]
+            ended = [self.exec_branch(body, frame, want) for body, want in zip(branches, wants)]
             return all(ended)
         scope = frame.scope
         missing: Value = Value()  # a marker: the name was not bound
         before = {name: scope.get(name, missing) for name in names}
         results = []
         ended = []
-        for body in branches:
+        for body, want in zip(branches, wants):
             for name, value in before.items():
                 if value is missing:
                     scope.pop(name, None)
                 else:
                     scope[name] = value
-            ended.append(self.exec_block(body, frame))
+            ended.append(self.exec_branch(body, frame, want))
             results.append({name: scope.get(name, missing) for name in names})
         if all(ended):
             return True
@@ -217,6 +235,17 @@ class StatementWalker(Walker):
                 merged = join(merged, value)
             scope[name] = merged
         return False
+
+    def exec_branch(self, body: list[ast.stmt], frame: Frame, need: str | None) -> bool:
+        """One branch, run only with option `need` when one is given (Frame.needs, for the starts in it)."""
+        if need is None:
+            return self.exec_block(body, frame)
+        outer = frame.needs
+        frame.needs = needed_together(outer, need) if outer else need
+        try:
+            return self.exec_block(body, frame)
+        finally:
+            frame.needs = outer
 
     def static_truth(self, test: ast.expr, frame: Frame) -> bool | None:
         """True/False for tests known before running (`if TYPE_CHECKING`, `if False`)."""

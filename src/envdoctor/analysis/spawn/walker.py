@@ -66,6 +66,9 @@ class Frame:
     #: A function's own scope that nothing else can read: its body defines no function, lambda or class
     #: (see BodyRunner.private_body), so no closure ever captures it.
     private: bool = False
+    #: The command-line options a branch around this code needs, off by default (`if args.test_only:`:
+    #: "--test-only"): a start here happens only with them (see StatementWalker.option_branches).
+    needs: str | None = None
 
     def closure(self) -> list[dict[str, Value]]:
         """The scopes a function defined here can see (not the module's, not a class body's)."""
@@ -95,6 +98,11 @@ class ImportRecord:
     #: The functions its import defined (name, node, the module's lines): a later script that replays the
     #: import knows them too, or `relevant` could not follow a call into them (see Walker.defs).
     defs: list[tuple[str, ast.AST, list[str]]] = field(default_factory=list)
+
+
+def needed_together(outer: str, inner: str | None) -> str:
+    """The options two nested branches need together."""
+    return outer if not inner or inner == outer else f"{outer} and {inner}"
 
 
 class Walker:
@@ -185,9 +193,12 @@ class Walker:
             "via": [{"function": s.call, "path": s.path, "line": s.line, "code": s.code} for s in frame.via],
         }
         event.update(extra)
+        if frame.needs:
+            event["needs"] = frame.needs
         self.events.append(event)
 
-    def replay_events(self, events: Iterable[dict[str, Any]], steps: Sequence[Step], guarded: bool) -> None:
+    def replay_events(self, events: Iterable[dict[str, Any]], steps: Sequence[Step], guarded: bool,
+                      needs: str | None = None) -> None:
         """Starts an earlier walk recorded (each `via` cut where that walk began), now reached through `steps`:
         one finding per start site, so each module-level statement that reaches them is named."""
         prefix = [{"function": s.call, "path": s.path, "line": s.line, "code": s.code} for s in steps]
@@ -198,9 +209,12 @@ class Walker:
                 continue
             self._seen.add(key)
             self.seq += 1
-            self.events.append({**event, "guarded": guarded, "seq": self.seq, "via": [*prefix, *event["via"]],
-                                "entry": {"path": head["path"], "line": head["line"], "code": head["code"],
-                                          "call": head["function"]}})
+            replayed = {**event, "guarded": guarded, "seq": self.seq, "via": [*prefix, *event["via"]],
+                        "entry": {"path": head["path"], "line": head["line"], "code": head["code"],
+                                  "call": head["function"]}}
+            if needs:
+                replayed["needs"] = needed_together(needs, event.get("needs"))
+            self.events.append(replayed)
 
     def write_name(self, owner: Module | Instance | ClassInfo, name: str, value: Value) -> None:
         """`owner.name = value`, by code other than its module's own top level (`settings.X = 4`, a

@@ -227,8 +227,25 @@ def _script_fix(script: ScriptFile, starts: list[WorkerStart]) -> str:
             f"so the workers, which re-import {script['path']}, run none of them.")
 
 
-# complexity: 27 — the message is worded from the worker count's source and the start method (Windows, spawn or
-#   forkserver, unknown, forced fork, default fork); the branches are the wording's.
+def _where_it_dies(method: str | None, method_source: str, default_reason: str, forced_fork: bool,
+                   on_windows: bool, when: str) -> str:
+    """The message's last clause: where and with what the run dies, from the start method on this target."""
+    with_it = f" with {when}" if when else ""
+    if on_windows and method not in ("spawn", "forkserver"):
+        return ("this machine runs Windows, where spawn is the only start method whatever the script or "
+                "--platform asks for, so the run dies here" + with_it)
+    if method in ("spawn", "forkserver"):
+        source_text = default_reason if method_source == "the default" else method_source
+        return f"this target uses {method} ({source_text}), so the run dies here" + with_it
+    if method is None:
+        return f"the start method on this target could not be worked out ({default_reason})"
+    if forced_fork:
+        return "it works only because the script forces fork, which Windows lacks and which macOS considers unsafe"
+    return f"it runs on this target only because fork is the default here; it dies on {SPAWN_PLACES}" + with_it
+
+
+# complexity: 22 — the message is worded from the worker count's source, the options a branch needs and the start
+#   method (its last clause: _where_it_dies); the branches are the wording's.
 def _missing_guard_hit(script: ScriptFile, start: WorkerStart, default: str | None, default_reason: str,
                        on_windows: bool = False) -> Hit:
     method, method_source = effective_method(start, script, default)
@@ -236,6 +253,9 @@ def _missing_guard_hit(script: ScriptFile, start: WorkerStart, default: str | No
     workers = start.get("num_workers")
     loaderish = start["kind"] in ("dataloader", "loader-passed")
     only_with = start.get("only_with")
+    # A branch on an option that is off unless given: the start is real, but reached only with it.
+    needs = start.get("needs")
+    when = " and ".join(c for c in (only_with, needs) if c)
     if workers is not None:
         workers_text = f"num_workers={workers}" + (
             "" if start.get("num_workers_source") in (None, "literal") or "default" not in str(
@@ -248,21 +268,7 @@ def _missing_guard_hit(script: ScriptFile, start: WorkerStart, default: str | No
     what = f"{start.get('starts')} ({workers_text})" if loaderish else str(start.get("starts"))
     via = _via_text(start, script["path"])
     followed = path_followed(start)
-    if on_windows and method not in ("spawn", "forkserver"):
-        here = ("this machine runs Windows, where spawn is the only start method whatever the script or "
-                "--platform asks for, so the run dies here")
-    elif method in ("spawn", "forkserver"):
-        source_text = default_reason if method_source == "the default" else method_source
-        here = (f"this target uses {method} ({source_text}), so the run dies here"
-                + (f" with {only_with}" if only_with else ""))
-    elif method is None:
-        here = f"the start method on this target could not be worked out ({default_reason})"
-    elif forced_fork:
-        here = ("it works only because the script forces fork, which Windows lacks and which "
-                "macOS considers unsafe")
-    else:
-        here = (f"it runs on this target only because fork is the default here; it dies on {SPAWN_PLACES}"
-                + (f" with {only_with}" if only_with else ""))
+    here = _where_it_dies(method, method_source, default_reason, forced_fork, on_windows, when)
     where = f"{start['path']}:{start['line']}"
     if start["kind"] == "loader-passed":
         message = (f"{where}: at import time, outside `if __name__ == \"__main__\":`, the script {what}. "
@@ -288,6 +294,8 @@ def _missing_guard_hit(script: ScriptFile, start: WorkerStart, default: str | No
         "start_method": method,
         "start_method_source": method_source if method_source != "the default" else default_reason,
     }
+    if needs:
+        evidence["needs"] = needs
     if loaderish:
         evidence.update(num_workers=workers, num_workers_source=start.get("num_workers_source"))
         if only_with:

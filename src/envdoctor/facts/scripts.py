@@ -171,7 +171,7 @@ _PYTHON_SHEBANG = re.compile(rb"#![^\n]*(?:\b(?:python|pypy)[0-9.]*\b|\buv\b[^\n
 def _shebang_script(path: str) -> bool:
     """A regular file whose first line is a Python shebang (`train` run as `./train`); never blocks on a FIFO."""
     try:
-        return bool(_PYTHON_SHEBANG.match(read_head(path, limit=512, head=True)))
+        return is_python_source(path, read_head(path, limit=512, head=True))
     except OSError:
         return False
 

@@ -241,7 +241,7 @@ class StatementWalker(Walker):
         if need is None:
             return self.exec_block(body, frame)
         outer = frame.needs
-        frame.needs = needed_together(outer, need) if outer else need
+        frame.needs = needed_together(outer, need)
         try:
             return self.exec_block(body, frame)
         finally:

@@ -100,9 +100,11 @@ class ImportRecord:
     defs: list[tuple[str, ast.AST, list[str]]] = field(default_factory=list)
 
 
-def needed_together(outer: str, inner: str | None) -> str:
-    """The options two nested branches need together."""
-    return outer if not inner or inner == outer else f"{outer} and {inner}"
+def needed_together(outer: str | None, inner: str | None) -> str | None:
+    """The options two nested branches need together (None: neither needs one)."""
+    if not outer or not inner or inner == outer:
+        return outer or inner
+    return f"{outer} and {inner}"
 
 
 class Walker:

@@ -142,3 +142,33 @@ def test_json_keeps_every_string_exact_but_writes_no_control_or_bidi_character_r
     back = json.loads(text)
     assert back["host"]["hostname"] == HOSTILE["rich-close"] and back["target"]["python"] == HOSTILE["bidi-isolate"]
     assert {f["evidence"]["package"] for f in back["findings"]} == set(HOSTILE.values())
+
+
+def test_a_long_array_is_one_compact_element_a_line_and_reads_back_the_same():
+    from envdoctor.report.json import LONG_ARRAY, dumps
+
+    rows = [{"rule": "PKG003", "evidence": {"package": f"p{i}", "hostile": HOSTILE["osc-title"]}, "n": [i, None]}
+            for i in range(LONG_ARRAY + 1)]
+    # A string spelled like the placeholder (without its per-render nonce) stays the string it is.
+    data = {"facts": {"deep": {"rows": rows, "short": list(range(3))}}, "findings": rows[:5],
+            "spoof": "\0envdoctor-rows-0000000000000000-0\0", "other": [{"x": i} for i in range(LONG_ARRAY + 2)]}
+    text = dumps(data)
+    assert json.loads(text) == data
+    lines = text.splitlines()
+    first = lines.index('      "rows": [') + 1
+    assert lines[first] == "        " + json.dumps(rows[0], ensure_ascii=False) + ","
+    assert lines[first + LONG_ARRAY] == "        " + json.dumps(rows[-1], ensure_ascii=False)
+    assert lines[first + LONG_ARRAY + 1] == "      ],"
+    assert '    "x": 0' not in text and '    {"x": 0},' in text  # the second long array too
+    assert text.count("\n") < 3 * LONG_ARRAY  # short arrays are indented as before: a few lines each
+    # At the limit an array is still indented element by element, exactly as json.dumps(indent=2) writes it.
+    short = {"findings": rows[:LONG_ARRAY]}
+    assert dumps(short) == json.dumps(short, indent=2, ensure_ascii=False)
+
+
+def test_json_escapes_del_in_ascii_text_and_leaves_plain_ascii_alone():
+    from envdoctor.report.json import escape_surrogates
+
+    assert escape_surrogates('{"a": "x\x7fy"}') == '{"a": "x\\u007fy"}'
+    plain = '{"a": "only ascii"}'
+    assert escape_surrogates(plain) is plain

@@ -92,7 +92,7 @@ def decide(report: Report) -> Verdict:
 
 
 def _worst(findings: Iterable[Finding]) -> Level | None:
-    levels = {f.severity.value for f in findings}
+    levels = {f.severity._value_ for f in findings}  # `_value_`: see Severity.rank
     return next((level for level in _WORST_FIRST if level in levels), None)
 
 

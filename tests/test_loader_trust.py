@@ -10,7 +10,14 @@ from typing import Any
 import pytest
 
 from loaderfixtures.trust import EXPECTED
-from loadersupport import assert_nothing_left, dump, loader_report, shm_torch_segments, stage_bound
+from loadersupport import (
+    assert_nothing_left,
+    dump,
+    loader_report,
+    shm_torch_segments,
+    skip_if_the_budget_ran_out,
+    stage_bound,
+)
 from support import findings
 
 pytestmark = [pytest.mark.slow, pytest.mark.standalone]
@@ -93,6 +100,8 @@ def test_expected_class_and_rules(name: str) -> None:
     assert_nothing_left(report, before)
     assert wall < stage_bound(float(budget(name)))
     assert loader["failure"] is None, dump(report)
+    if expected_class is None:  # a data-check case: the checks it asserts ran, or the busy machine spent the budget
+        skip_if_the_budget_ran_out(loader, "repeated samples (DL007)", "cloned randomness (DL008)")
     fired = {f["rule"] for f in report["findings"]}
     assert fire <= fired, (name, fired, dump(report))
     assert not (quiet & fired), (name, fired, dump(report))

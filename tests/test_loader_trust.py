@@ -10,14 +10,7 @@ from typing import Any
 import pytest
 
 from loaderfixtures.trust import EXPECTED
-from loadersupport import (
-    assert_nothing_left,
-    dump,
-    loader_report,
-    shm_torch_segments,
-    skip_if_the_budget_ran_out,
-    stage_bound,
-)
+from loadersupport import assert_nothing_left, dump, loader_report, shm_torch_segments, skip_if_the_budget_ran_out, stage_bound
 from support import findings
 
 pytestmark = [pytest.mark.slow, pytest.mark.standalone]

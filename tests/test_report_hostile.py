@@ -172,3 +172,10 @@ def test_json_escapes_del_in_ascii_text_and_leaves_plain_ascii_alone():
     assert escape_surrogates('{"a": "x\x7fy"}') == '{"a": "x\\u007fy"}'
     plain = '{"a": "only ascii"}'
     assert escape_surrogates(plain) is plain
+
+
+@pytest.mark.parametrize("value", [[], {"a": 1}, 3, "bogus", None])
+def test_a_severity_that_is_not_one_is_a_value_error_whatever_its_type(value):
+    assert Severity.parse("WARNING") is Severity.WARNING and Severity.parse("error") is Severity.ERROR
+    with pytest.raises(ValueError, match="unknown severity"):
+        Severity.parse(value)

@@ -32,7 +32,7 @@ class Severity(str, enum.Enum):
     def parse(cls, value: str | Severity) -> Severity:
         if isinstance(value, Severity):
             return value
-        known = _BY_VALUE.get(value)
+        known = _BY_VALUE.get(value) if isinstance(value, str) else None
         if known is not None:
             return known
         try:

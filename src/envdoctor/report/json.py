@@ -46,9 +46,9 @@ def escape_surrogates(text: str) -> str:
     return _ESCAPED_IN_JSON.sub(lambda m: "\\u%04x" % ord(m.group()), text)
 
 
-#: An array longer than this is written one element per line, each element compact: the Python
-#: encoder that indents runs about ten times slower than the C one that does not, which for a
-#: million findings is most of the time `render` takes, and the file is a third smaller.
+#: An array longer than this is written one element per line, each element compact: json's encoder
+#: that indents is pure Python, about 3.5 times slower than its C one that does not (a million
+#: findings: 12 s against 3.4 s here), and the file is about a quarter smaller.
 LONG_ARRAY = 1_000
 
 

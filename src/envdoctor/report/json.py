@@ -55,8 +55,8 @@ LONG_ARRAY = 1_000
 class _Rows:
     """A long array, stood in for by a placeholder while the rest is indented."""
 
-    def __init__(self, items: list[object], depth: int) -> None:
-        self.items, self.depth = items, depth
+    def __init__(self, items: list[object], depth: int, number: int) -> None:
+        self.items, self.depth, self.number = items, depth, number
 
 
 def _mark_long_arrays(value: object, rows: list[_Rows], depth: int = 0) -> object:
@@ -66,7 +66,7 @@ def _mark_long_arrays(value: object, rows: list[_Rows], depth: int = 0) -> objec
         return {key: _mark_long_arrays(item, rows, depth + 1) for key, item in value.items()}
     if isinstance(value, (list, tuple)):
         if len(value) > LONG_ARRAY:
-            rows.append(_Rows(list(value), depth))
+            rows.append(_Rows(list(value), depth, len(rows)))
             return rows[-1]
         return [_mark_long_arrays(item, rows, depth + 1) for item in value]
     return value
@@ -93,15 +93,15 @@ def dumps(data: object) -> str:
 
     def default(value: object) -> object:
         if isinstance(value, _Rows):
-            return f"\0envdoctor-rows-{nonce}-{rows.index(value)}\0"
+            return f"\0envdoctor-rows-{nonce}-{value.number}\0"
         return _default(value)
 
     text = json.dumps(marked, indent=2, default=default, ensure_ascii=False)
     compact = _compact_encoder()
-    for number, long in enumerate(rows):
+    for long in rows:
         inner = "  " * (long.depth + 1)
         lines = ",\n".join(inner + compact(item) for item in long.items)
-        text = text.replace(json.dumps(f"\0envdoctor-rows-{nonce}-{number}\0"),
+        text = text.replace(json.dumps(f"\0envdoctor-rows-{nonce}-{long.number}\0"),
                             "[\n" + lines + "\n" + "  " * long.depth + "]", 1)
     return text
 

@@ -267,9 +267,9 @@ def to_sarif(report: Report, root: Path | None = None, against: str | None = Non
 def render(report: Report, against: str | None = None, scripts: Sequence[str] = (),
            root: Path | None = None) -> str:
     """The report as a SARIF 2.1.0 document (JSON text)."""
-    from envdoctor.report.json import escape_surrogates
+    from envdoctor.report.json import LONG_ARRAY, escape_surrogates
 
     log = to_sarif(report, root=root, against=against, scripts=scripts)
-    # Indented for a person to read; a large log is written compact (the C encoder, ten times faster).
-    indent = 2 if len(report.findings) <= 1000 else None
+    # Indented for a person to read; a large log is written compact (json's C encoder: see LONG_ARRAY).
+    indent = 2 if len(report.findings) <= LONG_ARRAY else None
     return escape_surrogates(json.dumps(log, indent=indent, default=str, ensure_ascii=False)) + "\n"

@@ -15,7 +15,9 @@ every *.py file of it checked at once (`gather_scripts`, which follows every
 script's imports of the project's own modules, each module parsed and walked
 once) against `ast.parse` on the same files, each side in a fresh interpreter
 of its own so that its peak memory (ru_maxrss) is its own: lines/second, peak
-MB and the ratio. `--whole` measures DIR itself as one tree.
+MB and the ratio. `--whole` measures DIR itself as one tree. `--tree DIR` measures a tree the same
+way, twice: every SPW rule (what a default check runs) and the pre-commit hook's selection (SPW001,
+SPW004: the code under a main guard that ends a script is not walked).
 
 The second corpus (issue 22; read-only snapshots fetched 2026-12-01, HEAD commits):
 Atcold/NYU-DLSP20 3049c832, HobbitLong/SupContrast 66a8fe53,
@@ -132,8 +134,10 @@ else:
     from envdoctor.config import Config
     from envdoctor.facts.scripts import gather_scripts
 
+    # "hook": only SPW001 and SPW004 selected, as the pre-commit hook runs it (the code under a main guard
+    # that ends a script is not walked); "envdoctor": every SPW rule, as a default check walks them.
     class Facts:
-        config = Config(scripts=tuple(files), no_loader=True)
+        config = Config(scripts=tuple(files), no_loader=True, select=("SPW001", "SPW004") if side == "hook" else ())
 
     section = gather_scripts(Facts())
     assert section is not None and len(section["files"]) == len(files)
@@ -170,13 +174,15 @@ def bench_tree(name: str, files: list[Path], repeat: int) -> None:
     lines = count_lines(files)
     parse = measure("ast.parse", files, repeat)
     analysis = measure("envdoctor", files, repeat)
+    hook = measure("hook", files, repeat)
     print(f"{name}: {len(files):,} Python files, {lines:,} lines, best of {repeat} by CPU time"
           + (f" (envdoctor from {SOURCE})" if SOURCE else ""))
-    for side, run in (("ast.parse", parse), ("envdoctor (SPW all)", analysis)):
+    for side, run in (("ast.parse", parse), ("envdoctor (SPW all)", analysis), ("hook (SPW001,SPW004)", hook)):
         print(f"  {side:20} CPU {run['cpu']:8.2f} s  {lines / run['cpu']:10,.0f} lines/CPU-s  "
               f"wall {run['seconds']:8.2f} s  peak {run['peak_mb']:6.0f} MB")
-    print(f"  ratio analysis / ast.parse: CPU {analysis['cpu'] / parse['cpu']:.2f}x, "
-          f"wall {analysis['seconds'] / parse['seconds']:.2f}x")
+    for side, run in (("SPW all", analysis), ("hook", hook)):
+        print(f"  ratio {side} / ast.parse: CPU {run['cpu'] / parse['cpu']:.2f}x, "
+              f"wall {run['seconds'] / parse['seconds']:.2f}x")
 
 
 def bench_corpus(corpus: Path, repeat: int, whole: bool) -> int:

@@ -122,3 +122,52 @@ def test_a_start_behind_an_option_off_by_default_says_it_needs_the_option():
     assert found[0].message.endswith("with --test-only."), found[0].message
     assert "with --" not in found[1].message
     assert "lines 17, 22" in found[0].fix
+
+
+def test_the_hooks_selection_skips_only_a_guard_that_ends_the_script_and_finds_the_same_starts():
+    """SPW001 and SPW004 read only what runs at import time, so a check of only them (the pre-commit hook)
+    does not walk the code under a main guard that ends a script; every fixture keeps the same import-time
+    starts, findings and fixes as the check that walks it (the whole SPW family, whose SPW002 reads it)."""
+    hook = check_scripts(FIXTURE_DIR)
+    whole = check_scripts(FIXTURE_DIR, select=("SPW",))
+
+    def import_time(report):
+        return {f["path"]: [{k: v for k, v in s.items() if k != "seq"} for s in f.get("worker_starts", [])
+                            if not s["guarded"]] for f in report.facts["scripts"]["files"]}
+
+    assert import_time(hook) == import_time(whole)
+    assert ([(f.location.path, f.location.line, f.message, f.fix) for f in hook.by_rule("SPW001")]
+            == [(f.location.path, f.location.line, f.message, f.fix) for f in whole.by_rule("SPW001")])
+    hook_files = {f["path"]: f for f in hook.facts["scripts"]["files"]}
+    skipped = {path: f["skipped_guard_lines"] for path, f in hook_files.items() if f.get("skipped_guard_lines")}
+    assert len(skipped) >= 5
+    for info in whole.facts["scripts"]["files"]:
+        assert "skipped_guard_lines" not in info
+        # What the whole walk found under a skipped guard, the hook's facts do not hold; the rest they do.
+        guarded = [{k: v for k, v in s.items() if k != "seq"} for s in info.get("worker_starts", []) if s["guarded"]]
+        kept = [{k: v for k, v in s.items() if k != "seq"}
+                for s in hook_files[info["path"]].get("worker_starts", []) if s["guarded"]]
+        assert all(s in guarded for s in kept), info["path"]
+        if info["path"] not in skipped:
+            assert len(kept) == len(guarded), info["path"]
+        elif guarded:
+            assert len(kept) < len(guarded), info["path"]
+    assert any(s["guarded"] for f in whole.facts["scripts"]["files"] if f["path"] in skipped
+               for s in f.get("worker_starts", []))
+    # A guard that code follows is walked: what it binds, that code reads (the loop dies in every worker).
+    after = str(FIXTURE_DIR / "loader_after_guard.py")
+    assert "skipped_guard_lines" not in hook_files[after]
+    assert [f.location.line for f in hook.by_rule("SPW001") if f.location.path == after] == [13]
+
+
+def test_which_selections_read_the_code_under_the_main_guard():
+    from envdoctor.catalog import load_catalog, reads_main_guard
+
+    assert [m.id for m in load_catalog().rules if m.scripts == "import-time"] == ["SPW001", "SPW004"]
+    assert not reads_main_guard(("SPW001,SPW004",))
+    assert not reads_main_guard(("missing-main-guard",))
+    assert not reads_main_guard(("SPW",), ignore=("SPW002", "SPW003", "SPW005"))
+    # Every rule, the family, one that reads the guarded starts (SYS007: cv2's threads times the workers),
+    # a rule that reads no script at all (not declared: walked), and a selection the catalog cannot resolve.
+    for select in ((), ("SPW",), ("SPW001", "SYS007"), ("SPW001", "PKG001"), ("NOPE001",)):
+        assert reads_main_guard(select), select

@@ -7,6 +7,10 @@ module holding the family's rule functions and lists its rules with their id,
 kebab-case name, default severity and four doc parts: what, why, example, fix.
 A family whose rules compare several machines says `scope = "fleet"`: its rules
 run in `compare` and `check --distributed` only, never in a single-machine check.
+A rule that reads only what the given scripts do when imported says
+`scripts = "import-time"` (SPW001, SPW004): a check whose every rule says so skips
+the walk of the code under each script's `if __name__ == "__main__":`, most of the
+walk's work on a framework's example scripts (`Catalog.reads_main_guard`).
 Lower-case TOML files beside them hold data the rules use (known conflicts,
 channel families, the CUDA driver table …).
 
@@ -66,6 +70,9 @@ class RuleMeta:
     origin: str = "envdoctor"
     #: "node" (one machine's facts) or "fleet" (several nodes' reports, see fleet_report).
     scope: str = "node"
+    #: What of the given scripts' code the rule reads: "whole" (the code under `if __name__ ==
+    #: "__main__":` too), or "import-time" (only what runs when a script is imported).
+    scripts: str = "whole"
 
     def docs(self) -> dict[str, str]:
         return {part: getattr(self, part) for part in DOC_PARTS}
@@ -136,6 +143,26 @@ class Catalog:
     def ids(self) -> list[str]:
         return [meta.id for meta in self.rules]
 
+    def select(self, select: Iterable[str] = (), ignore: Iterable[str] = ()) -> list[RuleMeta]:
+        """The rules `--select` and `--ignore` leave, in catalog order. Unknown ids or families are a ConfigError."""
+        from envdoctor.config import ConfigError
+
+        def expand(tokens: Iterable[str], flag: str) -> set[str]:
+            ids: set[str] = set()
+            for token in tokens:
+                for part in str(token).split(","):
+                    if not part.strip():
+                        continue
+                    matched = self.resolve(part)
+                    if not matched:
+                        raise ConfigError(f"{flag}: unknown rule {part.strip()!r} (see `envdoctor rules`)")
+                    ids.update(m.id for m in matched)
+            return ids
+
+        selected = expand(select, "--select")
+        ignored = expand(ignore, "--ignore")
+        return [m for m in self.rules if (not selected or m.id in selected) and m.id not in ignored]
+
     def resolve(self, token: str) -> list[RuleMeta]:
         """Rules matched by an id, a kebab-case name or a family prefix (`SYS`)."""
         wanted = token.strip()
@@ -175,6 +202,8 @@ def load_data(name: str) -> dict[str, Any]:
 
 
 SCOPES = ("node", "fleet")
+#: The values of a rule's `scripts` key (RuleMeta.scripts).
+SCRIPT_READS = ("whole", "import-time")
 
 
 def _check_meta(entry: Mapping[str, Any], family: str, origin: str, scope: str = "node") -> RuleMeta:
@@ -201,7 +230,11 @@ def _check_meta(entry: Mapping[str, Any], family: str, origin: str, scope: str =
         texts[part] = text.strip()
     if scope not in SCOPES:
         raise CatalogError(f"{origin}: scope must be one of {', '.join(SCOPES)}, not {scope!r}")
-    return RuleMeta(id=rule_id, name=name, severity=severity, family=family, origin=origin, scope=scope, **texts)
+    scripts = entry.get("scripts", "whole")
+    if scripts not in SCRIPT_READS:
+        raise CatalogError(f"{where}: scripts must be one of {', '.join(SCRIPT_READS)}, not {scripts!r}")
+    return RuleMeta(id=rule_id, name=name, severity=severity, family=family, origin=origin, scope=scope,
+                    scripts=scripts, **texts)
 
 
 def _has_placeholder(text: str) -> bool:
@@ -335,6 +368,22 @@ def _assemble(parts: Iterable[tuple[str, list[RuleMeta], FunctionSource]]) -> Ca
 
 
 @lru_cache(maxsize=2)
+def reads_main_guard(select: Iterable[str], ignore: Iterable[str] = ()) -> bool:
+    """Whether a check with this selection has a rule that reads what the code under a script's main guard
+    does: any rule but those whose catalog entry says `scripts = "import-time"` (the pre-commit hook's
+    SPW001 and SPW004), plugins' rules included. True for a selection the catalog cannot resolve (the
+    check itself reports it)."""
+    from envdoctor.config import ConfigError
+
+    if not tuple(select):
+        return True
+    try:
+        rules = load_catalog().select(select, ignore)
+    except (CatalogError, ConfigError):
+        return True
+    return not rules or any(rule.scripts != "import-time" for rule in rules)
+
+
 def load_catalog(plugins: bool = True) -> Catalog:
     """Load and check the shipped catalog (and, by default, plugin rules)."""
     parts = [_load_family(p) for p in _family_files(catalog_dir())]

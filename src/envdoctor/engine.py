@@ -20,23 +20,8 @@ from envdoctor.rules import Hit
 
 
 def select_rules(catalog: Catalog, select: Iterable[str] = (), ignore: Iterable[str] = ()) -> list[RuleMeta]:
-    """The rules to run, in catalog order. Unknown ids or families are a ConfigError."""
-
-    def expand(tokens: Iterable[str], flag: str) -> set[str]:
-        ids: set[str] = set()
-        for token in tokens:
-            for part in str(token).split(","):
-                if not part.strip():
-                    continue
-                matched = catalog.resolve(part)
-                if not matched:
-                    raise ConfigError(f"{flag}: unknown rule {part.strip()!r} (see `envdoctor rules`)")
-                ids.update(m.id for m in matched)
-        return ids
-
-    selected = expand(select, "--select")
-    ignored = expand(ignore, "--ignore")
-    return [m for m in catalog.rules if (not selected or m.id in selected) and m.id not in ignored]
+    """The rules to run, in catalog order. Unknown ids or families are a ConfigError (`Catalog.select`)."""
+    return catalog.select(select, ignore)
 
 
 def node_rules(metas: list[RuleMeta], select: Iterable[str] = ()) -> list[RuleMeta]:

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypedDict, cast
 
 from envdoctor.analysis.spawn.project import ModuleProblem, SharedModules
 from envdoctor.analysis.spawn.reading import SourceProblem, decode_source, read_bytes, read_source
+from envdoctor.catalog import reads_main_guard
 from envdoctor.facts.kernels import NotebookKernel, NotebookTarget, notebook_kernel, notebook_target
 from envdoctor.facts.opencv_use import ScriptOpenCV, TargetOpenCV, begin, finish, target_opencv
 from envdoctor.facts.readfile import read_bytes as read_head
@@ -132,6 +133,9 @@ class ScriptFile(_ScriptBase, total=False):
     lines: int
     cell: int
     guard_lines: list[int]
+    #: The main guards whose code was not walked: a check whose every rule reads only what runs at
+    #: import time (SPW001, SPW004: the pre-commit hook) skips a guard that ends the script.
+    skipped_guard_lines: list[int]
     worker_starts: list[WorkerStart]
     start_method_calls: list[StartMethodCall]
     cuda_inits: list[CudaInit]
@@ -230,8 +234,12 @@ def _parse(text: str, path: str, info: ScriptFile, shared: SharedModules | None 
     return None
 
 
-def analyse_script(path: str, project: bool = True, shared: SharedModules | None = None) -> ScriptFile:
-    """The facts for one script or notebook: its status and, when it parses, where it starts workers."""
+def analyse_script(path: str, project: bool = True, shared: SharedModules | None = None,
+                   main_guard: bool = True) -> ScriptFile:
+    """The facts for one script or notebook: its status and, when it parses, where it starts workers.
+
+    `main_guard` False: the code under a main guard that ends a script is not walked (see gather_scripts).
+    """
     from envdoctor.analysis.spawn import analyse_source
 
     if path.endswith(".ipynb"):
@@ -254,7 +262,8 @@ def analyse_script(path: str, project: bool = True, shared: SharedModules | None
     if tree is None:
         return info
     opencv = begin(tree, path, text)
-    info.update(cast(ScriptFile, analyse_source(tree, text, path=path, project=project, shared=shared)))
+    info.update(cast(ScriptFile, analyse_source(tree, text, path=path, project=project, shared=shared,
+                                                main_guard=main_guard)))
     if shared is not None:
         shared.keep_recent(path, text, tree, info["lines"])
     _add_opencv(info, finish(opencv, path, info.get("modules_followed", [])))
@@ -321,6 +330,9 @@ def gather_scripts(facts: FactsReader) -> ScriptsFacts | None:
     if not scripts:
         return None
     files: list[ScriptFile] = []
+    # The code under a script's closing `if __name__ == "__main__":` is most of the walk on a framework's
+    # examples, and starts nothing at import time: walked only when a rule of the check reads it.
+    main_guard = reads_main_guard(facts.config.select, facts.config.ignore)
     # A package several scripts import is read and walked once; the libraries the scripts use are read
     # from the target's own import path (never imported), for the DataLoader classes they define.
     shared = SharedModules(library_path=_target_path(facts))
@@ -331,7 +343,7 @@ def gather_scripts(facts: FactsReader) -> ScriptsFacts | None:
                 files.append({"path": path, "status": "unreadable", "error": "no such file or directory"})
                 continue
             try:
-                files.append(analyse_script(path, shared=shared))
+                files.append(analyse_script(path, shared=shared, main_guard=main_guard))
             except Exception as exc:  # one file must never blind the others: it becomes SPW004 for itself
                 files.append({"path": path, "status": "unparsable", "line": 1, "column": 1,
                               "error": f"envdoctor could not analyse it: {type(exc).__name__}: {exc}"})

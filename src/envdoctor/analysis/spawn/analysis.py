@@ -95,8 +95,8 @@ class ScriptAnalysis(CallWalker):
             self.write_name(owner, name, value)
         for container, state in module.import_changes:
             self.to_change(container).set_state(state)
-        for name, node, lines in module.import_defs:
-            self.defs.setdefault(name, []).append((node, lines))
+        if module.import_defs:
+            self.replayed_defs.append(module.import_defs)
         if module.import_writes or module.import_changes:
             self.state_version += 1  # what a function sees may have changed: forget its memo
 
@@ -166,10 +166,12 @@ class ScriptAnalysis(CallWalker):
 
 
 def analyse_source(tree: ast.Module, text: str, path: str = "<script>", project: bool = False,
-                   reruns: bool = True, shared: SharedModules | None = None) -> dict[str, Any]:
+                   reruns: bool = True, shared: SharedModules | None = None, main_guard: bool = True) -> dict[str, Any]:
     """Where this parsed script (and, with `project`, the project modules it imports) starts workers.
 
-    `reruns` is False for a notebook: spawn does not re-run it in the workers.
+    `reruns` is False for a notebook: spawn does not re-run it in the workers. `main_guard` False: the
+    code under a main guard that ends the script is not walked (`skipped_guard_lines`), for a check
+    whose rules read only what runs at import time.
     """
     found = None
     package = ""
@@ -179,6 +181,7 @@ def analyse_source(tree: ast.Module, text: str, path: str = "<script>", project:
         found = Project(roots, absolute=Path(path).is_absolute(), shared=shared)
     main = Module("__main__", path, source_lines(text), tree, package=package, is_main=True, reruns=reruns)
     analysis = ScriptAnalysis(main, found)
+    analysis.main_guard = main_guard
     try:
         analysis.run()
         return analysis.result()

@@ -156,6 +156,10 @@ class BodyRunner(StartTracker):
         cached = self._relevant.get(node)
         if cached is not None:
             return cached
+        for replayed in self.replayed_defs:
+            for name, other, other_lines in replayed:
+                self.defs.setdefault(name, []).append((other, other_lines))
+        self.replayed_defs.clear()
         seen = {node}
         todo = [(node, lines)]
         found = False
@@ -243,6 +247,7 @@ class BodyRunner(StartTracker):
         starts = [e for e in self.events if e["kind"] not in ("set-start-method", "cuda-init")]
         return {
             "guard_lines": self.guard_lines,
+            **({"skipped_guard_lines": self.skipped_guard_lines} if self.skipped_guard_lines else {}),
             "worker_starts": starts,
             "start_method_calls": [e for e in self.events if e["kind"] == "set-start-method"],
             "cuda_inits": [e for e in self.events if e["kind"] == "cuda-init"],

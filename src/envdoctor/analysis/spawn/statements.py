@@ -158,7 +158,10 @@ class StatementWalker(Walker):
                 return self.exec_block(other, frame)
             self.guard_lines.append(stmt.lineno)
             self.exec_block(other, frame)
-            self.exec_guarded(main_body, frame)
+            if self.main_guard or not self.ends_the_script(stmt, frame):
+                self.exec_guarded(main_body, frame)
+            else:
+                self.skipped_guard_lines.append(stmt.lineno)
             # What follows still runs in the main process and in every worker: even where
             # the workers' branch ends (`if __name__ != "__main__": sys.exit()`), the
             # workers then die at import, so what follows is still reported.
@@ -171,6 +174,20 @@ class StatementWalker(Walker):
         if constant is False:
             return self.exec_block(stmt.orelse, frame)
         return self.exec_branches([stmt.body, stmt.orelse], frame, self.option_branches(stmt.test, frame))
+
+    def ends_the_script(self, stmt: ast.If, frame: Frame) -> bool:
+        """Whether `stmt`, a main guard, is a statement of the script's own module level that only
+        `if __name__ == "__main__":` blocks without an else follow: nothing that runs at import time can
+        read what its body binds."""
+        tree = self.main.tree
+        if frame.module is not self.main or frame.via or frame.function is not None or tree is None:
+            return False
+        for later in reversed(tree.body):
+            if later is stmt:
+                return True
+            if not (isinstance(later, ast.If) and not later.orelse and self.guard_of(later.test, frame) is True):
+                return False
+        return False
 
     def option_branches(self, test: ast.expr, frame: Frame) -> tuple[str | None, str | None] | None:
         """`if args.test_only:` on an option that is off unless given (its default false, none given): the

@@ -119,12 +119,20 @@ class Walker:
         self.truncated = False
         self.stack: list[ast.AST] = []
         self.guard_lines: list[int] = []
+        #: Whether the code under the script's own `if __name__ == "__main__":` is walked when nothing
+        #: at module level follows it (False when every rule of the check reads only what runs at
+        #: import time), and the guards it was not walked under.
+        self.main_guard = True
+        self.skipped_guard_lines: list[int] = []
         #: Caches keyed by the node or object itself, never its id(): a stripped body's nodes are
         #: freed mid-walk, and a new node at the same address must not get the old one's answer.
         self._generators: dict[ast.AST, bool] = {}
         self._relevant: dict[ast.AST, bool] = {}
         #: Every function the walk has read, by name (what `relevant` follows calls through).
         self.defs: dict[str, list[tuple[ast.AST, list[str]]]] = {}
+        #: The functions of replayed imports (Module.import_defs), added to `defs` when `relevant` first
+        #: reads it: most scripts replay hundreds of a framework's modules and call few of their functions.
+        self.replayed_defs: list[list[tuple[str, ast.AST, list[str]]]] = []
         #: A followed call's result and the events its walk recorded (their chains cut where the call began).
         self.memo: dict[tuple[object, ...], tuple[Value, list[dict[str, Any]]]] = {}
         self.state_version = 0

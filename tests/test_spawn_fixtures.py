@@ -157,7 +157,13 @@ def test_the_hooks_selection_skips_only_a_guard_that_ends_the_script_and_finds_t
     # A guard that code follows is walked: what it binds, that code reads (the loop dies in every worker).
     after = str(FIXTURE_DIR / "loader_after_guard.py")
     assert "skipped_guard_lines" not in hook_files[after]
-    assert [f.location.line for f in hook.by_rule("SPW001") if f.location.path == after] == [13]
+    found = [f for f in hook.by_rule("SPW001") if f.location.path == after]
+    assert [f.location.line for f in found] == [13]
+    # It is no bootstrapping error there: the worker never built the loader it iterates.
+    assert "where the loader is built (line 10), and dies here on a loader it never built" in found[0].message
+    assert [s.get("built_under_guard") for s in hook_files[after]["worker_starts"]] == [True]
+    assert not any(s.get("built_under_guard") for path, f in hook_files.items() if path != after
+                   for s in f.get("worker_starts", []))
 
 
 def test_which_selections_read_the_code_under_the_main_guard():

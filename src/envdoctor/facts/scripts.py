@@ -98,6 +98,9 @@ class WorkerStart(_EventBase, total=False):
     #: The launcher that forces fork on the code it runs (accelerate's notebook_launcher).
     launcher: str
     constructed_at: ConstructedAt
+    #: The loader is built only under the script's main guard and started outside it: each worker's
+    #: re-import skips the guard and dies at the start on the loader it never built.
+    built_under_guard: bool
     persistent_workers: bool
     worker_uses_cuda: bool
     main_objects: list[MainObject]

@@ -79,8 +79,9 @@ class Call(NamedTuple):
 
 
 def site_of(node: ast.Call, frame: Frame) -> Site:
-    """The call's line, character column and file."""
-    return Site(node.lineno, frame.module.column(node.lineno, node.col_offset), frame.module.path)
+    """The call's line, character column and file, and whether only the main process reaches it."""
+    main_only = frame.guarded and not any(step.call.startswith("import ") for step in frame.via)
+    return Site(node.lineno, frame.module.column(node.lineno, node.col_offset), frame.module.path, main_only)
 
 
 #: A call's handler: a method of CallWalker, or None to go on to the next question.
@@ -430,7 +431,7 @@ class CallWalker(BodyRunner):
             return [lo for item in value.every_value() for lo in self.loaders_in(item, spec, node, frame, depth + 1)]
         if isinstance(value, Unknown) and value.lib is not None and value.workers is not None:
             # A library data module built with num_workers=: the hooks its source says return loaders.
-            site = Site(node.lineno, frame.module.column(node.lineno, node.col_offset), frame.module.path)
+            site = site_of(node, frame)
             return [self.loader_from_args(f"{value.lib.rsplit('.', 1)[-1]}.{hook}()", [],
                                           {"num_workers": value.workers}, False, site)
                     for hook in getattr(spec, "hooks", ()) if self.libraries.returns_loader(f"{value.lib}.{hook}")]

@@ -86,6 +86,8 @@ class StartTracker(ExpressionWalker):
             persistent_workers=loader.persistent,
             worker_uses_cuda=self.worker_side_uses_cuda(loader),
             main_objects=self.main_objects(loader),
+            # Built under the guard, started outside it: a worker's re-import never builds it, and dies here.
+            **({"built_under_guard": True} if loader.site.main_only and not frame.guarded else {}),
             **({"launcher": frame.forced_by} if frame.forced_by and not loader.context else {}),
             **extra,
         )
@@ -217,5 +219,7 @@ class StartTracker(ExpressionWalker):
                 constructed_at={"path": loader.site.path, "line": loader.site.line, "column": loader.site.column},
                 context=loader.context, persistent_workers=loader.persistent, worker_uses_cuda=False,
                 main_objects=self.main_objects(loader),
+            # Built under the guard, started outside it: a worker's re-import never builds it, and dies here.
+            **({"built_under_guard": True} if loader.site.main_only and not frame.guarded else {}),
             )
             return

@@ -109,6 +109,8 @@ class Site:
     line: int
     column: int
     path: str = ""
+    #: Reached only in the main process: under the script's own main guard (not in a module's import).
+    main_only: bool = False
 
 
 class Step(NamedTuple):

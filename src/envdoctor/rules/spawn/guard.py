@@ -227,6 +227,15 @@ def _script_fix(script: ScriptFile, starts: list[WorkerStart]) -> str:
             f"so the workers, which re-import {script['path']}, run none of them.")
 
 
+def _worker_death(start: WorkerStart) -> str:
+    """How each spawned worker dies on this start, re-importing the script."""
+    if start.get("built_under_guard"):
+        built = (start.get("constructed_at") or {}).get("line")
+        return ("every worker re-imports the script, skips `if __name__ == \"__main__\":`, where the loader is "
+                f"built (line {built}), and dies here on a loader it never built")
+    return f"every worker re-imports the script and fails with \"{BOOTSTRAP_ERROR}\""
+
+
 def _where_it_dies(method: str | None, method_source: str, default_reason: str, forced_fork: bool,
                    on_windows: bool, when: str) -> str:
     """The message's last clause: where and with what the run dies, from the start method on this target."""
@@ -278,8 +287,7 @@ def _missing_guard_hit(script: ScriptFile, start: WorkerStart, default: str | No
         message = (f"{where}: {what} at import time, outside `if __name__ == \"__main__\":`"
                    + (f" (reached through {' -> '.join(via)}; path followed: {' → '.join(followed)})"
                       if via else "")
-                   + f". Under spawn/forkserver every worker re-imports the script and fails with "
-                   f"\"{BOOTSTRAP_ERROR}\"; {here}.")
+                   + f". Under spawn/forkserver {_worker_death(start)}; {here}.")
     evidence: dict[str, Any] = {
         "path": start["path"],
         "script": script["path"],

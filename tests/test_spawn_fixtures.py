@@ -172,6 +172,8 @@ def test_which_selections_read_the_code_under_the_main_guard():
     assert [m.id for m in load_catalog().rules if m.scripts == "import-time"] == ["SPW001", "SPW004"]
     assert not reads_main_guard(("SPW001,SPW004",))
     assert not reads_main_guard(("missing-main-guard",))
+    assert not reads_main_guard(iter(["SPW001"]))  # any iterable, read once
+    assert load_catalog() is load_catalog()  # loaded once per process: the engine and the scripts probe share it
     assert not reads_main_guard(("SPW",), ignore=("SPW002", "SPW003", "SPW005"))
     # Every rule, the family, one that reads the guarded starts (SYS007: cv2's threads times the workers),
     # a rule that reads no script at all (not declared: walked), and a selection the catalog cannot resolve.

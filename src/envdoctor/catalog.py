@@ -367,7 +367,6 @@ def _assemble(parts: Iterable[tuple[str, list[RuleMeta], FunctionSource]]) -> Ca
     return Catalog(rules=tuple(rules), functions=RuleFunctions(functions, modules))
 
 
-@lru_cache(maxsize=2)
 def reads_main_guard(select: Iterable[str], ignore: Iterable[str] = ()) -> bool:
     """Whether a check with this selection has a rule that reads what the code under a script's main guard
     does: any rule but those whose catalog entry says `scripts = "import-time"` (the pre-commit hook's
@@ -375,7 +374,8 @@ def reads_main_guard(select: Iterable[str], ignore: Iterable[str] = ()) -> bool:
     check itself reports it)."""
     from envdoctor.config import ConfigError
 
-    if not tuple(select):
+    select = tuple(select)
+    if not select:
         return True
     try:
         rules = load_catalog().select(select, ignore)
@@ -384,6 +384,7 @@ def reads_main_guard(select: Iterable[str], ignore: Iterable[str] = ()) -> bool:
     return not rules or any(rule.scripts != "import-time" for rule in rules)
 
 
+@lru_cache(maxsize=2)
 def load_catalog(plugins: bool = True) -> Catalog:
     """Load and check the shipped catalog (and, by default, plugin rules)."""
     parts = [_load_family(p) for p in _family_files(catalog_dir())]

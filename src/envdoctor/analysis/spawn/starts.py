@@ -219,7 +219,5 @@ class StartTracker(ExpressionWalker):
                 constructed_at={"path": loader.site.path, "line": loader.site.line, "column": loader.site.column},
                 context=loader.context, persistent_workers=loader.persistent, worker_uses_cuda=False,
                 main_objects=self.main_objects(loader),
-            # Built under the guard, started outside it: a worker's re-import never builds it, and dies here.
-            **({"built_under_guard": True} if loader.site.main_only and not frame.guarded else {}),
             )
             return

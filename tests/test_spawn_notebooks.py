@@ -82,7 +82,7 @@ def test_spw005_names_the_object_its_cell_and_the_failure_and_is_a_warning_under
     [finding] = report.by_rule("SPW005")
     assert finding.severity is Severity.WARNING and finding.name == "notebook-main-objects"
     assert finding.evidence["objects"] == [{"role": "dataset", "name": "Frames", "kind": "class", "line": 1, "cell": 3}]
-    assert finding.evidence["cell"] == 4 and finding.evidence["line"] == 2 and finding.evidence["num_workers"] == 2
+    assert finding.evidence["cell"] == 4 and finding.evidence["line"] == 2 and finding.evidence["num_workers"] == 1
     assert finding.evidence["start_method"] == "fork"
     assert "works here under fork" in finding.message and "fails on macOS, Windows and Linux with Python 3.14+" in finding.message
     assert "Can't get attribute 'Frames' on <module '__main__' (built-in)>" in finding.message

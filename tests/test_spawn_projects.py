@@ -89,7 +89,7 @@ def test_the_finding_names_the_path_it_followed_across_files():
     evidence = finding.evidence
     assert evidence["path_followed"] == [f"{script}:12", f"{PROJECTS / 'passed_into' / 'utils.py'}:6"]
     assert evidence["module_level_statement"]["line"] == 12
-    assert evidence["script"] == str(script) and evidence["num_workers"] == 2
+    assert evidence["script"] == str(script) and evidence["num_workers"] == 1
     assert "utils.py:6" in finding.message and "train_epoch() called at line 12" in finding.message
     assert "built at " in evidence["starts"] and "train.py:9" in evidence["starts"]
 
@@ -234,10 +234,10 @@ def shared_settings_scripts(folder: Path) -> list[str]:
         "from torch.utils.data import DataLoader\n\nimport settings\n\nsettings.LOADER_KW.update(num_workers=2)\n"
         "settings.EXTRA.append(DataLoader(range(4), num_workers=2))\n", encoding="utf-8")
     (folder / "own.py").write_text(
-        "from torch.utils.data import DataLoader\n\nimport settings\n\nsettings.use(2)\n"
+        "from torch.utils.data import DataLoader\n\nimport settings\n\nsettings.use(1)\n"
         "for batch in DataLoader(range(4), num_workers=settings.NUM_WORKERS):\n    pass\n", encoding="utf-8")
     (folder / "own_kw.py").write_text(
-        "from torch.utils.data import DataLoader\n\nimport settings\n\nsettings.LOADER_KW[\"num_workers\"] = 3\n"
+        "from torch.utils.data import DataLoader\n\nimport settings\n\nsettings.LOADER_KW[\"num_workers\"] = 1\n"
         "for batch in DataLoader(range(4), **settings.LOADER_KW):\n    pass\n", encoding="utf-8")
     (folder / "train.py").write_text(
         "from torch.utils.data import DataLoader\n\nimport settings\n\n"
@@ -259,9 +259,10 @@ def test_what_one_script_assigns_into_a_shared_module_is_not_seen_by_the_next(tm
     for order in (names, names[::-1]):
         findings = run_check(Config(scripts=tuple(str(tmp_path / n) for n in order), select=("SPW001",),
                                     no_loader=True)).findings
-        # A script's own write is its own: own.py starts 2 workers at import time, own_kw.py 3; train.py none.
+        # A script's own write is its own (1 worker, which no other script writes): own.py and own_kw.py start
+        # it at import time; train.py starts none.
         assert sorted((Path(f.location.path).name, f.location.line, f.evidence["num_workers"]) for f in findings) \
-            == [("own.py", 6, 2), ("own_kw.py", 6, 3)], order
+            == [("own.py", 6, 1), ("own_kw.py", 6, 1)], order
 
 
 def import_time_writes_scripts(folder: Path) -> None:
@@ -273,7 +274,7 @@ def import_time_writes_scripts(folder: Path) -> None:
         "def use(n):\n    global NUM_WORKERS\n    NUM_WORKERS = n\n\n\n"
         "class Config:\n    def __init__(self):\n        self.workers = 0\n\n\ncfg = Config()\n", encoding="utf-8")
     (folder / "setup_workers.py").write_text(
-        "import settings\n\nsettings.use(2)\nsettings.cfg.workers = 3\nsettings.LOADER_KW.update(num_workers=4)\n",
+        "import settings\n\nsettings.use(1)\nsettings.cfg.workers = 3\nsettings.LOADER_KW.update(num_workers=4)\n",
         encoding="utf-8")
     loops = ("for batch in DataLoader(range(4), num_workers=settings.NUM_WORKERS):\n    pass\n"
              "for batch in DataLoader(range(4), num_workers=settings.cfg.workers):\n    pass\n"
@@ -295,7 +296,7 @@ def test_what_an_import_writes_into_another_module_every_importer_sees(tmp_path:
         findings = run_check(Config(scripts=tuple(str(tmp_path / n) for n in order), select=("SPW001",),
                                     no_loader=True)).findings
         assert sorted((Path(f.location.path).name, f.location.line, f.evidence["num_workers"]) for f in findings) \
-            == [("a.py", 6, 2), ("a.py", 8, 3), ("a.py", 10, 4), ("b.py", 6, 2), ("b.py", 8, 3), ("b.py", 10, 4)], order
+            == [("a.py", 6, 1), ("a.py", 8, 3), ("a.py", 10, 4), ("b.py", 6, 1), ("b.py", 8, 3), ("b.py", 10, 4)], order
 
 
 @pytest.mark.slow
@@ -308,10 +309,10 @@ def test_what_an_import_writes_into_another_module_dies_and_runs_under_spawn_whe
 
 
 def own_containers_scripts(folder: Path) -> None:
-    """A module whose import fills its own dict (directly, and by a function its top level calls) with 2
-    workers; two scripts that loop over a loader built from it; one that empties it for itself."""
+    """A module whose import fills its own dict (directly, and by a function its top level calls) with 1
+    worker; two scripts that loop over a loader built from it; one that empties it for itself."""
     (folder / "defaults.py").write_text(
-        "KW = {\"num_workers\": 0}\n\n\ndef setup():\n    KW.update(num_workers=2)\n\n\n"
+        "KW = {\"num_workers\": 0}\n\n\ndef setup():\n    KW.update(num_workers=1)\n\n\n"
         "setup()\nKW[\"persistent_workers\"] = True\n", encoding="utf-8")
     for name in ("a.py", "b.py"):
         (folder / name).write_text("from torch.utils.data import DataLoader\n\nimport defaults\n\n"
@@ -329,7 +330,7 @@ def test_what_a_module_does_to_its_own_containers_on_import_every_importer_sees(
         findings = run_check(Config(scripts=tuple(str(tmp_path / n) for n in order), select=("SPW001",),
                                     no_loader=True)).findings
         assert sorted((Path(f.location.path).name, f.location.line, f.evidence["num_workers"]) for f in findings) \
-            == [("a.py", 5, 2), ("b.py", 5, 2)], order
+            == [("a.py", 5, 1), ("b.py", 5, 1)], order
 
 
 @pytest.mark.slow

@@ -120,7 +120,8 @@ def assert_honest_too_noisy(report: dict[str, Any], dl005_message: str, current_
     assert rec["basis"] == "current" and rec["num_workers"] == current_num_workers, dump(report)
     candidate = rec["candidate_num_workers"]
     if not rec["paired_windows"]:
-        # The sweep alone pointed at it; a neighbour may have sunk the worker counts below num_workers=0.
+        # The sweep alone pointed at it (a neighbour may have sunk the worker counts below num_workers=0), or the
+        # pairs measured fewer workers against yours while more were timed in one stretch each (SLEEPY_FEWER).
         assert candidate != current_num_workers, dump(report)
         assert candidate in [r["num_workers"] for r in loader["runs"] if r.get("samples_per_s")], dump(report)
         others = judge_bottleneck.others_cpus(loader)

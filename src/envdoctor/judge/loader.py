@@ -151,6 +151,8 @@ class _Choice:
     #: The setting the sweep pointed at next, when trust kept the user's own.
     runner_up: int | None = None
     candidate_nw: int | None = None
+    #: Whether the paired windows measured the settings the recommendation speaks of.
+    pairs_apply: bool = True
 
 
 def _paired_on(paired: PairedFacts | None, current_nw: int) -> bool:
@@ -200,6 +202,26 @@ def _doubt_on_contended_cpus(choice: _Choice, eligible: list[RunFacts], paired: 
         choice.runner_up = max(others, key=_rate)["num_workers"] if others else None
     if choice.runner_up is not None and not settled:
         choice.trust = "too-noisy"
+
+
+def _doubt_fewer_on_contended_cpus(choice: _Choice, eligible: list[RunFacts], current_run: RunFacts | None,
+                                  current_nw: int) -> None:
+    """Fewer workers than the user's, paired against their setting and as fast: true of those two settings. But
+    the pick is fewer workers only because the sweep's settings with more workers than the user's measured no
+    better, each in one stretch of the neighbours' load, which cannot rank them (seen beside two busy processes: a
+    dataset that sleeps 5 ms a sample, 0: 167, 1: 176, 2: 138 samples/s with windows from 74 to 17,567; idle, 2
+    workers deliver twice what 1 does). Whether more workers beat the user's setting cannot be told: their
+    setting is kept, and the best of those settings named. Fewer workers that the pairs show faster outright
+    are a gain whatever the sweep said of more."""
+    if choice.trust != "gain" or current_run is None or choice.chosen["num_workers"] >= current_nw:
+        return
+    if choice.interval is not None and choice.interval[0] > 1.0:
+        return  # fewer workers beat yours outright in the pairs (tiny samples at ×50): that gain stands
+    more = [r for r in eligible if r["num_workers"] > current_nw]
+    if not more:
+        return
+    choice.chosen, choice.trust, choice.interval = current_run, "too-noisy", None
+    choice.runner_up, choice.pairs_apply = max(more, key=_rate)["num_workers"], False
 
 
 def _cut_short(choice: _Choice, unmeasured: list[int], current_run: RunFacts | None, current_nw: int) -> bool:
@@ -273,6 +295,7 @@ def recommend(section: LoaderFacts, bottleneck: Bottleneck | None, cuda: bool,
     _promote_runner_up(choice, eligible, paired, current_nw)
     if bottleneck == "cpu-contended" or contended(others_cpus(section)):
         _doubt_on_contended_cpus(choice, eligible, paired, current_run, current_nw)
+        _doubt_fewer_on_contended_cpus(choice, eligible, current_run, current_nw)
     unmeasured = unmeasured_for_budget(section, usable_cpus)
     _keep_current(choice, current_run, current_nw, _cut_short(choice, unmeasured, current_run, current_nw))
     prefetch, persistent, pin_memory = _settings(choice, section, current, cuda, bottleneck)
@@ -294,7 +317,8 @@ def recommend(section: LoaderFacts, bottleneck: Bottleneck | None, cuda: bool,
         "current_samples_per_s": current_rate,
         "gain": gain,
         "gain_interval": [round(interval[0], 3), round(interval[2], 3)] if interval is not None else None,
-        "paired_windows": len(paired.get("windows", [])) if paired and trust != "unpaired" else 0,
+        "paired_windows": len(paired.get("windows", [])) if paired and trust != "unpaired" and choice.pairs_apply
+        else 0,
         "basis": choice.basis,
         "consumer_samples_per_s": consumer,
         "trust": trust,

@@ -12,6 +12,7 @@ import pytest
 
 from envdoctor.inside.loader_knee import MIN_PAIRS
 from envdoctor.judge import bottleneck as judge_bottleneck
+from envdoctor.judge.pairing import FEWER_WORKERS_TOLERANCE
 from support import json_report, leftover_children, run_envdoctor, shm_left, shm_names
 
 FIXTURES_DIR = Path(__file__).resolve().parent.parent / "fixtures"
@@ -111,9 +112,10 @@ def dump(report: dict[str, Any]) -> str:
 def assert_honest_too_noisy(report: dict[str, Any], dl005_message: str, current_num_workers: int) -> None:
     """A live sweep on a busy machine may end in "too noisy to tell". That verdict is honest only if its own
     evidence says so: your setting kept and the sweep's pick named; either re-measured against it in paired
-    windows that do not agree on a gain (from MIN_PAIRS on, an interval that reaches 1; fewer, a pair the
-    candidate did not win), or, with no paired windows, other processes holding the CPUs while the sweep timed
-    each setting in one stretch of their load (CONTENDED_CPUS); and DL005 saying which."""
+    windows that do not agree on a gain (from MIN_PAIRS on, an interval that reaches 1, or 0.95 for fewer
+    workers; fewer pairs, one the candidate did not win), or, with no paired windows, other processes holding the
+    CPUs while the sweep timed each setting in one stretch of their load (CONTENDED_CPUS); and DL005 saying
+    which."""
     loader = report["loader"]
     rec, paired = loader["recommendation"], loader.get("paired") or {}
     assert rec["trust"] == "too-noisy", dump(report)
@@ -129,14 +131,18 @@ def assert_honest_too_noisy(report: dict[str, Any], dl005_message: str, current_
         assert "cannot be told from this run" in dl005_message and "one stretch of their load" in dl005_message, \
             dl005_message
         return
-    assert candidate > current_num_workers, dump(report)  # the live tests' re-measured picks all add workers
+    assert candidate != current_num_workers, dump(report)
     assert (paired.get("current"), paired.get("candidate")) == (current_num_workers, candidate), dump(report)
     windows = paired["windows"]
+    # More workers must win outright; fewer may lose a little (a neighbour that sank the sweep's worker points
+    # can make num_workers=0 the knee below your 1: seen in CI beside two busy processes, 0.83-1.09).
+    needed = 1.0 if candidate > current_num_workers else FEWER_WORKERS_TOLERANCE
     if len(windows) >= MIN_PAIRS:
         low, high = rec["gain_interval"]
-        assert low <= 1 <= high, dump(report)
+        assert low <= needed <= high, dump(report)
     else:
-        assert any(w["candidate_samples_per_s"] <= w["current_samples_per_s"] for w in windows), dump(report)
+        assert any(w["candidate_samples_per_s"] <= needed * w["current_samples_per_s"] for w in windows), \
+            dump(report)
     assert "too noisy to tell" in dl005_message or "cannot be told from this run" in dl005_message, dl005_message
 
 

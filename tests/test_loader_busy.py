@@ -27,12 +27,12 @@ SYSTEM = {"cpu": {"count": 2, "affinity": 2, "usable": 2, "quota_cpus": None, "c
 TARGET = {"kind": "venv", "prefix": "/env", "interpreter": "/env/bin/python", "python": "3.11.7"}
 
 
-def judged(data: dict[str, Any]) -> dict[str, Any]:
-    return {**data, **judge_loader(copy.deepcopy(data), None).judgement}
+def judged(data: dict[str, Any], step_time_s: float | None = None) -> dict[str, Any]:
+    return {**data, **judge_loader(copy.deepcopy(data), step_time_s).judgement}
 
 
-def findings_of(data: dict[str, Any], rule: str) -> list[Any]:
-    config = Config(select=(rule,))
+def findings_of(data: dict[str, Any], rule: str, step_time_s: float | None = None) -> list[Any]:
+    config = Config(select=(rule,), step_time=step_time_s)
     facts = Facts.from_dict({"loader": copy.deepcopy(data), "system": SYSTEM, "target": TARGET}, config)
     report = run_check(config, facts=facts)
     assert not report.errors, report.errors
@@ -194,18 +194,15 @@ def test_fewer_workers_paired_as_fast_on_cpus_others_hold_do_not_settle_what_mor
     but num_workers=2 was one stretch of the neighbours' load below both. What more workers give cannot be told:
     your setting is kept and num_workers=2 named, never "num_workers=0" for a loader two workers make twice as fast
     on a quiet machine. On a quiet machine (the twin) the same figures recommend the fewer workers."""
-    busy = {**recorded.SLEEPY_FEWER, **judge_loader(copy.deepcopy(recorded.SLEEPY_FEWER), 0.002).judgement}
+    busy = judged(recorded.SLEEPY_FEWER, 0.002)
     assert busy["knee"] == 0
     rec = busy["recommendation"]
     assert (rec["trust"], rec["num_workers"], rec["basis"], rec["candidate_num_workers"]) == ("too-noisy", 1, "current", 2)
     assert rec["paired_windows"] == 0 and rec["gain_interval"] is None  # the pairs measured 0 against 1, not 2
-    config = Config(select=("DL005",), step_time=0.002)
-    facts = Facts.from_dict({"loader": copy.deepcopy(recorded.SLEEPY_FEWER), "system": SYSTEM, "target": TARGET}, config)
-    (hit,) = run_check(config, facts=facts).by_rule("DL005")
+    (hit,) = findings_of(recorded.SLEEPY_FEWER, "DL005", 0.002)
     assert "whether num_workers=2 beats your num_workers=1 cannot be told from this run" in hit.message, hit.message
     assert "one stretch of their load" in hit.message and hit.evidence["candidate_num_workers"] == 2
-    quiet = judge_loader(copy.deepcopy(recorded.SLEEPY_FEWER_QUIET), 0.002).judgement["recommendation"]
-    assert quiet is not None
+    quiet = judged(recorded.SLEEPY_FEWER_QUIET, 0.002)["recommendation"]
     assert (quiet["trust"], quiet["num_workers"], quiet["basis"]) == ("gain", 0, "paired")
     assert quiet["paired_windows"] == 4 and quiet["gain_interval"] == [0.963, 1.145]
     # Fewer workers that the pairs show faster outright (tiny samples beat workers many times over) stay a gain
@@ -213,8 +210,8 @@ def test_fewer_workers_paired_as_fast_on_cpus_others_hold_do_not_settle_what_mor
     faster = copy.deepcopy(recorded.SLEEPY_FEWER)
     for window in faster["paired"]["windows"]:
         window["candidate_samples_per_s"] = 1.5 * window["current_samples_per_s"]
-    rec = judge_loader(faster, 0.002).judgement["recommendation"]
-    assert rec is not None and (rec["trust"], rec["num_workers"], rec["paired_windows"]) == ("gain", 0, 4)
+    rec = judged(faster, 0.002)["recommendation"]
+    assert (rec["trust"], rec["num_workers"], rec["paired_windows"]) == ("gain", 0, 4)
 
 
 @pytest.mark.parametrize("name, wording", [("CPU_HEAVY", "cannot be told from this run"),

@@ -21,12 +21,15 @@ CLASS_BUDGET = "20"
 #: The other cases assert the data checks (DL007, DL008), which run before the sweep and need at most 3 s of
 #: the budget left (DL007: two 0.75 s reads and a 1 s worker start-up allowance, loader_data_checks.py):
 #: 12 s leaves that after 8 s of setup (torch's import took 4-6.6 s with a busy core beside the machine's
-#: other load). What the sweep measures after the checks is not asserted there.
+#: other load). They select only the rules that read the checks, so the smoke test ends after them.
 CHECK_BUDGET = "12"
+CHECK_RULES = ("DL007", "DL008")
 
 
-def budget(name: str) -> str:
-    return CLASS_BUDGET if EXPECTED[name][0] is not None else CHECK_BUDGET
+def arguments(name: str) -> list[str]:
+    if EXPECTED[name][0] is not None:
+        return ["--budget", CLASS_BUDGET]
+    return ["--budget", CHECK_BUDGET, "--select", *CHECK_RULES]
 
 
 def _duplicates(report: dict[str, Any]) -> None:
@@ -84,17 +87,39 @@ MORE: dict[str, Callable[[dict[str, Any]], None]] = {
 }
 
 
+def test_which_selections_time_the_loader() -> None:
+    from envdoctor.catalog import load_catalog, times_the_loader
+
+    assert [m.id for m in load_catalog().rules if m.loader == "checks"] == ["SPW003", "DL007", "DL008", "DL011"]
+    assert not times_the_loader(("DL007", "DL008"))
+    assert not times_the_loader(("iterable-duplicates,cloned-worker-rng", "DL011", "SPW003"))
+    assert not times_the_loader(("DL",), ignore=("DL001", "DL002", "DL003", "DL004", "DL005", "DL006", "DL009",
+                                                 "DL010"))
+    # Every rule, the family, a rule that reads the failure wherever it happens (DL006), one that reads the memory
+    # runs after the sweep (SYS007), a rule that reads no loader at all (not declared: timed), and a selection the
+    # catalog cannot resolve.
+    for select in ((), ("DL",), ("DL007", "DL006"), ("DL011", "SYS007"), ("DL007", "PKG001"), ("NOPE001",)):
+        assert times_the_loader(select), select
+
+
 @pytest.mark.parametrize("name", sorted(EXPECTED))
 def test_expected_class_and_rules(name: str) -> None:
     expected_class, fire, quiet = EXPECTED[name]
     before = shm_torch_segments()
-    report, wall, _ = loader_report("--dataset", f"loaderfixtures.trust:{name}", "--budget", budget(name))
+    args = arguments(name)
+    report, wall, _ = loader_report("--dataset", f"loaderfixtures.trust:{name}", *args)
     loader = report["loader"]
     assert_nothing_left(report, before)
-    assert wall < stage_bound(float(budget(name)))
+    assert wall < stage_bound(float(args[1]))
     assert loader["failure"] is None, dump(report)
     if expected_class is None:  # a data-check case: the checks it asserts ran, or the busy machine spent the budget
         skip_if_the_budget_ran_out(loader, "repeated samples (DL007)", "cloned randomness (DL008)")
+        # Only rules that read the checks were selected: the smoke test ended before its first timed run.
+        assert loader["runs"] == [] and loader["recommendation"] is None, dump(report)
+        assert [s["what"] for s in loader["skipped"]][:1] == ["timed runs"], loader["skipped"]
+        quiet = quiet & set(CHECK_RULES)
+    else:  # every rule: the sweep ran
+        assert loader["runs"] and "timed runs" not in {s["what"] for s in loader["skipped"]}, dump(report)
     fired = {f["rule"] for f in report["findings"]}
     assert fire <= fired, (name, fired, dump(report))
     assert not (quiet & fired), (name, fired, dump(report))

@@ -11,6 +11,10 @@ A rule that reads only what the given scripts do when imported says
 `scripts = "import-time"` (SPW001, SPW004): a check whose every rule says so skips
 the walk of the code under each script's `if __name__ == "__main__":`, most of the
 walk's work on a framework's example scripts (`Catalog.reads_main_guard`).
+A rule that reads only what the loader smoke test observes before its first timed
+run says `loader = "checks"` (DL007, DL008, DL011, SPW003): a check whose every rule
+says so ends the smoke test there, without the sweep, the paired windows and what
+follows them (`times_the_loader`).
 Lower-case TOML files beside them hold data the rules use (known conflicts,
 channel families, the CUDA driver table …).
 
@@ -73,6 +77,11 @@ class RuleMeta:
     #: What of the given scripts' code the rule reads: "whole" (the code under `if __name__ ==
     #: "__main__":` too), or "import-time" (only what runs when a script is imported).
     scripts: str = "whole"
+    #: What of the loader smoke test the rule reads: "timed" (the sweep, the paired windows and the
+    #: measurements after them too) or "checks" (only what the runner observes before its first timed run:
+    #: the dataset as built, pickling, open handles, `__getitem__` in one process, repeated samples, cloned
+    #: randomness).
+    loader: str = "timed"
 
     def docs(self) -> dict[str, str]:
         return {part: getattr(self, part) for part in DOC_PARTS}
@@ -204,6 +213,8 @@ def load_data(name: str) -> dict[str, Any]:
 SCOPES = ("node", "fleet")
 #: The values of a rule's `scripts` key (RuleMeta.scripts).
 SCRIPT_READS = ("whole", "import-time")
+#: The values of a rule's `loader` key (RuleMeta.loader).
+LOADER_READS = ("timed", "checks")
 
 
 def _check_meta(entry: Mapping[str, Any], family: str, origin: str, scope: str = "node") -> RuleMeta:
@@ -233,8 +244,11 @@ def _check_meta(entry: Mapping[str, Any], family: str, origin: str, scope: str =
     scripts = entry.get("scripts", "whole")
     if scripts not in SCRIPT_READS:
         raise CatalogError(f"{where}: scripts must be one of {', '.join(SCRIPT_READS)}, not {scripts!r}")
+    loader = entry.get("loader", "timed")
+    if loader not in LOADER_READS:
+        raise CatalogError(f"{where}: loader must be one of {', '.join(LOADER_READS)}, not {loader!r}")
     return RuleMeta(id=rule_id, name=name, severity=severity, family=family, origin=origin, scope=scope,
-                    scripts=scripts, **texts)
+                    scripts=scripts, loader=loader, **texts)
 
 
 def _has_placeholder(text: str) -> bool:
@@ -367,11 +381,10 @@ def _assemble(parts: Iterable[tuple[str, list[RuleMeta], FunctionSource]]) -> Ca
     return Catalog(rules=tuple(rules), functions=RuleFunctions(functions, modules))
 
 
-def reads_main_guard(select: Iterable[str], ignore: Iterable[str] = ()) -> bool:
-    """Whether a check with this selection has a rule that reads what the code under a script's main guard
-    does: any rule but those whose catalog entry says `scripts = "import-time"` (the pre-commit hook's
-    SPW001 and SPW004), plugins' rules included. True for a selection the catalog cannot resolve (the
-    check itself reports it)."""
+def _any_selected(select: Iterable[str], ignore: Iterable[str], needs: Callable[[RuleMeta], bool]) -> bool:
+    """Whether a check with this selection runs a rule that `needs` says yes to, plugins' rules included. True
+    for no selection (every rule), for one that leaves no rule, and for one the catalog cannot resolve (the check
+    itself reports it): what is skipped on the strength of the catalog is skipped only when it surely says so."""
     from envdoctor.config import ConfigError
 
     select = tuple(select)
@@ -381,7 +394,21 @@ def reads_main_guard(select: Iterable[str], ignore: Iterable[str] = ()) -> bool:
         rules = load_catalog().select(select, ignore)
     except (CatalogError, ConfigError):
         return True
-    return not rules or any(rule.scripts != "import-time" for rule in rules)
+    return not rules or any(needs(rule) for rule in rules)
+
+
+def reads_main_guard(select: Iterable[str], ignore: Iterable[str] = ()) -> bool:
+    """Whether a check with this selection has a rule that reads what the code under a script's main guard
+    does: any rule but those whose catalog entry says `scripts = "import-time"` (the pre-commit hook's
+    SPW001 and SPW004)."""
+    return _any_selected(select, ignore, lambda rule: rule.scripts != "import-time")
+
+
+def times_the_loader(select: Iterable[str], ignore: Iterable[str] = ()) -> bool:
+    """Whether a check with this selection has a rule that reads the loader smoke test's timed runs (the
+    sweep, the paired windows, what follows them): any rule but those whose catalog entry says
+    `loader = "checks"` (DL007, DL008, DL011, SPW003)."""
+    return _any_selected(select, ignore, lambda rule: rule.loader != "checks")
 
 
 @lru_cache(maxsize=2)

@@ -63,6 +63,8 @@ def run_smoke_test(s: Session, given: tuple[object, object, object]) -> None:
     loader_getitem.probe(s)
     loader_data_checks.duplicates(s)
     loader_data_checks.cloned_rng(s, next(loader_getitem.index_stream(s), None) if not s.iterable else None)
+    if s.plan.get("timed") is False:  # every rule of the check reads only what was observed so far
+        return
     loader_sweep.sweep(s)
     if s.plan.get("pair"):
         loader_paired.paired_windows(s)

@@ -55,6 +55,8 @@ def test_python_objects_make_forked_workers_grow() -> None:
     report = _live("python_objects", "DL010")
     memory = report["loader"]["memory"]
     assert memory["num_workers"] == 2 and memory["start_method"] == "fork", dump(report)
+    # DL010 reads the checks and the memory run (`loader = "memory"` in the catalog): nothing was timed.
+    assert report["loader"]["runs"] == [] and report["loader"]["skipped"][0]["what"] == "timed runs", dump(report)
     # The workers' private memory really grew with the samples they read.
     assert all(w["uss_end_bytes"] - w["uss_start_bytes"] >= MIN_OBSERVED_BYTES for w in memory["workers"]), memory
     (hit,) = findings(report, "DL010")

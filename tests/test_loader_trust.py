@@ -87,19 +87,20 @@ MORE: dict[str, Callable[[dict[str, Any]], None]] = {
 }
 
 
-def test_which_selections_time_the_loader() -> None:
-    from envdoctor.catalog import load_catalog, times_the_loader
+def test_how_far_the_smoke_test_goes_for_a_selection() -> None:
+    from envdoctor.catalog import load_catalog, loader_reads
 
-    assert [m.id for m in load_catalog().rules if m.loader == "checks"] == ["SPW003", "DL007", "DL008", "DL011"]
-    assert not times_the_loader(("DL007", "DL008"))
-    assert not times_the_loader(("iterable-duplicates,cloned-worker-rng", "DL011", "SPW003"))
-    assert not times_the_loader(("DL",), ignore=("DL001", "DL002", "DL003", "DL004", "DL005", "DL006", "DL009",
-                                                 "DL010"))
-    # Every rule, the family, a rule that reads the failure wherever it happens (DL006), one that reads the memory
-    # runs after the sweep (SYS007), a rule that reads no loader at all (not declared: timed), and a selection the
-    # catalog cannot resolve.
-    for select in ((), ("DL",), ("DL007", "DL006"), ("DL011", "SYS007"), ("DL007", "PKG001"), ("NOPE001",)):
-        assert times_the_loader(select), select
+    declared = {m.id: m.loader for m in load_catalog().rules if m.loader != "timed"}
+    assert declared == {"SPW003": "checks", "SYS007": "memory", "DL007": "checks", "DL008": "checks",
+                        "DL010": "memory", "DL011": "checks"}
+    assert loader_reads(("DL007", "DL008")) == "checks"
+    assert loader_reads(("iterable-duplicates,cloned-worker-rng", "DL011", "SPW003")) == "checks"
+    assert loader_reads(("DL010",)) == loader_reads(("DL011", "SYS007")) == "memory"
+    assert loader_reads(("DL",), ignore=("DL001", "DL002", "DL003", "DL004", "DL005", "DL006", "DL009")) == "memory"
+    # Every rule, the family, a rule that reads the failure wherever it happens (DL006), a rule that reads no
+    # loader at all (not declared: timed), and a selection the catalog cannot resolve.
+    for select in ((), ("DL",), ("DL007", "DL006"), ("DL010", "DL001"), ("DL007", "PKG001"), ("NOPE001",)):
+        assert loader_reads(select) == "timed", select
 
 
 @pytest.mark.parametrize("name", sorted(EXPECTED))

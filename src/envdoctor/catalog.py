@@ -12,9 +12,10 @@ A rule that reads only what the given scripts do when imported says
 the walk of the code under each script's `if __name__ == "__main__":`, most of the
 walk's work on a framework's example scripts (`Catalog.reads_main_guard`).
 A rule that reads only what the loader smoke test observes before its first timed
-run says `loader = "checks"` (DL007, DL008, DL011, SPW003): a check whose every rule
-says so ends the smoke test there, without the sweep, the paired windows and what
-follows them (`times_the_loader`).
+run says `loader = "checks"` (DL007, DL008, DL011, SPW003), one that reads the worker
+memory run too says `loader = "memory"` (DL010, SYS007): a check whose every rule says
+so skips the sweep, the paired windows and the persistent_workers and pin_memory runs
+(`loader_reads`).
 Lower-case TOML files beside them hold data the rules use (known conflicts,
 channel families, the CUDA driver table …).
 
@@ -77,10 +78,10 @@ class RuleMeta:
     #: What of the given scripts' code the rule reads: "whole" (the code under `if __name__ ==
     #: "__main__":` too), or "import-time" (only what runs when a script is imported).
     scripts: str = "whole"
-    #: What of the loader smoke test the rule reads: "timed" (the sweep, the paired windows and the
-    #: measurements after them too) or "checks" (only what the runner observes before its first timed run:
-    #: the dataset as built, pickling, open handles, `__getitem__` in one process, repeated samples, cloned
-    #: randomness).
+    #: What of the loader smoke test the rule reads: "timed" (everything: the sweep, the paired windows and
+    #: the runs after them too), "memory" (the checks and the worker memory run, without the timed runs) or
+    #: "checks" (only what the runner observes before its first timed run: the dataset as built, pickling,
+    #: open handles, `__getitem__` in one process, repeated samples, cloned randomness).
     loader: str = "timed"
 
     def docs(self) -> dict[str, str]:
@@ -213,8 +214,8 @@ def load_data(name: str) -> dict[str, Any]:
 SCOPES = ("node", "fleet")
 #: The values of a rule's `scripts` key (RuleMeta.scripts).
 SCRIPT_READS = ("whole", "import-time")
-#: The values of a rule's `loader` key (RuleMeta.loader).
-LOADER_READS = ("timed", "checks")
+#: The values of a rule's `loader` key (RuleMeta.loader), from the least the smoke test measures to the most.
+LOADER_READS = ("checks", "memory", "timed")
 
 
 def _check_meta(entry: Mapping[str, Any], family: str, origin: str, scope: str = "node") -> RuleMeta:
@@ -381,34 +382,37 @@ def _assemble(parts: Iterable[tuple[str, list[RuleMeta], FunctionSource]]) -> Ca
     return Catalog(rules=tuple(rules), functions=RuleFunctions(functions, modules))
 
 
-def _any_selected(select: Iterable[str], ignore: Iterable[str], needs: Callable[[RuleMeta], bool]) -> bool:
-    """Whether a check with this selection runs a rule that `needs` says yes to, plugins' rules included. True
-    for no selection (every rule), for one that leaves no rule, and for one the catalog cannot resolve (the check
-    itself reports it): what is skipped on the strength of the catalog is skipped only when it surely says so."""
+def _selected(select: Iterable[str], ignore: Iterable[str]) -> list[RuleMeta] | None:
+    """The rules a check with this selection runs, plugins' rules included; None for every rule (no selection,
+    one that leaves no rule, one the catalog cannot resolve: the check itself reports that). What is skipped on
+    the strength of the catalog is skipped only when it surely says so."""
     from envdoctor.config import ConfigError
 
     select = tuple(select)
     if not select:
-        return True
+        return None
     try:
         rules = load_catalog().select(select, ignore)
     except (CatalogError, ConfigError):
-        return True
-    return not rules or any(needs(rule) for rule in rules)
+        return None
+    return rules or None
 
 
 def reads_main_guard(select: Iterable[str], ignore: Iterable[str] = ()) -> bool:
     """Whether a check with this selection has a rule that reads what the code under a script's main guard
     does: any rule but those whose catalog entry says `scripts = "import-time"` (the pre-commit hook's
     SPW001 and SPW004)."""
-    return _any_selected(select, ignore, lambda rule: rule.scripts != "import-time")
+    rules = _selected(select, ignore)
+    return rules is None or any(rule.scripts != "import-time" for rule in rules)
 
 
-def times_the_loader(select: Iterable[str], ignore: Iterable[str] = ()) -> bool:
-    """Whether a check with this selection has a rule that reads the loader smoke test's timed runs (the
-    sweep, the paired windows, what follows them): any rule but those whose catalog entry says
-    `loader = "checks"` (DL007, DL008, DL011, SPW003)."""
-    return _any_selected(select, ignore, lambda rule: rule.loader != "checks")
+def loader_reads(select: Iterable[str], ignore: Iterable[str] = ()) -> str:
+    """How far the loader smoke test must go for a check with this selection (one of LOADER_READS): the
+    furthest any of its rules reads, "timed" (everything) for every rule."""
+    rules = _selected(select, ignore)
+    if rules is None:
+        return LOADER_READS[-1]
+    return LOADER_READS[max(LOADER_READS.index(rule.loader) for rule in rules)]
 
 
 @lru_cache(maxsize=2)

@@ -63,7 +63,11 @@ def run_smoke_test(s: Session, given: tuple[object, object, object]) -> None:
     loader_getitem.probe(s)
     loader_data_checks.duplicates(s)
     loader_data_checks.cloned_rng(s, next(loader_getitem.index_stream(s), None) if not s.iterable else None)
-    if s.plan.get("timed") is False:  # every rule of the check reads only what was observed so far
+    measure = s.plan.get("measure", "timed")  # how far the selected rules read (envdoctor.catalog.loader_reads)
+    if measure == "checks":
+        return
+    if measure == "memory":
+        loader_memory.growth(s)
         return
     loader_sweep.sweep(s)
     if s.plan.get("pair"):

@@ -19,7 +19,7 @@ import sys
 import tempfile
 from typing import TYPE_CHECKING, Any, cast
 
-from envdoctor.catalog import times_the_loader
+from envdoctor.catalog import loader_reads
 from envdoctor.facts.loader import FailureFacts, LoaderFacts
 from envdoctor.facts.node_share import cpus_per_process, processes_per_node
 from envdoctor.facts.system import worker_cpus
@@ -33,10 +33,18 @@ if TYPE_CHECKING:  # pragma: no cover
 
 #: Seconds of the budget kept back for starting the runner and tearing it down.
 STAGE_OVERHEAD_S = 0.7
-#: Why a check whose every rule says `loader = "checks"` in the catalog (catalog.times_the_loader) ends the
-#: smoke test before its first timed run.
-UNTIMED = ("no selected rule reads them (every one says `loader = \"checks\"` in the catalog): the num_workers "
-           "sweep, the paired windows, and the worker memory, persistent_workers and pin_memory runs after them")
+#: What a check whose every rule reads less than the whole smoke test (catalog.loader_reads: a rule's
+#: `loader` key) does not run, and why.
+UNMEASURED = {
+    "checks": ("timed runs", "no selected rule reads them (each says `loader = \"checks\"` in the catalog): the "
+                             "num_workers sweep, the paired windows, and the worker memory, persistent_workers and "
+                             "pin_memory runs after them"),
+    "memory": ("timed runs", "no selected rule reads them (each says `loader = \"checks\"` or `loader = \"memory\"` "
+                             "in the catalog): the num_workers sweep, the paired windows, and the persistent_workers and "
+                             "pin_memory runs; the worker memory run follows the checks"),
+}
+
+
 def gather_loader(facts: FactsReader) -> LoaderFacts | None:
     """The loader section: None when the stage is switched off (--no-loader)."""
     config = facts.config
@@ -62,11 +70,12 @@ def gather_loader(facts: FactsReader) -> LoaderFacts | None:
         "step_time_s": config.step_time,
         "torch_probe": True,
         "check_cuda": True,
-        # False when every selected rule reads only what the runner observes before its first timed run.
-        "timed": times_the_loader(config.select, config.ignore),
+        # How far the runner goes: "checks", "memory" or "timed" (all), by what the selected rules read.
+        "measure": loader_reads(config.select, config.ignore),
     }
-    if not plan["timed"]:
-        section["skipped"].append({"what": "timed runs", "reason": UNTIMED})
+    if plan["measure"] in UNMEASURED:
+        what, reason = UNMEASURED[plan["measure"]]
+        section["skipped"].append({"what": what, "reason": reason})
     if objects is None:
         target = facts["target"]
         interpreter = target.get("interpreter")

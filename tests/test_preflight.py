@@ -100,6 +100,13 @@ def test_with_a_step_time_the_fewest_workers_that_keep_up_are_recommended() -> N
         # samples/s made 2 the knee, short of the step's 500).
         pytest.skip(f"too noisy to tell on this machine: num_workers=1 kept, "
                     f"num_workers={rec['candidate_num_workers']} named ({rates})")
+    if rec["trust"] == "incomplete":
+        # A machine so busy that the budget ended before the sweep timed every setting it meant to (as the test
+        # above has seen): your num_workers=1 kept, the settings left unmeasured named.
+        (dl005,) = report.by_rule("DL005")
+        assert_honest_incomplete(report.to_dict(), dl005.message, current_num_workers=1)
+        _no_children()
+        pytest.skip(f"the budget ended before num_workers={rec['unmeasured']} on this machine ({rates})")
     if max(rates.values()) < 1.25 * 400:
         # A machine so busy that no measured setting delivered what the step consumes with headroom (seen in CI
         # with two spinning cores: 4 workers 291 samples/s): the step cannot decide, and envdoctor must not say it
@@ -109,7 +116,11 @@ def test_with_a_step_time_the_fewest_workers_that_keep_up_are_recommended() -> N
     assert rec["basis"] == "step", seen
     assert rates[rec["num_workers"]] >= 1.25 * 400, (rec, rates)
     assert all(rate < 1.25 * 400 for n, rate in rates.items() if 0 < n < rec["num_workers"]), (rec, rates)
-    assert rec["num_workers"] < max(rates), (rec, rates)  # the knee had more workers
+    # Never more workers than the knee; fewer where more workers measured clearly faster (on a quiet machine 8
+    # deliver about twice what 4 do), which the step cannot use.
+    assert rec["num_workers"] <= section["knee"], seen
+    if any(rate > 1.5 * rates[rec["num_workers"]] for n, rate in rates.items() if n > rec["num_workers"]):
+        assert section["knee"] > rec["num_workers"], seen
     (dl001,) = report.by_rule("DL001")  # one worker (~190 samples/s) cannot feed it
     assert f"num_workers={rec['num_workers']}" in dl001.fix
     (dl005,) = report.by_rule("DL005")

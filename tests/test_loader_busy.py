@@ -214,6 +214,28 @@ def test_fewer_workers_paired_as_fast_on_cpus_others_hold_do_not_settle_what_mor
     assert (rec["trust"], rec["num_workers"], rec["paired_windows"]) == ("gain", 0, 4)
 
 
+def test_a_runner_up_the_pairs_show_faster_than_yours_is_recommended_when_the_knee_moved_off_it() -> None:
+    """SLEEPY_RUNNER_UP as an idle run of the whole suite saw it: the runner took your num_workers=1 for the knee and
+    re-measured the runner-up, 2, against it; 2 delivered about twice as much in every pair. Rated by those pairs,
+    your 1 fell below num_workers=0, and the knee moved to 0, which no pair measured and which is within one
+    stretch's noise of yours. The pairs' winner is recommended, never "num_workers=0 ... too noisy, keep yours". Its
+    twin, pairs that show no gain, stays too noisy to tell."""
+    busy = judged(recorded.SLEEPY_RUNNER_UP, 0.002)
+    assert busy["knee"] == 0
+    rec = busy["recommendation"]
+    assert (rec["trust"], rec["num_workers"], rec["basis"], rec["paired_windows"]) == ("gain", 2, "paired", 4)
+    assert rec["gain_interval"][0] > 1.5 and rec["samples_per_s"] == 347.36, rec  # the pairs' median, not 177
+    (hit,) = findings_of(recorded.SLEEPY_RUNNER_UP, "DL005", 0.002)
+    assert hit.message.startswith("recommended: num_workers=2") and "runner-up" in hit.message, hit.message
+    assert "within 95% of the best" not in hit.message
+    even = copy.deepcopy(recorded.SLEEPY_RUNNER_UP)
+    for window in even["paired"]["windows"]:
+        window["candidate_samples_per_s"] = window["current_samples_per_s"]
+    rec = judged(even, 0.002)["recommendation"]
+    assert (rec["trust"], rec["num_workers"], rec["basis"], rec["candidate_num_workers"]) == ("too-noisy", 1,
+                                                                                              "current", 0)
+
+
 @pytest.mark.parametrize("name, wording", [("CPU_HEAVY", "cannot be told from this run"),
                                            ("IMAGE_FOLDER", "recommended: ")])
 def test_every_dl005_on_undecoded_images_says_it_measured_reading_only(name: str, wording: str) -> None:

@@ -160,17 +160,27 @@ def _paired_on(paired: PairedFacts | None, current_nw: int) -> bool:
     return bool(paired and paired.get("current") == current_nw and paired.get("windows"))
 
 
+def _take_paired_winner(choice: _Choice, eligible: list[RunFacts], paired: PairedFacts | None,
+                        current_nw: int) -> bool:
+    """Recommend the setting the paired windows re-measured against the user's own, when it won (a gain there);
+    False when they measured none, or it did not win."""
+    if paired is None or not _paired_on(paired, current_nw):
+        return False
+    other = next((r for r in eligible if r["num_workers"] == paired.get("candidate")), None)
+    if other is None or other["num_workers"] == current_nw:
+        return False
+    said, interval = judge_pairing(paired, other["num_workers"], current_nw)
+    if said != "gain":
+        return False
+    choice.chosen, choice.basis, choice.trust, choice.interval = other, "paired", "gain", interval
+    return True
+
+
 def _promote_runner_up(choice: _Choice, eligible: list[RunFacts], paired: PairedFacts | None,
                        current_nw: int) -> None:
     """The sweep kept the user's setting; the runner-up re-measured against it in paired windows won."""
-    if choice.trust != "same" or paired is None or not _paired_on(paired, current_nw):
-        return
-    other = next((r for r in eligible if r["num_workers"] == paired.get("candidate")), None)
-    if other is None or other["num_workers"] == current_nw:
-        return
-    said, interval = judge_pairing(paired, other["num_workers"], current_nw)
-    if said == "gain":
-        choice.chosen, choice.basis, choice.trust, choice.interval = other, "paired", "gain", interval
+    if choice.trust == "same":
+        _take_paired_winner(choice, eligible, paired, current_nw)
 
 
 def _doubt_on_contended_cpus(choice: _Choice, eligible: list[RunFacts], paired: PairedFacts | None,
@@ -184,7 +194,11 @@ def _doubt_on_contended_cpus(choice: _Choice, eligible: list[RunFacts], paired: 
     if choice.trust == "unpaired":
         repaired = paired is not None and _paired_on(paired, current_nw) \
             and paired.get("candidate") == choice.chosen["num_workers"]
-        if not repaired and current_run is not None and _rate(choice.chosen) < CLEAR_GAIN * _rate(current_run):
+        if not repaired and current_run is not None and _rate(choice.chosen) < CLEAR_GAIN * _rate(current_run) \
+                and not _take_paired_winner(choice, eligible, paired, current_nw):
+            # A pick no pair measured, within one stretch's noise of yours: too noisy, unless the pairs measured
+            # another setting against yours and it won there (SLEEPY_RUNNER_UP: rated by its pairs, your setting
+            # fell below num_workers=0, which moved the knee off the runner-up that had just doubled it).
             choice.trust = "too-noisy"
         return
     if choice.trust != "same":

@@ -341,6 +341,8 @@ def find_loader_settings(facts: Facts) -> Iterator[Hit]:
         step = section.get("step_time_s") or facts.config.step_time or 0.0
         why = (f"the fewest workers that deliver {STEP_HEADROOM:g}× the {_rate(rec['consumer_samples_per_s'])} "
                f"a {step:g} s step consumes; more only add processes and memory")
+    elif rec["basis"] == "paired":
+        why = "the sweep's runner-up, faster than yours where the two were timed in turn"
     else:
         why = f"the smallest num_workers within 95% of the best, {_rate(rec['best_samples_per_s'])}"
     evidence: dict[str, object] = {

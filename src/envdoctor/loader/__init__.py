@@ -33,15 +33,14 @@ if TYPE_CHECKING:  # pragma: no cover
 
 #: Seconds of the budget kept back for starting the runner and tearing it down.
 STAGE_OVERHEAD_S = 0.7
-#: What a check whose every rule reads less than the whole smoke test (catalog.loader_reads: a rule's
-#: `loader` key) does not run, and why.
-UNMEASURED = {
-    "checks": ("timed runs", "no selected rule reads them (each says `loader = \"checks\"` in the catalog): the "
-                             "num_workers sweep, the paired windows, and the worker memory, persistent_workers and "
-                             "pin_memory runs after them"),
-    "memory": ("timed runs", "no selected rule reads them (each says `loader = \"checks\"` or `loader = \"memory\"` "
-                             "in the catalog): the num_workers sweep, the paired windows, and the persistent_workers and "
-                             "pin_memory runs; the worker memory run follows the checks"),
+#: Why a check whose every rule reads less than the whole smoke test (catalog.loader_reads: a rule's `loader`
+#: key) skips its timed runs, by how far it goes.
+UNTIMED_BECAUSE = {
+    "checks": "no selected rule reads them (each says `loader = \"checks\"` in the catalog): the num_workers sweep, "
+              "the paired windows, and the worker memory, persistent_workers and pin_memory runs after them",
+    "memory": "no selected rule reads them (each says `loader = \"checks\"` or `loader = \"memory\"` in the "
+              "catalog): the num_workers sweep, the paired windows, and the persistent_workers and pin_memory runs; "
+              "the worker memory run follows the checks",
 }
 
 
@@ -73,9 +72,8 @@ def gather_loader(facts: FactsReader) -> LoaderFacts | None:
         # How far the runner goes: "checks", "memory" or "timed" (all), by what the selected rules read.
         "measure": loader_reads(config.select, config.ignore),
     }
-    if plan["measure"] in UNMEASURED:
-        what, reason = UNMEASURED[plan["measure"]]
-        section["skipped"].append({"what": what, "reason": reason})
+    if plan["measure"] in UNTIMED_BECAUSE:
+        section["skipped"].append({"what": "timed runs", "reason": UNTIMED_BECAUSE[plan["measure"]]})
     if objects is None:
         target = facts["target"]
         interpreter = target.get("interpreter")

@@ -59,6 +59,10 @@ session, load 4.1-6.1): torch_geometric 1.38x to 1.34x (1.05 s to 1.02 s), dgl/e
 2.53x (2.12 s to 2.07 s), NeMo 3.57x to 3.42x (14.70 s to 14.13 s, peak 256 MB both). What is left
 on NeMo is the walk under the guard, most of it functions an earlier script already walked, given
 values made from each script's own expressions (docs/spawn-guard.md says why no summary yet).
+At c95c6fd (--repeat 2, quiet): SPW all 1.33x / 2.54x / 3.97x, hook 1.34x / 1.70x / 1.69x. With every
+function body walked at most once in the whole check (a throwaway measurement, facts lost) the whole
+walk would still be 2.20x on dgl/examples and 2.03x on NeMo: no summary reaches 2.0x on its own
+(docs/spawn-guard.md, "What a summary could save at best").
 
 The third fresh corpus (issue 29's recall and precision; read-only snapshots fetched 2026-12-04,
 HEAD commits): snap-stanford/ogb 61e9784ca7, benedekrozemberczki/pytorch_geometric_temporal

@@ -214,6 +214,24 @@ def test_fewer_workers_paired_as_fast_on_cpus_others_hold_do_not_settle_what_mor
     assert (rec["trust"], rec["num_workers"], rec["paired_windows"]) == ("gain", 0, 4)
 
 
+def test_fewer_workers_that_every_setting_with_more_lost_to_clearly_stay_a_gain_on_busy_cpus() -> None:
+    """TINY_FEWER as CI saw it beside two busy processes: an int a sample, your num_workers=4. num_workers=0 delivered
+    3,053 samples/s and no window of any worker count reached 1,400; the pairs measured 0 at 1.5-16.5 times your 4,
+    an interval whose low end (0.96) the load's swings kept under 1. More workers than yours lost to 0 by more than
+    one stretch of the load explains, so the doubt of SLEEPY_FEWER does not hold: num_workers=0 is recommended, never
+    "too noisy, keep yours" naming num_workers=8. Its twin, where one window of num_workers=8 came within half of 0's
+    rate, keeps your setting and names 8, as SLEEPY_FEWER does."""
+    rec = judged(recorded.TINY_FEWER)["recommendation"]
+    assert (rec["trust"], rec["num_workers"], rec["paired_windows"], rec["candidate_num_workers"]) == ("gain", 0, 4,
+                                                                                                       None), rec
+    assert rec["gain_interval"][0] < 1.0 < rec["gain"], rec  # the interval alone would not have settled it
+    (hit,) = findings_of(recorded.TINY_FEWER, "DL005")
+    assert hit.message.startswith("recommended: num_workers=0"), hit.message
+    close = judged(recorded.TINY_FEWER_CLOSE)["recommendation"]
+    assert (close["trust"], close["num_workers"], close["basis"], close["candidate_num_workers"]) == ("too-noisy", 4,
+                                                                                                      "current", 8)
+
+
 def test_a_runner_up_the_pairs_show_faster_than_yours_is_recommended_when_the_knee_moved_off_it() -> None:
     """SLEEPY_RUNNER_UP as an idle run of the whole suite saw it: the runner took your num_workers=1 for the knee and
     re-measured the runner-up, 2, against it; 2 delivered about twice as much in every pair. Rated by those pairs,

@@ -77,6 +77,12 @@ def measured_runs(section: LoaderFacts) -> list[RunFacts]:
     return measured(section["runs"])
 
 
+def loses_clearly(run: RunFacts, rate: float) -> bool:
+    """Whether `run` falls short of `rate` by more than one stretch of other processes' load explains: even its
+    fastest window is under 1 / CLEAR_GAIN of that rate."""
+    return CLEAR_GAIN * (run.get("samples_per_s_max") or _rate(run)) <= rate
+
+
 def _rate(run: RunFacts) -> float:
     return run["samples_per_s"] or 0.0
 
@@ -191,7 +197,7 @@ class Evidence:
         zero, best = self.zero, self.best_worker
         if zero is None or best is None:
             return False
-        return CLEAR_GAIN * (best.get("samples_per_s_max") or _rate(best)) <= _rate(zero)
+        return loses_clearly(best, _rate(zero))
 
 
 def is_no_bottleneck(ev: Evidence) -> str | None:

@@ -34,7 +34,15 @@ from envdoctor.facts.loader import (
     Trust,
 )
 from envdoctor.inside.loader_knee import computes_past_cpus, eligible_runs, knee, recommended
-from envdoctor.judge.bottleneck import CLEAR_GAIN, classify, contended, measured_runs, others_cpus, pool_contention
+from envdoctor.judge.bottleneck import (
+    CLEAR_GAIN,
+    classify,
+    contended,
+    loses_clearly,
+    measured_runs,
+    others_cpus,
+    pool_contention,
+)
 from envdoctor.judge.pairing import judge_pairing, paired_median
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -226,13 +234,14 @@ def _doubt_fewer_on_contended_cpus(choice: _Choice, eligible: list[RunFacts], cu
     dataset that sleeps 5 ms a sample, 0: 167, 1: 176, 2: 138 samples/s with windows from 74 to 17,567; idle, 2
     workers deliver twice what 1 does). Whether more workers beat the user's setting cannot be told: their
     setting is kept, and the best of those settings named. Fewer workers that the pairs show faster outright
-    are a gain whatever the sweep said of more."""
+    are a gain whatever the sweep said of more, and so are fewer workers that every setting with more lost to
+    by more than one stretch of the load explains (TINY_FEWER: tiny samples, the pairs' interval wide)."""
     if choice.trust != "gain" or current_run is None or choice.chosen["num_workers"] >= current_nw:
         return
     if choice.interval is not None and choice.interval[0] > 1.0:
         return  # fewer workers beat yours outright in the pairs (tiny samples at ×50): that gain stands
     more = [r for r in eligible if r["num_workers"] > current_nw]
-    if not more:
+    if not more or all(loses_clearly(r, _rate(choice.chosen)) for r in more):
         return
     choice.chosen, choice.trust, choice.interval = current_run, "too-noisy", None
     choice.runner_up, choice.pairs_apply = max(more, key=_rate)["num_workers"], False

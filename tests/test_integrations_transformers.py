@@ -180,10 +180,6 @@ def main():
                                    callbacks=[PreflightCallback(fail_on="error", budget_s=6, select=["DL"])])
     trainer.train()
     print(f"rank {os.environ['RANK']} trained {trainer.state.global_step} steps", flush=True)
-    # As a DDP script should: the Trainer leaves the process group to the script. Left to interpreter exit,
-    # gloo's threads can abort the process there (seen once in CI: rank 1 "terminate called without an
-    # active exception", SIGABRT, at the end; most likely the teardown race pytorch/pytorch#179291 describes).
-    torch.distributed.destroy_process_group()
 
 
 if __name__ == "__main__":

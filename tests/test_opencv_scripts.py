@@ -202,3 +202,23 @@ def test_the_scan_of_marked_lines_finds_what_the_walk_of_every_node_finds() -> N
     assert [(c["where"], c["line"], c["value"]) for c in found[1]["set_num_threads_calls"]] == [
         ("inner", 9, 1), ("module level", 13, 2)]
     assert found[1]["worker_init_fns"] == ["seed_all", "limit", "late"]
+
+
+def test_within_one_check_a_module_found_quiet_is_not_asked_again(tmp_path: Path, monkeypatch) -> None:
+    # Every script of a repository checked at once imports the same modules: one found to spell no cv2 is
+    # not even stat'ed again for the next script of the same check; one that imports cv2 is read for each.
+    from envdoctor.facts import opencv_use
+
+    quiet_module, cv2_module = tmp_path / "plain.py", tmp_path / "vision.py"
+    quiet_module.write_text("X = 1\n")
+    cv2_module.write_text("import cv2\n")
+    asked: list[str] = []
+    stamp = opencv_use._stamp
+    monkeypatch.setattr(opencv_use, "_stamp", lambda path: asked.append(path) or stamp(path))
+    quiet: set[str] = set()
+    for script in ("a.py", "b.py"):
+        found = opencv_use.finish({"imports": [], "set_num_threads_calls": [], "worker_init_fns": []},
+                                  str(tmp_path / script), [str(quiet_module), str(cv2_module)], quiet)
+        assert found is not None and found["imports"] == [{"path": str(cv2_module), "line": 1}]
+    assert quiet == {str(quiet_module)}
+    assert asked == [str(quiet_module), str(cv2_module), str(cv2_module)]

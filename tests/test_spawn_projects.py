@@ -453,3 +453,89 @@ def test_a_call_skipped_through_a_replayed_import_still_sees_what_its_callees_st
     assert [c["line"] for c in first["cuda_inits"]] == [c["line"] for c in second["cuda_inits"]] == [4]
     assert {k: v for k, v in second.items() if k not in ("calls_followed", "path")} == \
         {k: v for k, v in alone.items() if k not in ("calls_followed", "path")}
+
+
+def made_during_import_scripts(folder: Path) -> None:
+    """A module whose import gets an object from another module's function (whose class's __init__ sets its
+    count); scripts that loop with that count, one after writing 0 into it."""
+    (folder / "settings.py").write_text(
+        "class Config:\n    def __init__(self, num_workers):\n        self.workers = num_workers\n\n\n"
+        "def make(num_workers):\n    return Config(num_workers)\n", encoding="utf-8")
+    (folder / "made.py").write_text("import settings\n\ncfg = settings.make(2)\n", encoding="utf-8")
+    loop = "for batch in DataLoader(range(4), num_workers=made.cfg.workers):\n    pass\n"
+    for name in ("a.py", "c.py"):
+        (folder / name).write_text("from torch.utils.data import DataLoader\n\nimport made\n\n" + loop,
+                                   encoding="utf-8")
+    (folder / "b.py").write_text("from torch.utils.data import DataLoader\n\nimport made\n\nmade.cfg.workers = 0\n"
+                                 + loop, encoding="utf-8")
+
+
+def test_an_object_made_while_a_module_is_imported_is_that_import_s_whatever_code_made_it(tmp_path: Path):
+    """`cfg = settings.make(2)` runs settings' code while made.py is imported: the object it returns is made.py's,
+    as one its own top level made would be. What its __init__ wrote is no change to another module's object
+    to undo after the script and make again for each script that imports made (NeMo's formatters and types:
+    127,738 such writes in one check of the tree, replayed one by one); what a script writes into it is still
+    that script's alone."""
+    from envdoctor.analysis.spawn.project import SharedModules
+    from envdoctor.facts.scripts import analyse_script
+
+    made_during_import_scripts(tmp_path)
+    for order in (("a.py", "b.py", "c.py"), ("b.py", "a.py", "c.py"), ("b.py", "c.py", "a.py")):
+        findings = run_check(Config(scripts=tuple(str(tmp_path / n) for n in order), select=("SPW001",),
+                                    no_loader=True)).findings
+        assert sorted((Path(f.location.path).name, f.location.line, f.evidence["num_workers"]) for f in findings) \
+            == [("a.py", 5, 2), ("c.py", 5, 2)], order
+    shared = SharedModules()
+    analyse_script(str(tmp_path / "a.py"), shared=shared)
+    (made,) = [m for m in shared.modules.values() if m.name == "made"]
+    assert made.import_writes == [] and made.import_changes == []
+
+
+def test_project_files_answer_what_the_file_system_says(tmp_path: Path, monkeypatch):
+    """ProjectFiles reads a folder's listing once for the names it lacks and resolves each folder once;
+    what it answers is what a stat per path and os.path.realpath answer: links to files and folders, a
+    broken link, a loop of links, a FIFO, a file where a folder is looked for, a folder it cannot list."""
+    import os
+
+    from envdoctor.analysis.spawn import project
+
+    root = tmp_path / "repo"
+    (root / "pkg" / "sub").mkdir(parents=True)
+    (root / "pkg" / "__init__.py").write_text("")
+    (root / "pkg" / "sub" / "__init__.py").write_text("")
+    (root / "pkg" / "sub" / "mod.py").write_text("")
+    (root / "ns" / "inner").mkdir(parents=True)
+    (root / "ns" / "a.py").write_text("")
+    (root / "plain").write_text("")
+    (root / "linked.py").symlink_to(root / "pkg" / "sub" / "mod.py")
+    (root / "broken.py").symlink_to(root / "missing.py")
+    (root / "alias").symlink_to(root / "pkg", target_is_directory=True)
+    (root / "loop_a.py").symlink_to(root / "loop_b.py")
+    (root / "loop_b.py").symlink_to(root / "loop_a.py")
+    os.mkfifo(root / "fifo.py")
+    (root / "locked").mkdir()
+    (root / "locked" / "hidden.py").write_text("")
+    names = ["pkg", "pkg.sub", "pkg.sub.mod", "pkg.nothing", "ns", "ns.a", "ns.inner", "plain", "plain.x", "linked",
+             "broken", "alias", "alias.sub.mod", "loop_a", "fifo", "missing", "locked.hidden", "nothing.deeper"]
+    listdir = os.listdir
+
+    def unlistable(folder):
+        if str(folder).endswith("locked"):
+            raise PermissionError(13, "Permission denied", str(folder))
+        return listdir(folder)
+
+    monkeypatch.setattr(os, "listdir", unlistable)
+    roots = (str(root),)
+    listed = project.ProjectFiles()
+    monkeypatch.setattr(project, "_LISTED", False)
+    stat_only = [project.ProjectFiles().locate(roots, name) for name in names]
+    monkeypatch.setattr(project, "_LISTED", True)
+    assert [listed.locate(roots, name) for name in names] == stat_only
+    assert stat_only[names.index("locked.hidden")] == (str(root / "locked" / "hidden.py"), "locked", False)
+    assert stat_only[names.index("broken")] is None and stat_only[names.index("fifo")] is not None
+    monkeypatch.chdir(root / "pkg")
+    paths = [str(root / "alias" / "sub" / "mod.py"), str(root / "linked.py"), str(root / "broken.py"),
+             str(root / "loop_a.py"), str(root / "pkg" / ".." / "alias" / "sub"), "sub/mod.py", "../alias/sub",
+             "__init__.py", str(root / "missing" / "deeper.py"), str(root / "pkg" / "sub") + "/"]
+    files = project.ProjectFiles()
+    assert [files.real(path) for path in paths] == [os.path.realpath(path) for path in paths]

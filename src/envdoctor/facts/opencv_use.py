@@ -155,16 +155,21 @@ def _stamp(path: str) -> tuple[int, int, int, int] | None:
     return (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns) if stat.S_ISREG(st.st_mode) else None
 
 
-def finish(found: ScriptOpenCV, path: str, modules: list[str]) -> ScriptOpenCV | None:
+def finish(found: ScriptOpenCV, path: str, modules: list[str], quiet: set[str] | None = None) -> ScriptOpenCV | None:
     """Add the project modules the script imports (read again, only those that mention cv2); None when
-    nothing imports cv2 nor calls setNumThreads."""
+    nothing imports cv2 nor calls setNumThreads.
+
+    `quiet`: the modules that spell neither, as found by this check for an earlier script (asked again
+    without a stat: the scripts of one check read each module once); those found now are added."""
     from envdoctor.analysis.spawn.reading import decode_source, read_bytes
 
     for module in modules[:MAX_MODULES]:
-        if module == path:
+        if module == path or quiet is not None and module in quiet:
             continue
         stamp = _stamp(module)
         if stamp is not None and _QUIET.get(module) == stamp:
+            if quiet is not None:
+                quiet.add(module)
             continue
         data, _ = read_bytes(module)
         if data is None or len(data) > MAX_MODULE_BYTES or b"cv2" not in data and b"setNumThreads" not in data:
@@ -172,6 +177,8 @@ def finish(found: ScriptOpenCV, path: str, modules: list[str]) -> ScriptOpenCV |
                 if len(_QUIET) >= _MAX_QUIET:
                     _QUIET.clear()
                 _QUIET[module] = stamp
+                if quiet is not None:
+                    quiet.add(module)
             continue
         text = decode_source(data)[0]
         try:

@@ -238,15 +238,16 @@ def _parse(text: str, path: str, info: ScriptFile, shared: SharedModules | None 
 
 
 def analyse_script(path: str, project: bool = True, shared: SharedModules | None = None,
-                   main_guard: bool = True) -> ScriptFile:
+                   main_guard: bool = True, opencv_quiet: set[str] | None = None) -> ScriptFile:
     """The facts for one script or notebook: its status and, when it parses, where it starts workers.
 
     `main_guard` False: the code under a main guard that ends a script is not walked (see gather_scripts).
+    `opencv_quiet`: the project modules this check found spelling neither cv2 nor setNumThreads (finish).
     """
     from envdoctor.analysis.spawn import analyse_source
 
     if path.endswith(".ipynb"):
-        return analyse_notebook(path, project, shared)
+        return analyse_notebook(path, project, shared, opencv_quiet)
     info: ScriptFile = {"path": path, "status": "ok", "kind": "script"}
     data, problem = read_bytes(path)
     if data is None:
@@ -269,7 +270,7 @@ def analyse_script(path: str, project: bool = True, shared: SharedModules | None
                                                 main_guard=main_guard)))
     if shared is not None:
         shared.keep_recent(path, text, tree, info["lines"])
-    _add_opencv(info, finish(opencv, path, info.get("modules_followed", [])))
+    _add_opencv(info, finish(opencv, path, info.get("modules_followed", []), opencv_quiet))
     return info
 
 
@@ -283,7 +284,8 @@ def _add_opencv(info: ScriptFile, opencv: ScriptOpenCV | None, place: Callable[[
     info["opencv"] = opencv
 
 
-def analyse_notebook(path: str, project: bool = True, shared: SharedModules | None = None) -> ScriptFile:
+def analyse_notebook(path: str, project: bool = True, shared: SharedModules | None = None,
+                     opencv_quiet: set[str] | None = None) -> ScriptFile:
     """The facts for one notebook: its code cells walked as one `__main__` that spawn does not re-run."""
     from envdoctor.analysis.spawn import analyse_source
     from envdoctor.analysis.spawn.notebook import read_notebook
@@ -310,7 +312,7 @@ def analyse_notebook(path: str, project: bool = True, shared: SharedModules | No
         for event in found[key]:
             _place_in_cells(event, path, notebook.place)
     info.update(cast(ScriptFile, found))
-    _add_opencv(info, finish(opencv, path, info.get("modules_followed", [])), notebook.place)
+    _add_opencv(info, finish(opencv, path, info.get("modules_followed", []), opencv_quiet), notebook.place)
     return info
 
 
@@ -339,6 +341,7 @@ def gather_scripts(facts: FactsReader) -> ScriptsFacts | None:
     # A package several scripts import is read and walked once; the libraries the scripts use are read
     # from the target's own import path (never imported), for the DataLoader classes they define.
     shared = SharedModules(library_path=_target_path(facts))
+    opencv_quiet: set[str] = set()
     with _settled_heap() as settle:
         shared.freeze = True
         for path, exists in expand_paths(scripts):
@@ -346,7 +349,7 @@ def gather_scripts(facts: FactsReader) -> ScriptsFacts | None:
                 files.append({"path": path, "status": "unreadable", "error": "no such file or directory"})
                 continue
             try:
-                files.append(analyse_script(path, shared=shared, main_guard=main_guard))
+                files.append(analyse_script(path, shared=shared, main_guard=main_guard, opencv_quiet=opencv_quiet))
             except Exception as exc:  # one file must never blind the others: it becomes SPW004 for itself
                 files.append({"path": path, "status": "unparsable", "line": 1, "column": 1,
                               "error": f"envdoctor could not analyse it: {type(exc).__name__}: {exc}"})

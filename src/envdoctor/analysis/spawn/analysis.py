@@ -62,7 +62,7 @@ class ScriptAnalysis(CallWalker):
         inner = Frame(scope=module.scope, guarded=frame.guarded, module=module, needs=frame.needs,
                       via=frame.via + (self.step(f"import {dotted}", stmt, frame),))
         first = len(self.events)
-        record = ImportRecord()
+        record = ImportRecord(module)
         self.imports.append(record)
         try:
             if module.tree is not None:

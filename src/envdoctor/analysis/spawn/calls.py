@@ -679,7 +679,11 @@ class CallWalker(BodyRunner):
             if isinstance(init, Function):
                 self.call_function(init, node, frame, positional, keywords, process)
             return process
-        instance = Instance(cls, home=None if frame.module.is_main else frame.module)
+        # Made while a project module's import runs, by whatever code, it is part of what that import
+        # leaves, as the objects its own top level makes are: what its __init__ writes is no change to an
+        # object an earlier import left, to keep, put back and make again for each later script.
+        home = self.imports[-1].module if self.imports else None if frame.module.is_main else frame.module
+        instance = Instance(cls, home=home)
         if isinstance(init, Function):
             self.call_function(init, node, frame, positional, keywords, instance)
         return instance

@@ -54,33 +54,30 @@ class ModuleProblem(TypedDict):
     line: int
 
 
-def project_roots(script: Path) -> list[Path]:
-    """The folders the script's own imports are looked up in, most specific first."""
-    folder = script.resolve().parent
-    roots = [folder]
-    top = folder
-    while (top / "__init__.py").is_file() and top.parent != top:
-        top = top.parent
-    roots.append(top)
-    here = folder
-    for _ in range(MAX_ROOT_DEPTH):
-        if any((here / marker).exists() for marker in ROOT_MARKERS):
-            roots += [here, here / "src"]
-            break
-        if here.parent == here:
-            break
-        here = here.parent
-    return [r for i, r in enumerate(roots) if r.is_dir() and r not in roots[:i]]
+def _is_link(path: str) -> bool:
+    """os.path.islink(path): False where it cannot be asked."""
+    try:
+        return stat.S_ISLNK(os.lstat(path).st_mode)
+    except (OSError, ValueError):
+        return False
 
 
-def package_of(script: Path) -> str:
-    """The package a script sits in (`pkg.sub` for pkg/sub/run.py with __init__.py files), for its relative imports."""
-    parts: list[str] = []
-    folder = script.resolve().parent
-    while (folder / "__init__.py").is_file() and folder.parent != folder and len(parts) < 32:
-        parts.insert(0, folder.name)
-        folder = folder.parent
-    return ".".join(parts)
+#: Whether ProjectFiles reads a folder's listing for the names it lacks (see ProjectFiles._absent).
+_LISTED = sys.platform.startswith("linux")
+_UNLISTED = frozenset({"/"})
+#: A package's own module, after its folder (which ends in a name: os.path.join's answer, without its cost).
+_INIT = f"{os.sep}__init__.py"  # a marker: no listing asked yet (no folder holds a name with a slash)
+
+
+def _names_in(folder: str) -> frozenset[str] | None:
+    """The names in `folder` (empty where it is not there, or not a folder), or None where it cannot be
+    listed (no permission, a loop of links): each name is then asked with a stat."""
+    try:
+        return frozenset(os.listdir(folder))
+    except (FileNotFoundError, NotADirectoryError):
+        return frozenset()
+    except (OSError, ValueError):
+        return None
 
 
 def _mode(path: str) -> int | None:
@@ -111,16 +108,63 @@ class ProjectFiles:
         self._real: dict[str, str] = {}
         self._installed: dict[str, bool] = {}
         self._modes: dict[str, int | None] = {}
+        #: The names in each folder asked about (None: it cannot be listed, so each name is stat'ed).
+        self._listings: dict[str, frozenset[str] | None] = {}
 
     def layout(self, script: str) -> tuple[list[Path], str]:
-        """The script's `project_roots` and `package_of`, shared by the scripts of one folder."""
+        """The script's `roots` and `package`, shared by the scripts of one folder."""
         if os.path.islink(script):  # its folder is where the link points
-            return project_roots(Path(script)), package_of(Path(script))
+            folder = os.path.dirname(self.real(script))
+            return list(self.roots(folder)), self.package(folder)
         folder = os.path.dirname(script)
         known = self._layouts.get(folder)
         if known is None:
-            known = self._layouts[folder] = (tuple(project_roots(Path(script))), package_of(Path(script)))
+            real = os.path.dirname(self.real(script))
+            known = self._layouts[folder] = (self.roots(real), self.package(real))
         return list(known[0]), known[1]
+
+    def roots(self, folder: str) -> tuple[Path, ...]:
+        """The folders a script in `folder` (a real path) has its own imports looked up in, most specific
+        first: its folder, the parent of the package it is in, and the repository's root (the nearest of
+        MAX_ROOT_DEPTH folders that holds a ROOT_MARKERS file) and its `src/`."""
+        roots = [folder, self._package_top(folder)]
+        here = folder
+        for _ in range(MAX_ROOT_DEPTH):
+            if any(self._mode(os.path.join(here, marker)) is not None for marker in ROOT_MARKERS):
+                roots += [here, os.path.join(here, "src")]
+                break
+            parent = os.path.dirname(here)
+            if parent == here:
+                break
+            here = parent
+        kept: list[Path] = []
+        for i, root in enumerate(roots):
+            mode = self._mode(root)
+            if mode is not None and stat.S_ISDIR(mode) and root not in roots[:i]:
+                kept.append(Path(root))
+        return tuple(kept)
+
+    def package(self, folder: str) -> str:
+        """The package a script in `folder` (a real path) sits in (`pkg.sub` for pkg/sub/run.py with
+        __init__.py files), for its relative imports."""
+        parts: list[str] = []
+        while self._is_package(folder) and len(parts) < 32:
+            parts.insert(0, os.path.basename(folder))
+            folder = os.path.dirname(folder)
+        return ".".join(parts)
+
+    def _package_top(self, folder: str) -> str:
+        """The folder above the outermost package `folder` is in (`folder` itself outside a package)."""
+        while self._is_package(folder):
+            folder = os.path.dirname(folder)
+        return folder
+
+    def _is_package(self, folder: str) -> bool:
+        """Whether `folder` holds an __init__.py file and is not the file system's root."""
+        if os.path.dirname(folder) == folder:
+            return False
+        mode = self._mode(os.path.join(folder, "__init__.py"))
+        return mode is not None and stat.S_ISREG(mode)
 
     def locate(self, roots: tuple[str, ...], dotted: str) -> tuple[str, str, bool] | None:
         """(path, package, is a namespace folder) of the module `dotted` under `roots`, or None."""
@@ -130,11 +174,28 @@ class ProjectFiles:
         return self._modules[key]
 
     def _mode(self, path: str) -> int | None:
-        """_mode(path), asked once: the scripts of different folders search the same roots."""
+        """_mode(path), asked once: the scripts of different folders search the same roots. A name its
+        folder's listing lacks is not asked at all: most of the paths an import is looked for at are not
+        there, and one listing a folder answers them all."""
         if path in self._modes:
             return self._modes[path]
-        mode = self._modes[path] = _mode(path)
+        mode = self._modes[path] = None if self._absent(path) else _mode(path)
         return mode
+
+    def _absent(self, path: str) -> bool:
+        """Whether the listing of the folder `path` is in shows that it is not there. On Linux only, where
+        a name is found only as spelled, as Python's own import finds it (a case-insensitive file system
+        elsewhere answers a stat for `Foo.py` with `foo.py`)."""
+        if not _LISTED:
+            return False
+        folder, slash, name = path.rpartition("/")  # os.path.split, without its cost (Linux paths only)
+        if not slash or not name:
+            return False
+        folder = folder or "/"
+        names = self._listings.get(folder, _UNLISTED)
+        if names is _UNLISTED:
+            names = self._listings[folder] = frozenset() if self._absent(folder) else _names_in(folder)
+        return names is not None and name not in names
 
     def _search(self, roots: tuple[str, ...], dotted: str) -> tuple[str, str, bool] | None:
         parts = dotted.split(".")
@@ -142,7 +203,7 @@ class ProjectFiles:
             return None
         for root in roots:
             base = os.path.join(root, *parts)
-            for path, package in ((os.path.join(base, "__init__.py"), dotted), (base + ".py", dotted.rpartition(".")[0])):
+            for path, package in ((base + _INIT, dotted), (base + ".py", dotted.rpartition(".")[0])):
                 mode = self._mode(path)
                 if mode is not None and not stat.S_ISDIR(mode):  # a FIFO too: the bounded read reports it
                     return path, package, False
@@ -152,10 +213,16 @@ class ProjectFiles:
         return None
 
     def real(self, path: str) -> str:
-        """os.path.realpath(path)."""
+        """os.path.realpath(path), each folder's resolved once: a path whose last part is no link is its
+        folder's real path and that part (one lstat, not one for each folder above it)."""
         known = self._real.get(path)
         if known is None:
-            known = self._real[path] = os.path.realpath(path)
+            head, name = os.path.split(path)
+            if os.name != "posix" or not head or name in ("", ".", "..") or head == path or _is_link(path):
+                known = os.path.realpath(path)
+            else:
+                known = os.path.join(self.real(head), name)
+            self._real[path] = known
         return known
 
     def installed(self, top: str) -> bool:

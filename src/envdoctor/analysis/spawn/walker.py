@@ -93,6 +93,8 @@ class ImportRecord:
     writes into other shared modules' names (see Walker.write_name) and the changes to their dicts and
     lists (see Walker.to_change), made again when a later script imports it (ScriptAnalysis.replay)."""
 
+    #: The module whose import this is.
+    module: Module | None = None
     writes: list[tuple[Module | Instance | ClassInfo, str, Value]] = field(default_factory=list)
     changes: dict[Mapping_ | Seq, None] = field(default_factory=dict)
     #: The functions its import defined (name, node, the module's lines): a later script that replays the

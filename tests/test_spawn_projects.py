@@ -475,7 +475,8 @@ def test_an_object_made_while_a_module_is_imported_is_that_import_s_whatever_cod
     as one its own top level made would be. What its __init__ wrote is no change to another module's object
     to undo after the script and make again for each script that imports made (NeMo's formatters and types:
     127,738 such writes in one check of the tree, replayed one by one); what a script writes into it is still
-    that script's alone."""
+    that script's alone. An object a script's code makes (settings' code or its own) is the script's: only a
+    write into a shared module, put back after the script, can hand it to another."""
     from envdoctor.analysis.spawn.project import SharedModules
     from envdoctor.facts.scripts import analyse_script
 

@@ -681,8 +681,10 @@ class CallWalker(BodyRunner):
             return process
         # Made while a project module's import runs, by whatever code, it is part of what that import
         # leaves, as the objects its own top level makes are: what its __init__ writes is no change to an
-        # object an earlier import left, to keep, put back and make again for each later script.
-        home = self.imports[-1].module if self.imports else None if frame.module.is_main else frame.module
+        # object an earlier import left, to keep, put back and make again for each later script. Made
+        # while none runs, it is the script's own, whatever code made it: a later script can reach it only
+        # through a write into a shared module, which is put back when this script's walk ends.
+        home = self.imports[-1].module if self.imports and not frame.module.is_main else None
         instance = Instance(cls, home=home)
         if isinstance(init, Function):
             self.call_function(init, node, frame, positional, keywords, instance)

@@ -96,7 +96,7 @@ def _names_bound_in(value: ast.AST, lines: list[str]) -> Iterable[str]:
     """
     first, last = getattr(value, "lineno", None), getattr(value, "end_lineno", None)
     if first is not None and last is not None and 1 <= first <= last <= len(lines) \
-            and not any(_BINDS_INSIDE.search(lines[i]) for i in range(first - 1, last)):
+            and not any(("for" in line or ":=" in line) and _BINDS_INSIDE.search(line) for line in lines[first - 1:last]):
         return ()
     return _target_names(value)
 

@@ -518,20 +518,21 @@ def test_project_files_answer_what_the_file_system_says(tmp_path: Path, monkeypa
     (root / "locked" / "hidden.py").write_text("")
     names = ["pkg", "pkg.sub", "pkg.sub.mod", "pkg.nothing", "ns", "ns.a", "ns.inner", "plain", "plain.x", "linked",
              "broken", "alias", "alias.sub.mod", "loop_a", "fifo", "missing", "locked.hidden", "nothing.deeper"]
-    listdir = os.listdir
+    scandir = os.scandir
 
     def unlistable(folder):
         if str(folder).endswith("locked"):
             raise PermissionError(13, "Permission denied", str(folder))
-        return listdir(folder)
+        return scandir(folder)
 
-    monkeypatch.setattr(os, "listdir", unlistable)
+    monkeypatch.setattr(os, "scandir", unlistable)
     roots = (str(root),)
-    listed = project.ProjectFiles()
     monkeypatch.setattr(project, "_LISTED", False)
     stat_only = [project.ProjectFiles().locate(roots, name) for name in names]
     monkeypatch.setattr(project, "_LISTED", True)
-    assert [listed.locate(roots, name) for name in names] == stat_only
+    assert [project.ProjectFiles().locate(roots, name) for name in names] == stat_only
+    monkeypatch.setattr(project, "MAX_LISTED", 3)  # more names than a listing is read for: a stat each
+    assert [project.ProjectFiles().locate(roots, name) for name in names] == stat_only
     assert stat_only[names.index("locked.hidden")] == (str(root / "locked" / "hidden.py"), "locked", False)
     assert stat_only[names.index("broken")] is None and stat_only[names.index("fifo")] is not None
     monkeypatch.chdir(root / "pkg")

@@ -56,8 +56,8 @@ def private_body(node: ast.AST, lines: list[str]) -> bool:
     known: bool | None = getattr(node, "_envdoctor_private", None)
     if known is None:
         end = getattr(node, "end_lineno", None)
-        known = isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and end is not None and bool(lines)
-        if known:
+        known = False
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and end is not None and lines:
             text = "\n".join(lines[node.lineno:end])
             # Three substring searches rule out most bodies faster than the pattern reads one.
             known = not ("def" in text or "lambda" in text or "class" in text) or _NESTED.search(text) is None

@@ -62,6 +62,8 @@ def _is_link(path: str) -> bool:
         return False
 
 
+#: The most names a folder's listing is read for (a script beside a million images is looked up by stat).
+MAX_LISTED = 5_000
 #: Whether ProjectFiles reads a folder's listing for the names it lacks (see ProjectFiles._absent).
 _LISTED = sys.platform.startswith("linux")
 _UNLISTED = frozenset({"/"})
@@ -71,13 +73,20 @@ _INIT = f"{os.sep}__init__.py"  # a marker: no listing asked yet (no folder hold
 
 def _names_in(folder: str) -> frozenset[str] | None:
     """The names in `folder` (empty where it is not there, or not a folder), or None where it cannot be
-    listed (no permission, a loop of links): each name is then asked with a stat."""
+    listed (no permission, a loop of links) or holds more than MAX_LISTED names (a script beside its
+    data): each name is then asked with a stat."""
+    names: list[str] = []
     try:
-        return frozenset(os.listdir(folder))
+        with os.scandir(folder) as entries:
+            for entry in entries:
+                if len(names) >= MAX_LISTED:
+                    return None
+                names.append(entry.name)
     except (FileNotFoundError, NotADirectoryError):
         return frozenset()
     except (OSError, ValueError):
         return None
+    return frozenset(names)
 
 
 def _mode(path: str) -> int | None:

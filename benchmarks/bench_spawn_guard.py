@@ -66,7 +66,7 @@ walk would still be 2.20x on dgl/examples and 2.03x on NeMo: no summary reaches 
 2026-12-05, after fact-neutral savings off the walk (an object made during an import is that import's,
 folder listings for the paths an import is not at; --repeat 2, quiet): SPW all 1.24x / 2.49x / 3.70x,
 hook 1.24x / 1.65x / 1.50x, hook 119,902 / 84,073 / 104,887 lines per CPU-second (docs/spawn-guard.md,
-"Off the walk, and three levers measured and left out").
+"Off the walk, and four levers measured and left out").
 
 The third fresh corpus (issue 29's recall and precision; read-only snapshots fetched 2026-12-04,
 HEAD commits): snap-stanford/ogb 61e9784ca7, benedekrozemberczki/pytorch_geometric_temporal

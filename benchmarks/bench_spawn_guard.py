@@ -64,8 +64,8 @@ function body walked at most once in the whole check (a throwaway measurement, f
 walk would still be 2.20x on dgl/examples and 2.03x on NeMo: no summary reaches 2.0x on its own
 (docs/spawn-guard.md, "What a summary could save at best").
 2026-12-05, after fact-neutral savings off the walk (an object made during an import is that import's,
-folder listings for the paths an import is not at; --repeat 2, quiet): SPW all 1.24x / 2.49x / 3.70x,
-hook 1.24x / 1.65x / 1.50x, hook 119,902 / 84,073 / 104,887 lines per CPU-second (docs/spawn-guard.md,
+folder listings for the paths an import is not at; --repeat 2, quiet): SPW all 1.24x / 2.42x / 3.66x,
+hook 1.27x / 1.63x / 1.53x, hook 122,760 / 86,495 / 105,451 lines per CPU-second (docs/spawn-guard.md,
 "Off the walk, and four levers measured and left out").
 
 The third fresh corpus (issue 29's recall and precision; read-only snapshots fetched 2026-12-04,

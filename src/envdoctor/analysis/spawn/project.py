@@ -66,9 +66,10 @@ def _is_link(path: str) -> bool:
 MAX_LISTED = 5_000
 #: Whether ProjectFiles reads a folder's listing for the names it lacks (see ProjectFiles._absent).
 _LISTED = sys.platform.startswith("linux")
+#: A marker: no listing asked yet (no folder holds a name with a slash).
 _UNLISTED = frozenset({"/"})
 #: A package's own module, after its folder (which ends in a name: os.path.join's answer, without its cost).
-_INIT = f"{os.sep}__init__.py"  # a marker: no listing asked yet (no folder holds a name with a slash)
+_INIT = f"{os.sep}__init__.py"
 
 
 def _names_in(folder: str) -> frozenset[str] | None:

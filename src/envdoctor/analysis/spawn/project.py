@@ -54,14 +54,6 @@ class ModuleProblem(TypedDict):
     line: int
 
 
-def _is_link(path: str) -> bool:
-    """os.path.islink(path): False where it cannot be asked."""
-    try:
-        return stat.S_ISLNK(os.lstat(path).st_mode)
-    except (OSError, ValueError):
-        return False
-
-
 #: The most names a folder's listing is read for (a script beside a million images is looked up by stat).
 MAX_LISTED = 5_000
 #: Whether ProjectFiles reads a folder's listing for the names it lacks (see ProjectFiles._absent).
@@ -228,7 +220,7 @@ class ProjectFiles:
         known = self._real.get(path)
         if known is None:
             head, name = os.path.split(path)
-            if os.name != "posix" or not head or name in ("", ".", "..") or head == path or _is_link(path):
+            if os.name != "posix" or not head or name in ("", ".", "..") or head == path or os.path.islink(path):
                 known = os.path.realpath(path)
             else:
                 known = os.path.join(self.real(head), name)

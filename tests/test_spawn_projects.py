@@ -492,6 +492,69 @@ def test_an_object_made_while_a_module_is_imported_is_that_import_s_whatever_cod
     assert made.import_writes == [] and made.import_changes == []
 
 
+def test_bodies_parsed_again_for_calls_are_stripped_again_beyond_the_bound_with_the_same_facts(
+        tmp_path: Path, monkeypatch):
+    """A kept module's function body is parsed again when a script calls it, and kept whole for the next
+    scripts' calls: up to RESTORED_LINES lines, the least recently used stripped again between scripts (every
+    body any script called stayed whole before: on NeMo half the memory of its kept trees). What a later script
+    finds is the same whether the body was kept or read again; and the annotations of a kept module's
+    functions are dropped (the walk never reads one, and one naming `torch.cuda` touches no CUDA)."""
+    import ast
+    import os
+
+    from envdoctor.analysis.spawn import project
+    from envdoctor.facts.scripts import analyse_script
+
+    (tmp_path / "m.py").write_text(
+        "import torch\nfrom torch.utils.data import DataLoader\n\n"
+        "def helper(n: int) -> torch.cuda.FloatTensor:\n    x = n + 1\n    return x\n\n"
+        "def cuda_setup(flag):\n    if flag:\n        def inner():\n            torch.cuda.init()\n"
+        "        inner()\n    return flag\n\n"
+        "def loader(workers: 'torch.cuda.Tensor'):\n    helper(1)\n"
+        "    return DataLoader(range(4), num_workers=workers)\n\n"
+        "class Data:\n    def __getitem__(self, i) -> torch.cuda.FloatTensor:\n        return i\n\n"
+        "    def __len__(self):\n        return 4\n", encoding="utf-8")
+    calls = ("m.cuda_setup(True)\n    for b in m.loader(2):\n        pass\n",
+             "for b in DataLoader(m.Data(), num_workers=2):\n        pass\n    m.cuda_setup(1)\n",
+             "m.helper(3)\n    m.cuda_setup(True)\n    for b in m.loader(3):\n        pass\n")
+    scripts = []
+    for i, body in enumerate(calls * 2):
+        path = tmp_path / f"s{i}.py"
+        path.write_text("from torch.utils.data import DataLoader\n\nimport m\n\n"
+                        f"if __name__ == '__main__':\n    {body}", encoding="utf-8")
+        scripts.append(str(path))
+
+    def check(limit: int) -> tuple[list[dict], project.SharedModules]:
+        monkeypatch.setattr(project, "RESTORED_LINES", limit)
+        shared = project.SharedModules()
+        found = []
+        for path in scripts:
+            found.append({k: v for k, v in analyse_script(path, shared=shared).items() if k != "path"})
+            assert shared.restored.lines <= limit
+        return found, shared
+
+    def functions(shared: project.SharedModules) -> dict[str, ast.FunctionDef]:
+        tree = shared.parsed[os.path.realpath(tmp_path / "m.py")][1]
+        return {n.name: n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef)}
+
+    kept, whole = check(10_000)
+    bounded, shared = check(4)
+    assert bounded == kept
+    assert [len(f["cuda_inits"]) for f in kept] == [1, 1, 1] * 2
+    assert [s["worker_uses_cuda"] for s in kept[1]["worker_starts"]] == [False]  # only its annotation names CUDA
+    assert all(functions(whole)[name].body for name in ("helper", "cuda_setup", "loader", "__getitem__"))
+    assert not any(f.body for f in functions(shared).values() if (f.end_lineno or 0) - f.lineno >= 4)
+    assert functions(shared)["helper"].returns is None and functions(shared)["loader"].args.args[0].annotation is None
+    # A script's own tree keeps its annotations; one that names CUDA touches none there either.
+    (tmp_path / "own.py").write_text(
+        "import torch\nfrom torch.utils.data import DataLoader, Dataset\n\n"
+        "class Data(Dataset):\n    def __getitem__(self, i) -> torch.cuda.FloatTensor:\n        return i\n\n"
+        "    def __len__(self):\n        return 4\n\n"
+        "for b in DataLoader(Data(), num_workers=2):\n    pass\n", encoding="utf-8")
+    [start] = analyse_script(str(tmp_path / "own.py"))["worker_starts"]
+    assert start["worker_uses_cuda"] is False
+
+
 def test_project_files_answer_what_the_file_system_says(tmp_path: Path, monkeypatch):
     """ProjectFiles reads a folder's listing once for the names it lacks and resolves each folder once;
     what it answers is what a stat per path and os.path.realpath answer: links to files and folders, a

@@ -18,6 +18,7 @@ class ScriptAnalysis(CallWalker):
     def __init__(self, main: Module, project: Project | None = None) -> None:
         super().__init__(main)
         self.project = project
+        self.restored = project.shared.restored if project is not None else None
         #: Modules this script has imported (walked now, or replayed from an earlier script).
         self.imported: set[int] = set()
 

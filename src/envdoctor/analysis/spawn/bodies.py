@@ -118,7 +118,7 @@ class BodyRunner(StartTracker):
             if isinstance(node, ast.Lambda):
                 inner.returns.append(self.eval(node.body, inner))
             else:
-                self.exec_block(body_of(node, func.module.lines if func.module is not None else []), inner)
+                self.exec_block(body_of(node, func.module.lines if func.module is not None else [], self.restored), inner)
         finally:
             self.stack.pop()
         returns = inner.returns
@@ -240,7 +240,7 @@ class BodyRunner(StartTracker):
             lines = func.module.lines if func.module is not None else []
             end = getattr(node, "end_lineno", None) or len(lines)
             cached = (not lines or any("yield" in line for line in lines[node.lineno - 1:end])) \
-                and (body_of(node, lines) is not None and is_generator_node(node))
+                and (body_of(node, lines, self.restored) is not None and is_generator_node(node))
             self._generators[node] = cached
         return cached
 

@@ -115,11 +115,11 @@ class StartTracker(ExpressionWalker):
                 found = loader.dataset.cls.lookup(name)
                 if isinstance(found, Function):
                     nodes.append(found.node)
-                    body_of(found.node, found.module.lines if found.module is not None else [])
+                    body_of(found.node, found.module.lines if found.module is not None else [], self.restored)
         for fn in loader.worker_fns:
             if isinstance(fn, Function):
                 nodes.append(fn.node)
-                body_of(fn.node, fn.module.lines if fn.module is not None else [])
+                body_of(fn.node, fn.module.lines if fn.module is not None else [], self.restored)
         return any(mentions_cuda(n) for n in nodes)
 
     def call_args(self, node: ast.Call, frame: Frame) -> tuple[list[Value], dict[str, Value], bool]:

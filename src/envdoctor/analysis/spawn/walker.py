@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar
 
 from envdoctor.analysis.spawn.names import BUILTIN_NAMES, STAR_EXPORTS
+from envdoctor.analysis.spawn.syntax import RestoredBodies
 from envdoctor.analysis.spawn.values import (
     ClassInfo,
     Const,
@@ -137,6 +138,8 @@ class Walker:
         self.replayed_defs: list[list[tuple[str, ast.AST, list[str]]]] = []
         #: A followed call's result and the events its walk recorded (their chains cut where the call began).
         self.memo: dict[tuple[object, ...], tuple[Value, list[dict[str, Any]]]] = {}
+        #: Where the check keeps the function bodies it parsed again (SharedModules.restored), if it does.
+        self.restored: RestoredBodies | None = None
         self.state_version = 0
         #: Project modules (and the objects and containers their code made) that later scripts share, as they
         #: were before this script wrote into them.

@@ -209,7 +209,6 @@ MAX_ANY_PER_100_LINES = 1.0
 #: Lower a count, or delete the entry, as they get their reasons.
 SUPPRESSIONS_WITHOUT_REASON = {
     "envdoctor/analysis/spawn/calls.py": 1,
-    "envdoctor/analysis/spawn/syntax.py": 2,
     "envdoctor/inside/loader_protocol.py": 1,
     "envdoctor/inside/loader_timing.py": 1,
     "envdoctor/inside/loader_workloads.py": 1,

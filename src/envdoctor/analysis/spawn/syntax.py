@@ -290,7 +290,7 @@ class RestoredBodies:
         while self.lines > self.limit and self.used:
             node, lines = self.used.popitem(last=False)
             self.lines -= lines
-            setattr(node, "body", [])  # noqa: B010
+            setattr(node, "body", [])  # noqa: B010 - a function node, typed as any node here
             setattr(node, "_envdoctor_stripped", True)  # noqa: B010 - read again from its lines when called
 
 
@@ -301,7 +301,7 @@ def body_of(node: ast.AST, lines: list[str], restored: RestoredBodies | None = N
         if restored is not None:
             restored.touch(node)
         return body
-    setattr(node, "_envdoctor_stripped", False)  # noqa: B010
+    setattr(node, "_envdoctor_stripped", False)  # noqa: B010 - a mark of our own on the node
     start, end = getattr(node, "lineno", 1), getattr(node, "end_lineno", 1)
     text = lines[start - 1:end]
     if not text:
@@ -323,7 +323,7 @@ def body_of(node: ast.AST, lines: list[str], restored: RestoredBodies | None = N
         return body
     if function.lineno != start:  # an indented def on the first line: no room for the opener
         ast.increment_lineno(function, start - function.lineno)
-    setattr(node, "body", function.body)  # noqa: B010
+    setattr(node, "body", function.body)  # noqa: B010 - a function node, typed as any node here
     if restored is not None:
         restored.add(node, end - start + 1)
     return function.body

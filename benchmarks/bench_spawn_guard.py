@@ -68,10 +68,11 @@ folder listings for the paths an import is not at; --repeat 2, quiet): SPW all 1
 hook 1.27x / 1.63x / 1.53x, hook 122,760 / 86,495 / 105,451 lines per CPU-second (docs/spawn-guard.md,
 "Off the walk, and four levers measured and left out").
 Later that day, on a machine whose ast.parse is twice as fast (--repeat 2, quiet): bodies parsed again for
-calls kept up to 20,000 lines and kept trees without annotations, facts byte-identical: NeMo's peak 272 to
-204-205 MB (hook 196 to 179-180 MB), the three trees with dgl's python/ as one 1,012,196-line tree
-(`--corpus DIR --whole`) 340 to 261 MB; CPU within run-to-run spread; SPW all 1.23-1.46x / 2.49-2.56x /
-3.89-4.63x, hook 1.27-1.43x / 1.62-1.86x / 1.55-2.26x there (docs/spawn-guard.md, "Memory on a 1M-line tree").
+calls kept up to 20,000 lines, kept trees without annotations, a kept module's lines as one text; facts
+byte-identical: NeMo's peak 272 to 186 MB (hook 196 to 161 MB), the three trees with dgl's python/ as one
+1,012,196-line tree (`--corpus DIR --whole`) 340 to 236 MB (hook 254 to 211 MB); CPU within run-to-run
+spread; SPW all 1.23-1.46x / 2.48-2.56x / 3.89-4.63x, hook 1.25-1.50x / 1.62-1.98x / 1.51-2.26x there
+(docs/spawn-guard.md, "Memory on a 1M-line tree").
 
 The third fresh corpus (issue 29's recall and precision; read-only snapshots fetched 2026-12-04,
 HEAD commits): snap-stanford/ogb 61e9784ca7, benedekrozemberczki/pytorch_geometric_temporal

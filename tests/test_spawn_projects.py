@@ -387,6 +387,28 @@ def test_source_lines_break_where_python_does() -> None:
     assert source_lines("no end\x0c") == ["no end\x0c"]
 
 
+def test_a_kept_module_s_lines_read_as_the_list_they_are_made_from() -> None:
+    """SourceLines holds a kept module's lines as one text (NeMo's: 39 MiB as lists of strings, about half
+    that as text): every index, slice and step reads what the list would, odd line breaks, empty lines and
+    non-ASCII text included, and an index past either end raises as a list's does."""
+    from envdoctor.analysis.spawn.syntax import SourceLines, source_lines
+
+    texts = ["", "\n", "one", "a\n\nb\n", "x = 1\r\ny = 'é'\rz\x0c\n\n", "\u2028\n\t\n  tail"]
+    for text in texts:
+        lines = source_lines(text)
+        held = SourceLines(lines)
+        assert len(held) == len(lines) and list(held) == lines and held[:] == lines
+        for i in range(-len(lines), len(lines)):
+            assert held[i] == lines[i]
+        for start in range(-5, 7):
+            for stop in (*range(-5, 7), None):
+                for step in (None, 1, 2, -1, -3):
+                    assert held[start:stop:step] == lines[start:stop:step], (text, start, stop, step)
+        for outside in (len(lines), -len(lines) - 1):
+            with pytest.raises(IndexError):
+                held[outside]
+
+
 def test_a_script_imported_by_the_next_is_parsed_once_and_every_script_gets_the_facts_it_gets_alone(tmp_path):
     """Speed of issue 29: a script's tree is kept for the next scripts that import it (SharedModules.keep_recent),
     and an imported module's bodies stay whole until the importing script's walk is over (strip_later).

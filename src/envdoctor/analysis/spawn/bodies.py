@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import ast
 import re
+from collections.abc import Sequence
 from typing import Any
 
 from envdoctor.analysis.spawn.names import MAX_CALL_DEPTH, MAX_CALLS_FOLLOWED
@@ -32,7 +33,7 @@ RELEVANT = re.compile(r"[Ll]oader|Process|Pool|Executor|spawn|start_processes|st
 CALLED = re.compile(r"(\w+)\s*\(")
 
 
-def mentions_of(node: ast.AST, lines: list[str]) -> tuple[bool, frozenset[str]]:
+def mentions_of(node: ast.AST, lines: Sequence[str]) -> tuple[bool, frozenset[str]]:
     """(does the function's text mention what builds or starts workers, the names it calls), read once.
 
     Kept on the node itself: every script that calls a shared module's function reads the same text.
@@ -50,7 +51,7 @@ def mentions_of(node: ast.AST, lines: list[str]) -> tuple[bool, frozenset[str]]:
 _NESTED = re.compile(r"\b(?:def|lambda|class)\b")
 
 
-def private_body(node: ast.AST, lines: list[str]) -> bool:
+def private_body(node: ast.AST, lines: Sequence[str]) -> bool:
     """Whether nothing in the function's body after its `def` line (read as text: a mention in a string or
     comment counts too) can define a function, lambda or class, whose closure would read its scope."""
     known: bool | None = getattr(node, "_envdoctor_private", None)
@@ -69,7 +70,7 @@ class BodyRunner(StartTracker):
     """Calls into functions: a generator or coroutine is deferred until consumed, the rest run now."""
 
     _relevant: dict[ast.AST, bool]
-    defs: dict[str, list[tuple[ast.AST, list[str]]]]
+    defs: dict[str, list[tuple[ast.AST, Sequence[str]]]]
 
     def call_function(self, func: Function, node: ast.AST, frame: Frame, positional: list[Value],
                       keywords: dict[str, Value], self_value: Value | None) -> Value:
@@ -147,7 +148,7 @@ class BodyRunner(StartTracker):
             return False
         return not self.relevant(func.node, module.lines)
 
-    def relevant(self, node: ast.AST, lines: list[str]) -> bool:
+    def relevant(self, node: ast.AST, lines: Sequence[str]) -> bool:
         """Whether the function's lines, or those of any function it reaches by name, mention what starts workers.
 
         A search of everything reachable, so the answer does not depend on the

@@ -28,7 +28,7 @@ from typing import TypedDict
 from envdoctor.analysis.spawn.libraries import LibraryLoaders
 from envdoctor.analysis.spawn.names import EXTERNAL_ROOTS
 from envdoctor.analysis.spawn.reading import read_source
-from envdoctor.analysis.spawn.syntax import RestoredBodies, source_lines, strip_bodies
+from envdoctor.analysis.spawn.syntax import RestoredBodies, SourceLines, source_lines, strip_bodies
 from envdoctor.analysis.spawn.values import Module
 from envdoctor.collector import collector_paused
 
@@ -400,7 +400,7 @@ class Project:
             return self._broken(dotted, shown, package, f"SyntaxError: {exc.msg}", max(exc.lineno or 1, 1))
         except (ValueError, RecursionError, MemoryError) as exc:
             return self._broken(dotted, shown, package, f"{type(exc).__name__}: {exc}", 1)
-        lines = source_lines(text)
+        lines = SourceLines(source_lines(text))  # held for the rest of the check: one text, not a list
         self.lines_read += len(lines)
         return Module(dotted, shown, lines, tree, package=package)
 

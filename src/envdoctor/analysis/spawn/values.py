@@ -133,7 +133,7 @@ class Module(Value):
 
     name: str
     path: str
-    lines: list[str]
+    lines: Sequence[str]
     tree: ast.Module | None
     package: str = ""
     is_main: bool = False
@@ -151,7 +151,7 @@ class Module(Value):
     #: The dicts and lists of other shared modules its import changed, each as the import left it.
     import_changes: list[tuple[Mapping_ | Seq, Any]] = field(default_factory=list)
     #: The functions its import defined, by name, with the lines they are read from (ImportRecord.defs).
-    import_defs: list[tuple[str, ast.AST, list[str]]] = field(default_factory=list)
+    import_defs: list[tuple[str, ast.AST, Sequence[str]]] = field(default_factory=list)
 
     def text(self) -> str:
         return self.name

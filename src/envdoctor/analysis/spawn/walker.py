@@ -100,7 +100,7 @@ class ImportRecord:
     changes: dict[Mapping_ | Seq, None] = field(default_factory=dict)
     #: The functions its import defined (name, node, the module's lines): a later script that replays the
     #: import knows them too, or `relevant` could not follow a call into them (see Walker.defs).
-    defs: list[tuple[str, ast.AST, list[str]]] = field(default_factory=list)
+    defs: list[tuple[str, ast.AST, Sequence[str]]] = field(default_factory=list)
 
 
 def needed_together(outer: str | None, inner: str | None) -> str | None:
@@ -132,10 +132,10 @@ class Walker:
         self._generators: dict[ast.AST, bool] = {}
         self._relevant: dict[ast.AST, bool] = {}
         #: Every function the walk has read, by name (what `relevant` follows calls through).
-        self.defs: dict[str, list[tuple[ast.AST, list[str]]]] = {}
+        self.defs: dict[str, list[tuple[ast.AST, Sequence[str]]]] = {}
         #: The functions of replayed imports (Module.import_defs), added to `defs` when `relevant` first
         #: reads it: most scripts replay hundreds of a framework's modules and call few of their functions.
-        self.replayed_defs: list[list[tuple[str, ast.AST, list[str]]]] = []
+        self.replayed_defs: list[list[tuple[str, ast.AST, Sequence[str]]]] = []
         #: A followed call's result and the events its walk recorded (their chains cut where the call began).
         self.memo: dict[tuple[object, ...], tuple[Value, list[dict[str, Any]]]] = {}
         #: Where the check keeps the function bodies it parsed again (SharedModules.restored), if it does.

@@ -275,6 +275,10 @@ def matches_only_main(pattern: ast.pattern) -> bool:
     return False
 
 
+def _drop_body(node: ast.AST) -> None:
+    """Empty a function's body, marked to be read again from its module's lines when called (body_of)."""
+    setattr(node, "body", [])  # noqa: B010 - a function node, typed as any node here
+    setattr(node, "_envdoctor_stripped", True)  # noqa: B010 - a mark of our own on the node
 
 
 def strip_bodies(tree: ast.Module) -> None:
@@ -294,8 +298,7 @@ def strip_bodies(tree: ast.Module) -> None:
             todo.extend(node.body)
         elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             if node.body and getattr(node, "end_lineno", None):
-                node.body = []
-                setattr(node, "_envdoctor_stripped", True)  # noqa: B010 - a mark of our own on the node
+                _drop_body(node)
             args = node.args
             for arg in (*args.posonlyargs, *args.args, *args.kwonlyargs, args.vararg, args.kwarg):
                 if arg is not None:
@@ -332,8 +335,7 @@ class RestoredBodies:
         while self.lines > self.limit and self.used:
             node, lines = self.used.popitem(last=False)
             self.lines -= lines
-            setattr(node, "body", [])  # noqa: B010 - a function node, typed as any node here
-            setattr(node, "_envdoctor_stripped", True)  # noqa: B010 - read again from its lines when called
+            _drop_body(node)
 
 
 def body_of(node: ast.AST, lines: Sequence[str], restored: RestoredBodies | None = None) -> list[ast.stmt]:

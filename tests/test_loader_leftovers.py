@@ -9,6 +9,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -150,3 +151,57 @@ def test_shared_memory_of_a_killed_worker_is_removed(tmp_path: Path) -> None:
     for name in names:
         assert not Path("/dev/shm", name).exists(), name
     assert set(names) <= set(report["loader"]["runner"]["shm_removed"])
+
+
+def _pymp_folders(folder: Path) -> list[str]:
+    return sorted(p.name for p in folder.glob("pymp-*"))
+
+
+def test_forkserver_workers_leave_no_multiprocessing_folder(tmp_path: Path) -> None:
+    """forkserver's server listens on a socket in a pymp-* folder that multiprocessing removes only at a normal
+    exit; the runner ends with os._exit, so it removes the folder itself (every check did leave one under
+    forkserver, Linux's default from Python 3.14)."""
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    report, _, _ = loader_report("--dataset", "loaderfixtures.leftovers:forkserver_workers", "--budget", "20",
+                                 env={"TMPDIR": str(temp)})
+    assert report["loader"]["start_method"] == "forkserver" and report["loader"]["runs"], dump(report)
+    assert _pymp_folders(temp) == [], dump(report)
+    assert report["loader"]["runner"]["tempdir_removed"] is None  # the runner's own cleanup did it
+
+
+def test_a_killed_runner_s_multiprocessing_folder_is_removed(tmp_path: Path) -> None:
+    """The runner stops itself after forkserver workers ran, and is killed when the phase overstays: none of its
+    own cleanup runs, so envdoctor removes the folder it named, socket and all."""
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    report, _, _ = loader_report("--dataset", "loaderfixtures.leftovers:stopped_after_forkserver", "--budget", "20",
+                                 env={"TMPDIR": str(temp)})
+    runner = report["loader"]["runner"]
+    assert runner["killed_for"] == "phase", dump(report)
+    assert _pymp_folders(temp) == [], dump(report)
+    assert Path(runner["tempdir_removed"]).parent == temp and runner["tempdir_removed"].startswith(str(temp / "pymp-"))
+
+
+def test_preflight_keeps_the_training_process_s_own_multiprocessing_folder(tmp_path: Path) -> None:
+    """preflight forks the runner from the training process: a folder that process already had is its own (its
+    forkserver listens there) and stays; the forked runner makes none of its own, and nothing is left after."""
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    script = tmp_path / "train.py"
+    script.write_text(
+        "import os, sys\n"
+        "from multiprocessing import util\n"
+        "from torch.utils.data import DataLoader\n"
+        "import envdoctor\n"
+        "from loaderfixtures.leftovers import Waits\n\n"
+        "if __name__ == '__main__':\n"
+        "    own = util.get_temp_dir()\n"
+        "    loader = DataLoader(Waits(), batch_size=8, num_workers=2, multiprocessing_context='forkserver')\n"
+        "    report = envdoctor.preflight(loader=loader, fail_on='never', budget_s=15)\n"
+        "    print(os.path.isdir(own), sorted(os.listdir(os.environ['TMPDIR'])) == [os.path.basename(own)])\n",
+        encoding="utf-8")
+    proc = subprocess.run([sys.executable, str(script)], cwd=str(FIXTURES_DIR), capture_output=True, text=True,
+                          timeout=240, env={**os.environ, "TMPDIR": str(temp), "PYTHONPATH": str(FIXTURES_DIR)})
+    assert proc.returncode == 0 and proc.stdout.split() == ["True", "True"], (proc.stdout, proc.stderr[-3000:])
+    assert _pymp_folders(temp) == []  # and the training process removed its own at its normal exit

@@ -1,6 +1,7 @@
 """The supervision of the loader runner: sizes, the memory cap, and what is cleaned from /dev/shm."""
 from __future__ import annotations
 
+import json
 import os
 import sys
 import time
@@ -106,7 +107,7 @@ def test_runner_unlinks_its_semaphores_before_it_ends() -> None:
     code = ("import multiprocessing, os, sys; sys.path.insert(0, sys.argv[1]); import loader_runner\n"
             "lock = multiprocessing.get_context('spawn').Lock()\n"
             "print(lock._semlock.name, flush=True)\n"
-            "loader_runner.release_semaphores(); os._exit(0)\n")
+            "loader_runner.release_multiprocessing_files(); os._exit(0)\n")
     assert multiprocessing  # the child uses it; nothing here starts a process pool
     proc = subprocess.run([sys.executable, "-c", code, probes], capture_output=True, text=True, timeout=60)
     name = "sem." + proc.stdout.strip().lstrip("/")
@@ -167,3 +168,39 @@ def test_a_group_of_zombies_is_not_alive() -> None:
         live.wait()
         dead.wait()
     assert not group_alive(live.pid)
+
+
+def test_only_a_folder_the_runner_can_have_made_is_removed_for_it(tmp_path: Path) -> None:
+    """The runner names its multiprocessing folder in an event; envdoctor removes what that name points at only
+    if it is what multiprocessing makes: a pymp-* folder, not a link, made since the stage began."""
+    since = time.time()
+    made = tmp_path / "pymp-abc_12"
+    (made / "sub").mkdir(parents=True)
+    (made / "listener-x").write_text("")
+    other = tmp_path / "data"
+    other.mkdir()
+    link = tmp_path / "pymp-link"
+    link.symlink_to(other)
+    assert not loader_run._remove_runner_tempdir(str(other), since)  # not multiprocessing's name
+    assert not loader_run._remove_runner_tempdir(str(link), since) and other.is_dir()  # a link is not followed
+    assert not loader_run._remove_runner_tempdir(str(made), time.time() + 60)  # older than the stage
+    assert not loader_run._remove_runner_tempdir(str(tmp_path / "pymp-gone"), since)
+    assert loader_run._remove_runner_tempdir(str(made), since) and not made.exists()
+    assert not loader_run._remove_runner_tempdir(None, since)
+
+
+def test_runner_removes_its_multiprocessing_folder_before_it_ends(tmp_path: Path) -> None:
+    """os._exit runs no finalizer: the runner removes the pymp-* folder it made itself (forkserver's socket is
+    in it), and names it at the start, so that envdoctor can remove it if the runner is killed."""
+    import subprocess
+
+    probes = str(Path(loader_run.RUNNER_PATH).parent)
+    code = ("import os, sys; sys.path.insert(0, sys.argv[1]); import loader_runner, loader_session\n"
+            "loader_session.announce_tempdir(loader_runner.Events(1))\n"
+            "loader_runner.release_multiprocessing_files(); os._exit(0)\n")
+    proc = subprocess.run([sys.executable, "-c", code, probes], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "TMPDIR": str(tmp_path)})
+    (event,) = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert proc.returncode == 0 and event["ev"] == "tempdir", proc.stderr
+    assert Path(event["path"]).parent == tmp_path and Path(event["path"]).name.startswith("pymp-")
+    assert list(tmp_path.iterdir()) == []

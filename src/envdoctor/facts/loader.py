@@ -262,6 +262,8 @@ class RunnerFacts(TypedDict, total=False):
     peak_rss_bytes: int | None
     memory_cap_bytes: int | None
     shm_removed: list[str]
+    #: The runner's multiprocessing folder (forkserver's socket), removed after a kill left it; else None.
+    tempdir_removed: str | None
 
 
 class TorchInfo(TypedDict, total=False):

@@ -24,8 +24,11 @@ SETUP_ERROR = "setup_error"
 RUNNER_ERROR = "runner_error"
 #: The runner finished (`reason` when it stopped early, e.g. the budget).
 DONE = "done"
+#: The temporary folder the runner's multiprocessing made for itself (`path`: forkserver's socket, a Manager's),
+#: which envdoctor removes should the runner be killed (see supervisor._remove_runner_tempdir).
+TEMPDIR = "tempdir"
 
-KINDS = (PHASE, RESULT, INDEX, FAILURE, SETUP_ERROR, RUNNER_ERROR, DONE)
+KINDS = (PHASE, RESULT, INDEX, FAILURE, SETUP_ERROR, RUNNER_ERROR, DONE, TEMPDIR)
 
 
 class PhaseEvent(TypedDict, total=False):
@@ -63,8 +66,13 @@ class DoneEvent(TypedDict, total=False):
     reason: str
 
 
+class TempdirEvent(TypedDict, total=False):
+    ev: Literal["tempdir"]
+    path: str
+
+
 #: Union, not "|": this line runs in the target interpreter, which may predate Python 3.10.
-Event = Union[PhaseEvent, ResultEvent, IndexEvent, FailureEvent, ErrorEvent, DoneEvent]  # noqa: UP007
+Event = Union[PhaseEvent, ResultEvent, IndexEvent, FailureEvent, ErrorEvent, DoneEvent, TempdirEvent]  # noqa: UP007
 
 
 def encode(ev: str, fields: dict[str, object]) -> bytes:

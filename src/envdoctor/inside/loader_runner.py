@@ -50,10 +50,10 @@ import loader_paired  # noqa: E402 - as above
 import loader_setup  # noqa: E402 - as above
 import loader_sweep  # noqa: E402 - as above
 from loader_outcomes import DatasetFailure, FactoryProblem, SetupProblem  # noqa: E402 - as above
-from loader_session import Events, Session, release_semaphores  # noqa: E402 - as above
+from loader_session import Events, Session, announce_tempdir, release_multiprocessing_files  # noqa: E402 - as above
 from loader_timing import schedstat  # noqa: E402 - as above
 
-__all__ = ["Events", "main", "release_semaphores", "run_plan", "schedstat"]
+__all__ = ["Events", "main", "release_multiprocessing_files", "run_plan", "schedstat"]
 
 
 def run_smoke_test(s: Session, given: tuple[object, object, object]) -> None:
@@ -84,6 +84,7 @@ def run_smoke_test(s: Session, given: tuple[object, object, object]) -> None:
 def run_plan(plan: dict[str, object], events: Events, dataset: object = None, loader_kwargs: object = None,
              description: object = None) -> None:
     """Run the whole smoke test, writing events; never raises for the dataset's failures."""
+    announce_tempdir(events)
     session = Session(plan, events)
     try:
         run_smoke_test(session, (dataset, loader_kwargs, description))
@@ -101,7 +102,7 @@ def run_plan(plan: dict[str, object], events: Events, dataset: object = None, lo
         events.emit("runner_error", message=f"{type(exc).__name__}: {exc}",
                     traceback=traceback.format_exc(limit=8))
     try:
-        release_semaphores()
+        release_multiprocessing_files()
     except Exception:
         pass
     events.emit("done")

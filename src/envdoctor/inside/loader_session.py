@@ -67,25 +67,43 @@ class Events:
         self.result("skip", {"what": what, "reason": reason})
 
 
-def release_semaphores() -> None:
-    """Unlink the named semaphores this process created, before it ends without running finalizers.
+def release_multiprocessing_files() -> None:
+    """Run the cleanups multiprocessing leaves to finalizers, before this process ends without running them.
 
     Under spawn and forkserver every DataLoader queue holds named semaphores
     (/dev/shm/sem.mp-*) that multiprocessing unlinks only when the objects are
-    collected or the interpreter exits normally; the runner ends with os._exit,
-    so it unlinks them itself. Unlinking a name leaves the semaphores working
-    for processes that still use them.
+    collected or the interpreter exits normally; forkserver (and a Manager)
+    listens on a socket in a temporary folder (pymp-*) that it removes only at
+    a normal exit. The runner ends with os._exit, so it runs both cleanups
+    itself. Unlinking a name leaves the semaphores working for processes that
+    still use them. A finalizer skips, by itself, what the process this one was
+    forked from made (preflight's fork of a training process: its semaphores and
+    its folder are its own).
     """
     from multiprocessing import synchronize, util
 
-    cleanup = getattr(synchronize.SemLock, "_cleanup", None)
+    cleanups = {getattr(synchronize.SemLock, "_cleanup", None), getattr(util, "_remove_temp_dir", None)} - {None}
     registry = getattr(util, "_finalizer_registry", {})
     for finalizer in list(registry.values()):
-        if cleanup is not None and getattr(finalizer, "_callback", None) is cleanup:
+        if getattr(finalizer, "_callback", None) in cleanups:
             try:
-                finalizer()  # skips, by itself, the semaphores of the process this one was forked from
+                finalizer()
             except Exception:
                 pass
+
+
+def announce_tempdir(events: Events) -> None:
+    """Make multiprocessing's temporary folder now and name it to envdoctor, which removes it if this
+    runner is killed (then no cleanup of its own runs). Not when the process already has one: a training
+    process that preflight forked may use multiprocessing, and its folder is its own."""
+    from multiprocessing import process, util
+
+    config = getattr(process.current_process(), "_config", None)
+    if isinstance(config, dict) and config.get("tempdir") is None:
+        try:
+            events.emit(loader_protocol.TEMPDIR, path=util.get_temp_dir())
+        except OSError:
+            pass  # no writable temporary folder: multiprocessing will say so itself if it needs one
 
 
 class Watchdog:
@@ -143,7 +161,7 @@ class Watchdog:
 def end_now(reason: str | None = None, events: Events | None = None) -> None:
     """End the runner at once, its workers with it (they are its children: fork, spawn and forkserver)."""
     try:
-        release_semaphores()
+        release_multiprocessing_files()
     except Exception:
         pass  # platforms without named semaphores; the exit below must happen regardless
     try:

@@ -36,7 +36,9 @@ import json
 import os
 import re
 import select
+import shutil
 import signal
+import stat
 import sys
 import tempfile
 import threading
@@ -95,6 +97,10 @@ class StageRun:
     procs: dict[int, float] = field(default_factory=dict)
     #: Inodes of the /dev/shm files (semaphores, shared memory) the descendants had mapped.
     semaphores: set[int] = field(default_factory=set)
+    #: The temporary folder the runner's multiprocessing made (loader_protocol.TEMPDIR), and whether it was
+    #: still there when the stage ended (the runner killed before it could remove it) and was removed.
+    mp_tempdir: str | None = None
+    tempdir_removed: bool = False
 
     @property
     def finished(self) -> bool:
@@ -110,6 +116,8 @@ class StageRun:
             self.last_phase = event
         elif event["ev"] == loader_protocol.INDEX:
             self.last_index = event.get("i")
+        elif event["ev"] == loader_protocol.TEMPDIR and isinstance(event.get("path"), str):
+            self.mp_tempdir = str(event["path"])
         if progress is not None:
             try:
                 progress(event)
@@ -444,7 +452,7 @@ def _run_stage(plan: dict[str, Any], *, interpreter: str | None, objects: dict[s
     shm_before = _shm_names()
     events: _Events = _EventFile() if EVENTS_BY_FILE else _EventPipe()
     log = tempfile.TemporaryFile("w+", prefix="envdoctor-loader-")
-    start = time.monotonic()
+    start, started_at = time.monotonic(), time.time()
     child = None
     try:
         if objects is not None:
@@ -468,6 +476,7 @@ def _run_stage(plan: dict[str, Any], *, interpreter: str | None, objects: dict[s
             outcome.pids.add(child.pid)
             _wait_group_gone(child.pid, outcome.procs)
             outcome.shm_removed = _clean_shm(shm_before, outcome.pids, outcome.semaphores)
+            outcome.tempdir_removed = _remove_runner_tempdir(outcome.mp_tempdir, started_at)
         events.close()
         log.seek(0)
         outcome.log_tail = log.read()[-4000:]
@@ -575,6 +584,28 @@ def _inode(name: str) -> int | None:
         return os.stat(os.path.join(SHM_DIR, name)).st_ino
     except OSError:
         return None
+
+
+#: How multiprocessing names its temporary folders (tempfile.mkdtemp(prefix="pymp-")).
+_PYMP_NAME = re.compile(r"pymp-[A-Za-z0-9_]+")
+
+
+def _remove_runner_tempdir(path: str | None, since: float) -> bool:
+    """Remove the multiprocessing folder the runner named (forkserver's socket is in it), when a kill left it.
+
+    Only what that folder can be: a `pymp-*` folder, not a link, of this user, made since the stage began.
+    """
+    if path is None or not _PYMP_NAME.fullmatch(os.path.basename(path)):
+        return False
+    try:
+        info = os.lstat(path)
+    except (OSError, ValueError):
+        return False  # gone: the runner ended normally and removed it
+    getuid = getattr(os, "getuid", None)
+    if not stat.S_ISDIR(info.st_mode) or info.st_ctime < since - 1 or (getuid is not None and info.st_uid != getuid()):
+        return False
+    shutil.rmtree(path, ignore_errors=True)
+    return not os.path.lexists(path)
 
 
 def _clean_shm(before: set[str], pids: set[int], semaphores: set[int] | frozenset[int] = frozenset()) -> list[str]:

@@ -20,9 +20,11 @@ from __future__ import annotations
 import os
 import re
 import selectors
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -73,6 +75,10 @@ def run_with_start_method(script: Path | None, method: str, workdir: Path, extra
     env = dict(os.environ)
     env["PYTHONPATH"] = os.pathsep.join([str(site), *map(str, extra_path), env.get("PYTHONPATH", "")])
     env["PYTHONDONTWRITEBYTECODE"] = "1"
+    # The group is killed once the error shows: a forkserver's pymp-* folder, which only a normal exit removes,
+    # is left in a folder of the run's own, removed below (a short path: a socket's may hold 107 bytes).
+    temp = tempfile.mkdtemp(prefix="envdoctor-gt-")
+    env["TMPDIR"] = temp
     # Code from standard input runs through -c, whose __main__ has no __file__ (as a kernel's), where
     # `python -` would name it "<stdin>" and spawn would try to re-run that path; its lines are "<cells>".
     argv = ([sys.executable, "-B", "-c", "import sys; exec(compile(sys.stdin.read(), '<cells>', 'exec'))"]
@@ -115,6 +121,7 @@ def run_with_start_method(script: Path | None, method: str, workdir: Path, extra
         stop_group(proc)
         selector.close()
         proc.stdout.close()
+        shutil.rmtree(temp, ignore_errors=True)
     text = output.decode("utf-8", "replace")
     failed = BOOTSTRAP in text or timed_out or proc.returncode != 0
     return ("fails" if failed else "runs"), text

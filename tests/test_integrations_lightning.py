@@ -6,6 +6,8 @@ the trainer's own train DataLoader (its dataset class, length and batch size), p
 from __future__ import annotations
 
 import re
+import tempfile
+from pathlib import Path
 from types import ModuleType
 
 import pytest
@@ -17,6 +19,13 @@ from envdoctor.integrations.node import PreflightWarning
 pytestmark = pytest.mark.slow
 
 HEADER = "envdoctor preflight [lightning] on local rank 0: profiled the train loader"
+
+
+@pytest.fixture(autouse=True)
+def _temporary_files_of_its_own(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A rank that raises leaves torch.multiprocessing's pytorch-errorfile-*.pickle behind (torch reads it and
+    keeps it): in the test's folder, not in the machine's /tmp."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
 
 
 @pytest.fixture(scope="module")

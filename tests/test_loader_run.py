@@ -185,6 +185,7 @@ def test_only_a_folder_the_runner_can_have_made_is_removed_for_it(tmp_path: Path
     assert not loader_run._remove_runner_tempdir(str(link), since) and other.is_dir()  # a link is not followed
     assert not loader_run._remove_runner_tempdir(str(made), time.time() + 60)  # older than the stage
     assert not loader_run._remove_runner_tempdir(str(tmp_path / "pymp-gone"), since)
+    assert not loader_run._remove_runner_tempdir("pymp-abc_12", since)  # only a whole path is taken
     assert loader_run._remove_runner_tempdir(str(made), since) and not made.exists()
     assert not loader_run._remove_runner_tempdir(None, since)
 

@@ -595,7 +595,7 @@ def _remove_runner_tempdir(path: str | None, since: float) -> bool:
 
     Only what that folder can be: a `pymp-*` folder, not a link, of this user, made since the stage began.
     """
-    if path is None or not _PYMP_NAME.fullmatch(os.path.basename(path)):
+    if path is None or not os.path.isabs(path) or not _PYMP_NAME.fullmatch(os.path.basename(path)):
         return False
     try:
         info = os.lstat(path)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from envdoctor.loader import supervisor as loader_run
-from envdoctor.process import group_alive
+from envdoctor.process import group_alive, remove_multiprocessing_folder
 
 #: The stage's grace past the budget in the deadline tests (3 s in the product): the kill at the deadline is
 #: the mechanism under test, not the grace's length. A fake runner has written its events and started its
@@ -181,13 +181,13 @@ def test_only_a_folder_the_runner_can_have_made_is_removed_for_it(tmp_path: Path
     other.mkdir()
     link = tmp_path / "pymp-link"
     link.symlink_to(other)
-    assert not loader_run._remove_runner_tempdir(str(other), since)  # not multiprocessing's name
-    assert not loader_run._remove_runner_tempdir(str(link), since) and other.is_dir()  # a link is not followed
-    assert not loader_run._remove_runner_tempdir(str(made), time.time() + 60)  # older than the stage
-    assert not loader_run._remove_runner_tempdir(str(tmp_path / "pymp-gone"), since)
-    assert not loader_run._remove_runner_tempdir("pymp-abc_12", since)  # only a whole path is taken
-    assert loader_run._remove_runner_tempdir(str(made), since) and not made.exists()
-    assert not loader_run._remove_runner_tempdir(None, since)
+    assert not remove_multiprocessing_folder(str(other), since)  # not multiprocessing's name
+    assert not remove_multiprocessing_folder(str(link), since) and other.is_dir()  # a link is not followed
+    assert not remove_multiprocessing_folder(str(made), time.time() + 60)  # older than the stage
+    assert not remove_multiprocessing_folder(str(tmp_path / "pymp-gone"), since)
+    assert not remove_multiprocessing_folder("pymp-abc_12", since)  # only a whole path is taken
+    assert remove_multiprocessing_folder(str(made), since) and not made.exists()
+    assert not remove_multiprocessing_folder(None, since)
 
 
 def test_runner_removes_its_multiprocessing_folder_before_it_ends(tmp_path: Path) -> None:

@@ -14,6 +14,7 @@ import json
 import os
 import shutil
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -377,12 +378,20 @@ def test_prove_injects_the_candidate_into_the_users_loader(tmp_path: Path) -> No
     plan = {"steps": 10, "seconds": None, "warmup_steps": 2,
             "inject": {"num_workers": 1, "prefetch_factor": 2, "persistent_workers": True,
                        "dataset": "CostlySamples", "batch_size": 8}}
-    run = run_command([sys.executable, str(LOOP_FIXTURES / "train_loop.py")], plan, stop=True,
-                      environ={**os.environ, "STEPS": "100000"})
+    # A short temporary folder of the command's own: the worker shares its batches through a socket in a pymp-*
+    # folder there (whose path must fit a socket's 107 bytes), which the stop must not leave behind.
+    temp = tempfile.mkdtemp(prefix="envdoctor-prove-")
+    try:
+        run = run_command([sys.executable, str(LOOP_FIXTURES / "train_loop.py")], plan, stop=True,
+                          environ={**os.environ, "STEPS": "100000", "TMPDIR": temp})
+        left = sorted(p.name for p in Path(temp).glob("pymp-*"))
+    finally:
+        shutil.rmtree(temp, ignore_errors=True)
     (row,) = loop_facts(run, plan)["loaders"]
     assert row["complete"] and row["settings"]["injected"] is True
     assert row["settings"]["num_workers"] == 1 and row["settings"]["persistent_workers"] is True
     assert run.stopped and not leftover_children()
+    assert left == []  # the stopped worker's folder, which only its normal exit would have removed
 
 
 @pytest.mark.slow

@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
+import shutil
 import signal
+import stat
 import subprocess
 import sys
 import time
@@ -156,9 +159,11 @@ def hard_kill(proc: psutil.Process) -> None:
 
 def end_processes(procs: Sequence[psutil.Process], grace_s: float) -> None:
     """SIGTERM to each process (each may clean up), SIGKILL to those still there after `grace_s`, then
-    wait for those as long again; gone ones are skipped."""
+    wait for those as long again; gone ones are skipped. The multiprocessing folders their sockets were in
+    are removed after them (held_multiprocessing_folders)."""
     import psutil
 
+    folders = held_multiprocessing_folders([proc.pid for proc in procs])
     for proc in procs:
         with contextlib.suppress(psutil.Error):
             proc.terminate()
@@ -166,6 +171,57 @@ def end_processes(procs: Sequence[psutil.Process], grace_s: float) -> None:
     for proc in alive:
         hard_kill(proc)
     psutil.wait_procs(alive, timeout=grace_s)
+    for folder in folders:
+        remove_multiprocessing_folder(folder)
+
+
+#: How multiprocessing names its temporary folders (tempfile.mkdtemp(prefix="pymp-")).
+_PYMP_NAME = re.compile(r"pymp-[A-Za-z0-9_]+")
+
+
+def held_multiprocessing_folders(pids: Sequence[int]) -> set[str]:
+    """The `pymp-*` folders of the unix sockets these processes hold (Linux; elsewhere none): where a
+    DataLoader worker sharing tensors, forkserver or a Manager listens. Only a normal exit of the process
+    that made one removes it, so a process that is killed leaves it."""
+    if not sys.platform.startswith("linux"):
+        return set()
+    inodes: set[int] = set()
+    for pid in pids:
+        with contextlib.suppress(OSError), os.scandir(f"/proc/{pid}/fd") as entries:
+            for entry in entries:
+                with contextlib.suppress(OSError):
+                    target = os.readlink(entry.path)
+                    if target.startswith("socket:["):
+                        inodes.add(int(target[8:-1]))
+    folders: set[str] = set()
+    if not inodes:
+        return folders
+    with contextlib.suppress(OSError, ValueError), open("/proc/net/unix", encoding="utf-8", errors="replace") as fh:
+        next(fh, None)  # Num RefCount Protocol Flags Type St Inode Path
+        for line in fh:
+            fields = line.split()
+            if len(fields) >= 8 and fields[6].isdigit() and int(fields[6]) in inodes:
+                folder = os.path.dirname(fields[7])
+                if _PYMP_NAME.fullmatch(os.path.basename(folder)):
+                    folders.add(folder)
+    return folders
+
+
+def remove_multiprocessing_folder(path: str | None, since: float | None = None) -> bool:
+    """Remove a multiprocessing folder its process could not (killed, or ended by os._exit): only what such a
+    folder can be, a whole path to a `pymp-*` folder, not a link, of this user (and made since `since`)."""
+    if path is None or not os.path.isabs(path) or not _PYMP_NAME.fullmatch(os.path.basename(path)):
+        return False
+    try:
+        info = os.lstat(path)
+    except (OSError, ValueError):
+        return False  # gone: its process removed it
+    getuid = getattr(os, "getuid", None)
+    if not stat.S_ISDIR(info.st_mode) or (since is not None and info.st_ctime < since - 1) \
+            or (getuid is not None and info.st_uid != getuid()):
+        return False
+    shutil.rmtree(path, ignore_errors=True)
+    return not os.path.lexists(path)
 
 
 def run_bounded(

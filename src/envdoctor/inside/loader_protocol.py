@@ -25,7 +25,7 @@ RUNNER_ERROR = "runner_error"
 #: The runner finished (`reason` when it stopped early, e.g. the budget).
 DONE = "done"
 #: The temporary folder the runner's multiprocessing made for itself (`path`: forkserver's socket, a Manager's),
-#: which envdoctor removes should the runner be killed (see supervisor._remove_runner_tempdir).
+#: which envdoctor removes should the runner be killed (see process.remove_multiprocessing_folder).
 TEMPDIR = "tempdir"
 
 KINDS = (PHASE, RESULT, INDEX, FAILURE, SETUP_ERROR, RUNNER_ERROR, DONE, TEMPDIR)

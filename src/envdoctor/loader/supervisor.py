@@ -36,9 +36,7 @@ import json
 import os
 import re
 import select
-import shutil
 import signal
-import stat
 import sys
 import tempfile
 import threading
@@ -53,7 +51,7 @@ if TYPE_CHECKING:  # pragma: no cover
     import subprocess  # imported where a script is started: the fork does without it
 
 from envdoctor.inside import loader_protocol
-from envdoctor.process import group_alive, handle_signals, hard_kill, kill_group
+from envdoctor.process import group_alive, handle_signals, hard_kill, kill_group, remove_multiprocessing_folder
 
 RUNNER_PATH = Path(__file__).resolve().parent.parent / "inside" / "loader_runner.py"
 #: Extra seconds past the budget before the whole stage is killed.
@@ -476,7 +474,7 @@ def _run_stage(plan: dict[str, Any], *, interpreter: str | None, objects: dict[s
             outcome.pids.add(child.pid)
             _wait_group_gone(child.pid, outcome.procs)
             outcome.shm_removed = _clean_shm(shm_before, outcome.pids, outcome.semaphores)
-            outcome.tempdir_removed = _remove_runner_tempdir(outcome.mp_tempdir, started_at)
+            outcome.tempdir_removed = remove_multiprocessing_folder(outcome.mp_tempdir, started_at)
         events.close()
         log.seek(0)
         outcome.log_tail = log.read()[-4000:]
@@ -584,28 +582,6 @@ def _inode(name: str) -> int | None:
         return os.stat(os.path.join(SHM_DIR, name)).st_ino
     except OSError:
         return None
-
-
-#: How multiprocessing names its temporary folders (tempfile.mkdtemp(prefix="pymp-")).
-_PYMP_NAME = re.compile(r"pymp-[A-Za-z0-9_]+")
-
-
-def _remove_runner_tempdir(path: str | None, since: float) -> bool:
-    """Remove the multiprocessing folder the runner named (forkserver's socket is in it), when a kill left it.
-
-    Only what that folder can be: a `pymp-*` folder, not a link, of this user, made since the stage began.
-    """
-    if path is None or not os.path.isabs(path) or not _PYMP_NAME.fullmatch(os.path.basename(path)):
-        return False
-    try:
-        info = os.lstat(path)
-    except (OSError, ValueError):
-        return False  # gone: the runner ended normally and removed it
-    getuid = getattr(os, "getuid", None)
-    if not stat.S_ISDIR(info.st_mode) or info.st_ctime < since - 1 or (getuid is not None and info.st_uid != getuid()):
-        return False
-    shutil.rmtree(path, ignore_errors=True)
-    return not os.path.lexists(path)
 
 
 def _clean_shm(before: set[str], pids: set[int], semaphores: set[int] | frozenset[int] = frozenset()) -> list[str]:

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -205,3 +206,31 @@ def test_runner_removes_its_multiprocessing_folder_before_it_ends(tmp_path: Path
     assert proc.returncode == 0 and event["ev"] == "tempdir", proc.stderr
     assert Path(event["path"]).parent == tmp_path and Path(event["path"]).name.startswith("pymp-")
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads the sockets a process holds from /proc")
+def test_a_killed_process_s_multiprocessing_folder_is_found_by_its_socket_and_removed() -> None:
+    """A process listening in its pymp-* folder (as forkserver, a Manager, a worker handing tensors over do) is
+    ended: the folder, which only its normal exit removes, is found by the socket it held and removed after it."""
+    import subprocess
+    import tempfile
+
+    import psutil
+
+    from envdoctor.process import end_processes, held_multiprocessing_folders
+
+    temp = tempfile.mkdtemp(prefix="envdoctor-sock-")  # short: a socket's path may hold 107 bytes
+    try:
+        code = ("import time; from multiprocessing import connection, util\n"
+                "listener = connection.Listener(family='AF_UNIX')\n"
+                "print(util.get_temp_dir(), flush=True); time.sleep(60)\n")
+        proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True,
+                                env={**os.environ, "TMPDIR": temp})
+        assert proc.stdout is not None
+        folder = proc.stdout.readline().strip()
+        assert held_multiprocessing_folders([proc.pid]) == {folder} and folder.startswith(temp)
+        end_processes([psutil.Process(proc.pid)], grace_s=5)
+        proc.wait(timeout=10)
+        assert os.listdir(temp) == []
+    finally:
+        shutil.rmtree(temp, ignore_errors=True)

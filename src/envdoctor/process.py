@@ -189,7 +189,7 @@ def held_multiprocessing_folders(pids: Sequence[int]) -> set[str]:
     for pid in pids:
         with contextlib.suppress(OSError), os.scandir(f"/proc/{pid}/fd") as entries:
             for entry in entries:
-                with contextlib.suppress(OSError):
+                with contextlib.suppress(OSError, ValueError):
                     target = os.readlink(entry.path)
                     if target.startswith("socket:["):
                         inodes.add(int(target[8:-1]))

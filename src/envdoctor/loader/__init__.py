@@ -185,7 +185,7 @@ def assemble(facts_section: LoaderFacts, outcome: StageRun) -> None:
     section["runner"] = {"pid": outcome.pid, "returncode": outcome.returncode, "killed_for": outcome.killed_for,
                          "wall_s": round(outcome.wall_s, 3), "peak_rss_bytes": outcome.peak_rss_bytes or None,
                          "memory_cap_bytes": outcome.memory_cap_bytes, "shm_removed": outcome.shm_removed,
-                         "tempdir_removed": outcome.mp_tempdir if outcome.tempdir_removed else None}
+                         "tempdir_removed": outcome.tempdir_removed}
     if section["failure"] is not None and outcome.log_tail.strip():
         section["failure"]["log_tail"] = outcome.log_tail.strip().splitlines()[-12:]
     rss = [r.get("worker_rss_bytes") for r in section["runs"] if r.get("worker_rss_bytes")]

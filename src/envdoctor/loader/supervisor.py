@@ -95,10 +95,10 @@ class StageRun:
     procs: dict[int, float] = field(default_factory=dict)
     #: Inodes of the /dev/shm files (semaphores, shared memory) the descendants had mapped.
     semaphores: set[int] = field(default_factory=set)
-    #: The temporary folder the runner's multiprocessing made (loader_protocol.TEMPDIR), and whether it was
-    #: still there when the stage ended (the runner killed before it could remove it) and was removed.
+    #: The temporary folder the runner's multiprocessing made (loader_protocol.TEMPDIR), and the same path once
+    #: removed here: it was still there when the stage ended (the runner killed before it could remove it).
     mp_tempdir: str | None = None
-    tempdir_removed: bool = False
+    tempdir_removed: str | None = None
 
     @property
     def finished(self) -> bool:
@@ -474,7 +474,8 @@ def _run_stage(plan: dict[str, Any], *, interpreter: str | None, objects: dict[s
             outcome.pids.add(child.pid)
             _wait_group_gone(child.pid, outcome.procs)
             outcome.shm_removed = _clean_shm(shm_before, outcome.pids, outcome.semaphores)
-            outcome.tempdir_removed = remove_multiprocessing_folder(outcome.mp_tempdir, started_at)
+            if remove_multiprocessing_folder(outcome.mp_tempdir, started_at):
+                outcome.tempdir_removed = outcome.mp_tempdir
         events.close()
         log.seek(0)
         outcome.log_tail = log.read()[-4000:]

@@ -98,8 +98,6 @@ class ScriptAnalysis(CallWalker):
             self.to_change(container).set_state(state)
         if module.import_defs:
             self.replayed_defs.append(module.import_defs)
-        if module.import_writes or module.import_changes:
-            self.state_version += 1  # what a function sees may have changed: forget its memo
 
     def stmt_Import(self, stmt: ast.Import, frame: Frame) -> None:
         for alias in stmt.names:
@@ -107,10 +105,10 @@ class ScriptAnalysis(CallWalker):
             loaded = [self.load(".".join(parts[:i + 1]), stmt, frame) for i in range(len(parts))]
             if alias.asname:
                 target = loaded[-1]
-                frame.scope[alias.asname] = target if target is not None else self.external(alias.name, False)
+                self.set_name(frame, alias.asname, target if target is not None else self.external(alias.name, False))
             else:
                 head = loaded[0]
-                frame.scope[parts[0]] = head if head is not None else self.external(parts[0], False)
+                self.set_name(frame, parts[0], head if head is not None else self.external(parts[0], False))
 
     def stmt_ImportFrom(self, stmt: ast.ImportFrom, frame: Frame) -> None:
         dotted = self.absolute(stmt, frame.module)
@@ -119,7 +117,11 @@ class ScriptAnalysis(CallWalker):
         for alias in stmt.names:
             if alias.name == "*":
                 if module is not None:
-                    frame.module.scope.update({k: v for k, v in module.scope.items() if not k.startswith("_")})
+                    for name, exported in module.scope.items():
+                        if not name.startswith("_"):
+                            self.read(module, name)
+                            frame.module.scope[name] = exported
+                            self.wrote(frame.module, name)
                 else:
                     frame.module.star_modules.append(shown)
                 continue
@@ -129,7 +131,7 @@ class ScriptAnalysis(CallWalker):
             else:
                 value = self.external(f"{shown}.{alias.name}" if not stmt.level else f"{dotted}.{alias.name}",
                                       bool(stmt.level), root=dotted)
-            frame.scope[alias.asname or alias.name] = value
+            self.set_name(frame, alias.asname or alias.name, value)
 
     def external(self, dotted: str, relative: bool, root: str | None = None) -> QualName:
         """A name from outside the project; `missing` says why, when it should have been inside."""
@@ -139,6 +141,7 @@ class ScriptAnalysis(CallWalker):
     def module_attribute(self, module: Module, attr: str, stmt: ast.stmt | None = None,
                          frame: Frame | None = None) -> Value:
         """`module.attr`: what its body bound, else a submodule, else unknown."""
+        self.read(module, attr)
         if attr in module.scope:
             return module.scope[attr]
         if module.problem is not None:
@@ -147,6 +150,7 @@ class ScriptAnalysis(CallWalker):
             sub = self.load(f"{module.name}.{attr}", stmt, frame)
             if sub is not None:
                 module.scope[attr] = sub
+                self.wrote(module, attr)
                 return sub
         elif self.project is not None:
             sub = self.project.find(f"{module.name}.{attr}")

@@ -10,19 +10,27 @@ from envdoctor.analysis.spawn.names import MAX_CALL_DEPTH, MAX_CALLS_FOLLOWED
 from envdoctor.analysis.spawn.starts import StartTracker
 from envdoctor.analysis.spawn.syntax import body_of, is_generator_node
 from envdoctor.analysis.spawn.values import (
+    ClassInfo,
     Const,
     Deferred,
     Function,
+    GuardFlag,
     Instance,
     Mapping_,
+    NamespaceObj,
+    Option,
+    ParserObj,
+    QualName,
     Seq,
+    SettingsObj,
     Step,
     Unknown,
     Value,
     is_plain,
     join,
+    tick,
 )
-from envdoctor.analysis.spawn.walker import Frame
+from envdoctor.analysis.spawn.walker import HELD, Frame, Memo, Trace, held
 
 #: What a function's lines mention when it may build or start workers, or set what may decide their count
 #: (`global NUM_WORKERS`, `KW.update(num_workers=2)`) (see skippable).
@@ -54,6 +62,57 @@ def mentions_of(node: ast.AST, lines: Sequence[str]) -> tuple[bool, frozenset[st
         known = (mentions, frozenset() if mentions else frozenset(CALLED.findall(text)))
         setattr(node, "_envdoctor_mentions", known)  # noqa: B010 - a mark of our own on the node
     return known
+
+
+#: The arguments a memo's key holds by identity: the same object may be passed again, an equal one is another.
+_BY_IDENTITY = frozenset({Function, ClassInfo, Instance, ParserObj, NamespaceObj, SettingsObj})
+
+
+def literal_key(value: Const) -> tuple[str, str, object]:
+    """A constant argument in a memo's key. Numbers and short strings may decide num_workers, a start method
+    or a device; long strings (messages, paths) cannot, so only their type counts."""
+    literal = value.value
+    if isinstance(literal, (str, bytes)) and len(literal) > 24:
+        literal = "<long>"
+    elif not isinstance(literal, (int, float, str, bytes, type(None))):
+        literal = "<other>"
+    return ("const", type(value.value).__name__, literal)
+
+
+def key_part(value: Value) -> object | None:
+    """An argument in a memo's key: what makes its walk go the way it goes (None: any walk may differ)."""
+    if isinstance(value, Const):
+        return literal_key(value)
+    if isinstance(value, Unknown):
+        # A library object (`Node2Vec(...)`, one given num_workers=) or one holding the walk's own objects
+        # behaves as no other unknown value does.
+        return "?" if value.lib is None and value.workers is None and not value.holds else value
+    if isinstance(value, QualName):
+        return ("name", value.name, value.missing)
+    if isinstance(value, GuardFlag):
+        return ("guard", value.polarity)
+    if isinstance(value, Option):
+        return ("option", value.flag, literal_key(value.default)) if isinstance(value.default, Const) else value
+    if type(value) in _BY_IDENTITY or isinstance(value, (Mapping_, Seq)) and is_plain(value):
+        return value
+    return None
+
+
+def packed_key(value: Value) -> object | None:
+    """The `*args` or `**kwargs` a call packed, in a memo's key: made for the call, so what it holds counts."""
+    if isinstance(value, Seq) and len(value.items) <= 16:
+        parts = tuple(key_part(item) for item in value.items)
+        return None if None in parts else ("args", parts)
+    if isinstance(value, Mapping_) and len(value.items) <= 16 and not value.open and value.default is None:
+        named = tuple((name, key_part(item)) for name, item in value.items.items())
+        return None if any(part is None for _, part in named) else ("kwargs", named)
+    return None
+
+
+def packed_names(func: Function) -> tuple[str | None, str | None]:
+    """The names of a function's `*args` and `**kwargs` (None where it has none)."""
+    args = func.node.args
+    return (args.vararg.arg if args.vararg else None, args.kwarg.arg if args.kwarg else None)
 
 
 #: What may capture a function's scope in a closure: a nested function, lambda or class.
@@ -96,24 +155,14 @@ class BodyRunner(StartTracker):
     def run_body(self, func: Function, scope: dict[str, Value], call_site: Step,
                  frame: Frame, self_value: Value | None) -> Value:
         node = func.node
-        if node in self.stack or len(self.stack) >= MAX_CALL_DEPTH:
-            return Unknown(f"{call_site.call}()")
-        if self.calls_followed >= MAX_CALLS_FOLLOWED:
-            self.truncated = True
-            return Unknown(f"{call_site.call}()")
-        if self.skippable(func, scope):
+        if self.cut_short(node) or self.skippable(func, scope):
             return Unknown(f"{call_site.call}()")
         memo_key = self.memo_key(func, scope, frame)
         if self.out_of_time():
             return Unknown(f"{call_site.call}()")
         memo = self.memo.get(memo_key) if memo_key is not None else None
-        if memo is not None:
-            # Same function, same plain arguments, nothing relevant changed since: walking it again would
-            # find the same starts. They are recorded again only when reached from another module-level
-            # statement (`run()` twice is two statements to move under the guard).
-            result, recorded = memo
-            self.replay_events(recorded, (*frame.via, call_site), frame.guarded, frame.needs)
-            return result
+        if memo is not None and self.still_holds(memo):
+            return self.replay_memo(memo, frame, call_site)
         self.calls_followed += 1
         # The chain shows how module level reached this code; its head is the
         # module-level statement to move under the guard.
@@ -123,6 +172,7 @@ class BodyRunner(StartTracker):
                       forced_method=frame.forced_method, forced_by=frame.forced_by, needs=frame.needs,
                       private=private_body(node, func.module.lines if func.module is not None else []))
         first = len(self.events)
+        trace = self.begin_trace(func, scope)
         self.stack.append(node)
         try:
             if isinstance(node, ast.Lambda):
@@ -131,14 +181,74 @@ class BodyRunner(StartTracker):
                 self.exec_block(body_of(node, func.module.lines if func.module is not None else [], self.restored), inner)
         finally:
             self.stack.pop()
+            self.traces.pop()
         returns = inner.returns
         result = returns[0] if returns else Const(None)
         for value in returns[1:]:
             result = join(result, value)
-        if memo_key is not None:
-            # Each chain cut where this call began: a replay puts the next caller's chain in front.
-            self.memo[memo_key] = (result, [{**e, "via": e["via"][len(via):]} for e in self.events[first:]])
+        if memo_key is not None and self.taints == trace.taints:
+            self.remember(memo_key, trace, result, [{**e, "via": e["via"][len(via):]} for e in self.events[first:]])
+        if not self.traces:
+            self.reads_log.clear()
+            self.writes_log.clear()
         return result
+
+    def cut_short(self, node: ast.AST) -> bool:
+        """A call not followed: one already on the stack, beyond the depth followed, or past the budget. What the
+        walks it is in give then depends on the chain that reached it: none of them is kept (Walker.taints)."""
+        if node in self.stack or len(self.stack) >= MAX_CALL_DEPTH:
+            self.taints += 1
+            return True
+        if self.calls_followed >= MAX_CALLS_FOLLOWED:
+            self.truncated = True
+            self.taints += 1
+            return True
+        return False
+
+    def replay_memo(self, memo: Memo, frame: Frame, call_site: Step) -> Value:
+        """Same function, same arguments, nothing its walk read or wrote changed since: walking it again would
+        find the same starts. They are recorded again only when reached from another module-level statement
+        (`run()` twice is two statements to move under the guard), and the walks this call is in count what
+        the memo's walk read and wrote as their own."""
+        if self.traces:
+            self.reads_log.extend(memo.reads)
+            self.writes_log.extend(memo.writes)
+        self.replay_events(memo.events, (*frame.via, call_site), frame.guarded, frame.needs)
+        return memo.result
+
+    def begin_trace(self, func: Function, scope: dict[str, Value]) -> Trace:
+        """Start noting what a call's walk reads and writes (see Trace), its arguments' contents first."""
+        trace = Trace(tick(), len(self.reads_log), len(self.writes_log), self.taints)
+        self.traces.append(trace)
+        packed = packed_names(func)
+        for name, value in scope.items():
+            if name in packed and isinstance(value, (Seq, Mapping_)):
+                value.born = tick()  # made for this call: the call's own, as its scope is
+            elif type(value) in HELD:
+                self.read_held(value)  # an argument's contents, which a later caller may have changed
+        return trace
+
+    def remember(self, key: tuple[Any, ...], trace: Trace, result: Value, events: list[dict[str, Any]]) -> None:
+        """Keep a call's walk as the memo for its key, unless walking it again could go another way: when it
+        read what it had itself changed of what was there before it began (`CACHE["x"]` looked up, then
+        set; an object's attribute read after it set it)."""
+        reads = set(self.reads_log[trace.reads:])
+        writes = set(self.writes_log[trace.writes:])
+        earlier = {cell for cell in writes if cell[0].born <= trace.start}
+        if earlier and not reads.isdisjoint(earlier | {(holder, None) for holder, _ in earlier}):
+            return
+        returned = held(result)
+        if returned is not None:
+            reads.add((returned, None))  # changed later, it is no longer what the next call would make
+        self.memo[key] = Memo(result, events, frozenset(reads), frozenset(writes), tick(), self.epoch)
+
+    def still_holds(self, memo: Memo) -> bool:
+        """Whether nothing the memo's walk read or wrote has been written since it ended."""
+        if memo.epoch != self.epoch:
+            return False
+        last, made = self.last_write, memo.made
+        return all(last.get(cell, 0) <= made for cell in memo.reads) and all(
+            last.get(cell, 0) <= made for cell in memo.writes)
 
     def skippable(self, func: Function, scope: dict[str, Value]) -> bool:
         """A library function called with plain arguments that cannot reach anything that starts workers.
@@ -196,24 +306,17 @@ class BodyRunner(StartTracker):
         return found
 
     def memo_key(self, func: Function, scope: dict[str, Value], frame: Frame) -> tuple[Any, ...] | None:
-        """A key for calls whose walk would repeat an earlier one, or None when it might not."""
-        parts: list[Any] = [func.node, frame.guarded, frame.needs, self.state_version]
-        for value in scope.values():
-            if isinstance(value, Const):
-                # Numbers and short strings may decide num_workers, a start method or a
-                # device; long strings (messages, paths) cannot, so only their type counts.
-                literal = value.value
-                if isinstance(literal, (str, bytes)) and len(literal) > 24:
-                    literal = "<long>"
-                elif not isinstance(literal, (int, float, str, bytes, type(None))):
-                    literal = "<other>"
-                parts.append(("const", type(value.value).__name__, literal))
-            elif is_plain(value):
-                parts.append(type(value).__name__)
-            elif isinstance(value, Instance):
-                parts.append(("instance", value))
-            else:
+        """A key for calls whose walk would repeat an earlier one (see still_holds), or None when it might not.
+
+        The function itself, not its node: a nested function's closure is its own each time its `def` runs.
+        """
+        parts: list[Any] = [func, frame.guarded, frame.needs, frame.forced_method]
+        packed = packed_names(func)
+        for name, value in scope.items():
+            part = packed_key(value) if name in packed else key_part(value)
+            if part is None:
                 return None  # a loader, a process, a context …: always follow
+            parts.append(part)
         return tuple(parts)
 
     def bind_parameters(self, func: Function, positional: list[Value], keywords: dict[str, Value],

@@ -364,11 +364,13 @@ class CallWalker(BodyRunner):
                 if isinstance(default, Const) and default.origin is None:
                     default = Const(default.value)
                 parser.options[dest] = (long, default)
+                self.wrote(parser, None)
             return Unknown()
         if attr == "set_defaults":
             for dest, value in keywords.items():
                 flag = parser.options.get(dest, (f"--{dest}", value))[0]
                 parser.options[dest] = (flag, value)
+                self.wrote(parser, None)
             return Const(None)
         if attr in ("add_argument_group", "add_mutually_exclusive_group"):
             return parser
@@ -392,6 +394,7 @@ class CallWalker(BodyRunner):
                   if v is not None]
         if models:
             trainer.model = models[0]
+            self.wrote(trainer, None)
         elif trainer.model is not None:
             received.append(trainer.model)
         loaders: list[Loader] = []
@@ -442,6 +445,7 @@ class CallWalker(BodyRunner):
                 if isinstance(method, Function):
                     returned = self.call_function(method, node, frame, [], {}, value)
                     found += self.loaders_in(returned, spec, node, frame, depth + 1)
+            self.read(value, None)
             for attr in value.attrs.values():
                 if loaderish(attr) is not None:
                     found.append(loaderish(attr))  # type: ignore[arg-type]

@@ -28,7 +28,7 @@ from envdoctor.analysis.spawn.values import (
     join,
     loaderish,
 )
-from envdoctor.analysis.spawn.walker import Frame
+from envdoctor.analysis.spawn.walker import HELD, Frame
 
 #: The node types `eval` tests first (bound once: a module global, not two attribute lookups a call).
 _NAME, _CONSTANT = ast.Name, ast.Constant
@@ -56,7 +56,10 @@ class ExpressionWalker(StatementWalker):
         table = self.expr_handlers
         method = table[kind] if kind in table else self.handler(table, "expr_", kind)
         if method is not None:
-            return method(self, node, frame)
+            value = method(self, node, frame)
+            if self.traces and type(value) in HELD:
+                self.read_held(value)  # what it holds may change before the next call reads it
+            return value
         for child in child_expressions(node):
             self.eval(child, frame)
         return Unknown(node=node)
@@ -141,6 +144,8 @@ class ExpressionWalker(StatementWalker):
         if kind is Unknown or kind is Bound:  # the commonest owners, which none of the cases below take
             return Bound(owner, attr)
         if isinstance(owner, Instance):  # `self.encoder` in a method: the next commonest (no type below is one)
+            if self.traces:
+                self.reads_log.append((owner, attr))
             if attr in owner.attrs:
                 return owner.attrs[attr]
             found = owner.cls.lookup(attr)

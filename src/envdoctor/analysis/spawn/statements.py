@@ -68,8 +68,9 @@ class StatementWalker(Walker):
     def stmt_FunctionDef(self, stmt: ast.FunctionDef | ast.AsyncFunctionDef, frame: Frame) -> None:
         for decorator in stmt.decorator_list:
             self.eval(decorator, frame)
-        frame.scope[stmt.name] = Function(stmt, self.eval_defaults(stmt.args, frame), owner=frame.self_class,
-                                          closure=frame.closure(), module=frame.module, local_in=local_in(frame))
+        self.set_name(frame, stmt.name, Function(stmt, self.eval_defaults(stmt.args, frame), owner=frame.self_class,
+                                                 closure=frame.closure(), module=frame.module,
+                                                 local_in=local_in(frame)))
         self.defs.setdefault(stmt.name, []).append((stmt, frame.module.lines))
         for record in self.imports:
             record.defs.append((stmt.name, stmt, frame.module.lines))
@@ -98,7 +99,7 @@ class StatementWalker(Walker):
                            function=frame.function, self_class=info, class_body=True,
                            enclosing=frame.closure(), needs=frame.needs)
         self.exec_block(stmt.body, body_frame)
-        frame.scope[stmt.name] = info
+        self.set_name(frame, stmt.name, info)
 
     def stmt_Assign(self, stmt: ast.Assign, frame: Frame) -> None:
         value = self.eval(stmt.value, frame)
@@ -230,8 +231,12 @@ class StatementWalker(Walker):
         before = {name: scope.get(name, missing) for name in names}
         results = []
         ended = []
+        # Names put back or merged are written as a binding writes them (see Walker.wrote).
+        holder = self.scope_holder(frame)
         for body, want in zip(branches, wants):
             for name, value in before.items():
+                if ended and holder is not None:
+                    self.wrote(holder, name)
                 if value is missing:
                     scope.pop(name, None)
                 else:
@@ -241,8 +246,16 @@ class StatementWalker(Walker):
         if all(ended):
             return True
         # A branch that ended early (return, raise) passes nothing on to what follows.
-        results = [r for r, end in zip(results, ended) if not end]
+        self.merge_branches(frame, names, [r for r, end in zip(results, ended) if not end], missing)
+        return False
+
+    def merge_branches(self, frame: Frame, names: set[str], results: list[dict[str, Value]], missing: Value) -> None:
+        """Each name as the branches that went on left it (`missing` where one did not bind it), joined."""
+        scope = frame.scope
+        holder = self.scope_holder(frame)
         for name in names:
+            if holder is not None:
+                self.wrote(holder, name)
             values = [r[name] for r in results if r[name] is not missing]
             if not values:
                 scope.pop(name, None)
@@ -251,7 +264,6 @@ class StatementWalker(Walker):
             for value in values[1:]:
                 merged = join(merged, value)
             scope[name] = merged
-        return False
 
     def exec_branch(self, body: list[ast.stmt], frame: Frame, need: str | None) -> bool:
         """One branch, run only with option `need` when one is given (Frame.needs, for the starts in it)."""
@@ -382,7 +394,7 @@ class StatementWalker(Walker):
             if handler.type is not None:
                 self.eval(handler.type, frame)
             if handler.name:
-                frame.scope[handler.name] = Unknown(handler.name)
+                self.set_name(frame, handler.name, Unknown(handler.name))
             self.exec_block(handler.body, frame)
         self.exec_block(stmt.orelse, frame)
         self.exec_block(stmt.finalbody, frame)

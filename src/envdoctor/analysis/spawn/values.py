@@ -2,9 +2,14 @@
 from __future__ import annotations
 
 import ast
-from collections.abc import Sequence
+import itertools
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
+
+#: The walk's clock: the next moment of it, for what is made, changed or walked, in order (see walker.Trace).
+#: One for the process, so the values of every script's walk are ordered too.
+tick: Callable[[], int] = itertools.count(1).__next__
 
 
 class Value:
@@ -73,6 +78,8 @@ class Seq(Value):
     repeated: bool = False
     #: The project module whose top level bound it to a name (shared with later scripts), if one did.
     home: Module | None = None
+    #: When it was made, by the walk's clock (see walker.Trace).
+    born: int = field(default_factory=tick)
 
     def state(self) -> list[Value]:
         """What it holds, as a copy (to put back with `set_state`)."""
@@ -90,6 +97,8 @@ class Mapping_(Value):
     default: Value | None = None
     #: The project module whose top level bound it to a name (shared with later scripts), if one did.
     home: Module | None = None
+    #: When it was made, by the walk's clock (see walker.Trace).
+    born: int = field(default_factory=tick)
 
     def every_value(self) -> list[Value]:
         """What a subscript with an unknown key may give: every value."""
@@ -152,6 +161,8 @@ class Module(Value):
     import_changes: list[tuple[Mapping_ | Seq, Any]] = field(default_factory=list)
     #: The functions its import defined, by name, with the lines they are read from (ImportRecord.defs).
     import_defs: list[tuple[str, ast.AST, Sequence[str]]] = field(default_factory=list)
+    #: When it was made, by the walk's clock (see walker.Trace).
+    born: int = field(default_factory=tick)
 
     def text(self) -> str:
         return self.name
@@ -261,6 +272,8 @@ class TrainerObj(Value):
     keywords: dict[str, Value] = field(default_factory=dict)
     #: The model the last run was given (`trainer.test(ckpt_path="best")` reuses it).
     model: Value | None = None
+    #: When it was made, by the walk's clock (see walker.Trace).
+    born: int = field(default_factory=tick)
 
 
 @dataclass(eq=False, slots=True)
@@ -291,6 +304,8 @@ class ParserObj(Value):
     """An argparse.ArgumentParser: its options by destination, (flag, default)."""
 
     options: dict[str, tuple[str, Value]] = field(default_factory=dict)
+    #: When it was made, by the walk's clock (see walker.Trace).
+    born: int = field(default_factory=tick)
 
 
 @dataclass(eq=False, slots=True)
@@ -313,6 +328,8 @@ class ClassInfo(Value):
     module: Module | None = None
     #: The function it is defined in (`load` for `load.<locals>.Frames`): pickle cannot find it by name.
     local_in: str = ""
+    #: When it was made, by the walk's clock (see walker.Trace).
+    born: int = field(default_factory=tick)
 
     def lookup(self, name: str) -> Value | None:
         if name in self.namespace:
@@ -339,6 +356,8 @@ class Instance(Value):
     attrs: dict[str, Value] = field(default_factory=dict)
     #: The project module whose code made it (None: the script's own), shared with later scripts.
     home: Module | None = None
+    #: When it was made, by the walk's clock (see walker.Trace).
+    born: int = field(default_factory=tick)
 
 
 @dataclass(eq=False, slots=True)

@@ -25,15 +25,19 @@ from envdoctor.analysis.spawn.values import (
     Loader,
     Mapping_,
     Module,
+    NamespaceObj,
+    ParserObj,
     QualName,
     Seq,
     Step,
+    TrainerObj,
     Unknown,
     Value,
     any_of,
     is_plain,
     join,
     loaderish,
+    tick,
     unparse,
 )
 
@@ -41,6 +45,21 @@ from envdoctor.analysis.spawn.values import (
 _HANDLERS: dict[tuple[type, str], dict[type, Any]] = {}
 #: A dict or list the walk may change in place (see Walker.to_change).
 _Container = TypeVar("_Container", bound=Mapping_ | Seq)
+#: What holds names or contents a walk reads and writes (see Walker.read): a module's scope, an object's
+#: attributes, a dict, a list, a parser's options, a trainer's model. (A function's scope is one too, by its
+#: id; a class's namespace is not: see Walker.epoch.)
+Holder = Module | Instance | Mapping_ | Seq | ParserObj | TrainerObj
+#: One thing read or written: a holder and the name in it (None: what it holds as a whole).
+Cell = tuple[Holder | int, str | None]
+#: The values whose contents a walk reads whole and later code may change in place (see Walker.read_held).
+HELD = frozenset({Mapping_, Seq, ParserObj, TrainerObj, NamespaceObj})
+
+
+def held(value: Value) -> Holder | None:
+    """What a value's contents are held in, when later code may change them in place (a namespace: its parser)."""
+    if isinstance(value, NamespaceObj):
+        return value.parser
+    return value if isinstance(value, (Mapping_, Seq, ParserObj, TrainerObj, Instance)) else None
 
 
 @dataclass(slots=True)
@@ -76,6 +95,36 @@ class Frame:
         if self.scope is self.module.scope or self.class_body:
             return list(self.enclosing)
         return [self.scope, *self.enclosing]
+
+
+@dataclass(slots=True)
+class Memo:
+    """A followed call's walk, standing for the next call with the same key while nothing it saw has changed."""
+
+    result: Value
+    #: The starts it recorded, each chain cut where the call began.
+    events: list[dict[str, Any]]
+    #: What it read and what it wrote (a caller's walk counts them as its own when the memo stands for it).
+    reads: frozenset[Cell]
+    writes: frozenset[tuple[Holder, str | None]]
+    #: When its walk ended (the walk's clock), and the walker's epoch then.
+    made: int
+    epoch: int
+
+
+@dataclass(slots=True)
+class Trace:
+    """What one followed call's walk read and wrote outside its own scope, to know when its memo still holds.
+
+    `start`: when it began (the walk's clock); what was made after is the walk's own. The cells it read and
+    wrote are the walker's logs from `reads` and `writes` on (its callees' included); `taints`, the walker's
+    count of what makes a walk unrepeatable, when it began (see Walker.taints).
+    """
+
+    start: int
+    reads: int
+    writes: int
+    taints: int
 
 
 def names_of(owner: Module | Instance | ClassInfo) -> tuple[dict[str, Value], Module | None]:
@@ -137,10 +186,22 @@ class Walker:
         #: reads it: most scripts replay hundreds of a framework's modules and call few of their functions.
         self.replayed_defs: list[list[tuple[str, ast.AST, Sequence[str]]]] = []
         #: A followed call's result and the events its walk recorded (their chains cut where the call began).
-        self.memo: dict[tuple[object, ...], tuple[Value, list[dict[str, Any]]]] = {}
+        self.memo: dict[tuple[object, ...], Memo] = {}
         #: Where the check keeps the function bodies it parsed again (SharedModules.restored), if it does.
         self.restored: RestoredBodies | None = None
-        self.state_version = 0
+        #: The calls being walked now, each with what its walk has read and written so far (see Trace).
+        self.traces: list[Trace] = []
+        #: Every cell read and written while a call is walked, in order (emptied when the outermost ends).
+        self.reads_log: list[Cell] = []
+        self.writes_log: list[tuple[Holder, str | None]] = []
+        #: When each cell was last written, by the walk's clock ((holder, None): anything in the holder).
+        self.last_write: dict[Cell, int] = {}
+        #: What made the calls walked then unrepeatable: a cycle cut, a budget spent, an import's record.
+        self.taints = 0
+        #: Bumped when whole holders are put back (restore_modules) or a class's namespace is written after its
+        #: body ran (`Config.workers = 4`, rare): every memo made before is stale. A class attribute read
+        #: is then no cell a walk need note.
+        self.epoch = 0
         #: Project modules (and the objects and containers their code made) that later scripts share, as they
         #: were before this script wrote into them.
         self.written: dict[Value, Any] = {}
@@ -172,8 +233,60 @@ class Walker:
     def out_of_time(self) -> bool:
         if time.monotonic() > self.deadline:
             self.truncated = True
+            self.taints += 1
             return True
         return False
+
+    # -- what a followed call reads and writes (its memo holds while none of it changes) --
+
+    def read(self, holder: Holder | int, key: str | None) -> None:
+        """A walk read `key` of `holder` (None: what it holds as a whole)."""
+        if self.traces:
+            self.reads_log.append((holder, key))
+
+    def wrote(self, holder: Holder | int, key: str | None) -> None:
+        """`key` of `holder` changed (None: what it holds, as a whole): a memo that read or wrote it is stale.
+
+        A function's own scope (an int) is only stamped: each call has a scope of its own, so no memo of
+        another call counts a write there as its own (see BodyRunner.remember). A module's scope is read
+        by name only (a star import reads each name it copies), so its names are stamped one by one."""
+        now = tick()
+        last = self.last_write
+        last[holder, key] = now
+        if isinstance(holder, int):
+            return
+        if key is not None and not isinstance(holder, Module):
+            last[holder, None] = now
+        if self.traces:
+            self.writes_log.append((holder, key))
+
+    def read_held(self, value: Value, depth: int = 0) -> None:
+        """A walk read what a dict, list, parser or trainer holds (and the dicts and lists held in it)."""
+        holder = held(value)
+        if holder is None:
+            return
+        self.reads_log.append((holder, None))
+        if depth == 0 and isinstance(holder, (Mapping_, Seq)):
+            items = holder.items.values() if isinstance(holder, Mapping_) else holder.items
+            for item in list(items)[:16]:
+                if type(item) in HELD:
+                    self.read_held(item, 1)
+
+    def scope_holder(self, frame: Frame) -> Module | int | None:
+        """What a name bound in the frame's own scope writes into, or None when no other walk can read it (a
+        class body's namespace: its class is new, and no walk has read it by name yet)."""
+        if frame.scope is frame.module.scope:
+            return frame.module
+        if frame.class_body or frame.private:
+            return None
+        return id(frame.scope)
+
+    def set_name(self, frame: Frame, name: str, value: Value) -> None:
+        """`name = value` in the frame's own scope (a def, a class, an import, a merged branch)."""
+        frame.scope[name] = value
+        holder = self.scope_holder(frame)
+        if holder is not None:
+            self.wrote(holder, name)
 
     def source(self, node: ast.AST) -> str:
         return unparse(node)
@@ -245,7 +358,12 @@ class Walker:
                 self.written[owner] = dict(names)
             for record in self.imports:
                 record.writes.append((owner, name, value))
+                self.taints += 1  # made again for each later importer: no memo may skip it
         names[name] = value
+        if isinstance(owner, ClassInfo):
+            self.epoch += 1
+        else:
+            self.wrote(owner, name)
 
     def to_change(self, container: _Container) -> _Container:
         """`container`, about to change in place (`settings.KW["num_workers"] = 4`, `.update()`,
@@ -254,12 +372,14 @@ class Walker:
         import runs is made again when a later script imports that module. One that no project module
         bound (the script's own, or held inside another container) is the script's when no import runs:
         kept and put back; what an import does to it stays."""
+        self.wrote(container, None)
         home = container.home
         if home is not None:
             if home.state != "done" or home.is_main:
                 return container  # its own module's import fills it: what every importer sees
             for record in self.imports:
                 record.changes[container] = None
+                self.taints += 1  # made again for each later importer: no memo may skip it
         elif self.imports:
             return container
         if container not in self.written:
@@ -277,16 +397,28 @@ class Walker:
                 names.clear()
                 names.update(kept)
         self.written.clear()
+        self.epoch += 1
 
     def lookup(self, name: str, frame: Frame) -> Value:
         if name in frame.scope and name not in frame.declared_global:
             return frame.scope[name]
+        tracing = bool(self.traces)
         for scope in frame.enclosing:
+            if tracing:
+                self.reads_log.append((id(scope), name))
             if name in scope:
-                return scope[name]
+                value = scope[name]
+                if tracing and type(value) in HELD:
+                    self.read_held(value)
+                return value
         module = frame.module
+        if tracing:
+            self.reads_log.append((module, name))
         if name in module.scope:
-            return module.scope[name]
+            value = module.scope[name]
+            if tracing and type(value) in HELD:
+                self.read_held(value)
+            return value
         for star in module.star_modules:
             if name in STAR_EXPORTS.get(star, ()):
                 return QualName(f"{star}.{name}")
@@ -295,12 +427,6 @@ class Walker:
         return Unknown(name)
 
     def bind(self, target: ast.AST, value: Value, frame: Frame, line: int | None = None) -> None:
-        if frame.scope is frame.module.scope or not is_plain(value) and not (
-                frame.private and _local_target(target, frame)):
-            # What a function sees may have changed: forget its memo. A name of a function's private
-            # scope is read by that function's own walk only, never by another's: binding it changes
-            # no memo.
-            self.state_version += 1
         binder = _BINDERS.get(type(target))
         if binder is not None:
             binder(self, target, value, frame, line)
@@ -312,6 +438,11 @@ class Walker:
             self.write_name(frame.module, target.id, value)
             return
         frame.scope[target.id] = value
+        holder = self.scope_holder(frame)
+        if holder is not None:
+            self.wrote(holder, target.id)
+        if self.traces and type(value) in HELD:
+            self.read_held(value)  # what a loop or an unpacking gave it, read later by name
         if isinstance(value, (Mapping_, Seq)) and value.home is None and frame.scope is frame.module.scope \
                 and not frame.module.is_main:
             value.home = frame.module
@@ -357,15 +488,6 @@ class Walker:
 
     def bind_starred(self, target: ast.Starred, value: Value, frame: Frame, line: int | None) -> None:
         self.bind(target.value, Unknown(node=target), frame, line)
-
-
-def _local_target(target: ast.AST, frame: Frame) -> bool:
-    """Whether binding `target` writes only names of the frame's own scope (no attribute, item or global)."""
-    if isinstance(target, ast.Name):
-        return target.id not in frame.declared_global
-    if isinstance(target, (ast.Tuple, ast.List)):
-        return all(_local_target(element, frame) for element in target.elts)
-    return False
 
 
 #: How each kind of assignment target binds a value.

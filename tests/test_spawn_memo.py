@@ -71,3 +71,65 @@ def test_an_attribute_set_on_the_object_after_a_call_makes_its_method_walk_again
         "for batch in data.loader():\n    pass\n"))
     assert facts["calls_followed"] == 3  # __init__, and loader() before and after the change
     assert findings == [("SPW001", 16)]
+
+
+def test_a_new_object_made_with_the_same_arguments_takes_the_attributes_the_first_one_was_left_with(tmp_path: Path):
+    facts, findings = check(tmp_path, (
+        "class Data:\n    def __init__(self, workers):\n        self.workers = workers\n\n"
+        "    def loader(self):\n"
+        "        return DataLoader(TensorDataset(torch.arange(8.0)), num_workers=self.workers)\n\n\n"
+        "serial = Data(0)\nfirst = Data(2)\nsecond = Data(2)\n"
+        "for batch in second.loader():\n    pass\n"))
+    assert facts["calls_followed"] == 3  # two constructions walked, the third taken from the memo; loader()
+    assert findings == [("SPW001", 15)]
+
+
+def test_an_attribute_naming_the_first_object_names_the_new_one(tmp_path: Path):
+    """`self.build = self.loader`: the new object's bound method is its own, and reads its own count."""
+    _, findings = check(tmp_path, (
+        "class Maker:\n    def __init__(self, workers):\n        self.workers = workers\n"
+        "        self.build = self.loader\n\n"
+        "    def loader(self):\n"
+        "        return DataLoader(TensorDataset(torch.arange(8.0)), num_workers=self.workers)\n\n\n"
+        "a = Maker(0)\nb = Maker(0)\nb.workers = 2\n"
+        "for batch in b.build():\n    pass\n"))
+    assert findings == [("SPW001", 16)]
+
+
+def test_a_constructor_that_changes_what_was_there_before_is_walked_for_each_object(tmp_path: Path):
+    """`LAST = self`: each new object is the last one made, which no memo of the first construction says."""
+    facts, findings = check(tmp_path, (
+        "LAST = None\n\n\n"
+        "class Data:\n    def __init__(self, workers):\n        global LAST\n"
+        "        self.workers = workers\n        LAST = self\n\n"
+        "    def loader(self):\n"
+        "        return DataLoader(TensorDataset(torch.arange(8.0)), num_workers=self.workers)\n\n\n"
+        "a = Data(0)\nb = Data(0)\nb.workers = 2\n"
+        "for batch in LAST.loader():\n    pass\n"))
+    assert facts["calls_followed"] == 3
+    assert findings == [("SPW001", 20)]
+
+
+def test_a_change_to_an_object_the_first_construction_made_walks_the_next_one_again(tmp_path: Path):
+    """The new object would share the first one's settings object: changed since, it is not what `__init__`
+    makes, so the second construction is walked and its own settings stay serial."""
+    facts, findings = check(tmp_path, (
+        "class Settings:\n    def __init__(self):\n        self.workers = 0\n\n\n"
+        "class Box:\n    def __init__(self):\n        self.settings = Settings()\n\n"
+        "    def loader(self):\n"
+        "        return DataLoader(TensorDataset(torch.arange(8.0)), num_workers=self.settings.workers)\n\n\n"
+        "a = Box()\na.settings.workers = 2\nb = Box()\n"
+        "for batch in b.loader():\n    pass\n"))
+    assert facts["calls_followed"] == 4  # Box and Settings for a; Box again for b (Settings from the memo); loader
+    assert findings == []
+
+
+def test_a_change_to_a_dict_the_first_construction_made_walks_the_next_one_again(tmp_path: Path):
+    facts, findings = check(tmp_path, (
+        "class Box:\n    def __init__(self):\n        self.settings = {'num_workers': 0}\n\n"
+        "    def loader(self):\n"
+        "        return DataLoader(TensorDataset(torch.arange(8.0)), **self.settings)\n\n\n"
+        "a = Box()\na.settings['num_workers'] = 2\nb = Box()\n"
+        "for batch in b.loader():\n    pass\n"))
+    assert facts["calls_followed"] == 3
+    assert findings == []

@@ -4,12 +4,14 @@ from __future__ import annotations
 import ast
 import re
 from collections.abc import Sequence
+from dataclasses import replace
 from typing import Any
 
 from envdoctor.analysis.spawn.names import MAX_CALL_DEPTH, MAX_CALLS_FOLLOWED
 from envdoctor.analysis.spawn.starts import StartTracker
 from envdoctor.analysis.spawn.syntax import body_of, is_generator_node
 from envdoctor.analysis.spawn.values import (
+    Bound,
     ClassInfo,
     Const,
     Deferred,
@@ -109,6 +111,15 @@ def packed_key(value: Value) -> object | None:
     return None
 
 
+def moved(value: Value, old: Value | None, new: Instance) -> Value:
+    """An attribute a constructor's walk left on one object, given to another: itself where it named the first."""
+    if value is old:
+        return new
+    if isinstance(value, Bound) and value.obj is old:
+        return replace(value, obj=new)
+    return value
+
+
 def packed_names(func: Function) -> tuple[str | None, str | None]:
     """The names of a function's `*args` and `**kwargs` (None where it has none)."""
     args = func.node.args
@@ -155,14 +166,16 @@ class BodyRunner(StartTracker):
     def run_body(self, func: Function, scope: dict[str, Value], call_site: Step,
                  frame: Frame, self_value: Value | None) -> Value:
         node = func.node
+        made = self.constructing if self_value is not None and self_value is self.constructing else None
+        self.constructing = None
         if self.cut_short(node) or self.skippable(func, scope):
             return Unknown(f"{call_site.call}()")
-        memo_key = self.memo_key(func, scope, frame)
+        memo_key = self.memo_key(func, scope, frame, made)
         if self.out_of_time():
             return Unknown(f"{call_site.call}()")
         memo = self.memo.get(memo_key) if memo_key is not None else None
         if memo is not None and self.still_holds(memo):
-            return self.replay_memo(memo, frame, call_site)
+            return self.replay_memo(memo, frame, call_site, made)
         self.calls_followed += 1
         # The chain shows how module level reached this code; its head is the
         # module-level statement to move under the guard.
@@ -173,6 +186,8 @@ class BodyRunner(StartTracker):
                       private=private_body(node, func.module.lines if func.module is not None else []))
         first = len(self.events)
         trace = self.begin_trace(func, scope)
+        if made is not None:
+            made.born = tick()  # made for this call: the call's own, as its scope is
         self.stack.append(node)
         try:
             if isinstance(node, ast.Lambda):
@@ -187,7 +202,8 @@ class BodyRunner(StartTracker):
         for value in returns[1:]:
             result = join(result, value)
         if memo_key is not None and self.taints == trace.taints:
-            self.remember(memo_key, trace, result, [{**e, "via": e["via"][len(via):]} for e in self.events[first:]])
+            self.remember(memo_key, trace, result, [{**e, "via": e["via"][len(via):]} for e in self.events[first:]],
+                          made)
         if not self.traces:
             self.reads_log.clear()
             self.writes_log.clear()
@@ -205,11 +221,14 @@ class BodyRunner(StartTracker):
             return True
         return False
 
-    def replay_memo(self, memo: Memo, frame: Frame, call_site: Step) -> Value:
+    def replay_memo(self, memo: Memo, frame: Frame, call_site: Step, made: Instance | None) -> Value:
         """Same function, same arguments, nothing its walk read or wrote changed since: walking it again would
         find the same starts. They are recorded again only when reached from another module-level statement
         (`run()` twice is two statements to move under the guard), and the walks this call is in count what
-        the memo's walk read and wrote as their own."""
+        the memo's walk read and wrote as their own. A constructor's memo gives the new object the attributes
+        the first one was left with (itself where they named the first one)."""
+        if made is not None and memo.attrs is not None:
+            made.attrs.update({name: moved(value, memo.made_object, made) for name, value in memo.attrs.items()})
         if self.traces:
             self.reads_log.extend(memo.reads)
             self.writes_log.extend(memo.writes)
@@ -228,19 +247,34 @@ class BodyRunner(StartTracker):
                 self.read_held(value)  # an argument's contents, which a later caller may have changed
         return trace
 
-    def remember(self, key: tuple[Any, ...], trace: Trace, result: Value, events: list[dict[str, Any]]) -> None:
+    def remember(self, key: tuple[Any, ...], trace: Trace, result: Value, events: list[dict[str, Any]],
+                 made: Instance | None) -> None:
         """Keep a call's walk as the memo for its key, unless walking it again could go another way: when it
         read what it had itself changed of what was there before it began (`CACHE["x"]` looked up, then
-        set; an object's attribute read after it set it)."""
+        set; an object's attribute read after it set it).
+
+        A constructor's walk on a new object (`made`) is kept for the next new object of its class only when
+        it changed nothing that was there before it began: all it did is the object's attributes (and the
+        objects it made for them, which the next one shares: a later change to any of them drops the memo).
+        """
         reads = set(self.reads_log[trace.reads:])
         writes = set(self.writes_log[trace.writes:])
         earlier = {cell for cell in writes if cell[0].born <= trace.start}
-        if earlier and not reads.isdisjoint(earlier | {(holder, None) for holder, _ in earlier}):
+        if earlier and (made is not None or not reads.isdisjoint(earlier | {(holder, None) for holder, _ in earlier})):
             return
+        attrs = None
+        if made is not None:
+            own = {holder for holder, _ in writes} | {holder for holder, _ in reads
+                                                     if not isinstance(holder, int) and holder.born > trace.start}
+            own.update(holder for value in made.attrs.values() if (holder := held(value)) is not None)
+            own.discard(made)
+            reads = {cell for cell in reads if cell[0] is not made} | {(holder, None) for holder in own}
+            writes = set()
+            attrs = dict(made.attrs)
         returned = held(result)
         if returned is not None:
             reads.add((returned, None))  # changed later, it is no longer what the next call would make
-        self.memo[key] = Memo(result, events, frozenset(reads), frozenset(writes), tick(), self.epoch)
+        self.memo[key] = Memo(result, events, frozenset(reads), frozenset(writes), tick(), self.epoch, made, attrs)
 
     def still_holds(self, memo: Memo) -> bool:
         """Whether nothing the memo's walk read or wrote has been written since it ended."""
@@ -305,14 +339,19 @@ class BodyRunner(StartTracker):
             self._relevant.update(dict.fromkeys(seen, False))
         return found
 
-    def memo_key(self, func: Function, scope: dict[str, Value], frame: Frame) -> tuple[Any, ...] | None:
+    def memo_key(self, func: Function, scope: dict[str, Value], frame: Frame,
+                 made: Instance | None = None) -> tuple[Any, ...] | None:
         """A key for calls whose walk would repeat an earlier one (see still_holds), or None when it might not.
 
         The function itself, not its node: a nested function's closure is its own each time its `def` runs.
+        A new object a constructor runs on counts by its class (see remember).
         """
         parts: list[Any] = [func, frame.guarded, frame.needs, frame.forced_method]
         packed = packed_names(func)
         for name, value in scope.items():
+            if value is made and made is not None:
+                parts.append(("new", made.cls, made.home))
+                continue
             part = packed_key(value) if name in packed else key_part(value)
             if part is None:
                 return None  # a loader, a process, a context …: always follow

@@ -691,7 +691,11 @@ class CallWalker(BodyRunner):
         home = self.imports[-1].module if self.imports and not frame.module.is_main else None
         instance = Instance(cls, home=home)
         if isinstance(init, Function):
-            self.call_function(init, node, frame, positional, keywords, instance)
+            self.constructing = instance
+            try:
+                self.call_function(init, node, frame, positional, keywords, instance)
+            finally:
+                self.constructing = None
         return instance
 
 

@@ -110,6 +110,10 @@ class Memo:
     #: When its walk ended (the walk's clock), and the walker's epoch then.
     made: int
     epoch: int
+    #: A constructor's walk on an object made for it (see Walker.constructing): the object, and the attributes
+    #: its walk left on it, which the next object of the class made with the same arguments takes.
+    made_object: Instance | None = None
+    attrs: dict[str, Value] | None = None
 
 
 @dataclass(slots=True)
@@ -189,6 +193,8 @@ class Walker:
         self.memo: dict[tuple[object, ...], Memo] = {}
         #: Where the check keeps the function bodies it parsed again (SharedModules.restored), if it does.
         self.restored: RestoredBodies | None = None
+        #: The object `instantiate` is about to run `__init__` on, new and empty (see BodyRunner.remember).
+        self.constructing: Instance | None = None
         #: The calls being walked now, each with what its walk has read and written so far (see Trace).
         self.traces: list[Trace] = []
         #: Every cell read and written while a call is walked, in order (emptied when the outermost ends).

@@ -234,3 +234,35 @@ def test_a_killed_process_s_multiprocessing_folder_is_found_by_its_socket_and_re
         assert os.listdir(temp) == []
     finally:
         shutil.rmtree(temp, ignore_errors=True)
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads the files a process maps from /proc")
+def test_the_named_semaphore_of_an_ended_tree_is_removed_when_its_resource_tracker_ends_with_it() -> None:
+    """A spawn or forkserver queue's semaphores are unlinked by multiprocessing's resource tracker, which
+    ignores SIGTERM and waits for its clients: a client that outlives the grace period is killed together
+    with the tracker, and its semaphore stays in /dev/shm unless what the tree had mapped is noted first
+    and removed after it (as `envdoctor run` ends a command, and the smoke test a stage)."""
+    import subprocess
+
+    import psutil
+
+    from envdoctor.process import end_processes, mapped_shm
+
+    code = ("import multiprocessing, signal, time\n"
+            "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+            "lock = multiprocessing.get_context('spawn').Lock()\n"
+            "print(lock._semlock.name, flush=True); time.sleep(60)\n")
+    proc = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    path = Path("/dev/shm") / f"sem.{proc.stdout.readline().strip().lstrip('/')}"
+    try:
+        assert path.exists()
+        tree = psutil.Process(proc.pid)
+        procs = [tree, *tree.children(recursive=True)]  # the script and its resource tracker
+        assert len(procs) == 2 and path.stat().st_ino in mapped_shm([proc.pid])
+        end_processes(procs, grace_s=0.5)
+        proc.wait(timeout=10)
+        assert not path.exists()
+    finally:
+        proc.kill()
+        path.unlink(missing_ok=True)

@@ -30,7 +30,7 @@ from pathlib import Path
 
 import pytest
 
-from envdoctor.process import group_alive
+from envdoctor.process import group_alive, mapped_shm, remove_shm_left
 from test_spawn_fixtures import FIXTURES, SHEBANG_SCRIPTS, check_scripts, ground_truth, header
 
 pytestmark = [pytest.mark.slow, pytest.mark.standalone]
@@ -45,8 +45,11 @@ def stop_group(proc: subprocess.Popen) -> None:
 
     SIGTERM ends the script and its workers; multiprocessing's resource tracker
     ignores SIGTERM, sees its clients gone and unlinks their semaphores in
-    /dev/shm. Whatever is still there after a grace period gets SIGKILL.
+    /dev/shm. Whatever is still there after a grace period gets SIGKILL: the
+    tracker too, when a client outlived it (a busy machine), so the semaphores
+    the group mapped are noted first and those still there removed after it.
     """
+    mapped = mapped_shm(group_pids(proc.pid))
     try:
         os.killpg(proc.pid, signal.SIGTERM)
     except ProcessLookupError:
@@ -61,6 +64,21 @@ def stop_group(proc: subprocess.Popen) -> None:
     except ProcessLookupError:
         pass
     proc.wait(timeout=30)
+    remove_shm_left(mapped, None)
+
+
+def group_pids(pgid: int) -> list[int]:
+    """The processes of process group `pgid`."""
+    import psutil
+
+    pids = []
+    for pid in psutil.pids():
+        try:
+            if os.getpgid(pid) == pgid:
+                pids.append(pid)
+        except OSError:
+            continue
+    return pids
 
 
 def run_with_start_method(script: Path | None, method: str, workdir: Path, extra_path: tuple[Path, ...] = (),

@@ -163,7 +163,10 @@ def end_processes(procs: Sequence[psutil.Process], grace_s: float) -> None:
     are removed after them (held_multiprocessing_folders)."""
     import psutil
 
-    folders = held_multiprocessing_folders([proc.pid for proc in procs])
+    pids = [proc.pid for proc in procs]
+    folders = held_multiprocessing_folders(pids)
+    mapped = mapped_shm(pids)
+    since = min((_started(proc) for proc in procs), default=None)
     for proc in procs:
         with contextlib.suppress(psutil.Error):
             proc.terminate()
@@ -173,6 +176,80 @@ def end_processes(procs: Sequence[psutil.Process], grace_s: float) -> None:
     psutil.wait_procs(alive, timeout=grace_s)
     for folder in folders:
         remove_multiprocessing_folder(folder)
+    remove_shm_left(mapped, since)
+
+
+def _started(proc: psutil.Process) -> float:
+    import psutil
+
+    try:
+        return float(proc.create_time())
+    except psutil.Error:
+        return time.time()
+
+
+#: Where POSIX named semaphores (`sem.mp-*`) and shared memory segments (torch's tensors) live on Linux.
+SHM_DIR = "/dev/shm"
+
+
+def mapped_shm(pids: Sequence[int] | set[int]) -> set[int]:
+    """Inodes of the /dev/shm files (named semaphores, shared memory segments) these processes have mapped
+    (Linux; elsewhere none). Read before the processes are ended: a semaphore of a spawn or forkserver
+    queue is unlinked by multiprocessing's resource tracker, which a kill of the whole tree ends too.
+
+    Inodes, not names: sem_open creates a semaphore under a temporary name, maps it, then links it to its
+    real name, so the mapping shows the temporary name (deleted) while the file left in /dev/shm has the
+    real one.
+    """
+    inodes: set[int] = set()
+    if not sys.platform.startswith("linux"):
+        return inodes
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/maps", encoding="utf-8", errors="replace") as fh:
+                for line in fh:
+                    if " /dev/shm/" in line:
+                        fields = line.split()
+                        if len(fields) >= 6 and fields[4].isdigit():
+                            inodes.add(int(fields[4]))
+        except OSError:
+            continue
+    return inodes
+
+
+def shm_inode(name: str) -> int | None:
+    """The inode of /dev/shm/`name`, or None when it is gone."""
+    try:
+        return os.stat(os.path.join(SHM_DIR, name)).st_ino
+    except OSError:
+        return None
+
+
+def remove_shm_left(inodes: set[int], since: float | None) -> list[str]:
+    """Remove the /dev/shm files with these inodes (mapped by processes now ended: mapped_shm) that are still
+    there: only plain files of this user, made since `since` (the first of those processes started)."""
+    removed: list[str] = []
+    if not inodes:
+        return removed
+    try:
+        names = sorted(os.listdir(SHM_DIR))
+    except OSError:
+        return removed
+    getuid = getattr(os, "getuid", None)
+    for name in names:
+        path = os.path.join(SHM_DIR, name)
+        try:
+            info = os.lstat(path)
+        except OSError:
+            continue
+        if info.st_ino not in inodes or not stat.S_ISREG(info.st_mode) \
+                or (since is not None and info.st_ctime < since - 1) \
+                or (getuid is not None and info.st_uid != getuid()):
+            continue
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+            removed.append(name)
+    return removed
 
 
 #: How multiprocessing names its temporary folders (tempfile.mkdtemp(prefix="pymp-")).

@@ -51,7 +51,16 @@ if TYPE_CHECKING:  # pragma: no cover
     import subprocess  # imported where a script is started: the fork does without it
 
 from envdoctor.inside import loader_protocol
-from envdoctor.process import group_alive, handle_signals, hard_kill, kill_group, remove_multiprocessing_folder
+from envdoctor.process import (
+    SHM_DIR,
+    group_alive,
+    handle_signals,
+    hard_kill,
+    kill_group,
+    mapped_shm,
+    remove_multiprocessing_folder,
+    shm_inode,
+)
 
 RUNNER_PATH = Path(__file__).resolve().parent.parent / "inside" / "loader_runner.py"
 #: Extra seconds past the budget before the whole stage is killed.
@@ -66,7 +75,6 @@ MAPS_POLL_S = 1.0
 MEMORY_CAP_ENV = "ENVDOCTOR_LOADER_MEMORY_CAP"
 #: The cap never goes below this: importing torch alone takes a few hundred MiB.
 MIN_MEMORY_CAP = 1024**3
-SHM_DIR = "/dev/shm"
 #: Events travel through a file, not an inherited pipe (Windows: no descriptor passes by number).
 EVENTS_BY_FILE = sys.platform == "win32"
 _SHM_NAME = re.compile(r"^torch_(\d+)_")
@@ -186,32 +194,11 @@ def _group_rss(pid: int, seen: set[int], started: dict[int, float] | None = None
     return total
 
 
-def _mapped_shm(pids: set[int]) -> set[int]:
-    """Inodes of the /dev/shm files (named semaphores, shared memory segments) these processes have mapped.
-
-    Inodes, not names: sem_open creates a semaphore under a temporary name,
-    maps it, then links it to its real name, so the mapping shows the
-    temporary name (deleted) while the file left in /dev/shm has the real one.
-    """
-    inodes: set[int] = set()
-    for pid in pids:
-        try:
-            with open(f"/proc/{pid}/maps", encoding="utf-8", errors="replace") as fh:
-                for line in fh:
-                    if " /dev/shm/" in line:
-                        fields = line.split()
-                        if len(fields) >= 6 and fields[4].isdigit():
-                            inodes.add(int(fields[4]))
-        except OSError:
-            continue
-    return inodes
-
-
 def _kill(outcome: StageRun, pid: int) -> None:
     """Kill the whole group, and every descendant seen that left it for a session of its own; first note
     the /dev/shm files they map (semaphores, shared memory): killed, nobody unlinks them."""
     _group_rss(pid, outcome.pids, outcome.procs)
-    outcome.semaphores |= _mapped_shm(outcome.pids | {pid})
+    outcome.semaphores |= mapped_shm(outcome.pids | {pid})
     kill_group(pid)
     _kill_tracked(outcome.procs)
 
@@ -548,7 +535,7 @@ def _follow(outcome: StageRun, child: _Child, events: _Events, hard_deadline: fl
             if now >= next_maps:
                 # Shared memory a worker creates and is killed holding: noted while it is mapped.
                 next_maps = now + MAPS_POLL_S
-                outcome.semaphores |= _mapped_shm(outcome.pids)
+                outcome.semaphores |= mapped_shm(outcome.pids)
             outcome.peak_rss_bytes = max(outcome.peak_rss_bytes, rss)
             if outcome.memory_cap_bytes and rss > outcome.memory_cap_bytes:
                 outcome.killed_for = "memory"
@@ -578,13 +565,6 @@ def _wait_group_gone(pgid: int, procs: dict[int, float] | None = None, wait_s: f
         time.sleep(0.02)
 
 
-def _inode(name: str) -> int | None:
-    try:
-        return os.stat(os.path.join(SHM_DIR, name)).st_ino
-    except OSError:
-        return None
-
-
 def _clean_shm(before: set[str], pids: set[int], semaphores: set[int] | frozenset[int] = frozenset()) -> list[str]:
     """Remove torch segments that processes of the killed group created and left, and the /dev/shm files
     (named semaphores, shared memory segments; by inode) that appeared during the stage and that its
@@ -592,7 +572,7 @@ def _clean_shm(before: set[str], pids: set[int], semaphores: set[int] | frozense
     removed = []
     for name in sorted(_shm_names() - before):
         match = _SHM_NAME.match(name)
-        if (match and int(match.group(1)) in pids) or _inode(name) in semaphores:
+        if (match and int(match.group(1)) in pids) or shm_inode(name) in semaphores:
             try:
                 os.unlink(os.path.join(SHM_DIR, name))
                 removed.append(name)

@@ -328,8 +328,6 @@ class ClassInfo(Value):
     module: Module | None = None
     #: The function it is defined in (`load` for `load.<locals>.Frames`): pickle cannot find it by name.
     local_in: str = ""
-    #: When it was made, by the walk's clock (see walker.Trace).
-    born: int = field(default_factory=tick)
 
     def lookup(self, name: str) -> Value | None:
         if name in self.namespace:

@@ -255,15 +255,15 @@ class Walker:
 
         A function's own scope (an int) is only stamped: each call has a scope of its own, so no memo of
         another call counts a write there as its own (see BodyRunner.remember). A module's scope is read
-        by name only (a star import reads each name it copies), so its names are stamped one by one."""
-        now = tick()
-        last = self.last_write
-        last[holder, key] = now
-        if isinstance(holder, int):
-            return
-        if key is not None and not isinstance(holder, Module):
-            last[holder, None] = now
-        if self.traces:
+        by name only (a star import reads each name it copies), so its names are stamped one by one. With
+        no memo yet, nothing is stamped: a memo made later is made after the write."""
+        if self.memo:
+            now = tick()
+            last = self.last_write
+            last[holder, key] = now
+            if key is not None and not isinstance(holder, (int, Module)):
+                last[holder, None] = now
+        if self.traces and not isinstance(holder, int):
             self.writes_log.append((holder, key))
 
     def read_held(self, value: Value, depth: int = 0) -> None:
@@ -290,9 +290,10 @@ class Walker:
     def set_name(self, frame: Frame, name: str, value: Value) -> None:
         """`name = value` in the frame's own scope (a def, a class, an import, a merged branch)."""
         frame.scope[name] = value
-        holder = self.scope_holder(frame)
-        if holder is not None:
-            self.wrote(holder, name)
+        if self.memo or self.traces:  # else wrote() has nothing to note
+            holder = self.scope_holder(frame)
+            if holder is not None:
+                self.wrote(holder, name)
 
     def source(self, node: ast.AST) -> str:
         return unparse(node)
@@ -444,9 +445,10 @@ class Walker:
             self.write_name(frame.module, target.id, value)
             return
         frame.scope[target.id] = value
-        holder = self.scope_holder(frame)
-        if holder is not None:
-            self.wrote(holder, target.id)
+        if self.memo or self.traces:  # else wrote() has nothing to note
+            holder = self.scope_holder(frame)
+            if holder is not None:
+                self.wrote(holder, target.id)
         if self.traces and type(value) in HELD:
             self.read_held(value)  # what a loop or an unpacking gave it, read later by name
         if isinstance(value, (Mapping_, Seq)) and value.home is None and frame.scope is frame.module.scope \

@@ -7,13 +7,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-import psutil
 import pytest
 
 from envdoctor.inside.loader_knee import MIN_PAIRS
 from envdoctor.judge import bottleneck as judge_bottleneck
 from envdoctor.judge.pairing import FEWER_WORKERS_TOLERANCE
-from support import json_report, leftover_children, run_envdoctor, shm_left, shm_names
+from support import group_members, json_report, leftover_children, run_envdoctor, shm_left, shm_names
 
 FIXTURES_DIR = Path(__file__).resolve().parent.parent / "fixtures"
 
@@ -87,13 +86,7 @@ def assert_nothing_left(report: dict[str, Any], shm_before: set[str]) -> None:
     """No process of the runner's group survives, and no torch segment was added to /dev/shm. A zombie
     (dead, its pid not yet reaped by init, which this sandbox does late) is no survivor."""
     pgid = report["loader"]["runner"]["pid"]
-    survivors = []
-    for proc in psutil.process_iter(["pid", "name", "status"]):
-        try:
-            if os.getpgid(proc.pid) == pgid and proc.info["status"] != psutil.STATUS_ZOMBIE:
-                survivors.append({"pid": proc.info["pid"], "name": proc.info["name"]})
-        except (ProcessLookupError, PermissionError):
-            continue
+    survivors = [{"pid": proc.info["pid"], "name": proc.info["name"]} for proc in group_members(pgid)]
     assert survivors == [], f"processes of the runner's group survived: {survivors}"
     assert leftover_children() == []
     assert shm_left(shm_before, "torch_") == set()

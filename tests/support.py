@@ -133,6 +133,20 @@ SHM_DIR = "/dev/shm"
 _TORCH_SEGMENT = re.compile(r"torch_(\d+)_")
 
 
+def group_members(pgid: int) -> list[Any]:
+    """The live processes (psutil, with their name) of process group `pgid`; zombies are not counted."""
+    import psutil
+
+    members = []
+    for proc in psutil.process_iter(["pid", "name", "status"]):
+        try:
+            if os.getpgid(proc.pid) == pgid and proc.info["status"] != psutil.STATUS_ZOMBIE:
+                members.append(proc)
+        except (ProcessLookupError, PermissionError):
+            continue
+    return members
+
+
 def shm_names(prefix: str) -> set[str]:
     """The entries of /dev/shm whose names start with `prefix` (none when there is no /dev/shm)."""
     try:

@@ -31,6 +31,7 @@ from pathlib import Path
 import pytest
 
 from envdoctor.process import group_alive, mapped_shm, remove_shm_left
+from support import group_members
 from test_spawn_fixtures import FIXTURES, SHEBANG_SCRIPTS, check_scripts, ground_truth, header
 
 pytestmark = [pytest.mark.slow, pytest.mark.standalone]
@@ -49,7 +50,7 @@ def stop_group(proc: subprocess.Popen) -> None:
     tracker too, when a client outlived it (a busy machine), so the semaphores
     the group mapped are noted first and those still there removed after it.
     """
-    mapped = mapped_shm(group_pids(proc.pid))
+    mapped = mapped_shm([member.pid for member in group_members(proc.pid)])
     try:
         os.killpg(proc.pid, signal.SIGTERM)
     except ProcessLookupError:
@@ -65,20 +66,6 @@ def stop_group(proc: subprocess.Popen) -> None:
         pass
     proc.wait(timeout=30)
     remove_shm_left(mapped, None)
-
-
-def group_pids(pgid: int) -> list[int]:
-    """The processes of process group `pgid`."""
-    import psutil
-
-    pids = []
-    for pid in psutil.pids():
-        try:
-            if os.getpgid(pid) == pgid:
-                pids.append(pid)
-        except OSError:
-            continue
-    return pids
 
 
 def run_with_start_method(script: Path | None, method: str, workdir: Path, extra_path: tuple[Path, ...] = (),

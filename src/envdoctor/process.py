@@ -235,21 +235,25 @@ def remove_shm_left(inodes: set[int], since: float | None) -> list[str]:
         names = sorted(os.listdir(SHM_DIR))
     except OSError:
         return removed
-    getuid = getattr(os, "getuid", None)
     for name in names:
         path = os.path.join(SHM_DIR, name)
         try:
             info = os.lstat(path)
         except OSError:
             continue
-        if info.st_ino not in inodes or not stat.S_ISREG(info.st_mode) \
-                or (since is not None and info.st_ctime < since - 1) \
-                or (getuid is not None and info.st_uid != getuid()):
+        if info.st_ino not in inodes or not stat.S_ISREG(info.st_mode) or not _left_by_this_user(info, since):
             continue
         with contextlib.suppress(OSError):
             os.unlink(path)
             removed.append(name)
     return removed
+
+
+def _left_by_this_user(info: os.stat_result, since: float | None) -> bool:
+    """Whether a file a process left (the lstat of it) is this user's and was made since `since` (a second's
+    slack for the file system's clock): what may be removed after that user's processes are ended."""
+    getuid = getattr(os, "getuid", None)
+    return (since is None or info.st_ctime >= since - 1) and (getuid is None or info.st_uid == getuid())
 
 
 #: How multiprocessing names its temporary folders (tempfile.mkdtemp(prefix="pymp-")).
@@ -293,9 +297,7 @@ def remove_multiprocessing_folder(path: str | None, since: float | None = None) 
         info = os.lstat(path)
     except (OSError, ValueError):
         return False  # gone: its process removed it
-    getuid = getattr(os, "getuid", None)
-    if not stat.S_ISDIR(info.st_mode) or (since is not None and info.st_ctime < since - 1) \
-            or (getuid is not None and info.st_uid != getuid()):
+    if not stat.S_ISDIR(info.st_mode) or not _left_by_this_user(info, since):
         return False
     shutil.rmtree(path, ignore_errors=True)
     return not os.path.lexists(path)

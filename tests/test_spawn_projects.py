@@ -164,6 +164,41 @@ def test_a_library_function_that_reaches_the_loader_through_a_cycle_of_names_is_
     assert sorted((f.location.line, f.evidence["module_level_statement"]["line"]) for f in findings) == [(10, 3), (10, 4)]
 
 
+@pytest.mark.parametrize("call", ["Feeder(n)", "[Feeder][0](n)", "functools.partial(Feeder, n)()", "Feeder.build(n)"])
+def test_a_library_function_that_makes_an_object_of_a_class_it_names_is_walked(tmp_path: Path, call: str):
+    """`make()` names no loader; the class it calls does (its constructor or a static method builds one). Asked
+    whether `make` may start workers, the walk reads the class it names too, not only the functions."""
+    (tmp_path / "lib.py").write_text(
+        "from torch.utils.data import DataLoader\n"
+        "class Feeder:\n"
+        "    def __init__(self, n):\n"
+        "        self.batches = DataLoader(range(n), num_workers=2)\n"
+        "    @staticmethod\n"
+        "    def build(n):\n"
+        "        return Feeder(n)\n"
+        f"import functools\ndef make(n):\n    return {call}\n", encoding="utf-8")
+    (tmp_path / "train.py").write_text("import lib\n\nfor batch in lib.make(8).batches:\n    pass\n", encoding="utf-8")
+    [finding] = check(tmp_path / "train.py", ("SPW001",)).by_rule("SPW001")
+    assert finding.location.line == 3 and finding.evidence["num_workers"] == 2
+
+
+@pytest.mark.parametrize("given", ["Feeder", "feeder", "[Feeder]"])
+def test_a_library_function_given_a_class_or_function_that_builds_a_loader_is_walked(tmp_path: Path, given: str):
+    """`run(factory, n)` names nothing it could start workers with: what it is given does."""
+    (tmp_path / "lib.py").write_text(
+        "def run(factory, n):\n"
+        "    if isinstance(factory, list):\n"
+        "        factory = factory[0]\n"
+        "    return factory(n)\n", encoding="utf-8")
+    (tmp_path / "train.py").write_text(
+        "import lib\nfrom torch.utils.data import DataLoader\n\n"
+        "class Feeder:\n    def __init__(self, n):\n        self.batches = DataLoader(range(n), num_workers=2)\n\n"
+        "def feeder(n):\n    return Feeder(n)\n\n"
+        f"for batch in lib.run({given}, 8).batches:\n    pass\n", encoding="utf-8")
+    [finding] = check(tmp_path / "train.py", ("SPW001",)).by_rule("SPW001")
+    assert finding.location.line == 11 and finding.evidence["num_workers"] == 2
+
+
 @pytest.mark.slow
 def test_what_the_walk_follows_does_not_depend_on_the_hash_seed(tmp_path: Path):
     import os
@@ -630,7 +665,7 @@ def test_project_files_answer_what_the_file_system_says(tmp_path: Path, monkeypa
 
 def test_what_a_function_mentions_and_calls_is_what_the_plain_patterns_find():
     """mentions_of reads a function's text faster than the two patterns would (a word test before
-    RELEVANT, a possessive CALLED, the called names only when nothing is mentioned), and finds the same:
+    RELEVANT, a possessive CALLED, the names only when nothing is mentioned), and finds the same:
     checked on every function of envdoctor's own source and on texts made to trip each difference."""
     import ast
     from types import SimpleNamespace
@@ -640,7 +675,7 @@ def test_what_a_function_mentions_and_calls_is_what_the_plain_patterns_find():
 
     def plain(text: str) -> tuple[bool, frozenset[str]]:
         mentions = RELEVANT.search(text) is not None
-        return mentions, frozenset() if mentions else frozenset(re.findall(r"(\w+)\s*\(", text))
+        return mentions, frozenset() if mentions else frozenset(re.findall(r"\b([^\W\d]\w*)\s*[(.,)\]]", text))
 
     crafted = ["def f():\n    print (x)\n    g\n    (1)\n    h2o(3); _x9 (4)\n    ab.cd  (5)\n",
                "def f():\n    données(1)\n    x = 1(2)\n    self.run_it()\n    a.fitness()\n",
@@ -656,8 +691,8 @@ def test_what_a_function_mentions_and_calls_is_what_the_plain_patterns_find():
         lines = text.splitlines()  # a node of the function's own lines (methods keep their indentation)
         assert mentions_of(SimpleNamespace(lineno=1, end_lineno=len(lines)), lines) == plain(text), text[:200]
     first = crafted[0].splitlines()
-    assert mentions_of(SimpleNamespace(lineno=1, end_lineno=len(first)), first)[1] == {"f", "print", "g", "h2o", "_x9",
-                                                                                      "cd"}
+    assert mentions_of(SimpleNamespace(lineno=1, end_lineno=len(first)), first)[1] == {"f", "print", "x", "g", "h2o", "_x9",
+                                                                                      "ab", "cd"}
 
 
 def test_every_branch_of_the_relevant_pattern_holds_a_word_the_quick_test_looks_for():

@@ -44,14 +44,16 @@ RELEVANT = re.compile(r"[Ll]oader|Process|Pool|Executor|spawn|start_processes|st
 RELEVANT_WORDS = ("oader", "Process", "Pool", "Executor", "spawn", "start_", "get_context", "cuda", "Trainer",
                   "Engine", ".fit(", ".run(", "prepare", "yield", "async", "multiprocessing", "concurrent",
                   "num_workers", "global")
-#: The names a function calls (`helper(`, `self.helper(`), looked up among the functions the walk has read.
-#: Possessive and anchored at a word's start: what `(\w+)\s*\(` finds, without trying every shorter
-#: word inside each longer one (2.5 times faster on the functions of dgl's examples and NeMo).
-CALLED = re.compile(r"\b(\w++)\s*+\(")
+#: The names a function may call, looked up among the functions and classes the walk has read: those it
+#: calls (`helper(`, `self.helper(`), reads an attribute of (`Feeder.build(`) or hands on as a value
+#: (`partial(Feeder, n)`, `[Feeder]`). Possessive and anchored at a word's start: without trying every
+#: shorter word inside each longer one (2.5 times faster on the functions of dgl's examples and NeMo).
+CALLED = re.compile(r"\b([^\W\d]\w*+)\s*+[(.,)\]]")
 
 
 def mentions_of(node: ast.AST, lines: Sequence[str]) -> tuple[bool, frozenset[str]]:
-    """(does the function's text mention what builds or starts workers, the names it calls), read once.
+    """(does the function's or class's text mention what builds or starts workers, the names it may call:
+    CALLED's, and a class's bases), read once.
 
     The names are read only when the text mentions nothing (`relevant` follows them only then). Kept on
     the node itself: every script that calls a shared module's function reads the same text.
@@ -61,9 +63,19 @@ def mentions_of(node: ast.AST, lines: Sequence[str]) -> tuple[bool, frozenset[st
         first = getattr(node, "lineno", 1)
         text = "\n".join(lines[first - 1:getattr(node, "end_lineno", None) or len(lines)])
         mentions = any(word in text for word in RELEVANT_WORDS) and RELEVANT.search(text) is not None
-        known = (mentions, frozenset() if mentions else frozenset(CALLED.findall(text)))
+        called = frozenset() if mentions else frozenset(CALLED.findall(text)).union(base_names(node))
+        known = (mentions, called)
         setattr(node, "_envdoctor_mentions", known)  # noqa: B010 - a mark of our own on the node
     return known
+
+
+def base_names(node: ast.AST) -> list[str]:
+    """The names a class's bases are called by (`Base`, `nn.Module`: `Module`), whose constructors its own
+    runs when it has none."""
+    if not isinstance(node, ast.ClassDef):
+        return []
+    return [base.id if isinstance(base, ast.Name) else base.attr for base in node.bases
+            if isinstance(base, (ast.Name, ast.Attribute))]
 
 
 #: The arguments a memo's key holds by identity: the same object may be passed again, an equal one is another.
@@ -109,6 +121,17 @@ def packed_key(value: Value) -> object | None:
         named = tuple((name, key_part(item)) for name, item in value.items.items())
         return None if any(part is None for _, part in named) else ("kwargs", named)
     return None
+
+
+def callables_in(value: Value, depth: int = 0) -> list[Function | ClassInfo]:
+    """The walk's functions and classes a plain argument is or holds (`run(Feeder, 8)`, `cls` of a class
+    method, `[make_a, make_b]`): what the function given it may call."""
+    if isinstance(value, (Function, ClassInfo)):
+        return [value]
+    if depth < 2 and isinstance(value, (Seq, Mapping_)):
+        items = value.items if isinstance(value, Seq) else list(value.items.values())
+        return [found for item in items[:16] for found in callables_in(item, depth + 1)]
+    return []
 
 
 def moved(value: Value, old: Value | None, new: Instance) -> Value:
@@ -289,20 +312,25 @@ class BodyRunner(StartTracker):
 
         The script's own functions are always walked. A function of another
         module called with plain arguments (no loader, process or context) is
-        walked only when its lines, or those of a function it calls by name,
-        mention what builds or starts workers (a loader, a process, a trainer,
-        CUDA), name `num_workers` (`KW.update(num_workers=2)` in a module's
-        `setup()`), or declare a `global` (`set_workers(4)` may decide a later
-        loader's num_workers): walking a library's whole call graph for `get_logger(__name__)`
-        cost most of the analysis and can find nothing.
+        walked only when its lines, those of a function or class it names (see
+        CALLED; a class: all of its lines and its bases', since the caller may use
+        any method of what it returns), or those of a function or class it is given
+        (`run(Feeder, 8)`) mention what builds or starts workers (a loader, a
+        process, a trainer, CUDA), name `num_workers` (`KW.update(num_workers=2)`
+        in a module's `setup()`), or declare a `global` (`set_workers(4)` may
+        decide a later loader's num_workers): walking a library's whole call graph
+        for `get_logger(__name__)` cost most of the analysis and can find nothing.
         """
         module = func.module
         if module is None or module.is_main or not all(is_plain(v) for v in scope.values()):
             return False
-        return not self.relevant(func.node, module.lines)
+        return not self.relevant(func.node, module.lines) and not any(
+            self.relevant(given.node, given.module.lines) for value in scope.values() for given in callables_in(value)
+            if given.module is not None)
 
     def relevant(self, node: ast.AST, lines: Sequence[str]) -> bool:
-        """Whether the function's lines, or those of any function it reaches by name, mention what starts workers.
+        """Whether the function's (or class's) lines, or those of any function or class it reaches by name,
+        mention what starts workers.
 
         A search of everything reachable, so the answer does not depend on the
         order the called names are tried in (it did while a function met again

@@ -51,6 +51,7 @@ from envdoctor.analysis.spawn.values import (
     Unknown,
     Value,
     any_of,
+    first_argument,
     is_cuda,
     is_plain,
     loaderish,
@@ -419,7 +420,7 @@ class CallWalker(BodyRunner):
             method = module.cls.lookup(hook)
             if isinstance(method, Function):
                 arguments: list[Value] = [Const(stage)] if hook == "setup" else []
-                self.call_function(method, node, frame, arguments, {}, module)
+                self.call_function(method, node, frame, arguments, {}, first_argument(module, method))
 
     def loaders_in(self, value: Value, spec: object, node: ast.Call, frame: Frame, depth: int = 0) -> list[Loader]:
         """The DataLoaders a value holds: itself, a list or dict of them, or a model's loader hooks."""
@@ -443,7 +444,7 @@ class CallWalker(BodyRunner):
             for hook in getattr(spec, "hooks", ()):
                 method = value.cls.lookup(hook)
                 if isinstance(method, Function):
-                    returned = self.call_function(method, node, frame, [], {}, value)
+                    returned = self.call_function(method, node, frame, [], {}, first_argument(value, method))
                     found += self.loaders_in(returned, spec, node, frame, depth + 1)
             self.read(value, None)
             for attr in value.attrs.values():

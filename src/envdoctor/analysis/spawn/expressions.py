@@ -27,6 +27,7 @@ from envdoctor.analysis.spawn.values import (
     is_plain,
     join,
     loaderish,
+    method_of,
 )
 from envdoctor.analysis.spawn.walker import HELD, Frame
 
@@ -150,7 +151,7 @@ class ExpressionWalker(StatementWalker):
                 return owner.attrs[attr]
             found = owner.cls.lookup(attr)
             if isinstance(found, Function):
-                return Bound(owner, attr, found)
+                return method_of(owner, attr, found)
             if found is not None:
                 return found
             return Bound(owner, attr)
@@ -173,7 +174,7 @@ class ExpressionWalker(StatementWalker):
                 if isinstance(base, ClassInfo):
                     found = base.lookup(attr)
                     if isinstance(found, Function):
-                        return Bound(owner.instance, attr, found)
+                        return method_of(owner.instance, attr, found)
             return Bound(owner, attr)
         return Bound(owner, attr)
 

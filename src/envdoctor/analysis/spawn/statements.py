@@ -70,12 +70,17 @@ class StatementWalker(Walker):
             self.eval(decorator, frame)
         self.set_name(frame, stmt.name, Function(stmt, self.eval_defaults(stmt.args, frame), owner=frame.self_class,
                                                  closure=frame.closure(), module=frame.module,
-                                                 local_in=local_in(frame)))
+                                                 local_in=local_in(frame),
+                                                 static=frame.class_body and is_static(stmt)))
+        self.known_def(stmt, frame)
+
+    stmt_AsyncFunctionDef = stmt_FunctionDef
+
+    def known_def(self, stmt: ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef, frame: Frame) -> None:
+        """A function or class `relevant` may follow a call into by its name (`helper(`, `Feeder(`)."""
         self.defs.setdefault(stmt.name, []).append((stmt, frame.module.lines))
         for record in self.imports:
             record.defs.append((stmt.name, stmt, frame.module.lines))
-
-    stmt_AsyncFunctionDef = stmt_FunctionDef
 
     def eval_defaults(self, args: ast.arguments, frame: Frame) -> dict[str, Value]:
         defaults: dict[str, Value] = {}
@@ -100,6 +105,7 @@ class StatementWalker(Walker):
                            enclosing=frame.closure(), needs=frame.needs)
         self.exec_block(stmt.body, body_frame)
         self.set_name(frame, stmt.name, info)
+        self.known_def(stmt, frame)
 
     def stmt_Assign(self, stmt: ast.Assign, frame: Frame) -> None:
         value = self.eval(stmt.value, frame)
@@ -445,3 +451,8 @@ def _reference(node: ast.expr) -> bool:
     while isinstance(node, ast.Attribute):
         node = node.value
     return isinstance(node, ast.Name)
+
+
+def is_static(stmt: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+    """Whether a method defined in a class body is a `@staticmethod` (Function.static)."""
+    return any(isinstance(decorator, ast.Name) and decorator.id == "staticmethod" for decorator in stmt.decorator_list)

@@ -368,10 +368,22 @@ class Function(Value):
     module: Module | None = None
     #: The function it is defined in (`make_loader` for `make_loader.<locals>.stack`).
     local_in: str = ""
+    #: A `@staticmethod`: a call through an object gives it no first argument.
+    static: bool = False
 
     @property
     def name(self) -> str:
         return "<lambda>" if isinstance(self.node, ast.Lambda) else self.node.name
+
+
+def method_of(owner: Value, attr: str, found: Function) -> Value:
+    """`owner.attr`, a function of `owner`'s class: bound to the object, to nothing for a `@staticmethod`."""
+    return found if found.static else Bound(owner, attr, found)
+
+
+def first_argument(owner: Instance, found: Function) -> Value | None:
+    """What a method called on `owner` by the walk itself (a trainer's hook) is given first (see method_of)."""
+    return None if found.static else owner
 
 
 @dataclass(eq=False, slots=True)

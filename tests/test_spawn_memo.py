@@ -92,6 +92,12 @@ CASES = [
         "a.settings['num_workers'] = 2\nb = Box()\nfor batch in b.loader():\n    pass\n",
         3, [],
         "the same with the settings in a dict"),
+    Case("attributes_read_off_an_unknown_config_are_as_unknown_as_it_is",
+        "import json\n\ncfg = json.loads('{}')\n\n\ndef make(section):\n"
+        "    return DataLoader(TensorDataset(torch.arange(8.0)), num_workers=2)\n\n\n"
+        "train = make(cfg.train)\nvalid = make(cfg.data.valid)\nfor batch in valid:\n    pass\n",
+        1, [('SPW001', 15)],
+        "`cfg.train` and `cfg.data.valid` of a config the walk cannot read are two unknown values: one walk"),
 ]
 
 

@@ -30,6 +30,7 @@ from envdoctor.analysis.spawn.values import (
     Value,
     is_plain,
     join,
+    read_off_unknown,
     tick,
 )
 from envdoctor.analysis.spawn.walker import HELD, Frame, Memo, Trace, held
@@ -103,6 +104,8 @@ def key_part(value: Value) -> object | None:
         return "?" if value.lib is None and value.workers is None and not value.holds else value
     if isinstance(value, QualName):
         return ("name", value.name, value.missing)
+    if type(value) is Bound and read_off_unknown(value):
+        return "?"
     if isinstance(value, GuardFlag):
         return ("guard", value.polarity)
     if isinstance(value, Option):

@@ -442,6 +442,17 @@ def is_plain(value: Value, depth: int = 0) -> bool:
     return False
 
 
+def read_off_unknown(value: Bound) -> bool:
+    """Whether an attribute is read off a value the walk knows nothing of (`cfg.model.train_ds` of an unknown
+    `cfg`): as unknown as that value, since no method of it is the walk's and no library made it."""
+    obj: Value = value
+    while isinstance(obj, Bound):
+        if obj.func is not None:
+            return False
+        obj = obj.obj
+    return type(obj) is Const or isinstance(obj, Unknown) and obj.lib is None and obj.workers is None and not obj.holds
+
+
 def loaderish(value: Value) -> Loader | None:
     if type(value) not in _LOADERISH:  # most values: one lookup
         return None

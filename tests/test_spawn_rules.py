@@ -199,6 +199,39 @@ def test_nothing_after_sys_exit_or_a_raise_runs_but_what_comes_before_it_does(tm
         4, {"path": str(loud), "line": 7, "code": "sys.exit(main())"})
 
 
+_CHOICES = (
+    "import sys\n"
+    "from torch.utils.data import DataLoader\n"
+    "def serial():\n"
+    "    return DataLoader(range(4))\n"
+    "def parallel():\n"
+    "    return DataLoader(range(4), num_workers=2)\n"
+    "class Serial:\n"
+    "    def setup(self, stage):\n"
+    "        self.workers = 0\n"
+    "    def train_dataloader(self):\n"
+    "        return DataLoader(range(4), num_workers=self.workers)\n"
+    "class Parallel(Serial):\n"
+    "    def setup(self, stage):\n"
+    "        self.workers = 2\n"
+    "debug = len(sys.argv) > 1\n")
+
+
+@pytest.mark.parametrize("choice, line", [
+    ("make = serial if debug else parallel\nfor b in make():\n    pass\n", 17),
+    ("cls = Serial if debug else Parallel\nmodule = cls()\nmodule.setup('fit')\n"
+     "for b in module.train_dataloader():\n    pass\n", 19),
+    ("from lightning.pytorch import Trainer\nif debug:\n    module = Serial()\nelse:\n    module = Parallel()\n"
+     "Trainer().fit(module)\n", 21),
+])
+def test_a_name_branches_leave_one_of_two_functions_classes_or_objects_is_each_one(tmp_path, choice, line):
+    """Either of two functions, classes or data modules: the call, construction or trainer run is each one's
+    (the trainer runs each data module's `setup` before asking for its loaders); the one with workers starts."""
+    script = write(tmp_path, "train.py", _CHOICES + choice)
+    [finding] = check_scripts(script, select=("SPW001",)).by_rule("SPW001")
+    assert finding.location.line == line and finding.evidence["num_workers"] == 2
+
+
 def test_a_flag_changed_inside_a_loop_is_not_read_as_a_constant(tmp_path):
     # `if DEBUG:` with DEBUG = False at module level never runs; but a loop walks its body
     # once, and `first` is False from the second pass on: the loader below it does start.

@@ -30,6 +30,7 @@ from envdoctor.analysis.spawn.values import (
     Context,
     Deferred,
     Device,
+    Either,
     Executor,
     Function,
     Instance,
@@ -54,6 +55,7 @@ from envdoctor.analysis.spawn.values import (
     first_argument,
     is_cuda,
     is_plain,
+    join,
     loaderish,
 )
 from envdoctor.analysis.spawn.walker import Frame
@@ -104,6 +106,15 @@ class CallWalker(BodyRunner):
     def expr_Call(self, node: ast.Call, frame: Frame) -> Value:
         func = self.eval(node.func, frame)
         positional, keywords, open_ = self.call_args(node, frame)
+        if type(func) is Either:  # `(Serial if debug else Parallel)()`: each one's call, joined
+            result: Value | None = None
+            for option in func.options:
+                result = join(result, self.call_value(option, node, frame, positional, keywords, open_))
+            return result  # type: ignore[return-value]  # an Either has options
+        return self.call_value(func, node, frame, positional, keywords, open_)
+
+    def call_value(self, func: Value, node: ast.Call, frame: Frame, positional: list[Value],
+                   keywords: dict[str, Value], open_: bool) -> Value:
         depth = 0
         while type(func) is Partial and depth < 4:  # `partial(partial(DataLoader, ds), num_workers=2)`
             positional, keywords = [*func.positional, *positional], {**func.keywords, **keywords}
@@ -400,8 +411,9 @@ class CallWalker(BodyRunner):
             received.append(trainer.model)
         loaders: list[Loader] = []
         for value in received:
-            if isinstance(value, Instance):
-                self.prepare(value, spec, attr, node, frame)
+            for option in value.options if isinstance(value, Either) else [value]:
+                if isinstance(option, Instance):
+                    self.prepare(option, spec, attr, node, frame)
             loaders += self.loaders_in(value, spec, node, frame)
         if spec.workers_from is not None:
             loaders += self.built_loaders(trainer)
@@ -429,8 +441,9 @@ class CallWalker(BodyRunner):
             return [loader]
         if depth > 2:
             return []
-        if isinstance(value, Seq):
-            return [lo for item in value.items for lo in self.loaders_in(item, spec, node, frame, depth + 1)]
+        if isinstance(value, (Seq, Either)):  # a list of them, or one of several objects
+            items = value.items if isinstance(value, Seq) else value.options
+            return [lo for item in items for lo in self.loaders_in(item, spec, node, frame, depth + 1)]
         if isinstance(value, Mapping_):
             return [lo for item in value.every_value() for lo in self.loaders_in(item, spec, node, frame, depth + 1)]
         if isinstance(value, Unknown) and value.lib is not None and value.workers is not None:

@@ -11,6 +11,7 @@ from envdoctor.analysis.spawn.values import (
     Const,
     Deferred,
     Device,
+    Either,
     Function,
     GuardFlag,
     Instance,
@@ -139,11 +140,18 @@ class ExpressionWalker(StatementWalker):
         return value
 
     def attribute(self, node: ast.Attribute, frame: Frame) -> Value:
-        owner = self.eval(node.value, frame)
-        attr = node.attr
+        return self.attribute_of(self.eval(node.value, frame), node.attr)
+
+    # complexity: 21 — one case per kind of owner, commonest first.
+    def attribute_of(self, owner: Value, attr: str) -> Value:
         kind = type(owner)
         if kind is Unknown or kind is Bound:  # the commonest owners, which none of the cases below take
             return Bound(owner, attr)
+        if isinstance(owner, Either):
+            found: Value | None = None
+            for option in owner.options:
+                found = join(found, self.attribute_of(option, attr))
+            return found  # type: ignore[return-value]  # an Either has options
         if isinstance(owner, Instance):  # `self.encoder` in a method: the next commonest (no type below is one)
             if self.traces:
                 self.reads_log.append((owner, attr))

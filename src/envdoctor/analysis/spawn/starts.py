@@ -11,6 +11,7 @@ from envdoctor.analysis.spawn.values import (
     Const,
     Context,
     Deferred,
+    Either,
     Function,
     Instance,
     Iterating,
@@ -110,9 +111,12 @@ class StartTracker(ExpressionWalker):
     def worker_side_uses_cuda(self, loader: Loader) -> bool:
         """Does the dataset's __getitem__/__iter__, collate_fn or worker_init_fn touch CUDA?"""
         nodes: list[ast.AST] = []
-        if isinstance(loader.dataset, Instance):
+        dataset = loader.dataset
+        for instance in dataset.options if isinstance(dataset, Either) else [dataset]:
+            if not isinstance(instance, Instance):
+                continue
             for name in ("__getitem__", "__getitems__", "__iter__"):
-                found = loader.dataset.cls.lookup(name)
+                found = instance.cls.lookup(name)
                 if isinstance(found, Function):
                     nodes.append(found.node)
                     body_of(found.node, found.module.lines if found.module is not None else [], self.restored)

@@ -400,6 +400,14 @@ class Bound(Value):
 
 
 @dataclass(eq=False, slots=True)
+class Either(Value):
+    """One of several objects, functions or classes, as branches left a name (`Serial() if debug else
+    Parallel()`): an attribute, a call or a loop over it is each option's, joined (see join)."""
+
+    options: list[Value]
+
+
+@dataclass(eq=False, slots=True)
 class Deferred(Value):
     """A generator or coroutine: its body runs when it is consumed or awaited."""
 
@@ -426,7 +434,9 @@ class SuperObj(Value):
 _PLAIN = frozenset({Unknown, Const, QualName, Function, ClassInfo, GuardFlag, Option, ParserObj, NamespaceObj,
                     SettingsObj})
 #: What defined_in_main looks inside; any other value holds nothing a module defines.
-_MAY_HOLD = frozenset({Instance, ClassInfo, Function, Unknown, Seq})
+_MAY_HOLD = frozenset({Instance, ClassInfo, Function, Unknown, Seq, Either})
+#: The values two branches keep both of (see join, _is_object).
+_OBJECTS = frozenset({Instance, ClassInfo, Function, Either})
 #: What loaderish may find a loader in.
 _LOADERISH = frozenset({Loader, Iterating})
 
@@ -485,6 +495,8 @@ def join(a: Value | None, b: Value | None) -> Value:
         known = a if isinstance(a, Mapping_) else b
         assert isinstance(known, Mapping_)
         return Mapping_(dict(known.items), open=True, default=known.default)
+    if _is_object(a) and _is_object(b):
+        return either(a, b)
     one = a if isinstance(a, Loader) else b if isinstance(b, Loader) else None
     other = b if one is a else a
     if one is not None and isinstance(other, Seq) and any(loaderish(v) for v in other.items[:8]):
@@ -492,6 +504,27 @@ def join(a: Value | None, b: Value | None) -> Value:
         # nothing (it is the list then); iterating what it unpacks into does.
         return replace(one, guessed=True)
     return a if _rank(a) >= _rank(b) else b
+
+
+#: How many options an Either holds at most: past it, later branches' objects are dropped (a bound on the
+#: walk's work for each attribute, call or loop over the value).
+MAX_OPTIONS = 4
+
+
+def _is_object(value: Value) -> bool:
+    """An object, class or function of the walk's, or a method bound to one: what attributes, calls and loops
+    of it run the walk's own code, differently for each."""
+    return type(value) in _OBJECTS or isinstance(value, Bound) and value.func is not None
+
+
+def either(a: Value, b: Value) -> Value:
+    """`a` or `b` (objects, classes or functions: see _is_object), each option once, at most MAX_OPTIONS."""
+    options: list[Value] = []
+    for value in (a, b):
+        for option in value.options if isinstance(value, Either) else [value]:
+            if all(option is not known for known in options) and len(options) < MAX_OPTIONS:
+                options.append(option)
+    return options[0] if len(options) == 1 else Either(options)
 
 
 def _rank(value: Value) -> int:
@@ -520,17 +553,19 @@ def defined_in_main(value: Value | None, depth: int = 0) -> list[Value]:
     """
     if type(value) not in _MAY_HOLD or depth > 3:  # None included
         return []
-    if isinstance(value, Instance) and value.cls.module is not None and not value.cls.module.reruns:
-        return [value]
-    if isinstance(value, ClassInfo) and value.module is not None and not value.module.reruns:
-        return [value]
-    if isinstance(value, Function) and value.module is not None and not value.module.reruns:
-        return [value]
+    if isinstance(value, (Instance, ClassInfo, Function)):
+        module = value.cls.module if isinstance(value, Instance) else value.module
+        return [value] if module is not None and not module.reruns else []
+    inner: Sequence[Value]
     if isinstance(value, Unknown):
-        return [found for held in value.holds for found in defined_in_main(held, depth + 1)]
-    if isinstance(value, Seq):
-        return [found for item in value.items[:16] for found in defined_in_main(item, depth + 1)]
-    return []
+        inner = value.holds
+    elif isinstance(value, Either):
+        inner = value.options
+    elif isinstance(value, Seq):
+        inner = value.items[:16]
+    else:
+        return []
+    return [found for held in inner for found in defined_in_main(held, depth + 1)]
 
 
 def is_cuda(value: Value | None) -> bool:

@@ -20,6 +20,7 @@ from envdoctor.analysis.spawn.syntax import RestoredBodies
 from envdoctor.analysis.spawn.values import (
     ClassInfo,
     Const,
+    Either,
     Function,
     Instance,
     Loader,
@@ -478,8 +479,9 @@ class Walker:
 
     def bind_attribute(self, target: ast.Attribute, value: Value, frame: Frame, line: int | None) -> None:
         owner = self.eval(target.value, frame)
-        if isinstance(owner, (Instance, ClassInfo, Module)):
-            self.write_name(owner, target.attr, value)
+        for option in owner.options if isinstance(owner, Either) else [owner]:
+            if isinstance(option, (Instance, ClassInfo, Module)):
+                self.write_name(option, target.attr, value)
 
     def bind_subscript(self, target: ast.Subscript, value: Value, frame: Frame, line: int | None) -> None:
         owner = self.eval(target.value, frame)

@@ -98,6 +98,15 @@ CASES = [
         "train = make(cfg.train)\nvalid = make(cfg.data.valid)\nfor batch in valid:\n    pass\n",
         1, [('SPW001', 15)],
         "`cfg.train` and `cfg.data.valid` of a config the walk cannot read are two unknown values: one walk"),
+    Case("a_method_handed_on_counts_by_its_object_and_is_walked_again_when_the_object_changes",
+        "class Data:\n    def __init__(self, workers):\n        self.workers = workers\n\n    def loader(self):\n"
+        "        return DataLoader(TensorDataset(torch.arange(8.0)), num_workers=self.workers)\n\n\n"
+        "def run(factory):\n    return factory()\n\n\n"
+        "data = Data(0)\nfirst = run(data.loader)\nsecond = run(data.loader)\ndata.workers = 2\n"
+        "for batch in run(data.loader):\n    pass\n",
+        5, [('SPW001', 20)],
+        "__init__; run() and loader() for the first call, the memo for the second, both again after the count "
+        "changed"),
 ]
 
 

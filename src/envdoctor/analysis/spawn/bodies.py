@@ -15,6 +15,7 @@ from envdoctor.analysis.spawn.values import (
     ClassInfo,
     Const,
     Deferred,
+    Either,
     Function,
     GuardFlag,
     Instance,
@@ -104,8 +105,17 @@ def key_part(value: Value) -> object | None:
         return "?" if value.lib is None and value.workers is None and not value.holds else value
     if isinstance(value, QualName):
         return ("name", value.name, value.missing)
-    if type(value) is Bound and read_off_unknown(value):
-        return "?"
+    if type(value) is Bound:
+        # An attribute read off a value the walk knows nothing of is as unknown as it; another one, a
+        # method bound to an object or an attribute the object was never given, counts by what it was
+        # read off and by the name (what the callee reads of the object through it, its memo notes).
+        if read_off_unknown(value):
+            return "?"
+        owner = key_part(value.obj)
+        return None if owner is None else ("bound", owner, value.attr, value.func)
+    if type(value) is Either:
+        options = tuple(key_part(option) for option in value.options)
+        return None if None in options else ("either", options)
     if isinstance(value, GuardFlag):
         return ("guard", value.polarity)
     if isinstance(value, Option):

@@ -107,6 +107,15 @@ CASES = [
         5, [('SPW001', 20)],
         "__init__; run() and loader() for the first call, the memo for the second, both again after the count "
         "changed"),
+    Case("one_of_two_objects_a_call_made_and_changed_since_makes_the_next_call_walk_again",
+        "import sys\n\n\nclass A:\n    workers = 0\n\n    def loader(self):\n"
+        "        return DataLoader(TensorDataset(torch.arange(8.0)), num_workers=self.workers)\n\n\n"
+        "class B(A):\n    pass\n\n\ndef make():\n    return A() if len(sys.argv) > 1 else B()\n\n\n"
+        "x = make()\nx.workers = 2\ny = make()\nfor batch in y.loader():\n    pass\n",
+        4, [],
+        "make() returns one of two new objects; the first call's objects changed, so the second call is walked "
+        "and makes new ones (whose count is 0) instead of taking the first call's from the memo; then loader() "
+        "of each"),
 ]
 
 

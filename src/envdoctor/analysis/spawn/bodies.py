@@ -34,7 +34,7 @@ from envdoctor.analysis.spawn.values import (
     read_off_unknown,
     tick,
 )
-from envdoctor.analysis.spawn.walker import HELD, Frame, Memo, Trace, held
+from envdoctor.analysis.spawn.walker import HELD, Frame, Memo, Trace, holders
 
 #: What a function's lines mention when it may build or start workers, or set what may decide their count
 #: (`global NUM_WORKERS`, `KW.update(num_workers=2)`) (see skippable).
@@ -302,13 +302,12 @@ class BodyRunner(StartTracker):
         if made is not None:
             own = {holder for holder, _ in writes} | {holder for holder, _ in reads
                                                      if not isinstance(holder, int) and holder.born > trace.start}
-            own.update(holder for value in made.attrs.values() if (holder := held(value)) is not None)
+            own.update(holder for value in made.attrs.values() for holder in holders(value))
             own.discard(made)
             reads = {cell for cell in reads if cell[0] is not made} | {(holder, None) for holder in own}
             writes = set()
             attrs = dict(made.attrs)
-        returned = held(result)
-        if returned is not None:
+        for returned in holders(result):
             reads.add((returned, None))  # changed later, it is no longer what the next call would make
         self.memo[key] = Memo(result, events, frozenset(reads), frozenset(writes), tick(), self.epoch, made, attrs)
 

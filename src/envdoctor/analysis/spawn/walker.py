@@ -63,6 +63,12 @@ def held(value: Value) -> Holder | None:
     return value if isinstance(value, (Mapping_, Seq, ParserObj, TrainerObj, Instance)) else None
 
 
+def holders(value: Value) -> list[Holder]:
+    """What `held` says, for each option of one of several objects."""
+    found = [held(option) for option in value.options] if isinstance(value, Either) else [held(value)]
+    return [holder for holder in found if holder is not None]
+
+
 @dataclass(slots=True)
 class Frame:
     """Where the walk is: the scope, whether under the guard, the chain of calls."""

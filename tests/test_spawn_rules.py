@@ -219,6 +219,7 @@ _CHOICES = (
 
 @pytest.mark.parametrize("choice, line", [
     ("make = serial if debug else parallel\nfor b in make():\n    pass\n", 17),
+    ("import functools\nmake = functools.partial(serial if debug else parallel)\nfor b in make():\n    pass\n", 18),
     ("cls = Serial if debug else Parallel\nmodule = cls()\nmodule.setup('fit')\n"
      "for b in module.train_dataloader():\n    pass\n", 19),
     ("from lightning.pytorch import Trainer\nif debug:\n    module = Serial()\nelse:\n    module = Parallel()\n"

@@ -106,11 +106,6 @@ class CallWalker(BodyRunner):
     def expr_Call(self, node: ast.Call, frame: Frame) -> Value:
         func = self.eval(node.func, frame)
         positional, keywords, open_ = self.call_args(node, frame)
-        if type(func) is Either:  # `(Serial if debug else Parallel)()`: each one's call, joined
-            result: Value | None = None
-            for option in func.options:
-                result = join(result, self.call_value(option, node, frame, positional, keywords, open_))
-            return result  # type: ignore[return-value]  # an Either has options
         return self.call_value(func, node, frame, positional, keywords, open_)
 
     def call_value(self, func: Value, node: ast.Call, frame: Frame, positional: list[Value],
@@ -130,6 +125,11 @@ class CallWalker(BodyRunner):
             return self.instantiate(func, node, frame, positional, keywords, open_, site_of(node, frame))
         if isinstance(func, Bound):
             return self.call_method(func, Call(func.attr, node, frame, positional, keywords, open_))
+        if isinstance(func, Either):  # `(Serial if debug else Parallel)()`, a partial of one: each one's call
+            result: Value | None = None
+            for option in func.options:
+                result = join(result, self.call_value(option, node, frame, positional, keywords, open_))
+            return result  # type: ignore[return-value]  # an Either has options
         if isinstance(func, Context):
             return Unknown(node=node)
         return self.call_unknown(node, positional, keywords)

@@ -74,6 +74,11 @@ byte-identical: NeMo's peak 272 to 186 MB (hook 196 to 161 MB), the three trees 
 spread; SPW all 1.23-1.46x / 2.48-2.56x / 3.89-4.63x, hook 1.25-1.50x / 1.62-1.98x / 1.51-2.26x there
 (docs/spawn-guard.md, "Memory on a 1M-line tree").
 
+2026-12-05, stop 48 (classes followed by name, static methods, one of several objects, memo keys; --repeat 2,
+the stop's start with --source, quiet): SPW all 1.50x / 2.91x / 4.19x to 1.36x / 2.83x / 4.78x (NeMo 8.67 s to
+10.14 s, callgrind +5.6%), hook 1.57x / 1.92x / 1.99x to 1.39x / 1.79x / 1.85x; the 1M-line tree 241 MB
+(docs/spawn-guard.md, "Classes by name, static methods, one of several objects, and memo keys").
+
 The third fresh corpus (issue 29's recall and precision; read-only snapshots fetched 2026-12-04,
 HEAD commits): snap-stanford/ogb 61e9784ca7, benedekrozemberczki/pytorch_geometric_temporal
 adefe44265, graphdeeplearning/benchmarking-gnns b6c407712f, microsoft/torchgeo 7ea0616ded,

@@ -495,8 +495,9 @@ def join(a: Value | None, b: Value | None) -> Value:
         known = a if isinstance(a, Mapping_) else b
         assert isinstance(known, Mapping_)
         return Mapping_(dict(known.items), open=True, default=known.default)
-    if _is_object(a) and _is_object(b):
-        return either(a, b)
+    both = either(a, b)
+    if both is not None:
+        return both
     one = a if isinstance(a, Loader) else b if isinstance(b, Loader) else None
     other = b if one is a else a
     if one is not None and isinstance(other, Seq) and any(loaderish(v) for v in other.items[:8]):
@@ -517,8 +518,11 @@ def _is_object(value: Value) -> bool:
     return type(value) in _OBJECTS or isinstance(value, Bound) and value.func is not None
 
 
-def either(a: Value, b: Value) -> Value:
-    """`a` or `b` (objects, classes or functions: see _is_object), each option once, at most MAX_OPTIONS."""
+def either(a: Value, b: Value) -> Value | None:
+    """`a` or `b` when both are objects, classes or functions (see _is_object), each option once, at most
+    MAX_OPTIONS; None for any other two values."""
+    if not (_is_object(a) and _is_object(b)):
+        return None
     options: list[Value] = []
     for value in (a, b):
         for option in value.options if isinstance(value, Either) else [value]:

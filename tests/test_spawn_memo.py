@@ -116,6 +116,14 @@ CASES = [
         "make() returns one of two new objects; the first call's objects changed, so the second call is walked "
         "and makes new ones (whose count is 0) instead of taking the first call's from the memo; then loader() "
         "of each"),
+    Case("an_attribute_naming_the_first_object_as_one_of_two_names_the_new_one",
+        "import sys\n\n\nclass Box:\n    def __init__(self, workers, fallback):\n        self.workers = workers\n"
+        "        self.pick = self if len(sys.argv) < 2 else fallback\n\n    def loader(self):\n"
+        "        return DataLoader(TensorDataset(torch.arange(8.0)), num_workers=self.pick.workers)\n\n\n"
+        "serial = Box(0, None)\na = Box(0, serial)\nb = Box(0, serial)\nb.workers = 2\n"
+        "for batch in b.loader():\n    pass\n",
+        3, [('SPW001', 20)],
+        "b takes a's attributes from the memo: `self.pick` is b itself or the fallback, not a"),
 ]
 
 

@@ -137,8 +137,8 @@ def packed_key(value: Value) -> object | None:
 
 
 def callables_in(value: Value, depth: int = 0) -> list[Function | ClassInfo]:
-    """The walk's functions and classes a plain argument is or holds (`run(Feeder, 8)`, `cls` of a class
-    method, `[make_a, make_b]`): what the function given it may call."""
+    """The walk's functions and classes a plain argument is or holds (`run(Feeder, 8)`, `[make_a, make_b]`):
+    what the function given it may call."""
     if isinstance(value, (Function, ClassInfo)):
         return [value]
     if depth < 2 and isinstance(value, (Seq, Mapping_)):
@@ -153,6 +153,8 @@ def moved(value: Value, old: Value | None, new: Instance) -> Value:
         return new
     if isinstance(value, Bound) and value.obj is old:
         return replace(value, obj=new)
+    if isinstance(value, Either) and any(option is old or isinstance(option, Bound) for option in value.options):
+        return Either([moved(option, old, new) for option in value.options])  # `self if x else other`
     return value
 
 

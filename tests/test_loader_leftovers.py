@@ -10,7 +10,9 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
@@ -23,6 +25,16 @@ pytestmark = [pytest.mark.slow, pytest.mark.standalone]
 
 #: Seconds every process of the stage may take to be gone.
 GONE_WITHIN_S = 5.0
+
+
+@pytest.fixture
+def short_temp() -> Iterator[Path]:
+    """A TMPDIR for forkserver: its socket path (TMPDIR/pymp-XXXXXXXX/listener-XXXXXXXX) must fit in the 107
+    bytes of an AF_UNIX address, which pytest's own folders under xdist (`pytest-124/popen-gw2/test_…0/`)
+    leave no room for."""
+    folder = Path(tempfile.mkdtemp(prefix="ed-", dir="/tmp"))
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)
 
 
 def _plan_files(folder: Path) -> set[str]:
@@ -157,12 +169,11 @@ def _pymp_folders(folder: Path) -> list[str]:
     return sorted(p.name for p in folder.glob("pymp-*"))
 
 
-def test_forkserver_workers_leave_no_multiprocessing_folder(tmp_path: Path) -> None:
+def test_forkserver_workers_leave_no_multiprocessing_folder(short_temp: Path) -> None:
     """forkserver's server listens on a socket in a pymp-* folder that multiprocessing removes only at a normal
     exit; the runner ends with os._exit, so it removes the folder itself (every check did leave one under
     forkserver, Linux's default from Python 3.14)."""
-    temp = tmp_path / "tmp"
-    temp.mkdir()
+    temp = short_temp
     report, _, _ = loader_report("--dataset", "loaderfixtures.leftovers:forkserver_workers", "--budget", "20",
                                  env={"TMPDIR": str(temp)})
     assert report["loader"]["start_method"] == "forkserver" and report["loader"]["runs"], dump(report)
@@ -170,11 +181,10 @@ def test_forkserver_workers_leave_no_multiprocessing_folder(tmp_path: Path) -> N
     assert report["loader"]["runner"]["tempdir_removed"] is None  # the runner's own cleanup did it
 
 
-def test_a_killed_runner_s_multiprocessing_folder_is_removed(tmp_path: Path) -> None:
+def test_a_killed_runner_s_multiprocessing_folder_is_removed(short_temp: Path) -> None:
     """The runner stops itself after forkserver workers ran, and is killed when the phase overstays: none of its
     own cleanup runs, so envdoctor removes the folder it named, socket and all."""
-    temp = tmp_path / "tmp"
-    temp.mkdir()
+    temp = short_temp
     report, _, _ = loader_report("--dataset", "loaderfixtures.leftovers:stopped_after_forkserver", "--budget", "20",
                                  env={"TMPDIR": str(temp)})
     runner = report["loader"]["runner"]
@@ -183,11 +193,10 @@ def test_a_killed_runner_s_multiprocessing_folder_is_removed(tmp_path: Path) -> 
     assert Path(runner["tempdir_removed"]).parent == temp and runner["tempdir_removed"].startswith(str(temp / "pymp-"))
 
 
-def test_preflight_keeps_the_training_process_s_own_multiprocessing_folder(tmp_path: Path) -> None:
+def test_preflight_keeps_the_training_process_s_own_multiprocessing_folder(tmp_path: Path, short_temp: Path) -> None:
     """preflight forks the runner from the training process: a folder that process already had is its own (its
     forkserver listens there) and stays; the forked runner makes none of its own, and nothing is left after."""
-    temp = tmp_path / "tmp"
-    temp.mkdir()
+    temp = short_temp
     script = tmp_path / "train.py"
     script.write_text(
         "import os, sys\n"

@@ -30,7 +30,7 @@ from envdoctor.analysis.spawn.values import (
     Unknown,
     Value,
     is_plain,
-    join,
+    join_all,
     read_off_unknown,
     tick,
 )
@@ -235,10 +235,7 @@ class BodyRunner(StartTracker):
         finally:
             self.stack.pop()
             self.traces.pop()
-        returns = inner.returns
-        result = returns[0] if returns else Const(None)
-        for value in returns[1:]:
-            result = join(result, value)
+        result = join_all(inner.returns) if inner.returns else Const(None)
         if memo_key is not None and self.taints == trace.taints:
             self.remember(memo_key, trace, result, [{**e, "via": e["via"][len(via):]} for e in self.events[first:]],
                           made)

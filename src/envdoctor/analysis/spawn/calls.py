@@ -55,7 +55,7 @@ from envdoctor.analysis.spawn.values import (
     first_argument,
     is_cuda,
     is_plain,
-    join,
+    join_all,
     loaderish,
 )
 from envdoctor.analysis.spawn.walker import Frame
@@ -126,10 +126,8 @@ class CallWalker(BodyRunner):
         if isinstance(func, Bound):
             return self.call_method(func, Call(func.attr, node, frame, positional, keywords, open_))
         if isinstance(func, Either):  # `(Serial if debug else Parallel)()`, a partial of one: each one's call
-            result: Value | None = None
-            for option in func.options:
-                result = join(result, self.call_value(option, node, frame, positional, keywords, open_))
-            return result  # type: ignore[return-value]  # an Either has options
+            return join_all([self.call_value(option, node, frame, positional, keywords, open_)
+                             for option in func.options])
         if isinstance(func, Context):
             return Unknown(node=node)
         return self.call_unknown(node, positional, keywords)

@@ -27,6 +27,7 @@ from envdoctor.analysis.spawn.values import (
     any_of,
     is_plain,
     join,
+    join_all,
     loaderish,
     method_of,
 )
@@ -148,10 +149,7 @@ class ExpressionWalker(StatementWalker):
         if kind is Unknown or kind is Bound:  # the commonest owners, which none of the cases below take
             return Bound(owner, attr)
         if isinstance(owner, Either):
-            found: Value | None = None
-            for option in owner.options:
-                found = join(found, self.attribute_of(option, attr))
-            return found  # type: ignore[return-value]  # an Either has options
+            return join_all([self.attribute_of(option, attr) for option in owner.options])
         if isinstance(owner, Instance):  # `self.encoder` in a method: the next commonest (no type below is one)
             if self.traces:
                 self.reads_log.append((owner, attr))

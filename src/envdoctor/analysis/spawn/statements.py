@@ -20,7 +20,7 @@ from envdoctor.analysis.spawn.values import (
     Unknown,
     Value,
     is_plain,
-    join,
+    join_all,
     unparse,
 )
 from envdoctor.analysis.spawn.walker import Frame, Walker, needed_together
@@ -266,10 +266,7 @@ class StatementWalker(Walker):
             if not values:
                 scope.pop(name, None)
                 continue
-            merged = values[0]
-            for value in values[1:]:
-                merged = join(merged, value)
-            scope[name] = merged
+            scope[name] = join_all(values)
 
     def exec_branch(self, body: list[ast.stmt], frame: Frame, need: str | None) -> bool:
         """One branch, run only with option `need` when one is given (Frame.needs, for the starts in it)."""

@@ -507,6 +507,14 @@ def join(a: Value | None, b: Value | None) -> Value:
     return a if _rank(a) >= _rank(b) else b
 
 
+def join_all(values: Sequence[Value]) -> Value:
+    """The value of several branches, returns or options (at least one), joined in order (see join)."""
+    result = values[0]
+    for value in values[1:]:
+        result = join(result, value)
+    return result
+
+
 #: How many options an Either holds at most: past it, later branches' objects are dropped (a bound on the
 #: walk's work for each attribute, call or loop over the value).
 MAX_OPTIONS = 4

@@ -295,7 +295,7 @@ class Walker:
         return id(frame.scope)
 
     def set_name(self, frame: Frame, name: str, value: Value) -> None:
-        """`name = value` in the frame's own scope (a def, a class, an import, a merged branch)."""
+        """`name = value` in the frame's own scope (an assignment, a def, a class, an import)."""
         frame.scope[name] = value
         if self.memo or self.traces:  # else wrote() has nothing to note
             holder = self.scope_holder(frame)
@@ -451,11 +451,7 @@ class Walker:
         if target.id in frame.declared_global:
             self.write_name(frame.module, target.id, value)
             return
-        frame.scope[target.id] = value
-        if self.memo or self.traces:  # else wrote() has nothing to note
-            holder = self.scope_holder(frame)
-            if holder is not None:
-                self.wrote(holder, target.id)
+        self.set_name(frame, target.id, value)
         if self.traces and type(value) in HELD:
             self.read_held(value)  # what a loop or an unpacking gave it, read later by name
         if isinstance(value, (Mapping_, Seq)) and value.home is None and frame.scope is frame.module.scope \

@@ -4,7 +4,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Callable, Iterable
 from dataclasses import replace
-from typing import NamedTuple
+from typing import ClassVar, NamedTuple
 
 from envdoctor.analysis.spawn.bodies import BodyRunner
 from envdoctor.analysis.spawn.libraries import LibraryLoaders, table_only
@@ -95,7 +95,7 @@ class CallWalker(BodyRunner):
     """Follows calls: what they return, what they start, into the bodies the walk can read."""
 
     #: Qualified name -> handler, built once from the name tables and the catalog (`qualified_table`).
-    _qualified: dict[str, Handler] | None = None
+    _qualified: ClassVar[dict[str, Handler] | None] = None
 
     @property
     def libraries(self) -> LibraryLoaders:

@@ -113,9 +113,6 @@ class ExpressionWalker(StatementWalker):
             items.append(value)
         return Seq(items)
 
-    expr_List = expr_Tuple
-    expr_Set = expr_Tuple
-
     def expr_Dict(self, node: ast.Dict, frame: Frame) -> Value:
         result = Mapping_({})
         for key, value in zip(node.keys, node.values):
@@ -263,10 +260,6 @@ class ExpressionWalker(StatementWalker):
         if isinstance(node, ast.GeneratorExp) or is_plain(value):
             return Unknown(node=node)
         return Seq([value], repeated=True)
-
-    expr_SetComp = expr_ListComp
-    expr_GeneratorExp = expr_ListComp
-    expr_DictComp = expr_ListComp
 
     def expr_Await(self, node: ast.Await, frame: Frame) -> Value:
         value = self.eval(node.value, frame)

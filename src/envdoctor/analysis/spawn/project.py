@@ -110,7 +110,7 @@ class ProjectFiles:
     def __init__(self) -> None:
         self._layouts: dict[str, tuple[tuple[Path, ...], str]] = {}
         self._modules: dict[tuple[tuple[str, ...], str], tuple[str, str, bool] | None] = {}
-        self._real: dict[str, str] = {}
+        self._real_paths: dict[str, str] = {}
         self._installed: dict[str, bool] = {}
         self._modes: dict[str, int | None] = {}
         #: The names in each folder asked about (None: it cannot be listed, so each name is stat'ed).
@@ -220,14 +220,14 @@ class ProjectFiles:
     def real(self, path: str) -> str:
         """os.path.realpath(path), each folder's resolved once: a path whose last part is no link is its
         folder's real path and that part (one lstat, not one for each folder above it)."""
-        known = self._real.get(path)
+        known = self._real_paths.get(path)
         if known is None:
             head, name = os.path.split(path)
             if os.name != "posix" or not head or name in ("", ".", "..") or head == path or os.path.islink(path):
                 known = os.path.realpath(path)
             else:
                 known = os.path.join(self.real(head), name)
-            self._real[path] = known
+            self._real_paths[path] = known
         return known
 
     def installed(self, top: str) -> bool:

@@ -74,8 +74,6 @@ class StatementWalker(Walker):
                                                  static=frame.class_body and is_static(stmt)))
         self.known_def(stmt, frame)
 
-    stmt_AsyncFunctionDef = stmt_FunctionDef
-
     def known_def(self, stmt: ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef, frame: Frame) -> None:
         """A function or class `relevant` may follow a call into by its name (`helper(`, `Feeder(`)."""
         self.defs.setdefault(stmt.name, []).append((stmt, frame.module.lines))
@@ -366,8 +364,6 @@ class StatementWalker(Walker):
         finally:
             frame.loop_depth -= 1
 
-    stmt_AsyncFor = stmt_For
-
     def stmt_While(self, stmt: ast.While, frame: Frame) -> None:
         # The test is read as inside the loop: its names change between passes.
         frame.loop_depth += 1
@@ -389,8 +385,6 @@ class StatementWalker(Walker):
                 self.bind(item.optional_vars, value, frame, stmt.lineno)
         return self.exec_block(stmt.body, frame)
 
-    stmt_AsyncWith = stmt_With
-
     def stmt_Try(self, stmt: ast.Try, frame: Frame) -> None:
         self.exec_block(stmt.body, frame)
         for handler in stmt.handlers:
@@ -401,8 +395,6 @@ class StatementWalker(Walker):
             self.exec_block(handler.body, frame)
         self.exec_block(stmt.orelse, frame)
         self.exec_block(stmt.finalbody, frame)
-
-    stmt_TryStar = stmt_Try
 
     def stmt_Match(self, stmt: ast.Match, frame: Frame) -> None:
         self.eval(stmt.subject, frame)

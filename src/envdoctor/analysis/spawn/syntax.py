@@ -340,7 +340,9 @@ class RestoredBodies:
 
 def body_of(node: ast.AST, lines: Sequence[str], restored: RestoredBodies | None = None) -> list[ast.stmt]:
     """A function's body, parsed again from `lines` when strip_bodies dropped it (and kept in `restored`)."""
-    body: list[ast.stmt] = getattr(node, "body", [])
+    body = getattr(node, "body", None)
+    if not isinstance(body, list):
+        return []  # a lambda: its body is one expression, and never stripped
     if not getattr(node, "_envdoctor_stripped", False):
         if restored is not None:
             restored.touch(node)

@@ -42,6 +42,11 @@ from envdoctor.analysis.spawn.values import (
     unparse,
 )
 
+#: Node types walked as another one is: `[a, b]` as `(a, b)`, an async def as a def. A table, not class
+#: attributes bound to the other method (`stmt_AsyncFor = stmt_For`), which mypyc compiles as data.
+SAME_WALK = {"List": "Tuple", "Set": "Tuple", "SetComp": "ListComp", "GeneratorExp": "ListComp",
+             "DictComp": "ListComp", "AsyncFunctionDef": "FunctionDef", "AsyncFor": "For", "AsyncWith": "With",
+             "TryStar": "Try"}
 #: Per walker class and prefix, node type -> the method that walks it (None: the generic walk).
 _HANDLERS: dict[tuple[type, str], dict[type, Any]] = {}
 #: A dict or list the walk may change in place (see Walker.to_change).
@@ -226,8 +231,10 @@ class Walker:
         self.expr_handlers = _HANDLERS.setdefault((type(self), "expr_"), {})
 
     def handler(self, table: dict[type, Any], prefix: str, kind: type) -> Any:
-        """The method of this walker's class named prefix + node type (looked up once per class and type)."""
-        method = table[kind] = getattr(type(self), f"{prefix}{kind.__name__}", None)
+        """The method of this walker's class named prefix + node type (looked up once per class and type), or
+        of the type it is walked as (SAME_WALK)."""
+        name = SAME_WALK.get(kind.__name__, kind.__name__)
+        method = table[kind] = getattr(type(self), f"{prefix}{name}", None)
         return method
 
     # -- provided by the classes above (declared here for the type checker) --

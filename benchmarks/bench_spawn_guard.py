@@ -90,14 +90,18 @@ extensionless scripts, 277,065 lines; 328 notebooks); figures in docs/spawn-guar
 
 `--tree DIR` (repeatable) measures each tree as one check, CPU time and peak memory against
 ast.parse on the same files in the same run; `--source CHECKOUT` measures another envdoctor
-checkout's `src/` (before/after a change).
+checkout's `src/` (before/after a change); `--compiled DIR` measures also, in the same run, the
+envdoctor installed into DIR from the wheel whose walk mypyc compiles
+(`HATCH_BUILD_HOOKS_ENABLE=1 pip wheel --no-deps .`, then `pip install --no-deps --target DIR` it;
+figures in docs/spawn-guard.md, "The compiled walk").
 
 Run: python benchmarks/bench_spawn_guard.py [--repeat 3] [--corpus /tmp/corpus [--whole]]
-     python benchmarks/bench_spawn_guard.py --tree LIB --tree EXAMPLES --tree FRAMEWORK [--source OLD]
+     python benchmarks/bench_spawn_guard.py --tree LIB --tree EXAMPLES --tree FRAMEWORK [--source OLD] [--compiled DIR]
 """
 from __future__ import annotations
 
 import argparse
+import importlib.machinery
 import os
 import py_compile
 import subprocess
@@ -161,22 +165,26 @@ else:
     section = gather_scripts(Facts())
     assert section is not None and len(section["files"]) == len(files)
 seconds, cpu = time.perf_counter() - start, time.process_time() - cpu_start
-print(json.dumps({"seconds": seconds, "cpu": cpu,
+walker = sys.modules.get("envdoctor.analysis.spawn.walker")
+print(json.dumps({"seconds": seconds, "cpu": cpu, "walker": walker.__file__ if walker else None,
                   "peak_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
 """
 
 #: `--source DIR`: measure the envdoctor whose `src/` is under DIR (another checkout: before/after).
 SOURCE: Path | None = None
+#: `--compiled DIR`: measure also the envdoctor installed into DIR from the compiled wheel, in the same run.
+COMPILED: Path | None = None
 
 
-def measure(side: str, files: list[Path], repeat: int) -> dict[str, float]:
-    """The best of `repeat` runs of `side` on `files` by CPU time ({"seconds", "cpu", "peak_mb"}),
-    each run a fresh interpreter (so its peak memory is its own)."""
+def measure(side: str, files: list[Path], repeat: int, installed: Path | None = None) -> dict:
+    """The best of `repeat` runs of `side` on `files` by CPU time ({"seconds", "cpu", "peak_mb", "walker"}),
+    each run a fresh interpreter (so its peak memory is its own); envdoctor from `installed` when given."""
     import json
 
     env = dict(os.environ)
-    if SOURCE is not None:
-        env["PYTHONPATH"] = os.pathsep.join([str(SOURCE / "src"), env.get("PYTHONPATH", "")])
+    found = installed if installed is not None else SOURCE / "src" if SOURCE is not None else None
+    if found is not None:
+        env["PYTHONPATH"] = os.pathsep.join([str(found), env.get("PYTHONPATH", "")])
     with tempfile.TemporaryDirectory() as tmp:
         listing = Path(tmp) / "files.txt"
         listing.write_text("\n".join(map(str, files)), encoding="utf-8")
@@ -189,17 +197,23 @@ def measure(side: str, files: list[Path], repeat: int) -> dict[str, float]:
 
 
 def bench_tree(name: str, files: list[Path], repeat: int) -> None:
-    """Lines/s and peak memory of the analysis against ast.parse on the same files, in the same run."""
+    """Lines/s and peak memory of the analysis against ast.parse on the same files, in the same run (and of
+    the compiled wheel's, with --compiled)."""
     lines = count_lines(files)
     parse = measure("ast.parse", files, repeat)
-    analysis = measure("envdoctor", files, repeat)
-    hook = measure("hook", files, repeat)
+    runs = {"SPW all": measure("envdoctor", files, repeat), "hook": measure("hook", files, repeat)}
+    if COMPILED is not None:
+        runs["compiled SPW all"] = measure("envdoctor", files, repeat, COMPILED)
+        runs["compiled hook"] = measure("hook", files, repeat, COMPILED)
+        extension = tuple(importlib.machinery.EXTENSION_SUFFIXES)
+        if not all(str(runs[side]["walker"]).endswith(extension) for side in ("compiled SPW all", "compiled hook")):
+            raise SystemExit(f"{COMPILED} holds no compiled walk (envdoctor's walker there is Python source)")
     print(f"{name}: {len(files):,} Python files, {lines:,} lines, best of {repeat} by CPU time"
           + (f" (envdoctor from {SOURCE})" if SOURCE else ""))
-    for side, run in (("ast.parse", parse), ("envdoctor (SPW all)", analysis), ("hook (SPW001,SPW004)", hook)):
+    for side, run in (("ast.parse", parse), *runs.items()):
         print(f"  {side:20} CPU {run['cpu']:8.2f} s  {lines / run['cpu']:10,.0f} lines/CPU-s  "
               f"wall {run['seconds']:8.2f} s  peak {run['peak_mb']:6.0f} MB")
-    for side, run in (("SPW all", analysis), ("hook", hook)):
+    for side, run in runs.items():
         print(f"  ratio {side} / ast.parse: CPU {run['cpu'] / parse['cpu']:.2f}x, "
               f"wall {run['seconds'] / parse['seconds']:.2f}x")
 
@@ -225,9 +239,12 @@ def main() -> int:
                         help="a source tree to measure as one check (repeat for several: a library, an "
                              "examples folder, a large framework)")
     parser.add_argument("--source", type=Path, help="measure the envdoctor checkout at this path instead")
+    parser.add_argument("--compiled", type=Path,
+                        help="with --tree: measure also the envdoctor installed in this folder from the compiled "
+                             "wheel (`HATCH_BUILD_HOOKS_ENABLE=1 pip wheel .`, then `pip install --target`)")
     args = parser.parse_args()
-    global SOURCE
-    SOURCE = args.source
+    global SOURCE, COMPILED
+    SOURCE, COMPILED = args.source, args.compiled
     if args.tree:
         for tree in args.tree:
             bench_tree(str(tree), python_files(tree), args.repeat)

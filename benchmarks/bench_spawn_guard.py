@@ -92,7 +92,8 @@ extensionless scripts, 277,065 lines; 328 notebooks); figures in docs/spawn-guar
 ast.parse on the same files in the same run; `--source CHECKOUT` measures another envdoctor
 checkout's `src/` (before/after a change); `--compiled DIR` measures also, in the same run, the
 envdoctor installed into DIR from the wheel whose walk mypyc compiles
-(`HATCH_BUILD_HOOKS_ENABLE=1 pip wheel --no-deps .`, then `pip install --no-deps --target DIR` it;
+(`HATCH_BUILD_HOOKS_ENABLE=1 pip wheel --no-deps .` in a clean clone, then `pip install --no-deps
+--target DIR` it;
 figures in docs/spawn-guard.md, "The compiled walk").
 
 Run: python benchmarks/bench_spawn_guard.py [--repeat 3] [--corpus /tmp/corpus [--whole]]

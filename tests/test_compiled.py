@@ -124,6 +124,15 @@ def test_no_compiled_class_binds_a_method_to_another_name():
     assert aliases == []
 
 
+def test_no_extension_module_beside_the_sources():
+    """A compiled wheel built in the checkout leaves its extension modules beside the sources (hatch-mypyc
+    builds in place), where an editable install imports them instead of the .py files being edited: every
+    test would then check a stale compiled walk."""
+    suffixes = tuple(importlib.machinery.EXTENSION_SUFFIXES)
+    stray = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "src").rglob("*") if p.name.endswith(suffixes))
+    assert stray == [], "remove them (`git clean -n src` lists them), and build the compiled wheel from a clean clone"
+
+
 @pytest.mark.slow
 def test_the_wheel_compiles_the_walk(compiled: Path):
     """Every module the hook names is an extension module in the wheel, and it is what gets imported."""

@@ -93,8 +93,7 @@ ast.parse on the same files in the same run; `--source CHECKOUT` measures anothe
 checkout's `src/` (before/after a change); `--compiled DIR` measures also, in the same run, the
 envdoctor installed into DIR from the wheel whose walk mypyc compiles
 (`HATCH_BUILD_HOOKS_ENABLE=1 pip wheel --no-deps .` in a clean clone, then `pip install --no-deps
---target DIR` it;
-figures in docs/spawn-guard.md, "The compiled walk").
+--target DIR` it; figures in docs/spawn-guard.md, "The compiled walk").
 
 Run: python benchmarks/bench_spawn_guard.py [--repeat 3] [--corpus /tmp/corpus [--whole]]
      python benchmarks/bench_spawn_guard.py --tree LIB --tree EXAMPLES --tree FRAMEWORK [--source OLD] [--compiled DIR]

@@ -32,6 +32,8 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "fixtures"
+#: How this interpreter names an extension module's file (`.cpython-311-x86_64-linux-gnu.so`, `.so`, …).
+EXTENSIONS = tuple(importlib.machinery.EXTENSION_SUFFIXES)
 
 #: The modules the wheel compiles: the mypyc hook's list in pyproject.toml.
 COMPILED = [ROOT / path for path in tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
@@ -128,22 +130,20 @@ def test_no_extension_module_beside_the_sources():
     """A compiled wheel built in the checkout leaves its extension modules beside the sources (hatch-mypyc
     builds in place), where an editable install imports them instead of the .py files being edited: every
     test would then check a stale compiled walk."""
-    suffixes = tuple(importlib.machinery.EXTENSION_SUFFIXES)
-    stray = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "src").rglob("*") if p.name.endswith(suffixes))
+    stray = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "src").rglob("*") if p.name.endswith(EXTENSIONS))
     assert stray == [], "remove them (`git clean -n src` lists them), and build the compiled wheel from a clean clone"
 
 
 @pytest.mark.slow
 def test_the_wheel_compiles_the_walk(compiled: Path):
     """Every module the hook names is an extension module in the wheel, and it is what gets imported."""
-    suffixes = tuple(importlib.machinery.EXTENSION_SUFFIXES)
     spawn = compiled / "envdoctor" / "analysis" / "spawn"
-    built = sorted(p.name.split(".")[0] for p in spawn.iterdir() if p.name.endswith(suffixes))
+    built = sorted(p.name.split(".")[0] for p in spawn.iterdir() if p.name.endswith(EXTENSIONS))
     assert built == sorted(path.stem for path in COMPILED)
     probe = subprocess.run([sys.executable, "-c", "import envdoctor.analysis.spawn.walker as w; print(w.__file__)"],
                            capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(compiled)},
                            timeout=120)
-    assert probe.stdout.strip().endswith(suffixes), probe.stdout + probe.stderr
+    assert probe.stdout.strip().endswith(EXTENSIONS), probe.stdout + probe.stderr
 
 
 @pytest.mark.slow
@@ -152,8 +152,8 @@ def test_the_compiled_walk_finds_what_the_pure_walk_finds(compiled: Path, select
     files = _every_fixture()
     pure = _facts(selection, files, tmp_path / "pure.txt", None)
     fast = _facts(selection, files, tmp_path / "compiled.txt", compiled)
-    assert fast["walker"].endswith(tuple(importlib.machinery.EXTENSION_SUFFIXES))
-    assert not pure["walker"].endswith(tuple(importlib.machinery.EXTENSION_SUFFIXES))
+    assert fast["walker"].endswith(EXTENSIONS)
+    assert not pure["walker"].endswith(EXTENSIONS)
     # Not a comparison of two empty answers: the fixtures start workers at import time and under the guard.
     infos = pure["facts"]["files"]
     assert len(infos) == len(files)

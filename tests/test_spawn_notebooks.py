@@ -125,6 +125,28 @@ def test_spw001_never_fires_on_a_notebook_even_with_module_level_workers():
     assert report.findings == []
 
 
+def test_a_check_of_the_notebooks_rules_skips_the_scripts_guards_and_finds_what_the_whole_walk_finds():
+    """SPW005 and PKG013 read only the notebooks, which are walked whole, so a check of them with SPW001 and
+    SPW004 (Windows and macOS readiness) does not walk the code under a .py script's closing guard. The .py
+    scripts come first: the modules their walks share with the notebooks' are in whatever state they left."""
+    scripts = Path(__file__).resolve().parent.parent / "fixtures" / "spawn"
+    mine = check(scripts, NOTEBOOKS, platform="darwin")
+    whole = check(scripts, NOTEBOOKS, select=("SPW", "PKG013"), platform="darwin")
+
+    def notebooks(report):
+        return {f["path"]: f for f in report.facts["scripts"]["files"] if f.get("kind") == "notebook"}
+
+    def found(report):
+        return [(f.location.path, f.location.cell, f.location.line, f.message, f.fix)
+                for f in report.findings if f.rule == "SPW005"]
+
+    assert len(notebooks(mine)) == len(ALL) and notebooks(mine) == notebooks(whole)
+    assert found(mine) == found(whole) and len(found(mine)) >= 5
+    skipped = [f["path"] for f in mine.facts["scripts"]["files"] if f.get("skipped_guard_lines")]
+    assert len(skipped) >= 5 and all(path.endswith(".py") for path in skipped)
+    assert not any(f.get("skipped_guard_lines") for f in whole.facts["scripts"]["files"])
+
+
 def test_a_folder_is_expanded_to_its_notebooks_and_scripts(tmp_path: Path):
     (tmp_path / "nb.ipynb").write_bytes((NOTEBOOKS / "dataset_in_notebook.ipynb").read_bytes())
     (tmp_path / ".ipynb_checkpoints").mkdir()

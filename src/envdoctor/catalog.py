@@ -8,9 +8,10 @@ kebab-case name, default severity and four doc parts: what, why, example, fix.
 A family whose rules compare several machines says `scope = "fleet"`: its rules
 run in `compare` and `check --distributed` only, never in a single-machine check.
 A rule that reads only what the given scripts do when imported says
-`scripts = "import-time"` (SPW001, SPW004): a check whose every rule says so skips
-the walk of the code under each script's `if __name__ == "__main__":`, most of the
-walk's work on a framework's example scripts (`Catalog.reads_main_guard`).
+`scripts = "import-time"` (SPW001, SPW004), one that reads only the notebooks given
+`scripts = "notebooks"` (SPW005, PKG013): a check whose every rule says one or the other
+skips the walk of the code under each .py script's `if __name__ == "__main__":`, most
+of the walk's work on a framework's example scripts (`reads_main_guard`).
 A rule that reads only what the loader smoke test observes before its first timed
 run says `loader = "checks"` (DL007, DL008, DL011, SPW003), one that reads the worker
 memory run too says `loader = "memory"` (DL010, SYS007): a check whose every rule says
@@ -76,7 +77,8 @@ class RuleMeta:
     #: "node" (one machine's facts) or "fleet" (several nodes' reports, see fleet_report).
     scope: str = "node"
     #: What of the given scripts' code the rule reads: "whole" (the code under `if __name__ ==
-    #: "__main__":` too), or "import-time" (only what runs when a script is imported).
+    #: "__main__":` too), "import-time" (only what runs when a script is imported) or "notebooks" (only what
+    #: the notebooks do, which are walked whole: nothing of the .py scripts).
     scripts: str = "whole"
     #: What of the loader smoke test the rule reads: "timed" (everything: the sweep, the paired windows and
     #: the runs after them too), "memory" (the checks and the worker memory run, without the timed runs) or
@@ -213,7 +215,7 @@ def load_data(name: str) -> dict[str, Any]:
 
 SCOPES = ("node", "fleet")
 #: The values of a rule's `scripts` key (RuleMeta.scripts).
-SCRIPT_READS = ("whole", "import-time")
+SCRIPT_READS = ("whole", "import-time", "notebooks")
 #: The values of a rule's `loader` key (RuleMeta.loader), from the least the smoke test measures to the most.
 LOADER_READS = ("checks", "memory", "timed")
 
@@ -399,11 +401,11 @@ def _selected(select: Iterable[str], ignore: Iterable[str]) -> list[RuleMeta] | 
 
 
 def reads_main_guard(select: Iterable[str], ignore: Iterable[str] = ()) -> bool:
-    """Whether a check with this selection has a rule that reads what the code under a script's main guard
-    does: any rule but those whose catalog entry says `scripts = "import-time"` (the pre-commit hook's
-    SPW001 and SPW004)."""
+    """Whether a check with this selection has a rule that reads what the code under a .py script's main
+    guard does: any rule but those whose catalog entry says `scripts = "import-time"` (the pre-commit hook's
+    SPW001 and SPW004) or `scripts = "notebooks"` (SPW005, PKG013: a notebook is always walked whole)."""
     rules = _selected(select, ignore)
-    return rules is None or any(rule.scripts != "import-time" for rule in rules)
+    return rules is None or any(rule.scripts == "whole" for rule in rules)
 
 
 def loader_reads(select: Iterable[str], ignore: Iterable[str] = ()) -> str:

@@ -172,7 +172,8 @@ def test_which_selections_read_the_code_under_the_main_guard():
     assert [m.id for m in load_catalog().rules if m.scripts == "import-time"] == ["SPW001", "SPW004"]
     assert [m.id for m in load_catalog().rules if m.scripts == "notebooks"] == ["PKG013", "SPW005"]
     assert not reads_main_guard(("SPW001,SPW004",))
-    assert not reads_main_guard(("SPW001", "SPW004", "SPW005"))  # Windows and macOS readiness, the notebooks'
+    # Windows and macOS readiness: the hook's rules and the notebooks' (which are walked whole).
+    assert not reads_main_guard(("SPW001", "SPW004", "SPW005"))
     assert not reads_main_guard(("SPW005", "PKG013"))
     assert not reads_main_guard(("missing-main-guard",))
     assert not reads_main_guard(iter(["SPW001"]))  # any iterable, read once
